@@ -1,0 +1,16 @@
+//! toolgate's domain types: accounts, API keys, money and billing records.
+//!
+//! Nothing here performs I/O; every other crate speaks in these types.
+
+pub mod account;
+pub mod billing;
+pub mod key;
+pub mod money;
+
+pub use account::{Account, AccountId, Email, EmailError};
+pub use billing::{Admission, BillingStatus, MonthKey, Pricing, UsageSnapshot};
+pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
+pub use money::{Micros, MoneyError};
+
+/// The `time` crate, re-exported so callers name dates in the same version.
+pub use time as time_reexport;
