@@ -1,0 +1,230 @@
+//! The embedded default backend: one SQLite file in WAL mode.
+//!
+//! Writes go through a single connection, so SQLite never answers "database is locked";
+//! call admissions are batched by one writer task into shared transactions (group commit),
+//! so each commit's fsync is paid once for many calls while each call still gets its own
+//! answer only after its ledger row is durable.
+
+mod admit;
+mod rows;
+
+use std::path::Path;
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::SqlitePool;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use tokio::sync::{mpsc, oneshot};
+use toolgate_domain::{
+    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
+};
+use toolgate_store::{
+    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns, key_hash_from_column,
+    now_millis,
+};
+
+use crate::admit::AdmitJob;
+use crate::rows::map_error;
+
+/// How hard a commit waits for the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync on every commit: an admitted call survives a power cut.
+    Full,
+    /// WAL written on commit, fsynced at checkpoints: survives a killed process, not a power cut.
+    Normal,
+}
+
+impl FromStr for Durability {
+    type Err = String;
+    fn from_str(raw: &str) -> Result<Self, Self::Err> {
+        match raw {
+            "full" => Ok(Self::Full),
+            "normal" => Ok(Self::Normal),
+            _ => Err(format!("sqlite durability must be 'full' or 'normal', not {raw:?}")),
+        }
+    }
+}
+
+/// Store backed by one SQLite file.
+#[derive(Clone)]
+pub struct SqliteStore {
+    writer: SqlitePool,
+    reader: SqlitePool,
+    admissions: mpsc::Sender<AdmitJob>,
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating when needed) the database file at `path`.
+    pub async fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
+        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent)
+                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", parent.display())))?;
+        }
+        let synchronous = match durability {
+            Durability::Full => SqliteSynchronous::Full,
+            Durability::Normal => SqliteSynchronous::Normal,
+        };
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(synchronous)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(10));
+        let writer = SqlitePoolOptions::new()
+            .max_connections(1)
+            .connect_with(options.clone())
+            .await
+            .map_err(map_error)?;
+        sqlx::migrate!("./migrations")
+            .run(&writer)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+        let reader = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options.read_only(true))
+            .await
+            .map_err(map_error)?;
+        let admissions = admit::spawn_writer(writer.clone());
+        Ok(Self { writer, reader, admissions })
+    }
+}
+
+#[async_trait]
+impl Accounts for SqliteStore {
+    async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError> {
+        sqlx::query(
+            "INSERT INTO accounts (id, email, key_hash, created_at) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .bind(account.id.as_str())
+        .bind(account.email.as_str())
+        .bind(&account.key_hash.as_bytes()[..])
+        .bind(now_millis())
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(Account {
+            id: account.id.clone(),
+            email: account.email.clone(),
+            tier: "free".to_owned(),
+        })
+    }
+
+    async fn find_by_key_hash(&self, hash: &KeyHash) -> Result<Option<(Account, KeyHash)>, StoreError> {
+        let row: Option<(String, String, String, Vec<u8>)> =
+            sqlx::query_as("SELECT id, email, tier, key_hash FROM accounts WHERE key_hash = ?1")
+                .bind(&hash.as_bytes()[..])
+                .fetch_optional(&self.reader)
+                .await
+                .map_err(map_error)?;
+        row.map(|(id, email, tier, stored)| {
+            Ok((account_from_columns(id, &email, tier)?, key_hash_from_column(&stored)?))
+        })
+        .transpose()
+    }
+
+    async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError> {
+        let row: Option<(String, String, String)> =
+            sqlx::query_as("SELECT id, email, tier FROM accounts WHERE email = ?1")
+                .bind(email.as_str())
+                .fetch_optional(&self.reader)
+                .await
+                .map_err(map_error)?;
+        row.map(|(id, email, tier)| account_from_columns(id, &email, tier)).transpose()
+    }
+
+    async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
+        let done = sqlx::query("UPDATE accounts SET key_hash = ?1, key_rotated_at = ?2 WHERE id = ?3")
+            .bind(&new_hash.as_bytes()[..])
+            .bind(now_millis())
+            .bind(account.as_str())
+            .execute(&self.writer)
+            .await
+            .map_err(map_error)?;
+        if done.rows_affected() == 1 { Ok(()) } else { Err(StoreError::NotFound) }
+    }
+}
+
+#[async_trait]
+impl Metering for SqliteStore {
+    async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        let job = AdmitJob::new(charge, reply);
+        self.admissions
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Unavailable("the metering writer has stopped".to_owned()))?;
+        answer
+            .await
+            .map_err(|_| StoreError::Unavailable("the metering writer dropped a call".to_owned()))?
+    }
+
+    async fn credit_wallet(
+        &self,
+        account: &AccountId,
+        amount: Micros,
+        reference: &str,
+    ) -> Result<(Micros, bool), StoreError> {
+        let mut tx = self.writer.begin().await.map_err(map_error)?;
+        let balance: Option<i64> = sqlx::query_scalar("SELECT wallet_micros FROM accounts WHERE id = ?1")
+            .bind(account.as_str())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        let Some(balance) = balance else { return Err(StoreError::NotFound) };
+        let inserted = sqlx::query(
+            "INSERT INTO wallet_credits (reference, account_id, amount_micros, created_at)
+             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (reference) DO NOTHING",
+        )
+        .bind(reference)
+        .bind(account.as_str())
+        .bind(amount.0)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        if inserted.rows_affected() == 0 {
+            return Ok((Micros(balance), false));
+        }
+        let balance: i64 = sqlx::query_scalar(
+            "UPDATE accounts SET wallet_micros = wallet_micros + ?1 WHERE id = ?2 RETURNING wallet_micros",
+        )
+        .bind(amount.0)
+        .bind(account.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        tx.commit().await.map_err(map_error)?;
+        Ok((Micros(balance), true))
+    }
+
+    async fn usage(&self, account: &AccountId, month: &MonthKey) -> Result<UsageSnapshot, StoreError> {
+        let row: Option<(i64, Option<i64>)> = sqlx::query_as(
+            "SELECT a.wallet_micros, u.free_used FROM accounts a
+             LEFT JOIN monthly_usage u ON u.account_id = a.id AND u.month = ?2
+             WHERE a.id = ?1",
+        )
+        .bind(account.as_str())
+        .bind(month.as_str())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        let (wallet, free_used) = row.ok_or(StoreError::NotFound)?;
+        Ok(UsageSnapshot { free_used: free_used.unwrap_or(0), wallet: Micros(wallet) })
+    }
+
+    async fn ledger_counts(&self, account: &AccountId, month: &MonthKey) -> Result<(i64, i64), StoreError> {
+        let (free, paid): (i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(SUM(paid_from = 'free'), 0), COALESCE(SUM(paid_from = 'wallet'), 0)
+             FROM call_ledger WHERE account_id = ?1 AND month = ?2",
+        )
+        .bind(account.as_str())
+        .bind(month.as_str())
+        .fetch_one(&self.reader)
+        .await
+        .map_err(map_error)?;
+        Ok((free, paid))
+    }
+}

@@ -1,0 +1,117 @@
+//! The storage seam: what the service needs from a database, and nothing about which one.
+//!
+//! Backends (`toolgate-store-sqlite`, `toolgate-store-postgres`) implement [`Store`]; the
+//! binary picks one at start-up and hands the rest of the service an `Arc<dyn Store>`.
+
+use async_trait::async_trait;
+use toolgate_domain::{Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot};
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+/// What went wrong in storage, kept apart so that callers answer each case differently.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// the record does not exist
+    #[error("not found")]
+    NotFound,
+    /// a record with the same unique value already exists
+    #[error("conflict: {0}")]
+    Conflict(&'static str),
+    /// the database could not be reached or failed; the detail is for logs only
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A new account, with the hash of its first key.
+#[derive(Debug, Clone)]
+pub struct NewAccount {
+    /// Identifier chosen by the caller.
+    pub id: AccountId,
+    /// Normalised address; unique.
+    pub email: Email,
+    /// SHA-256 of the account's key; unique.
+    pub key_hash: KeyHash,
+}
+
+/// One call to be admitted and recorded.
+#[derive(Debug, Clone)]
+pub struct CallCharge<'a> {
+    /// Who pays.
+    pub account: &'a AccountId,
+    /// The month the allowance is counted in.
+    pub month: &'a MonthKey,
+    /// Tool that was called, for the ledger.
+    pub tool: &'a str,
+    /// Free calls per month at the time of the call.
+    pub free_monthly_calls: i64,
+    /// Price if the allowance is used up.
+    pub paid_call_cost: Micros,
+}
+
+/// Accounts and their keys.
+#[async_trait]
+pub trait Accounts: Send + Sync {
+    /// Creates an account. `Err(Conflict)` when the e-mail address (or key hash) is taken.
+    async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError>;
+
+    /// The account whose current key hashes to `hash`. `Ok(None)`: no such key, or it was rotated away.
+    async fn find_by_key_hash(&self, hash: &KeyHash) -> Result<Option<(Account, KeyHash)>, StoreError>;
+
+    /// The account registered under `email`. `Ok(None)`: none.
+    async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError>;
+
+    /// Replaces the account's key; the old hash stops matching when this returns.
+    /// `Err(NotFound)` when there is no such account.
+    async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError>;
+}
+
+/// The allowance, the wallet and the call ledger.
+#[async_trait]
+pub trait Metering: Send + Sync {
+    /// Charges one call to the allowance, else to the wallet, else refuses it, in one
+    /// transaction. An admitted call's ledger row is durable when this returns; a refused
+    /// call changes nothing. Concurrent calls never overdraw or double-count.
+    async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError>;
+
+    /// Adds `amount` to the wallet and records the credit under `reference`, at most once per
+    /// reference. Returns the new balance and whether this call applied the credit.
+    async fn credit_wallet(
+        &self,
+        account: &AccountId,
+        amount: Micros,
+        reference: &str,
+    ) -> Result<(Micros, bool), StoreError>;
+
+    /// Free calls used in `month` and the wallet balance. `Err(NotFound)` for an unknown account.
+    async fn usage(&self, account: &AccountId, month: &MonthKey) -> Result<UsageSnapshot, StoreError>;
+
+    /// Number of ledger rows for the account in `month`, split into (free, paid).
+    async fn ledger_counts(&self, account: &AccountId, month: &MonthKey) -> Result<(i64, i64), StoreError>;
+}
+
+/// Everything the service stores.
+pub trait Store: Accounts + Metering {}
+
+impl<T: Accounts + Metering> Store for T {}
+
+/// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
+pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {
+    let email = Email::parse(email)
+        .map_err(|_| StoreError::Unavailable("corrupt accounts row: email".to_owned()))?;
+    Ok(Account { id: AccountId::from_stored(id), email, tier })
+}
+
+/// Rebuilds a key hash from its stored bytes.
+pub fn key_hash_from_column(bytes: &[u8]) -> Result<KeyHash, StoreError> {
+    KeyHash::from_stored(bytes)
+        .ok_or_else(|| StoreError::Unavailable("corrupt accounts row: key_hash".to_owned()))
+}
+
+/// The current time as Unix milliseconds, the form every timestamp column holds.
+pub fn now_millis() -> i64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    i64::try_from(nanos).unwrap_or(i64::MAX)
+}
