@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what the client and conformance tests need into .deps/ and the tests' node_modules.
+# Idempotent: a second run with everything in place does nothing and prints nothing.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+
+export npm_config_loglevel=error npm_config_fund=false npm_config_audit=false npm_config_update_notifier=false
+mkdir -p "$DEPS"
+
+# 1. Python venv with the official MCP SDK (no host site-packages).
+PY_PINS=(mcp==2.3.0 pytest==9.2.0 httpx==0.28.1)
+stamp="$VENV/.toolgate-pins"
+if [[ ! -x "$VENV/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "${PY_PINS[*]}" ]]; then
+  [[ -x "$VENV/bin/python" ]] || quiet python3 -m venv "$VENV"
+  quiet "$VENV/bin/python" -m pip install --quiet "${PY_PINS[@]}"
+  printf '%s' "${PY_PINS[*]}" >"$stamp"
+fi
+
+# 2. Node 22 from the npm package node@22 (the system Node 20 is too old for the conformance suite).
+if [[ "$("$NODE22" --version 2>/dev/null)" != "v$NODE22_VERSION" ]]; then
+  mkdir -p "$NODE22_DIR"
+  quiet npm install --prefix "$NODE22_DIR" --no-save "node@$NODE22_VERSION"
+  [[ "$("$NODE22" --version)" == "v$NODE22_VERSION" ]] || die "node@$NODE22_VERSION did not land at $NODE22"
+fi
+
+# 3. The pinned npm packages of the TypeScript client tests and the conformance suite.
+for dir in "$ROOT/tests/clients/ts" "$ROOT/tests/conformance"; do
+  want="$(sha256sum <"$dir/package-lock.json")"   # npm ci again only when the lock changed
+  if [[ "$(cat "$dir/node_modules/.toolgate-lock" 2>/dev/null)" != "$want" ]]; then
+    (cd "$dir" && PATH="$(dirname "$NODE22"):$PATH" quiet npm ci)
+    printf '%s' "$want" >"$dir/node_modules/.toolgate-lock"
+  fi
+done

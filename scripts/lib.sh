@@ -1,0 +1,62 @@
+# Shared helpers for toolgate's scripts. Source it: `. "$(dirname "$0")/lib.sh"`.
+# Everything here is quiet on success; messages go to stderr.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEPS="$ROOT/.deps"
+VENV="$DEPS/venv"
+NODE22_DIR="$DEPS/node22"
+NODE22="$NODE22_DIR/node_modules/node/bin/node"   # where the npm package node@22 puts its binary
+NODE22_VERSION="22.23.3"
+
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# run CMD quietly; on failure show its output and fail
+quiet() {
+  local out
+  if ! out="$("$@" 2>&1)"; then
+    printf '%s\n' "$out" >&2
+    die "failed: $*"
+  fi
+}
+
+# a free TCP port on 127.0.0.1
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# wait_http URL [SECONDS]: until URL answers 200
+wait_http() {
+  local url="$1" deadline=$((SECONDS + ${2:-30}))
+  until python3 - "$url" <<'PY' 2>/dev/null
+import sys, urllib.request
+sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=2).status == 200 else 1)
+PY
+  do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.2
+  done
+}
+
+# put Node 22 (from .deps) first on PATH, so `node`, npm's and npx's scripts use it
+use_node22() {
+  [[ -x "$NODE22" ]] || die "Node 22 missing: run scripts/deps.sh"
+  export PATH="$(dirname "$NODE22"):$PATH"
+}
+
+# PostgreSQL's server binaries (initdb, pg_ctl, postgres, createdb) into PGBIN; empty if absent
+find_pgbin() {
+  PGBIN=""
+  local d
+  for d in $(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V -r); do
+    [[ -x "$d/initdb" && -x "$d/pg_ctl" ]] && { PGBIN="$d"; return 0; }
+  done
+  if command -v initdb >/dev/null && command -v pg_ctl >/dev/null; then
+    PGBIN="$(dirname "$(readlink -f "$(command -v initdb)")")"
+  fi
+}
+
+# run a PostgreSQL server command as the owner of the cluster: postgres refuses to run as root
+as_pg() {
+  if [[ $EUID -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
