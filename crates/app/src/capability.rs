@@ -1,0 +1,119 @@
+//! The seam every capability plugs into: its fields, its description, its output and its handler.
+//! The three tools are nothing but the capabilities registered under them.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+use toolgate_domain::Account;
+
+use crate::schema::FieldKind;
+
+/// A JSON object, as tool arguments arrive.
+pub type JsonObject = Map<String, Value>;
+
+/// Which of the three tools a capability belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ToolKind {
+    /// `<brand>_read`: read-only queries.
+    Read,
+    /// `<brand>_write`: code execution and state changes.
+    Write,
+    /// `<brand>_ai`: language models and live web search.
+    Ai,
+}
+
+impl ToolKind {
+    /// All three, in the order `tools/list` shows them.
+    pub const ALL: [ToolKind; 3] = [ToolKind::Read, ToolKind::Write, ToolKind::Ai];
+
+    /// The suffix after `<brand>_`.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            ToolKind::Read => "read",
+            ToolKind::Write => "write",
+            ToolKind::Ai => "ai",
+        }
+    }
+}
+
+/// One input field a capability owns (or shares, like `session_id`).
+#[derive(Debug, Clone)]
+pub struct Field {
+    /// Property name in the tool's input schema.
+    pub name: &'static str,
+    /// Its type and bounds.
+    pub kind: FieldKind,
+    /// What the caller reads in `tools/list`.
+    pub description: &'static str,
+}
+
+/// Who is calling and through which tool.
+#[derive(Debug, Clone, Copy)]
+pub struct CallContext<'a> {
+    /// The authenticated, admitted account.
+    pub account: &'a Account,
+    /// The tool's full name.
+    pub tool: &'a str,
+}
+
+/// One item of human-readable result content.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContentItem {
+    /// Plain text.
+    Text(String),
+    /// Base64 image data with its MIME type.
+    Image {
+        /// base64 of the bytes
+        data: String,
+        /// e.g. `image/png`
+        mime_type: String,
+    },
+}
+
+/// What a capability returns when it ran.
+#[derive(Debug, Clone)]
+pub struct Output {
+    /// Human-readable content.
+    pub content: Vec<ContentItem>,
+    /// The capability's part of `structuredContent`, under its key.
+    pub structured: Value,
+}
+
+/// A tool-level failure: reported as a result with `isError: true`, never as a protocol error.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{message}")]
+pub struct Failure {
+    /// What the caller reads.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure with `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self { message: message.into() }
+    }
+}
+
+/// A capability: registered under one tool, triggered by its fields.
+#[async_trait]
+pub trait Capability: Send + Sync {
+    /// Key under which its output appears in `structuredContent`.
+    fn key(&self) -> &'static str;
+
+    /// The tool it belongs to.
+    fn tool(&self) -> ToolKind;
+
+    /// One paragraph for the tool's description.
+    fn summary(&self) -> &'static str;
+
+    /// The fields it reads.
+    fn fields(&self) -> Vec<Field>;
+
+    /// JSON Schema of its part of `structuredContent`.
+    fn output_schema(&self) -> Value;
+
+    /// Whether a call's (already type-checked) arguments ask for this capability.
+    fn wants(&self, args: &JsonObject) -> bool;
+
+    /// Runs it. Only called after the call was admitted and metered.
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure>;
+}

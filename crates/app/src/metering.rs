@@ -1,0 +1,76 @@
+//! Admitting calls against the allowance and the wallet, and reporting the billing status.
+
+use std::sync::Arc;
+
+use toolgate_domain::{Account, Admission, BillingStatus, MonthKey, Pricing};
+use toolgate_store::{CallCharge, Store, StoreError};
+
+/// Why metering could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum MeterError {
+    /// the account disappeared between authentication and metering
+    #[error("the account no longer exists")]
+    NoAccount,
+    /// storage failed; the detail is for logs only
+    #[error("metering is temporarily unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<StoreError> for MeterError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound => Self::NoAccount,
+            other => Self::Unavailable(other.to_string()),
+        }
+    }
+}
+
+/// The meter: one admission per tool call, recorded before the tool runs.
+pub struct Meter {
+    store: Arc<dyn Store>,
+    pricing: Pricing,
+}
+
+impl Meter {
+    /// A meter charging `pricing`.
+    pub fn new(store: Arc<dyn Store>, pricing: Pricing) -> Self {
+        Self { store, pricing }
+    }
+
+    /// The operator's prices.
+    pub fn pricing(&self) -> &Pricing {
+        &self.pricing
+    }
+
+    /// Charges one call of `tool` to the current UTC month's allowance, else the wallet.
+    pub async fn admit(&self, account: &Account, tool: &str) -> Result<Admission, MeterError> {
+        let month = MonthKey::now();
+        let charge = CallCharge {
+            account: &account.id,
+            month: &month,
+            tool,
+            free_monthly_calls: self.pricing.free_monthly_calls,
+            paid_call_cost: self.pricing.paid_call_cost,
+        };
+        Ok(self.store.admit_call(&charge).await?)
+    }
+
+    /// The billing status record as of now.
+    pub async fn status(&self, account: &Account) -> Result<BillingStatus, MeterError> {
+        let usage = self.store.usage(&account.id, &MonthKey::now()).await?;
+        Ok(BillingStatus::new(&account.tier, usage, &self.pricing))
+    }
+
+    /// The message a refused caller reads: what happened and how to continue.
+    pub fn refusal_message(&self) -> String {
+        format!(
+            "The monthly free allowance of {} calls is used up and the wallet cannot pay for this call \
+             ({} USD per call). Top up the wallet from the dashboard (Billing → Add funds, {} to {} USD); \
+             the allowance renews on the 1st of next month (UTC).",
+            self.pricing.free_monthly_calls,
+            self.pricing.paid_call_cost.to_usd_price_string(),
+            self.pricing.min_topup.to_usd_cents_string(),
+            self.pricing.max_topup.to_usd_cents_string(),
+        )
+    }
+}
