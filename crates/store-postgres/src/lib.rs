@@ -1,0 +1,220 @@
+//! The PostgreSQL backend, for deployments that run more than one instance or already operate
+//! a database server. Same tables, columns and behaviour as the SQLite backend.
+//!
+//! Every admission is its own short transaction; exactness under concurrency comes from
+//! guarded single-statement updates and the row locks they take, not from a single writer.
+
+mod admit;
+mod rows;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+use toolgate_domain::{
+    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
+};
+use toolgate_store::{
+    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns,
+    key_hash_from_column, now_millis,
+};
+
+use crate::rows::map_error;
+
+/// Connections per process; calls of one account serialise on its rows anyway, so more
+/// connections would mostly add server load.
+const POOL_SIZE: u32 = 16;
+/// A request waiting longer than this for a connection fails as unavailable rather than
+/// hanging while the database is down or saturated.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Store backed by a PostgreSQL database.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+}
+
+impl PgStore {
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`) and migrates it.
+    pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(url)
+            .await
+            // The driver's text names the failure, never the URL, so the password stays out.
+            .map_err(|e| StoreError::Unavailable(format!("cannot connect to PostgreSQL: {e}")))?;
+        // Concurrent instances starting together are safe: sqlx holds an advisory lock while migrating.
+        sqlx::migrate!("./migrations")
+            .run(&pool)
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
+        Ok(PgStore { pool })
+    }
+
+    /// Closes every connection, waiting for those in use to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+#[async_trait]
+impl Accounts for PgStore {
+    async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError> {
+        let tier: String = sqlx::query_scalar(
+            "INSERT INTO accounts (id, email, key_hash, created_at) VALUES ($1, $2, $3, $4)
+             RETURNING tier",
+        )
+        .bind(account.id.as_str())
+        .bind(account.email.as_str())
+        .bind(&account.key_hash.as_bytes()[..])
+        .bind(now_millis())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok(Account {
+            id: account.id.clone(),
+            email: account.email.clone(),
+            tier,
+        })
+    }
+
+    async fn find_by_key_hash(
+        &self,
+        hash: &KeyHash,
+    ) -> Result<Option<(Account, KeyHash)>, StoreError> {
+        let row: Option<(String, String, String, Vec<u8>)> =
+            sqlx::query_as("SELECT id, email, tier, key_hash FROM accounts WHERE key_hash = $1")
+                .bind(&hash.as_bytes()[..])
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_error)?;
+        row.map(|(id, email, tier, stored)| {
+            Ok((
+                account_from_columns(id, &email, tier)?,
+                key_hash_from_column(&stored)?,
+            ))
+        })
+        .transpose()
+    }
+
+    async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError> {
+        let row: Option<(String, String, String)> =
+            sqlx::query_as("SELECT id, email, tier FROM accounts WHERE email = $1")
+                .bind(email.as_str())
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(map_error)?;
+        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
+            .transpose()
+    }
+
+    async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
+        let done =
+            sqlx::query("UPDATE accounts SET key_hash = $1, key_rotated_at = $2 WHERE id = $3")
+                .bind(&new_hash.as_bytes()[..])
+                .bind(now_millis())
+                .bind(account.as_str())
+                .execute(&self.pool)
+                .await
+                .map_err(map_error)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound)
+        }
+    }
+}
+
+#[async_trait]
+impl Metering for PgStore {
+    async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {
+        admit::admit(&self.pool, charge).await
+    }
+
+    async fn credit_wallet(
+        &self,
+        account: &AccountId,
+        amount: Micros,
+        reference: &str,
+    ) -> Result<(Micros, bool), StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_error)?;
+        // Locking the account first serialises credits to it, so the balance reported for an
+        // already-applied reference is current, not a read from before a concurrent credit.
+        let balance: Option<i64> = sqlx::query_scalar(
+            "SELECT wallet_micros FROM accounts WHERE id = $1 FOR NO KEY UPDATE",
+        )
+        .bind(account.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let Some(balance) = balance else {
+            return Err(StoreError::NotFound);
+        };
+        let inserted = sqlx::query(
+            "INSERT INTO wallet_credits (reference, account_id, amount_micros, created_at)
+             VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO NOTHING",
+        )
+        .bind(reference)
+        .bind(account.as_str())
+        .bind(amount.0)
+        .bind(now_millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        if inserted.rows_affected() == 0 {
+            tx.rollback().await.map_err(map_error)?;
+            return Ok((Micros(balance), false));
+        }
+        let balance: i64 = sqlx::query_scalar(
+            "UPDATE accounts SET wallet_micros = wallet_micros + $1 WHERE id = $2 RETURNING wallet_micros",
+        )
+        .bind(amount.0)
+        .bind(account.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        tx.commit().await.map_err(map_error)?;
+        Ok((Micros(balance), true))
+    }
+
+    async fn usage(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<UsageSnapshot, StoreError> {
+        let row: Option<(i64, Option<i64>)> = sqlx::query_as(
+            "SELECT a.wallet_micros, u.free_used FROM accounts a
+             LEFT JOIN monthly_usage u ON u.account_id = a.id AND u.month = $2
+             WHERE a.id = $1",
+        )
+        .bind(account.as_str())
+        .bind(month.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_error)?;
+        let (wallet, free_used) = row.ok_or(StoreError::NotFound)?;
+        Ok(UsageSnapshot {
+            free_used: free_used.unwrap_or(0),
+            wallet: Micros(wallet),
+        })
+    }
+
+    async fn ledger_counts(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<(i64, i64), StoreError> {
+        let (free, paid): (i64, i64) = sqlx::query_as(
+            "SELECT COUNT(*) FILTER (WHERE paid_from = 'free'), COUNT(*) FILTER (WHERE paid_from = 'wallet')
+             FROM call_ledger WHERE account_id = $1 AND month = $2",
+        )
+        .bind(account.as_str())
+        .bind(month.as_str())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok((free, paid))
+    }
+}

@@ -1,0 +1,17 @@
+//! Error mapping shared by the backend's queries.
+
+use toolgate_store::StoreError;
+
+/// Maps a driver error onto the storage seam's cases.
+///
+/// PostgreSQL's `Display` for a database error is its message only, never the `DETAIL` line
+/// that would echo the offending values (a key hash, an address), so the text is safe to log.
+pub(crate) fn map_error(error: sqlx::Error) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_unique_violation() => {
+            StoreError::Conflict("a record with this unique value already exists")
+        }
+        sqlx::Error::RowNotFound => StoreError::NotFound,
+        _ => StoreError::Unavailable(error.to_string()),
+    }
+}
