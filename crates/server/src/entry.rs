@@ -1,0 +1,137 @@
+//! The MCP endpoints' front door, in the order a request meets it: Origin, key, session owner,
+//! body (size, JSON, JSON-RPC shape), then rmcp. Every refusal here is a JSON-RPC error body with
+//! the contract's HTTP status, and nothing reaches rmcp unauthenticated.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+use http_body_util::BodyExt;
+use toolgate_app::AuthError;
+use toolgate_domain::Account;
+
+use crate::handler::Caller;
+use crate::jsonrpc::{INTERNAL_ERROR, INVALID_REQUEST, UNAUTHENTICATED, error_response};
+use crate::{Shared, carriers, sse};
+
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// `POST|GET|DELETE /u/{api_key}`: the personal URL.
+pub async fn personal(State(state): State<Shared>, Path(key): Path<String>, request: Request) -> Response {
+    entry(&state, Some(key), request).await
+}
+
+/// `POST|GET|DELETE /`: the key in a header or the query.
+pub async fn base(State(state): State<Shared>, request: Request) -> Response {
+    entry(&state, None, request).await
+}
+
+/// `/mcp`: reserved for OAuth access tokens; until OAuth exists every request is refused
+/// with the challenge that tells a client to use its personal URL.
+pub async fn oauth(State(state): State<Shared>) -> Response {
+    state.metrics.rpc_error(UNAUTHENTICATED);
+    let message = format!(
+        "OAuth sign-in is not available on this server yet: connect with your personal URL ({}/u/<api_key>) instead",
+        state.public_url
+    );
+    let mut response = error_response(StatusCode::UNAUTHORIZED, UNAUTHENTICATED, &message, None);
+    let challenge = r#"Bearer realm="toolgate", error="invalid_token", error_description="use the personal URL""#;
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    response
+}
+
+async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Response {
+    let (mut parts, body) = request.into_parts();
+    if !state.origins.permits(&parts.headers) {
+        state.metrics.rpc_error(INVALID_REQUEST);
+        return error_response(
+            StatusCode::FORBIDDEN,
+            INVALID_REQUEST,
+            "Forbidden: this Origin may not call the service (add it to the allowed_origins setting)",
+            None,
+        );
+    }
+    let presented = carriers::presented_key(path_key, &parts.headers, parts.uri.query());
+    let account = match state.app.auth.authenticate(presented.as_deref()).await {
+        Ok(account) => Arc::new(account),
+        Err(err) => return refuse(state, &err),
+    };
+    let session = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    if let Some(id) = &session {
+        if !state.sessions.permits(id, &account.id) {
+            // Indistinguishable from an unknown session, so ids cannot be probed across accounts.
+            return error_response(StatusCode::NOT_FOUND, INVALID_REQUEST, "Session not found", None);
+        }
+    }
+    let mut accepts = sse::Accepts { sse: true };
+    let (body, in_session) = if parts.method == Method::POST {
+        let bytes = match read_limited(body, state.max_body).await {
+            Ok(bytes) => bytes,
+            Err(response) => return response,
+        };
+        let info = match crate::jsonrpc::check_message(&bytes) {
+            Ok(info) => info,
+            Err(rejection) => {
+                state.metrics.rpc_error(rejection.code());
+                return rejection.into_response();
+            }
+        };
+        // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
+        parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        accepts = sse::negotiate(&mut parts.headers);
+        (Body::from(bytes), session.is_some() || info.opens_session())
+    } else {
+        (body, session.is_some())
+    };
+    parts.extensions.insert(Caller(account.clone()));
+    let forward = Request::from_parts(parts, body);
+    let is_delete = forward.method() == Method::DELETE;
+    let response = if in_session {
+        state.session_mcp.handle(forward).await.map(Body::new)
+    } else {
+        state.stateless_mcp.handle(forward).await.map(Body::new)
+    };
+    track_session(state, &account, session.as_deref(), is_delete, &response);
+    sse::inline_if_needed(response, accepts).await
+}
+
+fn track_session(state: &Shared, account: &Account, sent: Option<&str>, is_delete: bool, response: &Response) {
+    if let (Some(id), true) = (sent, is_delete && response.status().is_success()) {
+        state.sessions.forget(id);
+    }
+    let opened = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok());
+    if let (Some(id), None) = (opened, sent) {
+        state.sessions.record(id, &account.id);
+    }
+}
+
+/// The contract's answer to a failed authentication: 401 and -32001, or 503 if storage failed.
+pub fn refuse(state: &Shared, err: &AuthError) -> Response {
+    if let AuthError::Unavailable(detail) = err {
+        tracing::error!(error = %detail, "authentication storage failure");
+        state.metrics.rpc_error(INTERNAL_ERROR);
+        return error_response(StatusCode::SERVICE_UNAVAILABLE, INTERNAL_ERROR, &err.to_string(), None);
+    }
+    state.metrics.rpc_error(UNAUTHENTICATED);
+    error_response(StatusCode::UNAUTHORIZED, UNAUTHENTICATED, &err.to_string(), None)
+}
+
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, Response> {
+    match http_body_util::Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(error_response(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            INVALID_REQUEST,
+            &format!("Request body too large: the limit is {limit} bytes (setting max_request_bytes)"),
+            None,
+        )),
+        Err(_) => Err(error_response(
+            StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
+            "the request body could not be read",
+            None,
+        )),
+    }
+}

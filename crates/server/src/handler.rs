@@ -1,0 +1,202 @@
+//! The rmcp adapter: `tools/list` from the registry, `tools/call` through validation, metering
+//! and the dispatcher. The caller's account arrives in the HTTP request's extensions, put there
+//! by the authentication step in front of rmcp; nothing in the JSON-RPC message is trusted for it.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CacheScope, ContentBlock, ErrorCode, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
+use serde_json::Value;
+use toolgate_app::{App, CallContext, ContentItem, ToolOutcome as Outcome, ToolSpec};
+use toolgate_domain::{Account, Admission};
+
+use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
+use crate::metrics::{Metrics, ToolOutcome};
+
+/// The authenticated account, inserted into request extensions before rmcp sees the request.
+#[derive(Clone, Debug)]
+pub struct Caller(pub Arc<Account>);
+
+/// The MCP server: one clone per session (legacy) or per request (stateless).
+#[derive(Clone)]
+pub struct McpHandler {
+    app: App,
+    metrics: Arc<Metrics>,
+    tools: Arc<Vec<Tool>>,
+    tool_names: Arc<String>,
+}
+
+const TOOL_LIST_TTL_MS: u64 = 300_000;
+
+impl McpHandler {
+    /// Builds the handler and renders the tool list once.
+    pub fn new(app: App, metrics: Arc<Metrics>) -> Self {
+        #[allow(unused_mut)] // extended only with conformance fixtures
+        let mut tools: Vec<Tool> = app.registry.tools().iter().map(to_rmcp_tool).collect();
+        let names: Vec<String> = tools.iter().map(|t| format!("`{}`", t.name)).collect();
+        #[cfg(feature = "conformance-fixtures")]
+        tools.extend(crate::fixtures::tools());
+        Self { app, metrics, tools: Arc::new(tools), tool_names: Arc::new(names.join(", ")) }
+    }
+
+    async fn call_registered(&self, spec: &ToolSpec, request: CallToolRequestParams, caller: &Account) -> Result<CallToolResult, McpError> {
+        let started = Instant::now();
+        let (result, outcome) = self.admit_and_run(spec, request, caller).await;
+        self.metrics.tool_call(&spec.name, outcome, started.elapsed().as_secs_f64());
+        if let Err(err) = &result {
+            self.metrics.rpc_error(i64::from(err.code.0));
+        }
+        result
+    }
+
+    async fn admit_and_run(
+        &self,
+        spec: &ToolSpec,
+        request: CallToolRequestParams,
+        caller: &Account,
+    ) -> (Result<CallToolResult, McpError>, ToolOutcome) {
+        let plan = match self.app.registry.plan(spec.kind, request.arguments) {
+            Ok(plan) => plan,
+            Err(failure) => {
+                let result = CallToolResult::error(vec![ContentBlock::text(failure.message)]);
+                return (Ok(result), ToolOutcome::InvalidArguments);
+            }
+        };
+        match self.app.meter.admit(caller, &spec.name).await {
+            Ok(Admission::Refused) => {
+                let message = self.app.meter.refusal_message();
+                return (Err(McpError::new(ErrorCode(PAYMENT_REQUIRED as i32), message, None)), ToolOutcome::Refused);
+            }
+            Ok(_) => {}
+            Err(err) => {
+                tracing::error!(error = %err, tool = %spec.name, "admission failed");
+                let message = "The service could not record this call, so it did not run and nothing was charged; please retry.";
+                return (Err(McpError::new(ErrorCode(INTERNAL_ERROR as i32), message, None)), ToolOutcome::Internal);
+            }
+        }
+        let ctx = CallContext { account: caller, tool: &spec.name };
+        let outcome = self.app.registry.run(&plan, &ctx).await;
+        let label = if outcome.is_error { ToolOutcome::ToolError } else { ToolOutcome::Ok };
+        (Ok(to_rmcp_result(outcome)), label)
+    }
+}
+
+fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {
+    let parts = ctx.extensions.get::<http::request::Parts>()?;
+    parts.extensions.get::<Caller>().map(|caller| caller.0.clone())
+}
+
+fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
+    let annotations = ToolAnnotations::with_title(spec.title)
+        .read_only(spec.hints.read_only)
+        .destructive(spec.hints.destructive)
+        .idempotent(spec.hints.idempotent)
+        .open_world(spec.hints.open_world);
+    let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), spec.input_schema.clone());
+    tool.title = Some(spec.title.to_owned());
+    tool.output_schema = Some(Arc::new(spec.output_schema.clone()));
+    tool.annotations = Some(annotations);
+    tool
+}
+
+fn to_rmcp_result(outcome: Outcome) -> CallToolResult {
+    let content = outcome
+        .content
+        .into_iter()
+        .map(|item| match item {
+            ContentItem::Text(text) => ContentBlock::text(text),
+            ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        })
+        .collect();
+    let mut result = if outcome.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    result.structured_content = Some(Value::Object(outcome.structured));
+    result
+}
+
+fn not_offered(what: &str) -> McpError {
+    McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("this server offers no {what}; it offers tools only"), None)
+}
+
+impl ServerHandler for McpHandler {
+    fn get_info(&self) -> ServerConfig {
+        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        let implementation = Implementation::new("toolgate", env!("CARGO_PKG_VERSION")).with_title("toolgate");
+        ServerConfig::new(capabilities).with_server_info(implementation).with_instructions(format!(
+            "Three tools: {}. Read-only queries go to the read tool, code and state changes to the write tool, \
+             language models and web search to the AI tool. Each tools/call is one metered call.",
+            self.tool_names
+        ))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items((*self.tools).clone())
+            .with_ttl_ms(TOOL_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|tool| tool.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let Some(caller) = caller_of(&context) else {
+            tracing::error!("tools/call reached the MCP handler without an authenticated caller");
+            return Err(McpError::new(ErrorCode(INTERNAL_ERROR as i32), "internal error: no caller", None));
+        };
+        let spec = self.app.registry.tool(&request.name).cloned();
+        match spec {
+            Some(spec) => self.call_registered(&spec, request, &caller).await.map(Into::into),
+            None => {
+                #[cfg(feature = "conformance-fixtures")]
+                if let Some(result) = crate::fixtures::call(&request, &context).await {
+                    return Ok(result.into());
+                }
+                self.metrics.rpc_error(METHOD_NOT_FOUND);
+                let shown: String = request.name.chars().filter(|c| !c.is_control()).take(64).collect();
+                Err(McpError::new(
+                    ErrorCode::METHOD_NOT_FOUND,
+                    format!("unknown tool `{shown}`; this server's tools are {}", self.tool_names),
+                    None,
+                ))
+            }
+        }
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Err(not_offered("prompts"))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Err(not_offered("resources"))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Err(not_offered("resource templates"))
+    }
+}

@@ -1,0 +1,121 @@
+//! HTTP and MCP: the axum router, the front door in front of rmcp (origin, key, body checks),
+//! the rmcp handler over the capability registry, metrics and a redacted access log.
+
+mod carriers;
+mod entry;
+#[cfg(feature = "conformance-fixtures")]
+mod fixtures;
+mod handler;
+pub mod jsonrpc;
+pub mod metrics;
+mod origin;
+mod routes;
+mod sessions;
+mod sse;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{any, get};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use tokio_util::sync::CancellationToken;
+use toolgate_app::App;
+
+pub use handler::{Caller, McpHandler};
+pub use metrics::Metrics;
+pub use origin::Origins;
+
+/// HTTP settings the operator controls.
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    /// The externally visible base URL; its origin and host are allowed.
+    pub public_url: String,
+    /// Further browser origins allowed to call (`scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
+    /// Further `Host` values accepted (reverse proxies with several names).
+    pub allowed_hosts: Vec<String>,
+    /// Largest request body accepted, in bytes.
+    pub max_request_bytes: usize,
+}
+
+/// Idle legacy sessions are closed after this long, by rmcp and by the owner map alike.
+const SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// State shared by every handler.
+#[derive(Clone)]
+pub(crate) struct Shared(Arc<Inner>);
+
+pub(crate) struct Inner {
+    app: App,
+    metrics: Arc<Metrics>,
+    origins: Origins,
+    public_url: String,
+    max_body: usize,
+    sessions: sessions::SessionOwners,
+    session_mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
+    stateless_mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Inner;
+    fn deref(&self) -> &Inner {
+        &self.0
+    }
+}
+
+/// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops.
+pub fn router(app: App, settings: &HttpSettings, metrics: Arc<Metrics>, shutdown: CancellationToken) -> Router {
+    let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
+    let handler = McpHandler::new(app.clone(), metrics.clone());
+    let base = rmcp_config(settings, &origins, shutdown);
+    let session_mcp = mcp_service(handler.clone(), base.clone().with_legacy_session_mode(true));
+    let stateless_mcp =
+        mcp_service(handler, base.with_legacy_session_mode(false).with_json_response(true));
+    let shared = Shared(Arc::new(Inner {
+        app,
+        metrics,
+        origins,
+        public_url: settings.public_url.trim_end_matches('/').to_owned(),
+        max_body: settings.max_request_bytes,
+        sessions: sessions::SessionOwners::new(SESSION_IDLE),
+        session_mcp,
+        stateless_mcp,
+    }));
+    Router::new()
+        .route("/u/{api_key}", any(entry::personal))
+        .route("/", any(entry::base))
+        .route("/mcp", any(entry::oauth))
+        .route("/billing/status", get(routes::billing_status))
+        .route("/healthz", get(routes::healthz))
+        .route("/metrics", get(routes::metrics))
+        .fallback(routes::not_found)
+        .layer(axum::middleware::from_fn_with_state(shared.clone(), routes::access_log))
+        .with_state(shared)
+}
+
+fn rmcp_config(settings: &HttpSettings, origins: &Origins, shutdown: CancellationToken) -> StreamableHttpServerConfig {
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
+    if let Ok(uri) = settings.public_url.parse::<http::Uri>() {
+        if let Some(authority) = uri.authority() {
+            hosts.push(authority.host().to_owned());
+            hosts.push(authority.as_str().to_owned());
+        }
+    }
+    hosts.extend(settings.allowed_hosts.iter().cloned());
+    StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(origins.list().to_vec())
+        .with_max_request_body_bytes(settings.max_request_bytes)
+        .with_cancellation_token(shutdown)
+}
+
+fn mcp_service(
+    handler: McpHandler,
+    config: StreamableHttpServerConfig,
+) -> StreamableHttpService<McpHandler, LocalSessionManager> {
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config)
+}

@@ -1,0 +1,90 @@
+//! The plain HTTP routes (`/billing/status`, `/healthz`, `/metrics`, fallback) and the access log.
+
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::jsonrpc::{INTERNAL_ERROR, error_response};
+use crate::{Shared, carriers, entry};
+
+/// `GET /billing/status` with the key in `Authorization`, `X-Api-Key` or `?key=`.
+pub async fn billing_status(State(state): State<Shared>, request: Request) -> Response {
+    let presented = carriers::presented_key(None, request.headers(), request.uri().query());
+    let account = match state.app.auth.authenticate(presented.as_deref()).await {
+        Ok(account) => account,
+        Err(err) => return entry::refuse(&state, &err),
+    };
+    match state.app.meter.status(&account).await {
+        Ok(status) => json(StatusCode::OK, serde_json::to_string(&status).unwrap_or_default()),
+        Err(err) => {
+            tracing::error!(error = %err, "billing status failed");
+            error_response(StatusCode::SERVICE_UNAVAILABLE, INTERNAL_ERROR, "billing status is temporarily unavailable; please retry", None)
+        }
+    }
+}
+
+/// `GET /healthz`: the process is up and serving.
+pub async fn healthz() -> Response {
+    json(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
+}
+
+/// `GET /metrics`: Prometheus text exposition.
+pub async fn metrics(State(state): State<Shared>) -> Response {
+    let mut response = state.metrics.render().into_response();
+    let kind = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
+    response.headers_mut().insert(header::CONTENT_TYPE, kind);
+    response
+}
+
+/// Anything else: 404 with a pointer to the endpoints.
+pub async fn not_found() -> Response {
+    let body = r#"{"error":"not found: the MCP endpoint is POST /u/<api_key> (or POST / with the key in a header); see also GET /billing/status, /healthz, /metrics"}"#;
+    json(StatusCode::NOT_FOUND, body.to_owned())
+}
+
+fn json(status: StatusCode, body: String) -> Response {
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response
+}
+
+/// Counts and logs every request; the logged path never contains a key.
+pub async fn access_log(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let route = route_label(request.extensions().get::<MatchedPath>());
+    let method = method_label(request.method());
+    let shown = carriers::redact(request.uri().path(), request.uri().query());
+    let response = next.run(request).await;
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    state.metrics.request(route, method, status, elapsed.as_secs_f64());
+    tracing::info!(target: "toolgate::access", method, path = %shown, status, micros = elapsed.as_micros() as u64);
+    response
+}
+
+fn route_label(matched: Option<&MatchedPath>) -> &'static str {
+    match matched.map(MatchedPath::as_str) {
+        Some("/u/{api_key}") => "/u/{api_key}",
+        Some("/") => "/",
+        Some("/mcp") => "/mcp",
+        Some("/billing/status") => "/billing/status",
+        Some("/healthz") => "/healthz",
+        Some("/metrics") => "/metrics",
+        _ => "other",
+    }
+}
+
+fn method_label(method: &Method) -> &'static str {
+    match *method {
+        Method::GET => "GET",
+        Method::POST => "POST",
+        Method::DELETE => "DELETE",
+        Method::HEAD => "HEAD",
+        Method::OPTIONS => "OPTIONS",
+        Method::PUT => "PUT",
+        _ => "other",
+    }
+}

@@ -1,0 +1,35 @@
+//! The operator commands: each prints one JSON object on success.
+
+use anyhow::Result;
+use serde::Serialize;
+use toolgate_app::App;
+
+use crate::config::Settings;
+
+async fn app(settings: &Settings) -> Result<App> {
+    let store = crate::backend::open(settings).await?;
+    Ok(App::new(store, settings.brand()?, settings.pricing()?, &settings.public_url()?))
+}
+
+fn print_json(value: &impl Serialize) -> Result<()> {
+    println!("{}", serde_json::to_string(value)?);
+    Ok(())
+}
+
+/// `account create --email E`.
+pub async fn create_account(settings: &Settings, email: &str) -> Result<()> {
+    let issued = app(settings).await?.admin.create_account(email).await?;
+    print_json(&issued)
+}
+
+/// `account rotate-key --email E`.
+pub async fn rotate_key(settings: &Settings, email: &str) -> Result<()> {
+    let issued = app(settings).await?.admin.rotate_key(email).await?;
+    print_json(&issued)
+}
+
+/// `wallet credit --email E --usd AMOUNT`.
+pub async fn credit_wallet(settings: &Settings, email: &str, usd: &str, reference: Option<&str>) -> Result<()> {
+    let status = app(settings).await?.admin.credit_wallet(email, usd, reference).await?;
+    print_json(&status)
+}

@@ -1,0 +1,196 @@
+//! Settings: every option as a flag, a `TOOLGATE_*` environment variable and a key of the TOML
+//! file given by `--config`, in that order of precedence, then the built-in default.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde::Deserialize;
+use toolgate_domain::{Brand, Micros, Pricing};
+
+/// Options every command reads. `Option` everywhere so that "not given" can fall through to the
+/// file and then to the default.
+#[derive(Debug, Default, Clone, Args, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    /// Directory for the embedded database and other local state [default: ./toolgate-data]
+    #[arg(long, env = "TOOLGATE_DATA_DIR", global = true)]
+    pub data_dir: Option<PathBuf>,
+
+    /// postgres://user:pass@host:port/db to use PostgreSQL instead of the embedded SQLite file
+    #[arg(long, env = "TOOLGATE_DATABASE_URL", global = true, hide_env_values = true)]
+    pub database_url: Option<String>,
+
+    /// The URL clients reach this server at; personal URLs and the allowed Origin derive from it
+    /// [default: http://127.0.0.1:8080]
+    #[arg(long, env = "TOOLGATE_PUBLIC_URL", global = true)]
+    pub public_url: Option<String>,
+
+    /// Address and port to listen on [default: 127.0.0.1:8080]
+    #[arg(long, env = "TOOLGATE_LISTEN", global = true)]
+    pub listen: Option<SocketAddr>,
+
+    /// The service's prefix: tools <brand>_read/_write/_ai, keys <brand>k_… [default: svc]
+    #[arg(long, env = "TOOLGATE_BRAND", global = true)]
+    pub brand: Option<String>,
+
+    /// Free calls per account per calendar month (UTC) [default: 1000]
+    #[arg(long, env = "TOOLGATE_FREE_MONTHLY_CALLS", global = true)]
+    pub free_monthly_calls: Option<i64>,
+
+    /// Price of one call after the free allowance, in USD [default: 0.008]
+    #[arg(long, env = "TOOLGATE_PAID_CALL_COST_USD", global = true)]
+    pub paid_call_cost_usd: Option<String>,
+
+    /// Smallest wallet top-up, in USD [default: 5.00]
+    #[arg(long, env = "TOOLGATE_MIN_TOPUP_USD", global = true)]
+    pub min_topup_usd: Option<String>,
+
+    /// Largest wallet top-up, in USD [default: 500.00]
+    #[arg(long, env = "TOOLGATE_MAX_TOPUP_USD", global = true)]
+    pub max_topup_usd: Option<String>,
+
+    /// Further browser origins allowed to call the MCP endpoints, comma-separated
+    /// (the public URL's origin is always allowed)
+    #[arg(long, env = "TOOLGATE_ALLOWED_ORIGINS", global = true, value_delimiter = ',')]
+    pub allowed_origins: Option<Vec<String>>,
+
+    /// Further Host header values accepted, comma-separated (the public URL's host and loopback
+    /// are always accepted)
+    #[arg(long, env = "TOOLGATE_ALLOWED_HOSTS", global = true, value_delimiter = ',')]
+    pub allowed_hosts: Option<Vec<String>>,
+
+    /// Largest request body accepted, in bytes [default: 10485760]
+    #[arg(long, env = "TOOLGATE_MAX_REQUEST_BYTES", global = true)]
+    pub max_request_bytes: Option<usize>,
+
+    /// SQLite commit durability: `full` (fsync per commit) or `normal` (survives a killed
+    /// process, not a power cut) [default: full]
+    #[arg(long, env = "TOOLGATE_SQLITE_SYNCHRONOUS", global = true)]
+    pub sqlite_synchronous: Option<String>,
+
+    /// Log filter, e.g. `info`, `warn`, `toolgate=debug` [default: info]
+    #[arg(long, env = "TOOLGATE_LOG", global = true)]
+    pub log: Option<String>,
+}
+
+macro_rules! fill {
+    ($target:ident, $source:ident, $($field:ident),+) => {
+        $( if $target.$field.is_none() { $target.$field = $source.$field; } )+
+    };
+}
+
+impl Settings {
+    /// Fills every option not given on the command line or in the environment from `file`.
+    pub fn merged_with_file(mut self, file: Option<&Path>) -> Result<Self> {
+        let Some(path) = file else { return Ok(self) };
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+        let from_file: Settings =
+            toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
+        fill!(self, from_file, data_dir, database_url, public_url, listen, brand, free_monthly_calls,
+            paid_call_cost_usd, min_topup_usd, max_topup_usd, allowed_origins, allowed_hosts,
+            max_request_bytes, sqlite_synchronous, log);
+        Ok(self)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.data_dir.clone().unwrap_or_else(|| PathBuf::from("./toolgate-data"))
+    }
+
+    /// The public base URL, without a trailing slash.
+    pub fn public_url(&self) -> Result<String> {
+        let url = self.public_url.clone().unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+        let parsed: http::Uri = url.parse().with_context(|| format!("public_url {url:?} is not a URL"))?;
+        if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+            bail!("public_url {url:?} must be an http:// or https:// URL with a host");
+        }
+        Ok(url.trim_end_matches('/').to_owned())
+    }
+
+    /// The listening address.
+    pub fn listen(&self) -> SocketAddr {
+        self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)))
+    }
+
+    /// The brand.
+    pub fn brand(&self) -> Result<Brand> {
+        let raw = self.brand.as_deref().unwrap_or("svc");
+        Brand::parse(raw).map_err(|err| anyhow::anyhow!("brand {raw:?}: {err}"))
+    }
+
+    /// Prices and allowance.
+    pub fn pricing(&self) -> Result<Pricing> {
+        let defaults = Pricing::default();
+        let usd = |name: &str, value: &Option<String>, default: Micros| -> Result<Micros> {
+            match value {
+                None => Ok(default),
+                Some(raw) => match Micros::parse_usd(raw) {
+                    Ok(amount) if amount.0 >= 0 => Ok(amount),
+                    Ok(_) => bail!("{name} must not be negative"),
+                    Err(err) => bail!("{name} {raw:?}: {err}"),
+                },
+            }
+        };
+        let free = self.free_monthly_calls.unwrap_or(defaults.free_monthly_calls);
+        if free < 0 {
+            bail!("free_monthly_calls must not be negative");
+        }
+        let pricing = Pricing {
+            free_monthly_calls: free,
+            paid_call_cost: usd("paid_call_cost_usd", &self.paid_call_cost_usd, defaults.paid_call_cost)?,
+            min_topup: usd("min_topup_usd", &self.min_topup_usd, defaults.min_topup)?,
+            max_topup: usd("max_topup_usd", &self.max_topup_usd, defaults.max_topup)?,
+        };
+        if pricing.paid_call_cost.0 == 0 {
+            bail!("paid_call_cost_usd must be greater than 0");
+        }
+        if pricing.min_topup.0 > pricing.max_topup.0 {
+            bail!("min_topup_usd must not exceed max_topup_usd");
+        }
+        Ok(pricing)
+    }
+
+    /// The body limit.
+    pub fn max_request_bytes(&self) -> Result<usize> {
+        let limit = self.max_request_bytes.unwrap_or(10 * 1024 * 1024);
+        if limit < 1024 {
+            bail!("max_request_bytes must be at least 1024");
+        }
+        Ok(limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_the_file_over_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("toolgate.toml");
+        std::fs::write(&file, "brand = \"acme\"\nfree_monthly_calls = 7\nallowed_origins = [\"https://a.example\"]\n").unwrap();
+        let given = Settings { free_monthly_calls: Some(3), ..Settings::default() };
+        let merged = given.merged_with_file(Some(&file)).unwrap();
+        assert_eq!(merged.free_monthly_calls, Some(3));
+        assert_eq!(merged.brand().unwrap().tool_name("read"), "acme_read");
+        assert_eq!(merged.allowed_origins.as_deref(), Some(&["https://a.example".to_owned()][..]));
+        assert_eq!(merged.pricing().unwrap().free_monthly_calls, 3);
+        assert_eq!(merged.listen().to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bad.toml");
+        std::fs::write(&file, "brnad = \"x\"\n").unwrap();
+        let err = Settings::default().merged_with_file(Some(&file)).unwrap_err();
+        assert!(format!("{err:#}").contains("brnad"), "{err:#}");
+        let bad_price = Settings { paid_call_cost_usd: Some("abc".into()), ..Settings::default() };
+        assert!(format!("{:#}", bad_price.pricing().unwrap_err()).contains("paid_call_cost_usd"));
+        let bad_url = Settings { public_url: Some("ftp://x".into()), ..Settings::default() };
+        assert!(bad_url.public_url().is_err());
+    }
+}

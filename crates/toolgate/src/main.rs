@@ -1,0 +1,109 @@
+//! `toolgate`: the service's single binary.
+
+mod backend;
+mod commands;
+mod config;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Settings;
+
+/// A hosted tool-execution service: three MCP tools behind one personal URL.
+///
+/// Every option is also read from the environment (TOOLGATE_<OPTION>, e.g. TOOLGATE_DATA_DIR)
+/// and from the TOML file given by --config (keys in snake_case, e.g. data_dir = "/var/lib/toolgate").
+/// A flag beats the environment, which beats the file, which beats the default.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+
+    /// TOML file with settings
+    #[arg(long, env = "TOOLGATE_CONFIG", global = true)]
+    config: Option<PathBuf>,
+
+    #[command(flatten)]
+    settings: Settings,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Runs the service (HTTP on --listen; embedded SQLite in --data-dir unless --database-url)
+    Serve,
+    /// Creates accounts and rotates their keys
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// Operator changes to wallets
+    #[command(subcommand)]
+    Wallet(WalletCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AccountCommand {
+    /// Creates an account; prints {account_id, email, api_key, personal_url} as JSON
+    Create {
+        /// The account holder's e-mail address
+        #[arg(long)]
+        email: String,
+    },
+    /// Issues a new key; the old one stops working at once. Prints the same JSON as create
+    RotateKey {
+        /// The account's e-mail address
+        #[arg(long)]
+        email: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum WalletCommand {
+    /// Adds money to an account's wallet (a manual top-up); prints the billing status record
+    Credit {
+        /// The account's e-mail address
+        #[arg(long)]
+        email: String,
+        /// Amount in US dollars, e.g. 12.50 (up to six decimals)
+        #[arg(long)]
+        usd: String,
+        /// Idempotency reference: a second credit with the same reference changes nothing
+        /// [default: a fresh one]
+        #[arg(long)]
+        reference: Option<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let settings = match cli.settings.merged_with_file(cli.config.as_deref()) {
+        Ok(settings) => settings,
+        Err(err) => return fail(&err),
+    };
+    serve::init_logging(settings.log.as_deref(), matches!(cli.command, Command::Serve));
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => return fail(&anyhow::Error::new(err).context("cannot start the async runtime")),
+    };
+    let outcome = runtime.block_on(async move {
+        match cli.command {
+            Command::Serve => serve::run(&settings).await,
+            Command::Account(AccountCommand::Create { email }) => commands::create_account(&settings, &email).await,
+            Command::Account(AccountCommand::RotateKey { email }) => commands::rotate_key(&settings, &email).await,
+            Command::Wallet(WalletCommand::Credit { email, usd, reference }) => {
+                commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await
+            }
+        }
+    });
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => fail(&err),
+    }
+}
+
+fn fail(err: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {err:#}");
+    ExitCode::FAILURE
+}

@@ -1,0 +1,74 @@
+//! `toolgate serve`: open storage, bind, serve until SIGTERM or Ctrl-C, then drain.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
+use toolgate_app::App;
+use toolgate_server::{HttpSettings, Metrics};
+
+use crate::config::Settings;
+
+/// Requests still running this long after a shutdown signal are abandoned.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// Logs go to stderr; commands other than `serve` log only warnings so their stdout stays JSON.
+pub fn init_logging(filter: Option<&str>, serving: bool) {
+    // rmcp logs every session at info and each protocol error at warn; ours are in the access log.
+    let default = if serving { "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info" } else { "warn,rmcp=error" };
+    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+}
+
+/// Runs the service.
+pub async fn run(settings: &Settings) -> Result<()> {
+    let store = crate::backend::open(settings).await?;
+    let public_url = settings.public_url()?;
+    let app = App::new(store, settings.brand()?, settings.pricing()?, &public_url);
+    let http = HttpSettings {
+        public_url: public_url.clone(),
+        allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
+        allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
+        max_request_bytes: settings.max_request_bytes()?,
+    };
+    let shutdown = CancellationToken::new();
+    let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
+    let listen = settings.listen();
+    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(%listen, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
+    let signal = shutdown.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutting down: no new connections, draining requests");
+        signal.cancel();
+    });
+    let drained = shutdown.clone();
+    let server = axum::serve(listener, router).with_graceful_shutdown(async move { drained.cancelled().await });
+    tokio::select! {
+        result = server => result.context("server failed")?,
+        () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => {
+            tracing::warn!("requests still running after {DRAIN_LIMIT:?}; stopping anyway");
+        }
+    }
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut stream) => {
+                stream.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { () = ctrl_c => {}, () = term => {} }
+}
