@@ -138,7 +138,8 @@ def check_tools(tools) -> None:
     assert by_name["svc_ai"].annotations.read_only_hint is True
     assert by_name["svc_ai"].annotations.open_world_hint is True
     assert "billing" in by_name["svc_read"].input_schema.get("properties", {})
-    assert "code" in by_name["svc_write"].input_schema.get("properties", {})
+    # svc_write has no capability before the sandbox lands (issue 3): its schema is an empty object
+    assert by_name["svc_write"].input_schema.get("additionalProperties") is False
 
 
 @pytest.mark.parametrize("carrier", CARRIERS)
