@@ -59,11 +59,11 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
         Err(err) => return refuse(state, &err),
     };
     let session = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    if let Some(id) = &session {
-        if !state.sessions.permits(id, &account.id) {
-            // Indistinguishable from an unknown session, so ids cannot be probed across accounts.
-            return error_response(StatusCode::NOT_FOUND, INVALID_REQUEST, "Session not found", None);
-        }
+    if let Some(id) = &session
+        && !state.sessions.permits(id, &account.id)
+    {
+        // Indistinguishable from an unknown session, so ids cannot be probed across accounts.
+        return error_response(StatusCode::NOT_FOUND, INVALID_REQUEST, "Session not found", None);
     }
     let mut accepts = sse::Accepts { sse: true };
     let (body, in_session) = if parts.method == Method::POST {

@@ -97,11 +97,11 @@ pub fn router(app: App, settings: &HttpSettings, metrics: Arc<Metrics>, shutdown
 
 fn rmcp_config(settings: &HttpSettings, origins: &Origins, shutdown: CancellationToken) -> StreamableHttpServerConfig {
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
-    if let Ok(uri) = settings.public_url.parse::<http::Uri>() {
-        if let Some(authority) = uri.authority() {
-            hosts.push(authority.host().to_owned());
-            hosts.push(authority.as_str().to_owned());
-        }
+    if let Ok(uri) = settings.public_url.parse::<http::Uri>()
+        && let Some(authority) = uri.authority()
+    {
+        hosts.push(authority.host().to_owned());
+        hosts.push(authority.as_str().to_owned());
     }
     hosts.extend(settings.allowed_hosts.iter().cloned());
     StreamableHttpServerConfig::default()

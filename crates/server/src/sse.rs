@@ -66,10 +66,10 @@ fn last_response_event(stream: &str) -> Option<String> {
             .map(|d| d.strip_prefix(' ').unwrap_or(d))
             .collect();
         let data = data.join("\n");
-        if let Ok(serde_json::Value::Object(object)) = serde_json::from_str::<serde_json::Value>(&data) {
-            if object.contains_key("result") || object.contains_key("error") {
-                found = Some(data);
-            }
+        if let Ok(serde_json::Value::Object(object)) = serde_json::from_str::<serde_json::Value>(&data)
+            && (object.contains_key("result") || object.contains_key("error"))
+        {
+            found = Some(data);
         }
     }
     found

@@ -1,4 +1,5 @@
 //! The shared storage story, run against a fresh SQLite file.
+#![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 

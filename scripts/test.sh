@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# test.sh: the whole test suite, from a fresh clone. Installs what it needs (Python venv with the
+# MCP SDK, Node 22, the npm packages, PostgreSQL from Debian's packages), starts a throw-away
+# PostgreSQL cluster on 127.0.0.1, and runs in order:
+#   1. cargo fmt --check and clippy -D warnings (also the conformance build)
+#   2. every Rust unit and integration test, SQLite and PostgreSQL
+#   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
+#   4. the MCP conformance suite, both protocol revisions, against its baselines
+# Exits non-zero at the first failing step.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+step() { printf '\n=== %s ===\n' "$*" >&2; }
+
+step "dependencies"
+"$ROOT/scripts/deps.sh"
+PG_DIR="$(mktemp -d /tmp/toolgate-pg.XXXXXX)"   # under /tmp: the postgres user must reach it
+SERVER_PID=""
+cleanup() {
+  [[ -z "$SERVER_PID" ]] || kill "$SERVER_PID" 2>/dev/null || true
+  "$ROOT/scripts/pg-down.sh" "$PG_DIR" >/dev/null 2>&1 || true
+  rm -rf "$PG_DIR"
+}
+trap cleanup EXIT
+PG_URL="$("$ROOT/scripts/pg-up.sh" "$PG_DIR")"
+
+step "format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p toolgate-server -p toolgate --all-targets --locked --features toolgate/conformance-fixtures -- -D warnings
+
+step "Rust tests (SQLite and PostgreSQL)"
+TOOLGATE_TEST_POSTGRES_URL="$PG_URL" cargo test --workspace --locked
+
+step "release builds"
+# The conformance build adds the suite's fixture tools; it is copied aside so that the plain
+# binary, rebuilt last, never carries them.
+cargo build --release --locked -p toolgate --features conformance-fixtures
+cp target/release/toolgate target/release/toolgate-conformance
+cargo build --release --locked -p toolgate
+if grep -q test_simple_text target/release/toolgate; then die "the release binary contains conformance fixtures"; fi
+
+step "client SDK tests on SQLite"
+TOOLGATE_BIN="$ROOT/target/release/toolgate" "$ROOT/scripts/test-clients.sh"
+step "client SDK tests on PostgreSQL"
+TOOLGATE_BIN="$ROOT/target/release/toolgate" TOOLGATE_TEST_DATABASE_URL="$PG_URL" "$ROOT/scripts/test-clients.sh"
+
+step "MCP conformance suite"
+DATA="$(mktemp -d)"
+PORT="$(free_port)"
+BASE="http://127.0.0.1:$PORT"
+target/release/toolgate-conformance serve --listen "127.0.0.1:$PORT" --public-url "$BASE" --data-dir "$DATA" \
+  >"$DATA/server.log" 2>&1 &
+SERVER_PID=$!
+wait_http "$BASE/healthz" 30 || { cat "$DATA/server.log" >&2; die "conformance server did not start"; }
+URL="$(target/release/toolgate-conformance account create --email conformance@example.test \
+  --data-dir "$DATA" --public-url "$BASE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["personal_url"])')"
+status=0
+"$ROOT/tests/conformance/run.sh" "$URL" 2025-11-25 || status=1
+"$ROOT/tests/conformance/run.sh" "$URL" 2026-07-28 || status=1
+kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
+rm -rf "$DATA"
+[[ $status -eq 0 ]] || die "conformance suite failed"
+
+step "all tests passed"
