@@ -1,0 +1,447 @@
+//! Shared harness for the binary's integration tests: start the real `toolgate` on a free
+//! loopback port over a real SQLite file (or a fresh PostgreSQL database), run its operator
+//! commands, and speak JSON-RPC to it over real HTTP.
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+mod pg;
+mod rpc;
+
+use std::fs::File;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolgate_domain::{AccountId, MonthKey};
+use toolgate_store::Store;
+use toolgate_store_postgres::PgStore;
+use toolgate_store_sqlite::{Durability, SqliteStore};
+
+#[allow(unused_imports)]
+pub use pg::*;
+#[allow(unused_imports)]
+pub use rpc::*;
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
+
+/// The eight fields of the billing status record.
+pub const BILLING_FIELDS: [&str; 8] = [
+    "tier",
+    "free_remaining_this_month",
+    "free_monthly_limit",
+    "wallet_balance_usd",
+    "paid_calls_available",
+    "paid_call_cost_usd",
+    "min_topup_usd",
+    "max_topup_usd",
+];
+
+/// Where a server and the operator commands keep their data.
+#[derive(Clone, Debug)]
+pub struct Storage {
+    /// `--data-dir` (always given, also with PostgreSQL, so nothing lands in the cwd).
+    pub data_dir: PathBuf,
+    /// `--database-url`, for PostgreSQL.
+    pub database_url: Option<String>,
+}
+
+impl Storage {
+    /// The embedded SQLite file inside `dir`.
+    pub fn sqlite(dir: &Path) -> Self {
+        Self {
+            data_dir: dir.to_owned(),
+            database_url: None,
+        }
+    }
+
+    /// PostgreSQL at `url`; `dir` still serves as the data directory.
+    pub fn postgres(dir: &Path, url: &str) -> Self {
+        Self {
+            data_dir: dir.to_owned(),
+            database_url: Some(url.to_owned()),
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
+        let mut args = vec!["--data-dir".to_owned(), self.data_dir.display().to_string()];
+        if let Some(url) = &self.database_url {
+            args.push("--database-url".to_owned());
+            args.push(url.clone());
+        }
+        args
+    }
+
+    /// Opens the same storage the server uses, directly, to read the ledger.
+    pub async fn open_store(&self) -> Arc<dyn Store> {
+        match &self.database_url {
+            Some(url) => Arc::new(
+                PgStore::connect(url)
+                    .await
+                    .expect("open the PostgreSQL store"),
+            ),
+            None => Arc::new(
+                SqliteStore::open(&self.data_dir.join("toolgate.db"), Durability::Normal)
+                    .await
+                    .expect("open the SQLite store"),
+            ),
+        }
+    }
+
+    /// `(free, paid)` ledger rows of `account_id` this month, read from storage directly.
+    pub async fn ledger_counts(&self, account_id: &str) -> (i64, i64) {
+        let store = self.open_store().await;
+        store
+            .ledger_counts(
+                &AccountId::from_stored(account_id.to_owned()),
+                &MonthKey::now(),
+            )
+            .await
+            .expect("ledger_counts")
+    }
+}
+
+/// A `Command` for the binary with an environment free of the caller's `TOOLGATE_*` settings.
+pub fn toolgate() -> Command {
+    let mut command = Command::new(BIN);
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TOOLGATE_") {
+            command.env_remove(&name);
+        }
+    }
+    command.env("NO_COLOR", "1").stdin(Stdio::null());
+    command
+}
+
+/// What a finished command printed.
+#[derive(Debug)]
+pub struct CliOutput {
+    /// `Some(0)` on success.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl CliOutput {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+/// Longest a command may run before it is killed (a `serve` that should have refused to start).
+const CLI_LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `toolgate ARGS [storage args]` with extra environment variables. A command still
+/// running after a minute is killed and reported with `code: None`.
+pub fn cli(storage: Option<&Storage>, args: &[&str], env: &[(&str, &str)]) -> CliOutput {
+    let mut command = toolgate();
+    command.args(args);
+    if let Some(storage) = storage {
+        command.args(storage.args());
+    }
+    command.envs(env.iter().copied());
+    let stdout = tempfile::NamedTempFile::new().expect("a file for stdout");
+    let stderr = tempfile::NamedTempFile::new().expect("a file for stderr");
+    command
+        .stdout(stdout.reopen().expect("reopen stdout file"))
+        .stderr(stderr.reopen().expect("reopen stderr file"));
+    let mut child = command.spawn().expect("run the toolgate binary");
+    let deadline = Instant::now() + CLI_LIMIT;
+    let code = loop {
+        if let Some(status) = child.try_wait().expect("poll the command") {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let read = |file: &tempfile::NamedTempFile| {
+        String::from_utf8_lossy(&std::fs::read(file.path()).unwrap_or_default()).into_owned()
+    };
+    CliOutput {
+        code,
+        stdout: read(&stdout),
+        stderr: read(&stderr),
+    }
+}
+
+/// Runs a command that must succeed and print one JSON object.
+pub fn cli_json(storage: &Storage, args: &[&str]) -> Value {
+    let out = cli(Some(storage), args, &[]);
+    assert!(out.success(), "toolgate {args:?} failed: {out:?}");
+    serde_json::from_str(out.stdout.trim())
+        .unwrap_or_else(|e| panic!("toolgate {args:?} printed no JSON ({e}): {out:?}"))
+}
+
+/// An account as `account create` / `account rotate-key` print it.
+#[derive(Clone, Debug)]
+pub struct Account {
+    pub id: String,
+    pub email: String,
+    pub key: String,
+    pub personal_url: String,
+}
+
+impl Account {
+    fn from_json(value: &Value) -> Self {
+        let text = |name: &str| {
+            value[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("no string `{name}` in {value}"))
+                .to_owned()
+        };
+        Self {
+            id: text("account_id"),
+            email: text("email"),
+            key: text("api_key"),
+            personal_url: text("personal_url"),
+        }
+    }
+}
+
+/// `account create --email E`; checks the printed key's shape.
+pub fn create_account(storage: &Storage, email: &str) -> Account {
+    let account = Account::from_json(&cli_json(storage, &["account", "create", "--email", email]));
+    assert_key_shape(&account.key);
+    assert!(
+        account
+            .personal_url
+            .ends_with(&format!("/u/{}", account.key)),
+        "{account:?}"
+    );
+    account
+}
+
+/// `account rotate-key --email E`.
+pub fn rotate_key(storage: &Storage, email: &str) -> Account {
+    let account = Account::from_json(&cli_json(
+        storage,
+        &["account", "rotate-key", "--email", email],
+    ));
+    assert_key_shape(&account.key);
+    account
+}
+
+/// `wallet credit --email E --usd X`: the billing status record it prints.
+pub fn credit(storage: &Storage, email: &str, usd: &str) -> Value {
+    let record = cli_json(
+        storage,
+        &["wallet", "credit", "--email", email, "--usd", usd],
+    );
+    assert_billing_record(&record);
+    record
+}
+
+/// `svck_` followed by 64 lowercase hex characters.
+pub fn assert_key_shape(key: &str) {
+    let hex = key
+        .strip_prefix("svck_")
+        .unwrap_or_else(|| panic!("key without svck_ prefix: {key}"));
+    assert_eq!(hex.len(), 64, "{key}");
+    assert!(
+        hex.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)),
+        "{key}"
+    );
+}
+
+/// The record has exactly the eight fields with the specified types and formats.
+pub fn assert_billing_record(record: &Value) {
+    let object = record
+        .as_object()
+        .unwrap_or_else(|| panic!("billing record is not an object: {record}"));
+    let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    let mut expected = BILLING_FIELDS.to_vec();
+    expected.sort_unstable();
+    assert_eq!(keys, expected, "billing record fields: {record}");
+    for name in [
+        "tier",
+        "wallet_balance_usd",
+        "paid_call_cost_usd",
+        "min_topup_usd",
+        "max_topup_usd",
+    ] {
+        assert!(
+            record[name].is_string(),
+            "{name} must be a string: {record}"
+        );
+    }
+    for name in [
+        "free_remaining_this_month",
+        "free_monthly_limit",
+        "paid_calls_available",
+    ] {
+        assert!(
+            record[name].as_i64().is_some_and(|n| n >= 0),
+            "{name} must be a non-negative integer: {record}"
+        );
+    }
+    for name in ["wallet_balance_usd", "min_topup_usd", "max_topup_usd"] {
+        assert!(
+            is_two_decimals(record[name].as_str().unwrap()),
+            "{name} must have two decimals: {record}"
+        );
+    }
+    assert_eq!(record["tier"], "free", "{record}");
+}
+
+fn is_two_decimals(text: &str) -> bool {
+    match text.split_once('.') {
+        Some((whole, cents)) => {
+            !whole.is_empty()
+                && whole.bytes().all(|b| b.is_ascii_digit())
+                && cents.len() == 2
+                && cents.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
+    }
+}
+
+/// Micro-dollars as the record shows a wallet: two decimals, truncated.
+pub fn usd_cents(micros: i64) -> String {
+    let cents = micros / 10_000;
+    format!("{}.{:02}", cents / 100, cents % 100)
+}
+
+/// A running `toolgate serve`; killed (SIGKILL) when dropped.
+pub struct Server {
+    child: Option<Child>,
+    pub port: u16,
+    /// `http://127.0.0.1:PORT`, also the public URL.
+    pub base: String,
+    /// stdout and stderr of the process.
+    pub log: PathBuf,
+}
+
+impl Server {
+    /// Starts `toolgate serve` on `storage` with extra flags and waits for `/healthz`.
+    pub async fn start(storage: &Storage, extra: &[&str]) -> Server {
+        Self::start_with_env(storage, extra, &[]).await
+    }
+
+    /// Like [`Server::start`], with extra environment variables.
+    pub async fn start_with_env(storage: &Storage, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut last_log = String::new();
+        for _attempt in 0..3 {
+            let port = free_port();
+            let base = format!("http://127.0.0.1:{port}");
+            let log = storage.data_dir.join(format!("server-{port}.log"));
+            let file = File::create(&log).expect("create the server log");
+            let mut command = toolgate();
+            command
+                .arg("serve")
+                .args([
+                    "--listen",
+                    &format!("127.0.0.1:{port}"),
+                    "--public-url",
+                    &base,
+                ])
+                .args(storage.args())
+                .args(extra)
+                .envs(env.iter().copied())
+                .stdout(file.try_clone().expect("clone the log file"))
+                .stderr(file);
+            let child = command.spawn().expect("spawn toolgate serve");
+            let mut server = Server {
+                child: Some(child),
+                port,
+                base,
+                log,
+            };
+            if server.wait_healthy(Duration::from_secs(30)).await {
+                return server;
+            }
+            last_log = server.log_text();
+            server.kill();
+            if !last_log.contains("cannot listen") {
+                break;
+            }
+        }
+        panic!("toolgate serve did not become healthy; its log:\n{last_log}");
+    }
+
+    async fn wait_healthy(&mut self, limit: Duration) -> bool {
+        let client = client();
+        let deadline = Instant::now() + limit;
+        while Instant::now() < deadline {
+            if let Some(child) = self.child.as_mut()
+                && child.try_wait().expect("poll the server process").is_some()
+            {
+                return false;
+            }
+            if let Ok(response) = client.get(self.url("/healthz")).send().await
+                && response.status() == 200
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// `BASE` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The personal URL of `key`.
+    pub fn personal(&self, key: &str) -> String {
+        self.url(&format!("/u/{key}"))
+    }
+
+    /// SIGKILL and reap; a no-op when already done.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Everything the process wrote so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `GET /billing/status` with a bearer key; must answer 200 with the record.
+    pub async fn billing(&self, key: &str) -> Value {
+        let reply = send(client().get(self.url("/billing/status")).bearer_auth(key)).await;
+        assert_eq!(reply.status, 200, "billing status: {reply:?}");
+        let record = reply.json();
+        assert_billing_record(&record);
+        record
+    }
+
+    /// Free calls left, from `GET /billing/status`.
+    pub async fn free_remaining(&self, key: &str) -> i64 {
+        self.billing(key).await["free_remaining_this_month"]
+            .as_i64()
+            .unwrap()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A loopback port that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A plain HTTP client (no proxy, bounded waits).
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("build the HTTP client")
+}
