@@ -94,6 +94,7 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
         state.stateless_mcp.handle(forward).await.map(Body::new)
     };
     track_session(state, &account, session.as_deref(), is_delete, &response);
+    let response = as_jsonrpc_error(response).await;
     sse::inline_if_needed(response, accepts).await
 }
 
@@ -105,6 +106,26 @@ fn track_session(state: &Shared, account: &Account, sent: Option<&str>, is_delet
     if let (Some(id), None) = (opened, sent) {
         state.sessions.record(id, &account.id);
     }
+}
+
+/// rmcp answers transport refusals (unknown session, missing session id, wrong Host) in plain
+/// text; callers get the same JSON-RPC error body as for every other refusal, status unchanged.
+async fn as_jsonrpc_error(response: Response) -> Response {
+    let plain = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_none_or(|v| v.starts_with("text/plain"));
+    if !response.status().is_client_error() || !plain {
+        return response;
+    }
+    let status = response.status();
+    let text = match http_body_util::Limited::new(response.into_body(), 4096).collect().await {
+        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
+        Err(_) => String::new(),
+    };
+    let message = if text.trim().is_empty() { status.canonical_reason().unwrap_or("refused").to_owned() } else { text };
+    error_response(status, INVALID_REQUEST, &message, None)
 }
 
 /// The contract's answer to a failed authentication: 401 and -32001, or 503 if storage failed.

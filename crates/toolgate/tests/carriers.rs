@@ -184,6 +184,20 @@ async fn answers_inline_json_or_sse_as_the_accept_header_allows() {
         "another account's session is not found: {hijack:?}"
     );
     assert!(!hijack.body.contains("\"result\""), "{hijack:?}");
+
+    // An unknown session id is rmcp's 404, in the same JSON-RPC error shape as every refusal.
+    let unknown = send(
+        http.post(&url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .header("Mcp-Session-Id", "no-such-session")
+            .body(billing_call().to_string()),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{unknown:?}");
+    let body: Value = serde_json::from_str(&unknown.body).unwrap();
+    assert_eq!(body["error"]["code"], -32600, "{unknown:?}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("Session not found"), "{unknown:?}");
     assert_eq!(
         server.free_remaining(&other.key).await,
         1000,
