@@ -13,7 +13,9 @@ pub enum AdminError {
     #[error("invalid e-mail address: {0}")]
     InvalidEmail(String),
     /// an account with this address exists
-    #[error("an account with this e-mail address already exists (use `account rotate-key` to issue a new key)")]
+    #[error(
+        "an account with this e-mail address already exists (use `account rotate-key` to issue a new key)"
+    )]
     AlreadyExists,
     /// no account with this address
     #[error("no account has this e-mail address (create one with `account create`)")]
@@ -67,14 +69,23 @@ impl Admin {
     /// Operator commands for one store; `public_url` forms the personal URLs.
     pub fn new(store: Arc<dyn Store>, brand: Brand, pricing: Pricing, public_url: &str) -> Self {
         let public_url = public_url.trim_end_matches('/').to_owned();
-        Self { store, brand, pricing, public_url }
+        Self {
+            store,
+            brand,
+            pricing,
+            public_url,
+        }
     }
 
     /// Creates an account with a fresh key.
     pub async fn create_account(&self, email: &str) -> Result<IssuedKey, AdminError> {
         let email = parse_email(email)?;
         let key = self.new_key()?;
-        let account = NewAccount { id: AccountId::generate(), email, key_hash: key.hash() };
+        let account = NewAccount {
+            id: AccountId::generate(),
+            email,
+            key_hash: key.hash(),
+        };
         let created = self.store.create_account(&account).await?;
         Ok(self.issued(&created.id, &created.email, &key))
     }
@@ -82,7 +93,11 @@ impl Admin {
     /// Replaces the account's key; the old one stops working when this returns.
     pub async fn rotate_key(&self, email: &str) -> Result<IssuedKey, AdminError> {
         let email = parse_email(email)?;
-        let account = self.store.find_by_email(&email).await?.ok_or(AdminError::NoSuchAccount)?;
+        let account = self
+            .store
+            .find_by_email(&email)
+            .await?
+            .ok_or(AdminError::NoSuchAccount)?;
         let key = self.new_key()?;
         self.store.replace_key(&account.id, &key.hash()).await?;
         Ok(self.issued(&account.id, &account.email, &key))
@@ -96,16 +111,25 @@ impl Admin {
         reference: Option<&str>,
     ) -> Result<BillingStatus, AdminError> {
         let email = parse_email(email)?;
-        let amount = Micros::parse_usd(usd).map_err(|err| AdminError::InvalidAmount(err.to_string()))?;
+        let amount =
+            Micros::parse_usd(usd).map_err(|err| AdminError::InvalidAmount(err.to_string()))?;
         if amount.0 <= 0 {
-            return Err(AdminError::InvalidAmount("the amount must be greater than 0.00".to_owned()));
+            return Err(AdminError::InvalidAmount(
+                "the amount must be greater than 0.00".to_owned(),
+            ));
         }
         let reference = match reference {
             Some(given) => check_reference(given)?.to_owned(),
             None => format!("manual-{}", AccountId::generate()),
         };
-        let account = self.store.find_by_email(&email).await?.ok_or(AdminError::NoSuchAccount)?;
-        self.store.credit_wallet(&account.id, amount, &reference).await?;
+        let account = self
+            .store
+            .find_by_email(&email)
+            .await?
+            .ok_or(AdminError::NoSuchAccount)?;
+        self.store
+            .credit_wallet(&account.id, amount, &reference)
+            .await?;
         let usage = self.store.usage(&account.id, &MonthKey::now()).await?;
         Ok(BillingStatus::new(&account.tier, usage, &self.pricing))
     }
@@ -146,8 +170,15 @@ mod tests {
 
     async fn admin() -> (Admin, tempfile::TempDir) {
         let dir = tempfile::tempdir().unwrap();
-        let store = SqliteStore::open(&dir.path().join("t.db"), Durability::Normal).await.unwrap();
-        let admin = Admin::new(Arc::new(store), Brand::parse("svc").unwrap(), Pricing::default(), "http://h:1/");
+        let store = SqliteStore::open(&dir.path().join("t.db"), Durability::Normal)
+            .await
+            .unwrap();
+        let admin = Admin::new(
+            Arc::new(store),
+            Brand::parse("svc").unwrap(),
+            Pricing::default(),
+            "http://h:1/",
+        );
         (admin, dir)
     }
 
@@ -156,34 +187,66 @@ mod tests {
         let (admin, _dir) = admin().await;
         let issued = admin.create_account("Ann@Example.org").await.unwrap();
         assert_eq!(issued.email, "ann@example.org");
-        assert_eq!(issued.personal_url, format!("http://h:1/u/{}", issued.api_key));
-        assert!(matches!(admin.create_account("ann@example.org").await, Err(AdminError::AlreadyExists)));
+        assert_eq!(
+            issued.personal_url,
+            format!("http://h:1/u/{}", issued.api_key)
+        );
+        assert!(matches!(
+            admin.create_account("ann@example.org").await,
+            Err(AdminError::AlreadyExists)
+        ));
 
         let rotated = admin.rotate_key("ann@example.org").await.unwrap();
         assert_eq!(rotated.account_id, issued.account_id);
         assert_ne!(rotated.api_key, issued.api_key);
 
-        let status = admin.credit_wallet("ann@example.org", "12.50", Some("ref-1")).await.unwrap();
-        assert_eq!((status.wallet_balance_usd.as_str(), status.paid_calls_available), ("12.50", 1562));
-        let again = admin.credit_wallet("ann@example.org", "12.50", Some("ref-1")).await.unwrap();
-        assert_eq!(again.wallet_balance_usd, "12.50", "same reference credits once");
+        let status = admin
+            .credit_wallet("ann@example.org", "12.50", Some("ref-1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (
+                status.wallet_balance_usd.as_str(),
+                status.paid_calls_available
+            ),
+            ("12.50", 1562)
+        );
+        let again = admin
+            .credit_wallet("ann@example.org", "12.50", Some("ref-1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            again.wallet_balance_usd, "12.50",
+            "same reference credits once"
+        );
     }
 
     #[tokio::test]
     async fn bad_operator_input_is_refused_clearly() {
         let (admin, _dir) = admin().await;
-        assert!(matches!(admin.create_account("not-an-address").await, Err(AdminError::InvalidEmail(_))));
-        assert!(matches!(admin.rotate_key("ghost@example.org").await, Err(AdminError::NoSuchAccount)));
+        assert!(matches!(
+            admin.create_account("not-an-address").await,
+            Err(AdminError::InvalidEmail(_))
+        ));
+        assert!(matches!(
+            admin.rotate_key("ghost@example.org").await,
+            Err(AdminError::NoSuchAccount)
+        ));
         admin.create_account("bob@example.org").await.unwrap();
         for bad in ["0", "-1", "abc", "1.2345678", "0.00"] {
             assert!(
-                matches!(admin.credit_wallet("bob@example.org", bad, None).await, Err(AdminError::InvalidAmount(_))),
+                matches!(
+                    admin.credit_wallet("bob@example.org", bad, None).await,
+                    Err(AdminError::InvalidAmount(_))
+                ),
                 "{bad} must be refused"
             );
         }
         let long = "r".repeat(201);
         assert!(matches!(
-            admin.credit_wallet("bob@example.org", "5", Some(&long)).await,
+            admin
+                .credit_wallet("bob@example.org", "5", Some(&long))
+                .await,
             Err(AdminError::InvalidReference(_))
         ));
     }

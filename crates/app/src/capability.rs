@@ -89,7 +89,9 @@ pub struct Failure {
 impl Failure {
     /// A failure with `message`.
     pub fn new(message: impl Into<String>) -> Self {
-        Self { message: message.into() }
+        Self {
+            message: message.into(),
+        }
     }
 }
 

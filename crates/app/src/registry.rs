@@ -7,7 +7,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use toolgate_domain::Brand;
 
-use crate::capability::{CallContext, Capability, ContentItem, Failure, Field, JsonObject, ToolKind};
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, ToolKind,
+};
 
 /// Behaviour hints shown to clients as MCP tool annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,7 +75,10 @@ impl Registry {
             .into_iter()
             .map(|kind| compose(brand, kind, &capabilities))
             .collect();
-        Self { capabilities, tools }
+        Self {
+            capabilities,
+            tools,
+        }
     }
 
     /// The three tools.
@@ -89,7 +94,11 @@ impl Registry {
     /// Checks the arguments and picks the capabilities to run, before anything is metered.
     pub fn plan(&self, kind: ToolKind, args: Option<JsonObject>) -> Result<Plan, Failure> {
         let args = args.unwrap_or_default();
-        let tool_name = self.tools.iter().find(|t| t.kind == kind).map_or("", |t| t.name.as_str());
+        let tool_name = self
+            .tools
+            .iter()
+            .find(|t| t.kind == kind)
+            .map_or("", |t| t.name.as_str());
         let owned = self.fields_of(kind);
         for (name, value) in &args {
             let field = owned.iter().find(|f| f.name == name).ok_or_else(|| {
@@ -114,25 +123,45 @@ impl Registry {
                 accepted(&owned)
             )));
         }
-        Ok(Plan { kind, selected, args })
+        Ok(Plan {
+            kind,
+            selected,
+            args,
+        })
     }
 
     /// Runs every capability of the plan, in registry order, and merges their results.
     pub async fn run(&self, plan: &Plan, ctx: &CallContext<'_>) -> ToolOutcome {
-        let mut outcome = ToolOutcome { content: Vec::new(), structured: Map::new(), is_error: false };
+        let mut outcome = ToolOutcome {
+            content: Vec::new(),
+            structured: Map::new(),
+            is_error: false,
+        };
         for &index in &plan.selected {
-            let Some(cap) = self.capabilities.get(index).filter(|c| c.tool() == plan.kind) else {
+            let Some(cap) = self
+                .capabilities
+                .get(index)
+                .filter(|c| c.tool() == plan.kind)
+            else {
                 continue;
             };
             match cap.run(ctx, &plan.args).await {
                 Ok(output) => {
                     outcome.content.extend(output.content);
-                    outcome.structured.insert(cap.key().to_owned(), output.structured);
+                    outcome
+                        .structured
+                        .insert(cap.key().to_owned(), output.structured);
                 }
                 Err(failure) => {
                     outcome.is_error = true;
-                    outcome.content.push(ContentItem::Text(format!("{}: {}", cap.key(), failure.message)));
-                    outcome.structured.insert(cap.key().to_owned(), json!({"error": failure.message}));
+                    outcome.content.push(ContentItem::Text(format!(
+                        "{}: {}",
+                        cap.key(),
+                        failure.message
+                    )));
+                    outcome
+                        .structured
+                        .insert(cap.key().to_owned(), json!({"error": failure.message}));
                 }
             }
         }
@@ -154,11 +183,14 @@ impl Registry {
 }
 
 fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) -> ToolSpec {
-    let mine: Vec<&Arc<dyn Capability>> = capabilities.iter().filter(|c| c.tool() == kind).collect();
+    let mine: Vec<&Arc<dyn Capability>> =
+        capabilities.iter().filter(|c| c.tool() == kind).collect();
     let mut properties = Map::new();
     for cap in &mine {
         for field in cap.fields() {
-            properties.entry(field.name).or_insert_with(|| field.kind.schema(field.description));
+            properties
+                .entry(field.name)
+                .or_insert_with(|| field.kind.schema(field.description));
         }
     }
     let mut outputs = Map::new();
@@ -185,7 +217,12 @@ fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) 
 }
 
 fn identity(kind: ToolKind) -> (&'static str, &'static str, Hints) {
-    let hints = |read_only, destructive, open_world| Hints { read_only, destructive, idempotent: read_only, open_world };
+    let hints = |read_only, destructive, open_world| Hints {
+        read_only,
+        destructive,
+        idempotent: read_only,
+        open_world,
+    };
     match kind {
         ToolKind::Read => (
             "Read-only queries",
@@ -229,7 +266,11 @@ fn accepted(fields: &[Field]) -> String {
 /// A caller-chosen field name, cut short and stripped of control characters for the error text.
 fn printable(name: &str) -> String {
     let clean: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
-    if clean.len() < name.len() { format!("{clean}…") } else { clean }
+    if clean.len() < name.len() {
+        format!("{clean}…")
+    } else {
+        clean
+    }
 }
 
 fn error_schema() -> Value {
@@ -271,8 +312,16 @@ mod tests {
         }
         fn fields(&self) -> Vec<Field> {
             vec![
-                Field { name: self.key, kind: FieldKind::String { max_len: 8 }, description: "text" },
-                Field { name: "session_id", kind: FieldKind::String { max_len: 8 }, description: "shared" },
+                Field {
+                    name: self.key,
+                    kind: FieldKind::String { max_len: 8 },
+                    description: "text",
+                },
+                Field {
+                    name: "session_id",
+                    kind: FieldKind::String { max_len: 8 },
+                    description: "shared",
+                },
             ]
         }
         fn output_schema(&self) -> Value {
@@ -286,13 +335,24 @@ mod tests {
                 return Err(Failure::new("boom"));
             }
             let value = args[self.key].clone();
-            Ok(Output { content: vec![ContentItem::Text(value.to_string())], structured: value })
+            Ok(Output {
+                content: vec![ContentItem::Text(value.to_string())],
+                structured: value,
+            })
         }
     }
 
     fn registry() -> Registry {
-        let caps: Vec<Arc<dyn Capability>> =
-            vec![Arc::new(Echo { key: "alpha", fail: false }), Arc::new(Echo { key: "beta", fail: true })];
+        let caps: Vec<Arc<dyn Capability>> = vec![
+            Arc::new(Echo {
+                key: "alpha",
+                fail: false,
+            }),
+            Arc::new(Echo {
+                key: "beta",
+                fail: true,
+            }),
+        ];
         Registry::new(&Brand::parse("svc").unwrap(), caps)
     }
 
@@ -307,11 +367,19 @@ mod tests {
         assert_eq!(names, ["svc_read", "svc_write", "svc_ai"]);
         let read = registry.tool("svc_read").unwrap();
         let props = read.input_schema["properties"].as_object().unwrap();
-        assert_eq!(props.keys().collect::<Vec<_>>(), ["alpha", "beta", "session_id"]);
+        assert_eq!(
+            props.keys().collect::<Vec<_>>(),
+            ["alpha", "beta", "session_id"]
+        );
         assert!(read.description.contains("- `alpha`: echoes"));
         assert!(read.output_schema["properties"]["beta"].is_object());
         let write = registry.tool("svc_write").unwrap();
-        assert!(write.input_schema["properties"].as_object().unwrap().is_empty());
+        assert!(
+            write.input_schema["properties"]
+                .as_object()
+                .unwrap()
+                .is_empty()
+        );
         assert!(write.hints.destructive && !write.hints.read_only);
         assert!(registry.tool("svc_ai").unwrap().hints.open_world);
         assert!(registry.tool("svc_other").is_none());
@@ -320,30 +388,70 @@ mod tests {
     #[test]
     fn bad_arguments_are_refused_with_the_accepted_fields() {
         let registry = registry();
-        let unknown = registry.plan(ToolKind::Read, args(json!({"gamma\u{7}": 1}))).unwrap_err();
-        assert!(unknown.message.contains("no field `gamma"), "{}", unknown.message);
-        assert!(unknown.message.contains("`alpha`, `session_id`, `beta`"), "{}", unknown.message);
-        let typed = registry.plan(ToolKind::Read, args(json!({"alpha": 5}))).unwrap_err();
-        assert!(typed.message.contains("must be a string"), "{}", typed.message);
-        let nothing = registry.plan(ToolKind::Read, args(json!({"session_id": "s"}))).unwrap_err();
-        assert!(nothing.message.contains("without a field"), "{}", nothing.message);
+        let unknown = registry
+            .plan(ToolKind::Read, args(json!({"gamma\u{7}": 1})))
+            .unwrap_err();
+        assert!(
+            unknown.message.contains("no field `gamma"),
+            "{}",
+            unknown.message
+        );
+        assert!(
+            unknown.message.contains("`alpha`, `session_id`, `beta`"),
+            "{}",
+            unknown.message
+        );
+        let typed = registry
+            .plan(ToolKind::Read, args(json!({"alpha": 5})))
+            .unwrap_err();
+        assert!(
+            typed.message.contains("must be a string"),
+            "{}",
+            typed.message
+        );
+        let nothing = registry
+            .plan(ToolKind::Read, args(json!({"session_id": "s"})))
+            .unwrap_err();
+        assert!(
+            nothing.message.contains("without a field"),
+            "{}",
+            nothing.message
+        );
         let none = registry.plan(ToolKind::Write, None).unwrap_err();
-        assert!(none.message.contains("accepts no fields"), "{}", none.message);
+        assert!(
+            none.message.contains("accepts no fields"),
+            "{}",
+            none.message
+        );
     }
 
     #[tokio::test]
     async fn every_requested_capability_runs_and_failures_are_marked() {
         let registry = registry();
-        let account = Account { id: AccountId::generate(), email: Email::parse("a@b.org").unwrap(), tier: "free".into() };
-        let ctx = CallContext { account: &account, tool: "svc_read" };
-        let only_alpha = registry.plan(ToolKind::Read, args(json!({"alpha": "hi"}))).unwrap();
+        let account = Account {
+            id: AccountId::generate(),
+            email: Email::parse("a@b.org").unwrap(),
+            tier: "free".into(),
+        };
+        let ctx = CallContext {
+            account: &account,
+            tool: "svc_read",
+        };
+        let only_alpha = registry
+            .plan(ToolKind::Read, args(json!({"alpha": "hi"})))
+            .unwrap();
         let outcome = registry.run(&only_alpha, &ctx).await;
         assert!(!outcome.is_error);
         assert_eq!(Value::Object(outcome.structured), json!({"alpha": "hi"}));
-        let both = registry.plan(ToolKind::Read, args(json!({"alpha": "hi", "beta": "x"}))).unwrap();
+        let both = registry
+            .plan(ToolKind::Read, args(json!({"alpha": "hi", "beta": "x"})))
+            .unwrap();
         let outcome = registry.run(&both, &ctx).await;
         assert!(outcome.is_error);
-        assert_eq!(Value::Object(outcome.structured), json!({"alpha": "hi", "beta": {"error": "boom"}}));
+        assert_eq!(
+            Value::Object(outcome.structured),
+            json!({"alpha": "hi", "beta": {"error": "boom"}})
+        );
         assert_eq!(outcome.content.len(), 2);
     }
 }

@@ -40,19 +40,30 @@ impl FieldKind {
     pub fn check(&self, name: &str, value: &Value) -> Result<(), String> {
         match self {
             FieldKind::Boolean if value.is_boolean() => Ok(()),
-            FieldKind::Boolean => Err(format!("field `{name}` must be true or false, got {}", type_of(value))),
+            FieldKind::Boolean => Err(format!(
+                "field `{name}` must be true or false, got {}",
+                type_of(value)
+            )),
             FieldKind::String { max_len } => match value.as_str() {
                 Some(text) if text.len() <= *max_len => Ok(()),
                 Some(text) => Err(format!(
                     "field `{name}` is {} bytes long; the limit is {max_len}",
                     text.len()
                 )),
-                None => Err(format!("field `{name}` must be a string, got {}", type_of(value))),
+                None => Err(format!(
+                    "field `{name}` must be a string, got {}",
+                    type_of(value)
+                )),
             },
             FieldKind::Integer { min, max } => match value.as_i64() {
                 Some(n) if (*min..=*max).contains(&n) => Ok(()),
-                Some(n) => Err(format!("field `{name}` must be between {min} and {max}, got {n}")),
-                None => Err(format!("field `{name}` must be an integer, got {}", type_of(value))),
+                Some(n) => Err(format!(
+                    "field `{name}` must be between {min} and {max}, got {n}"
+                )),
+                None => Err(format!(
+                    "field `{name}` must be an integer, got {}",
+                    type_of(value)
+                )),
             },
         }
     }
@@ -77,10 +88,18 @@ mod tests {
     fn checks_match_the_schema() {
         let flag = FieldKind::Boolean;
         assert!(flag.check("billing", &json!(true)).is_ok());
-        assert!(flag.check("billing", &json!("yes")).unwrap_err().contains("a string"));
+        assert!(
+            flag.check("billing", &json!("yes"))
+                .unwrap_err()
+                .contains("a string")
+        );
         let text = FieldKind::String { max_len: 3 };
         assert!(text.check("s", &json!("abc")).is_ok());
-        assert!(text.check("s", &json!("abcd")).unwrap_err().contains("limit is 3"));
+        assert!(
+            text.check("s", &json!("abcd"))
+                .unwrap_err()
+                .contains("limit is 3")
+        );
         assert!(text.check("s", &json!(1)).is_err());
         let int = FieldKind::Integer { min: 1, max: 300 };
         assert!(int.check("t", &json!(300)).is_ok());

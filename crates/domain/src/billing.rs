@@ -171,6 +171,9 @@ mod tests {
             free_monthly_calls: 10,
             ..Pricing::default()
         };
-        assert_eq!(BillingStatus::new("free", usage, &pricing).free_remaining_this_month, 0);
+        assert_eq!(
+            BillingStatus::new("free", usage, &pricing).free_remaining_this_month,
+            0
+        );
     }
 }

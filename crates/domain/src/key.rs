@@ -76,7 +76,11 @@ impl ApiKey {
     pub fn generate(brand: &Brand) -> Result<Self, KeyShapeError> {
         let mut secret = [0u8; KEY_SECRET_HEX_LEN / 2];
         getrandom::fill(&mut secret).map_err(|_| KeyShapeError::NoRandomness)?;
-        Ok(Self(format!("{}{}", brand.key_prefix(), hex::encode(secret))))
+        Ok(Self(format!(
+            "{}{}",
+            brand.key_prefix(),
+            hex::encode(secret)
+        )))
     }
 
     /// Accepts only `{prefix}` followed by exactly 64 lowercase hex characters.
@@ -175,7 +179,10 @@ mod tests {
             " svck_".to_owned() + &"a".repeat(64),
             "svck_".to_owned() + &"é".repeat(32),
         ] {
-            assert_eq!(ApiKey::parse(&svc(), &bad).map(|_| ()), Err(KeyShapeError::Malformed));
+            assert_eq!(
+                ApiKey::parse(&svc(), &bad).map(|_| ()),
+                Err(KeyShapeError::Malformed)
+            );
         }
     }
 

@@ -33,8 +33,7 @@ impl Micros {
     pub fn parse_usd(raw: &str) -> Result<Self, MoneyError> {
         let (whole, fraction) = raw.split_once('.').unwrap_or((raw, ""));
         let digits_only = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
-        if whole.is_empty() || !digits_only(whole) || !digits_only(fraction) || fraction.len() > 6
-        {
+        if whole.is_empty() || !digits_only(whole) || !digits_only(fraction) || fraction.len() > 6 {
             return Err(MoneyError::Malformed);
         }
         if raw.ends_with('.') {
@@ -101,9 +100,24 @@ mod tests {
     #[test]
     fn refuses_malformed_and_huge_amounts() {
         for bad in [
-            "", ".5", "5.", "-1", "+1", "1e3", "1,00", "0.0000001", " 1", "1.2.3", "NaN", "١",
+            "",
+            ".5",
+            "5.",
+            "-1",
+            "+1",
+            "1e3",
+            "1,00",
+            "0.0000001",
+            " 1",
+            "1.2.3",
+            "NaN",
+            "١",
         ] {
-            assert_eq!(Micros::parse_usd(bad), Err(MoneyError::Malformed), "{bad:?}");
+            assert_eq!(
+                Micros::parse_usd(bad),
+                Err(MoneyError::Malformed),
+                "{bad:?}"
+            );
         }
         assert_eq!(
             Micros::parse_usd("1000000000.01"),

@@ -4,7 +4,11 @@ use axum::http::{HeaderMap, header};
 
 /// The presented key, taken from the first carrier that holds one, in the order
 /// path, `Authorization`, `X-Api-Key`, query. Later carriers are ignored, not compared.
-pub fn presented_key(path_key: Option<String>, headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+pub fn presented_key(
+    path_key: Option<String>,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Option<String> {
     path_key
         .filter(|key| !key.is_empty())
         .or_else(|| bearer(headers))
@@ -41,7 +45,11 @@ pub fn redact(path: &str, query: Option<&str>) -> String {
     let mut shown = match path.strip_prefix("/u/") {
         Some(rest) => {
             let prefix: String = rest.chars().take_while(|c| *c != '_').collect();
-            if rest.contains('_') { format!("/u/{prefix}_…") } else { "/u/…".to_owned() }
+            if rest.contains('_') {
+                format!("/u/{prefix}_…")
+            } else {
+                "/u/…".to_owned()
+            }
         }
         None => path.to_owned(),
     };
@@ -67,12 +75,24 @@ mod tests {
     #[test]
     fn carriers_in_order() {
         let mut headers = HeaderMap::new();
-        assert_eq!(presented_key(None, &headers, Some("a=1&key=q")), Some("q".into()));
+        assert_eq!(
+            presented_key(None, &headers, Some("a=1&key=q")),
+            Some("q".into())
+        );
         headers.insert("x-api-key", HeaderValue::from_static(" x "));
-        assert_eq!(presented_key(None, &headers, Some("key=q")), Some("x".into()));
+        assert_eq!(
+            presented_key(None, &headers, Some("key=q")),
+            Some("x".into())
+        );
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("bearer  b"));
-        assert_eq!(presented_key(None, &headers, Some("key=q")), Some("b".into()));
-        assert_eq!(presented_key(Some("p".into()), &headers, None), Some("p".into()));
+        assert_eq!(
+            presented_key(None, &headers, Some("key=q")),
+            Some("b".into())
+        );
+        assert_eq!(
+            presented_key(Some("p".into()), &headers, None),
+            Some("p".into())
+        );
         headers.insert(header::AUTHORIZATION, HeaderValue::from_static("Basic abc"));
         assert_eq!(presented_key(None, &headers, None), Some("x".into()));
         assert_eq!(presented_key(None, &HeaderMap::new(), Some("key=")), None);

@@ -19,7 +19,11 @@ use crate::{Shared, carriers, sse};
 const SESSION_HEADER: &str = "mcp-session-id";
 
 /// `POST|GET|DELETE /u/{api_key}`: the personal URL.
-pub async fn personal(State(state): State<Shared>, Path(key): Path<String>, request: Request) -> Response {
+pub async fn personal(
+    State(state): State<Shared>,
+    Path(key): Path<String>,
+    request: Request,
+) -> Response {
     entry(&state, Some(key), request).await
 }
 
@@ -38,7 +42,10 @@ pub async fn oauth(State(state): State<Shared>) -> Response {
     );
     let mut response = error_response(StatusCode::UNAUTHORIZED, UNAUTHENTICATED, &message, None);
     let challenge = r#"Bearer realm="toolgate", error="invalid_token", error_description="use the personal URL""#;
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(challenge));
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static(challenge),
+    );
     response
 }
 
@@ -58,12 +65,21 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
         Ok(account) => Arc::new(account),
         Err(err) => return refuse(state, &err),
     };
-    let session = parts.headers.get(SESSION_HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let session = parts
+        .headers
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     if let Some(id) = &session
         && !state.sessions.permits(id, &account.id)
     {
         // Indistinguishable from an unknown session, so ids cannot be probed across accounts.
-        return error_response(StatusCode::NOT_FOUND, INVALID_REQUEST, "Session not found", None);
+        return error_response(
+            StatusCode::NOT_FOUND,
+            INVALID_REQUEST,
+            "Session not found",
+            None,
+        );
     }
     let mut accepts = sse::Accepts { sse: true };
     let (body, in_session) = if parts.method == Method::POST {
@@ -79,7 +95,10 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
             }
         };
         // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
-        parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        parts.headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
         accepts = sse::negotiate(&mut parts.headers);
         (Body::from(bytes), session.is_some() || info.opens_session())
     } else {
@@ -98,11 +117,20 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
     sse::inline_if_needed(response, accepts).await
 }
 
-fn track_session(state: &Shared, account: &Account, sent: Option<&str>, is_delete: bool, response: &Response) {
+fn track_session(
+    state: &Shared,
+    account: &Account,
+    sent: Option<&str>,
+    is_delete: bool,
+    response: &Response,
+) {
     if let (Some(id), true) = (sent, is_delete && response.status().is_success()) {
         state.sessions.forget(id);
     }
-    let opened = response.headers().get(SESSION_HEADER).and_then(|v| v.to_str().ok());
+    let opened = response
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok());
     if let (Some(id), None) = (opened, sent) {
         state.sessions.record(id, &account.id);
     }
@@ -120,11 +148,18 @@ async fn as_jsonrpc_error(response: Response) -> Response {
         return response;
     }
     let status = response.status();
-    let text = match http_body_util::Limited::new(response.into_body(), 4096).collect().await {
+    let text = match http_body_util::Limited::new(response.into_body(), 4096)
+        .collect()
+        .await
+    {
         Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
         Err(_) => String::new(),
     };
-    let message = if text.trim().is_empty() { status.canonical_reason().unwrap_or("refused").to_owned() } else { text };
+    let message = if text.trim().is_empty() {
+        status.canonical_reason().unwrap_or("refused").to_owned()
+    } else {
+        text
+    };
     error_response(status, INVALID_REQUEST, &message, None)
 }
 
@@ -133,10 +168,20 @@ pub fn refuse(state: &Shared, err: &AuthError) -> Response {
     if let AuthError::Unavailable(detail) = err {
         tracing::error!(error = %detail, "authentication storage failure");
         state.metrics.rpc_error(INTERNAL_ERROR);
-        return error_response(StatusCode::SERVICE_UNAVAILABLE, INTERNAL_ERROR, &err.to_string(), None);
+        return error_response(
+            StatusCode::SERVICE_UNAVAILABLE,
+            INTERNAL_ERROR,
+            &err.to_string(),
+            None,
+        );
     }
     state.metrics.rpc_error(UNAUTHENTICATED);
-    error_response(StatusCode::UNAUTHORIZED, UNAUTHENTICATED, &err.to_string(), None)
+    error_response(
+        StatusCode::UNAUTHORIZED,
+        UNAUTHENTICATED,
+        &err.to_string(),
+        None,
+    )
 }
 
 async fn read_limited(body: Body, limit: usize) -> Result<Bytes, Response> {
@@ -145,7 +190,9 @@ async fn read_limited(body: Body, limit: usize) -> Result<Bytes, Response> {
         Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(error_response(
             StatusCode::PAYLOAD_TOO_LARGE,
             INVALID_REQUEST,
-            &format!("Request body too large: the limit is {limit} bytes (setting max_request_bytes)"),
+            &format!(
+                "Request body too large: the limit is {limit} bytes (setting max_request_bytes)"
+            ),
             None,
         )),
         Err(_) => Err(error_response(

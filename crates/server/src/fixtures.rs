@@ -5,9 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam, ResourceContents, Tool};
-use rmcp::service::RequestContext;
 use rmcp::RoleServer;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ContentBlock, ProgressNotificationParam,
+    ResourceContents, Tool,
+};
+use rmcp::service::RequestContext;
 use serde_json::{Map, json};
 
 const PNG_1X1: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
@@ -32,31 +35,51 @@ pub fn tools() -> Vec<Tool> {
     let schema = Arc::new(schema);
     NAMES
         .iter()
-        .map(|name| Tool::new(*name, format!("conformance fixture `{name}`"), schema.clone()))
+        .map(|name| {
+            Tool::new(
+                *name,
+                format!("conformance fixture `{name}`"),
+                schema.clone(),
+            )
+        })
         .collect()
 }
 
 /// Runs the fixture `request` names, or `None` when it names none.
-pub async fn call(request: &CallToolRequestParams, context: &RequestContext<RoleServer>) -> Option<CallToolResult> {
+pub async fn call(
+    request: &CallToolRequestParams,
+    context: &RequestContext<RoleServer>,
+) -> Option<CallToolResult> {
     let result = match request.name.as_ref() {
-        "test_simple_text" => CallToolResult::success(vec![ContentBlock::text("This is a simple text response for testing.")]),
-        "test_image_content" => CallToolResult::success(vec![ContentBlock::image(PNG_1X1, "image/png")]),
-        "test_audio_content" => CallToolResult::success(vec![ContentBlock::audio(WAV_EMPTY, "audio/wav")]),
-        "test_embedded_resource" => CallToolResult::success(vec![ContentBlock::resource(ResourceContents::text(
-            "This is an embedded resource content.",
-            "test://embedded-resource",
-        ))]),
+        "test_simple_text" => CallToolResult::success(vec![ContentBlock::text(
+            "This is a simple text response for testing.",
+        )]),
+        "test_image_content" => {
+            CallToolResult::success(vec![ContentBlock::image(PNG_1X1, "image/png")])
+        }
+        "test_audio_content" => {
+            CallToolResult::success(vec![ContentBlock::audio(WAV_EMPTY, "audio/wav")])
+        }
+        "test_embedded_resource" => {
+            CallToolResult::success(vec![ContentBlock::resource(ResourceContents::text(
+                "This is an embedded resource content.",
+                "test://embedded-resource",
+            ))])
+        }
         "test_multiple_content_types" => CallToolResult::success(vec![
             ContentBlock::text("Multiple content types test:"),
             ContentBlock::image(PNG_1X1, "image/png"),
             ContentBlock::resource(
-                ResourceContents::text(r#"{"test":"data","value":123}"#, "test://mixed-content-resource")
-                    .with_mime_type("application/json"),
+                ResourceContents::text(
+                    r#"{"test":"data","value":123}"#,
+                    "test://mixed-content-resource",
+                )
+                .with_mime_type("application/json"),
             ),
         ]),
-        "test_error_handling" => {
-            CallToolResult::error(vec![ContentBlock::text("This tool intentionally returns an error for testing")])
-        }
+        "test_error_handling" => CallToolResult::error(vec![ContentBlock::text(
+            "This tool intentionally returns an error for testing",
+        )]),
         "test_tool_with_progress" => with_progress(context).await,
         _ => return None,
     };

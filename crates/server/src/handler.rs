@@ -6,9 +6,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, CacheScope, ContentBlock, ErrorCode, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -42,13 +43,24 @@ impl McpHandler {
         let names: Vec<String> = tools.iter().map(|t| format!("`{}`", t.name)).collect();
         #[cfg(feature = "conformance-fixtures")]
         tools.extend(crate::fixtures::tools());
-        Self { app, metrics, tools: Arc::new(tools), tool_names: Arc::new(names.join(", ")) }
+        Self {
+            app,
+            metrics,
+            tools: Arc::new(tools),
+            tool_names: Arc::new(names.join(", ")),
+        }
     }
 
-    async fn call_registered(&self, spec: &ToolSpec, request: CallToolRequestParams, caller: &Account) -> Result<CallToolResult, McpError> {
+    async fn call_registered(
+        &self,
+        spec: &ToolSpec,
+        request: CallToolRequestParams,
+        caller: &Account,
+    ) -> Result<CallToolResult, McpError> {
         let started = Instant::now();
         let (result, outcome) = self.admit_and_run(spec, request, caller).await;
-        self.metrics.tool_call(&spec.name, outcome, started.elapsed().as_secs_f64());
+        self.metrics
+            .tool_call(&spec.name, outcome, started.elapsed().as_secs_f64());
         if let Err(err) = &result {
             self.metrics.rpc_error(i64::from(err.code.0));
         }
@@ -71,25 +83,49 @@ impl McpHandler {
         match self.app.meter.admit(caller, &spec.name).await {
             Ok(Admission::Refused) => {
                 let message = self.app.meter.refusal_message();
-                return (Err(McpError::new(ErrorCode(PAYMENT_REQUIRED as i32), message, None)), ToolOutcome::Refused);
+                return (
+                    Err(McpError::new(
+                        ErrorCode(PAYMENT_REQUIRED as i32),
+                        message,
+                        None,
+                    )),
+                    ToolOutcome::Refused,
+                );
             }
             Ok(_) => {}
             Err(err) => {
                 tracing::error!(error = %err, tool = %spec.name, "admission failed");
                 let message = "The service could not record this call, so it did not run and nothing was charged; please retry.";
-                return (Err(McpError::new(ErrorCode(INTERNAL_ERROR as i32), message, None)), ToolOutcome::Internal);
+                return (
+                    Err(McpError::new(
+                        ErrorCode(INTERNAL_ERROR as i32),
+                        message,
+                        None,
+                    )),
+                    ToolOutcome::Internal,
+                );
             }
         }
-        let ctx = CallContext { account: caller, tool: &spec.name };
+        let ctx = CallContext {
+            account: caller,
+            tool: &spec.name,
+        };
         let outcome = self.app.registry.run(&plan, &ctx).await;
-        let label = if outcome.is_error { ToolOutcome::ToolError } else { ToolOutcome::Ok };
+        let label = if outcome.is_error {
+            ToolOutcome::ToolError
+        } else {
+            ToolOutcome::Ok
+        };
         (Ok(to_rmcp_result(outcome)), label)
     }
 }
 
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {
     let parts = ctx.extensions.get::<http::request::Parts>()?;
-    parts.extensions.get::<Caller>().map(|caller| caller.0.clone())
+    parts
+        .extensions
+        .get::<Caller>()
+        .map(|caller| caller.0.clone())
 }
 
 fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
@@ -98,7 +134,11 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
         .destructive(spec.hints.destructive)
         .idempotent(spec.hints.idempotent)
         .open_world(spec.hints.open_world);
-    let mut tool = Tool::new(spec.name.clone(), spec.description.clone(), spec.input_schema.clone());
+    let mut tool = Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        spec.input_schema.clone(),
+    );
     tool.title = Some(spec.title.to_owned());
     tool.output_schema = Some(Arc::new(spec.output_schema.clone()));
     tool.annotations = Some(annotations);
@@ -114,19 +154,28 @@ fn to_rmcp_result(outcome: Outcome) -> CallToolResult {
             ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
         })
         .collect();
-    let mut result = if outcome.is_error { CallToolResult::error(content) } else { CallToolResult::success(content) };
+    let mut result = if outcome.is_error {
+        CallToolResult::error(content)
+    } else {
+        CallToolResult::success(content)
+    };
     result.structured_content = Some(Value::Object(outcome.structured));
     result
 }
 
 fn not_offered(what: &str) -> McpError {
-    McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("this server offers no {what}; it offers tools only"), None)
+    McpError::new(
+        ErrorCode::METHOD_NOT_FOUND,
+        format!("this server offers no {what}; it offers tools only"),
+        None,
+    )
 }
 
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
         let capabilities = ServerCapabilities::builder().enable_tools().build();
-        let implementation = Implementation::new("toolgate", env!("CARGO_PKG_VERSION")).with_title("toolgate");
+        let implementation =
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")).with_title("toolgate");
         ServerConfig::new(capabilities).with_server_info(implementation).with_instructions(format!(
             "Three tools: {}. Read-only queries go to the read tool, code and state changes to the write tool, \
              language models and web search to the AI tool. Each tools/call is one metered call.",
@@ -155,21 +204,36 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let Some(caller) = caller_of(&context) else {
             tracing::error!("tools/call reached the MCP handler without an authenticated caller");
-            return Err(McpError::new(ErrorCode(INTERNAL_ERROR as i32), "internal error: no caller", None));
+            return Err(McpError::new(
+                ErrorCode(INTERNAL_ERROR as i32),
+                "internal error: no caller",
+                None,
+            ));
         };
         let spec = self.app.registry.tool(&request.name).cloned();
         match spec {
-            Some(spec) => self.call_registered(&spec, request, &caller).await.map(Into::into),
+            Some(spec) => self
+                .call_registered(&spec, request, &caller)
+                .await
+                .map(Into::into),
             None => {
                 #[cfg(feature = "conformance-fixtures")]
                 if let Some(result) = crate::fixtures::call(&request, &context).await {
                     return Ok(result.into());
                 }
                 self.metrics.rpc_error(METHOD_NOT_FOUND);
-                let shown: String = request.name.chars().filter(|c| !c.is_control()).take(64).collect();
+                let shown: String = request
+                    .name
+                    .chars()
+                    .filter(|c| !c.is_control())
+                    .take(64)
+                    .collect();
                 Err(McpError::new(
                     ErrorCode::METHOD_NOT_FOUND,
-                    format!("unknown tool `{shown}`; this server's tools are {}", self.tool_names),
+                    format!(
+                        "unknown tool `{shown}`; this server's tools are {}",
+                        self.tool_names
+                    ),
                     None,
                 ))
             }

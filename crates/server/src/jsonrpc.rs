@@ -26,9 +26,10 @@ pub fn error_response(status: StatusCode, code: i64, message: &str, id: Option<V
         "error": {"code": code, "message": message},
     });
     let mut response = (status, body.to_string()).into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -87,7 +88,8 @@ impl MessageInfo {
 
 /// Checks that `body` is one JSON-RPC 2.0 request, notification or response.
 pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
-    let value: Value = serde_json::from_slice(body).map_err(|err| Rejection::NotJson(describe_parse_error(&err)))?;
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|err| Rejection::NotJson(describe_parse_error(&err)))?;
     let object = match value {
         Value::Object(object) => object,
         Value::Array(_) => {
@@ -96,7 +98,12 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
                 None,
             ));
         }
-        _ => return Err(Rejection::NotJsonRpc("the body must be a JSON object", None)),
+        _ => {
+            return Err(Rejection::NotJsonRpc(
+                "the body must be a JSON object",
+                None,
+            ));
+        }
     };
     let id = object.get("id").cloned();
     let id_ok = match &id {
@@ -106,14 +113,23 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
         Some(_) => false,
     };
     if !id_ok {
-        return Err(Rejection::NotJsonRpc("`id` must be a string or an integer", None));
+        return Err(Rejection::NotJsonRpc(
+            "`id` must be a string or an integer",
+            None,
+        ));
     }
     if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return Err(Rejection::NotJsonRpc("`jsonrpc` must be the string \"2.0\"", id));
+        return Err(Rejection::NotJsonRpc(
+            "`jsonrpc` must be the string \"2.0\"",
+            id,
+        ));
     }
     match object.get("method") {
         Some(Value::String(method)) if !method.is_empty() => match object.get("params") {
-            None => Ok(MessageInfo { method: Some(method.clone()), per_request_version: false }),
+            None => Ok(MessageInfo {
+                method: Some(method.clone()),
+                per_request_version: false,
+            }),
             Some(Value::Object(params)) => Ok(MessageInfo {
                 method: Some(method.clone()),
                 per_request_version: params
@@ -123,7 +139,10 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
             }),
             Some(_) => Err(Rejection::NotJsonRpc("`params` must be an object", id)),
         },
-        Some(_) => Err(Rejection::NotJsonRpc("`method` must be a non-empty string", id)),
+        Some(_) => Err(Rejection::NotJsonRpc(
+            "`method` must be a non-empty string",
+            id,
+        )),
         None if id.is_some() && (object.contains_key("result") || object.contains_key("error")) => {
             Ok(MessageInfo::default())
         }
@@ -147,35 +166,71 @@ mod tests {
 
     #[test]
     fn classifies_bodies() {
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#), None);
-        assert_eq!(code(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#), None);
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#),
+            None
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+            None
+        );
         assert_eq!(code(br#"{"jsonrpc":"2.0","id":"a","result":{}}"#), None);
         assert_eq!(code(b"not json"), Some(PARSE_ERROR));
         assert_eq!(code(b""), Some(PARSE_ERROR));
-        assert_eq!(code(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"), Some(PARSE_ERROR));
+        assert_eq!(
+            code(b"{\"jsonrpc\":\"2.0\",\"method\":\"\xff\"}"),
+            Some(PARSE_ERROR)
+        );
         assert_eq!(code(b"[]"), Some(INVALID_REQUEST));
         assert_eq!(code(b"42"), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"id":1,"method":"tools/list"}"#), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#), Some(INVALID_REQUEST));
-        assert_eq!(code(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#), Some(INVALID_REQUEST));
+        assert_eq!(
+            code(br#"{"id":1,"method":"tools/list"}"#),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"1.0","id":1,"method":"x"}"#),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1.5,"method":"x"}"#),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":{},"method":"x"}"#),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            Some(INVALID_REQUEST)
+        );
+        assert_eq!(
+            code(br#"{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}"#),
+            Some(INVALID_REQUEST)
+        );
         assert_eq!(code(br#"{"jsonrpc":"2.0","id":1}"#), Some(INVALID_REQUEST));
     }
 
     #[test]
     fn tells_session_openers_apart() {
-        let legacy = check_message(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#).unwrap();
+        let legacy =
+            check_message(br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}"#)
+                .unwrap();
         assert!(legacy.opens_session());
         let modern = br#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
         assert!(!check_message(modern).unwrap().opens_session());
-        assert!(!check_message(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#).unwrap().opens_session());
+        assert!(
+            !check_message(br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#)
+                .unwrap()
+                .opens_session()
+        );
     }
 
     #[test]
     fn echoes_a_readable_id() {
         let rejection = check_message(br#"{"jsonrpc":"1.0","id":7,"method":"x"}"#).unwrap_err();
-        assert_eq!(rejection, Rejection::NotJsonRpc("`jsonrpc` must be the string \"2.0\"", Some(json!(7))));
+        assert_eq!(
+            rejection,
+            Rejection::NotJsonRpc("`jsonrpc` must be the string \"2.0\"", Some(json!(7)))
+        );
     }
 }

@@ -66,13 +66,21 @@ impl std::ops::Deref for Shared {
 }
 
 /// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops.
-pub fn router(app: App, settings: &HttpSettings, metrics: Arc<Metrics>, shutdown: CancellationToken) -> Router {
+pub fn router(
+    app: App,
+    settings: &HttpSettings,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Router {
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
     let handler = McpHandler::new(app.clone(), metrics.clone());
     let base = rmcp_config(settings, &origins, shutdown);
     let session_mcp = mcp_service(handler.clone(), base.clone().with_legacy_session_mode(true));
-    let stateless_mcp =
-        mcp_service(handler, base.with_legacy_session_mode(false).with_json_response(true));
+    let stateless_mcp = mcp_service(
+        handler,
+        base.with_legacy_session_mode(false)
+            .with_json_response(true),
+    );
     let shared = Shared(Arc::new(Inner {
         app,
         metrics,
@@ -91,11 +99,18 @@ pub fn router(app: App, settings: &HttpSettings, metrics: Arc<Metrics>, shutdown
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)
-        .layer(axum::middleware::from_fn_with_state(shared.clone(), routes::access_log))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            routes::access_log,
+        ))
         .with_state(shared)
 }
 
-fn rmcp_config(settings: &HttpSettings, origins: &Origins, shutdown: CancellationToken) -> StreamableHttpServerConfig {
+fn rmcp_config(
+    settings: &HttpSettings,
+    origins: &Origins,
+    shutdown: CancellationToken,
+) -> StreamableHttpServerConfig {
     let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "::1"].map(String::from).to_vec();
     if let Ok(uri) = settings.public_url.parse::<http::Uri>()
         && let Some(authority) = uri.authority()

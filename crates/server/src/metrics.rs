@@ -94,26 +94,66 @@ impl Metrics {
         let tool_calls = Family::<ToolLabels, Counter>::default();
         let tool_latency: Latency<ToolNameLabels> = Family::new_with_constructor(latency_histogram);
         let rpc_errors = Family::<CodeLabels, Counter>::default();
-        registry.register("http_requests", "HTTP requests by route, method and status", requests.clone());
-        registry.register("http_request_duration_seconds", "HTTP request latency by route", request_latency.clone());
-        registry.register("tool_calls", "tools/call requests by tool and outcome", tool_calls.clone());
-        registry.register("tool_call_duration_seconds", "tools/call latency by tool", tool_latency.clone());
-        registry.register("jsonrpc_errors", "JSON-RPC errors answered, by code", rpc_errors.clone());
-        Self { registry, requests, request_latency, tool_calls, tool_latency, rpc_errors }
+        registry.register(
+            "http_requests",
+            "HTTP requests by route, method and status",
+            requests.clone(),
+        );
+        registry.register(
+            "http_request_duration_seconds",
+            "HTTP request latency by route",
+            request_latency.clone(),
+        );
+        registry.register(
+            "tool_calls",
+            "tools/call requests by tool and outcome",
+            tool_calls.clone(),
+        );
+        registry.register(
+            "tool_call_duration_seconds",
+            "tools/call latency by tool",
+            tool_latency.clone(),
+        );
+        registry.register(
+            "jsonrpc_errors",
+            "JSON-RPC errors answered, by code",
+            rpc_errors.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            request_latency,
+            tool_calls,
+            tool_latency,
+            rpc_errors,
+        }
     }
 
     /// Counts one HTTP request.
     pub fn request(&self, route: &'static str, method: &'static str, status: u16, seconds: f64) {
-        self.requests.get_or_create(&RequestLabels { route, method, status }).inc();
-        self.request_latency.get_or_create(&RouteLabels { route }).observe(seconds);
+        self.requests
+            .get_or_create(&RequestLabels {
+                route,
+                method,
+                status,
+            })
+            .inc();
+        self.request_latency
+            .get_or_create(&RouteLabels { route })
+            .observe(seconds);
     }
 
     /// Counts one tool call.
     /// `tool` must be one of the registry's names, never caller-supplied text.
     pub fn tool_call(&self, tool: &str, outcome: ToolOutcome, seconds: f64) {
-        let labels = ToolLabels { tool: tool.to_owned(), outcome: outcome.label() };
+        let labels = ToolLabels {
+            tool: tool.to_owned(),
+            outcome: outcome.label(),
+        };
         self.tool_calls.get_or_create(&labels).inc();
-        self.tool_latency.get_or_create(&ToolNameLabels { tool: labels.tool }).observe(seconds);
+        self.tool_latency
+            .get_or_create(&ToolNameLabels { tool: labels.tool })
+            .observe(seconds);
     }
 
     /// Counts one JSON-RPC error answered.
@@ -142,9 +182,23 @@ mod tests {
         metrics.tool_call("svc_read", ToolOutcome::Refused, 0.002);
         metrics.rpc_error(-32002);
         let text = metrics.render();
-        assert!(text.contains(r#"toolgate_http_requests_total{route="/u/{api_key}",method="POST",status="200"} 1"#), "{text}");
-        assert!(text.contains(r#"toolgate_tool_calls_total{tool="svc_read",outcome="refused"} 1"#), "{text}");
-        assert!(text.contains(r#"toolgate_jsonrpc_errors_total{code="-32002"} 1"#), "{text}");
-        assert!(text.contains("toolgate_tool_call_duration_seconds_bucket"), "{text}");
+        assert!(
+            text.contains(
+                r#"toolgate_http_requests_total{route="/u/{api_key}",method="POST",status="200"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"toolgate_tool_calls_total{tool="svc_read",outcome="refused"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"toolgate_jsonrpc_errors_total{code="-32002"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains("toolgate_tool_call_duration_seconds_bucket"),
+            "{text}"
+        );
     }
 }

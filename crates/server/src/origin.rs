@@ -64,7 +64,10 @@ mod tests {
 
     #[test]
     fn public_origin_and_list_pass_others_fail() {
-        let origins = Origins::new("https://Tools.Example.com/base", &["http://localhost:6274".into()]);
+        let origins = Origins::new(
+            "https://Tools.Example.com/base",
+            &["http://localhost:6274".into()],
+        );
         assert!(origins.permits(&HeaderMap::new()));
         assert!(origins.permits(&with_origin("https://tools.example.com")));
         assert!(origins.permits(&with_origin("https://tools.example.com:443")));

@@ -18,10 +18,18 @@ pub async fn billing_status(State(state): State<Shared>, request: Request) -> Re
         Err(err) => return entry::refuse(&state, &err),
     };
     match state.app.meter.status(&account).await {
-        Ok(status) => json(StatusCode::OK, serde_json::to_string(&status).unwrap_or_default()),
+        Ok(status) => json(
+            StatusCode::OK,
+            serde_json::to_string(&status).unwrap_or_default(),
+        ),
         Err(err) => {
             tracing::error!(error = %err, "billing status failed");
-            error_response(StatusCode::SERVICE_UNAVAILABLE, INTERNAL_ERROR, "billing status is temporarily unavailable; please retry", None)
+            error_response(
+                StatusCode::SERVICE_UNAVAILABLE,
+                INTERNAL_ERROR,
+                "billing status is temporarily unavailable; please retry",
+                None,
+            )
         }
     }
 }
@@ -47,7 +55,10 @@ pub async fn not_found() -> Response {
 
 fn json(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     response
 }
 
@@ -60,7 +71,9 @@ pub async fn access_log(State(state): State<Shared>, request: Request, next: Nex
     let response = next.run(request).await;
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
-    state.metrics.request(route, method, status, elapsed.as_secs_f64());
+    state
+        .metrics
+        .request(route, method, status, elapsed.as_secs_f64());
     tracing::info!(target: "toolgate::access", method, path = %shown, status, micros = elapsed.as_micros() as u64);
     response
 }

@@ -21,12 +21,17 @@ const PRUNE_ABOVE: usize = 4096;
 impl SessionOwners {
     /// A map forgetting sessions idle for `idle_limit`.
     pub fn new(idle_limit: Duration) -> Self {
-        Self { owners: Mutex::new(HashMap::new()), idle_limit }
+        Self {
+            owners: Mutex::new(HashMap::new()),
+            idle_limit,
+        }
     }
 
     /// Records that `account` opened `session`.
     pub fn record(&self, session: &str, account: &AccountId) {
-        let Ok(mut owners) = self.owners.lock() else { return };
+        let Ok(mut owners) = self.owners.lock() else {
+            return;
+        };
         let now = Instant::now();
         if owners.len() > PRUNE_ABOVE {
             let limit = self.idle_limit;
@@ -38,7 +43,9 @@ impl SessionOwners {
     /// `false` when `session` belongs to another account. Unknown sessions pass: rmcp answers
     /// those with 404 itself.
     pub fn permits(&self, session: &str, account: &AccountId) -> bool {
-        let Ok(mut owners) = self.owners.lock() else { return false };
+        let Ok(mut owners) = self.owners.lock() else {
+            return false;
+        };
         match owners.get_mut(session) {
             Some((owner, used)) if owner == account => {
                 *used = Instant::now();

@@ -21,10 +21,19 @@ pub fn negotiate(headers: &mut HeaderMap) -> Accepts {
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(','))
-        .map(|item| item.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|item| {
+            item.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .collect();
     let sse = listed.iter().any(|t| t == "text/event-stream");
-    headers.insert(header::ACCEPT, HeaderValue::from_static("application/json, text/event-stream"));
+    headers.insert(
+        header::ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
     Accepts { sse }
 }
 
@@ -43,14 +52,20 @@ pub async fn inline_if_needed(response: Response, accepts: Accepts) -> Response 
         return response;
     }
     let (mut parts, body) = response.into_parts();
-    let bytes = match http_body_util::Limited::new(body, MAX_BUFFERED).collect().await {
+    let bytes = match http_body_util::Limited::new(body, MAX_BUFFERED)
+        .collect()
+        .await
+    {
         Ok(collected) => collected.to_bytes(),
         Err(_) => return Response::from_parts(parts, Body::empty()),
     };
     let Some(message) = last_response_event(&String::from_utf8_lossy(&bytes)) else {
         return Response::from_parts(parts, Body::from(bytes));
     };
-    parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(header::CACHE_CONTROL);
     Response::from_parts(parts, Body::from(message))
@@ -66,7 +81,8 @@ fn last_response_event(stream: &str) -> Option<String> {
             .map(|d| d.strip_prefix(' ').unwrap_or(d))
             .collect();
         let data = data.join("\n");
-        if let Ok(serde_json::Value::Object(object)) = serde_json::from_str::<serde_json::Value>(&data)
+        if let Ok(serde_json::Value::Object(object)) =
+            serde_json::from_str::<serde_json::Value>(&data)
             && (object.contains_key("result") || object.contains_key("error"))
         {
             found = Some(data);
@@ -83,15 +99,24 @@ mod tests {
     fn accept_is_rewritten_and_remembered() {
         let mut headers = HeaderMap::new();
         assert!(!negotiate(&mut headers).sse);
-        assert_eq!(headers[header::ACCEPT], "application/json, text/event-stream");
-        headers.insert(header::ACCEPT, HeaderValue::from_static("application/json;q=1, Text/Event-Stream"));
+        assert_eq!(
+            headers[header::ACCEPT],
+            "application/json, text/event-stream"
+        );
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json;q=1, Text/Event-Stream"),
+        );
         assert!(negotiate(&mut headers).sse);
     }
 
     #[test]
     fn finds_the_response_among_events() {
         let stream = "id: 0\ndata: \n\nevent: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\n\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}\n\n";
-        assert_eq!(last_response_event(stream).as_deref(), Some("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}"));
+        assert_eq!(
+            last_response_event(stream).as_deref(),
+            Some("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}")
+        );
         assert_eq!(last_response_event("data: nope\n\n"), None);
     }
 }

@@ -62,7 +62,10 @@ async fn run_writer(pool: SqlitePool, mut receiver: mpsc::Receiver<AdmitJob>) {
 async fn decide_batch(pool: &SqlitePool, batch: &[AdmitJob]) -> Vec<Result<Admission, StoreError>> {
     let fail_all = |error: StoreError| {
         let text = error.to_string();
-        batch.iter().map(|_| Err(StoreError::Unavailable(text.clone()))).collect()
+        batch
+            .iter()
+            .map(|_| Err(StoreError::Unavailable(text.clone())))
+            .collect()
     };
     let mut tx = match pool.begin_with("BEGIN IMMEDIATE").await {
         Ok(tx) => tx,
@@ -113,7 +116,9 @@ async fn decide_one(conn: &mut SqliteConnection, job: &AdmitJob) -> Result<Admis
     match balance {
         Some(balance) => {
             record(conn, job, "wallet", job.paid_call_cost).await?;
-            Ok(Admission::Paid { balance_after: Micros(balance) })
+            Ok(Admission::Paid {
+                balance_after: Micros(balance),
+            })
         }
         None => Ok(Admission::Refused),
     }

@@ -6,6 +6,7 @@
 //! answer only after its ledger row is durable.
 
 mod admit;
+mod epoch;
 mod rows;
 
 use std::path::Path;
@@ -20,11 +21,12 @@ use toolgate_domain::{
     Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
 };
 use toolgate_store::{
-    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns, key_hash_from_column,
-    now_millis,
+    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns,
+    key_hash_from_column, now_millis,
 };
 
 use crate::admit::AdmitJob;
+use crate::epoch::KeyEpoch;
 use crate::rows::map_error;
 
 /// How hard a commit waits for the disk.
@@ -42,7 +44,9 @@ impl FromStr for Durability {
         match raw {
             "full" => Ok(Self::Full),
             "normal" => Ok(Self::Normal),
-            _ => Err(format!("sqlite durability must be 'full' or 'normal', not {raw:?}")),
+            _ => Err(format!(
+                "sqlite durability must be 'full' or 'normal', not {raw:?}"
+            )),
         }
     }
 }
@@ -53,14 +57,16 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     admissions: mpsc::Sender<AdmitJob>,
+    key_epoch: std::sync::Arc<KeyEpoch>,
 }
 
 impl SqliteStore {
     /// Opens (creating and migrating when needed) the database file at `path`.
     pub async fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent)
-                .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", parent.display())))?;
+            std::fs::create_dir_all(parent).map_err(|e| {
+                StoreError::Unavailable(format!("cannot create {}: {e}", parent.display()))
+            })?;
         }
         let synchronous = match durability {
             Durability::Full => SqliteSynchronous::Full,
@@ -88,7 +94,15 @@ impl SqliteStore {
             .await
             .map_err(map_error)?;
         let admissions = admit::spawn_writer(writer.clone());
-        Ok(Self { writer, reader, admissions })
+        let key_epoch = KeyEpoch::beside(path).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create the key epoch file: {e}"))
+        })?;
+        Ok(Self {
+            writer,
+            reader,
+            admissions,
+            key_epoch: std::sync::Arc::new(key_epoch),
+        })
     }
 }
 
@@ -112,7 +126,10 @@ impl Accounts for SqliteStore {
         })
     }
 
-    async fn find_by_key_hash(&self, hash: &KeyHash) -> Result<Option<(Account, KeyHash)>, StoreError> {
+    async fn find_by_key_hash(
+        &self,
+        hash: &KeyHash,
+    ) -> Result<Option<(Account, KeyHash)>, StoreError> {
         let row: Option<(String, String, String, Vec<u8>)> =
             sqlx::query_as("SELECT id, email, tier, key_hash FROM accounts WHERE key_hash = ?1")
                 .bind(&hash.as_bytes()[..])
@@ -120,7 +137,10 @@ impl Accounts for SqliteStore {
                 .await
                 .map_err(map_error)?;
         row.map(|(id, email, tier, stored)| {
-            Ok((account_from_columns(id, &email, tier)?, key_hash_from_column(&stored)?))
+            Ok((
+                account_from_columns(id, &email, tier)?,
+                key_hash_from_column(&stored)?,
+            ))
         })
         .transpose()
     }
@@ -132,18 +152,45 @@ impl Accounts for SqliteStore {
                 .fetch_optional(&self.reader)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier)| account_from_columns(id, &email, tier)).transpose()
+        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
+            .transpose()
+    }
+
+    fn key_epoch(&self) -> Option<u64> {
+        self.key_epoch.current()
     }
 
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
-        let done = sqlx::query("UPDATE accounts SET key_hash = ?1, key_rotated_at = ?2 WHERE id = ?3")
-            .bind(&new_hash.as_bytes()[..])
-            .bind(now_millis())
-            .bind(account.as_str())
-            .execute(&self.writer)
-            .await
-            .map_err(map_error)?;
-        if done.rows_affected() == 1 { Ok(()) } else { Err(StoreError::NotFound) }
+        // Bumped before and after the commit: a reader that looked the key up in between
+        // tagged it with the first token, so the second bump invalidates it.
+        self.bump_key_epoch()?;
+        let result = self.write_key(account, new_hash).await;
+        self.bump_key_epoch()?;
+        result
+    }
+}
+
+impl SqliteStore {
+    fn bump_key_epoch(&self) -> Result<(), StoreError> {
+        self.key_epoch
+            .bump()
+            .map_err(|e| StoreError::Unavailable(format!("cannot bump the key epoch: {e}")))
+    }
+
+    async fn write_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
+        let done =
+            sqlx::query("UPDATE accounts SET key_hash = ?1, key_rotated_at = ?2 WHERE id = ?3")
+                .bind(&new_hash.as_bytes()[..])
+                .bind(now_millis())
+                .bind(account.as_str())
+                .execute(&self.writer)
+                .await
+                .map_err(map_error)?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::NotFound)
+        }
     }
 }
 
@@ -168,12 +215,15 @@ impl Metering for SqliteStore {
         reference: &str,
     ) -> Result<(Micros, bool), StoreError> {
         let mut tx = self.writer.begin().await.map_err(map_error)?;
-        let balance: Option<i64> = sqlx::query_scalar("SELECT wallet_micros FROM accounts WHERE id = ?1")
-            .bind(account.as_str())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(map_error)?;
-        let Some(balance) = balance else { return Err(StoreError::NotFound) };
+        let balance: Option<i64> =
+            sqlx::query_scalar("SELECT wallet_micros FROM accounts WHERE id = ?1")
+                .bind(account.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_error)?;
+        let Some(balance) = balance else {
+            return Err(StoreError::NotFound);
+        };
         let inserted = sqlx::query(
             "INSERT INTO wallet_credits (reference, account_id, amount_micros, created_at)
              VALUES (?1, ?2, ?3, ?4) ON CONFLICT (reference) DO NOTHING",
@@ -200,7 +250,11 @@ impl Metering for SqliteStore {
         Ok((Micros(balance), true))
     }
 
-    async fn usage(&self, account: &AccountId, month: &MonthKey) -> Result<UsageSnapshot, StoreError> {
+    async fn usage(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<UsageSnapshot, StoreError> {
         let row: Option<(i64, Option<i64>)> = sqlx::query_as(
             "SELECT a.wallet_micros, u.free_used FROM accounts a
              LEFT JOIN monthly_usage u ON u.account_id = a.id AND u.month = ?2
@@ -212,10 +266,17 @@ impl Metering for SqliteStore {
         .await
         .map_err(map_error)?;
         let (wallet, free_used) = row.ok_or(StoreError::NotFound)?;
-        Ok(UsageSnapshot { free_used: free_used.unwrap_or(0), wallet: Micros(wallet) })
+        Ok(UsageSnapshot {
+            free_used: free_used.unwrap_or(0),
+            wallet: Micros(wallet),
+        })
     }
 
-    async fn ledger_counts(&self, account: &AccountId, month: &MonthKey) -> Result<(i64, i64), StoreError> {
+    async fn ledger_counts(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<(i64, i64), StoreError> {
         let (free, paid): (i64, i64) = sqlx::query_as(
             "SELECT COALESCE(SUM(paid_from = 'free'), 0), COALESCE(SUM(paid_from = 'wallet'), 0)
              FROM call_ledger WHERE account_id = ?1 AND month = ?2",

@@ -21,14 +21,22 @@ async fn reopening_keeps_data_and_migrations_are_idempotent() {
     let email = toolgate_domain::Email::parse("reopen@example.org").unwrap();
     {
         let store = SqliteStore::open(&path, Durability::Normal).await.unwrap();
-        let key = toolgate_domain::ApiKey::generate(&toolgate_domain::Brand::parse("svc").unwrap()).unwrap();
+        let key = toolgate_domain::ApiKey::generate(&toolgate_domain::Brand::parse("svc").unwrap())
+            .unwrap();
         let account = toolgate_store::NewAccount {
             id: toolgate_domain::AccountId::generate(),
             email: email.clone(),
             key_hash: key.hash(),
         };
-        toolgate_store::Accounts::create_account(&store, &account).await.unwrap();
+        toolgate_store::Accounts::create_account(&store, &account)
+            .await
+            .unwrap();
     }
     let store = SqliteStore::open(&path, Durability::Normal).await.unwrap();
-    assert!(toolgate_store::Accounts::find_by_email(&store, &email).await.unwrap().is_some());
+    assert!(
+        toolgate_store::Accounts::find_by_email(&store, &email)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

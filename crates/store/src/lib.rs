@@ -4,7 +4,9 @@
 //! binary picks one at start-up and hands the rest of the service an `Arc<dyn Store>`.
 
 use async_trait::async_trait;
-use toolgate_domain::{Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot};
+use toolgate_domain::{
+    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
+};
 
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -56,10 +58,19 @@ pub trait Accounts: Send + Sync {
     async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError>;
 
     /// The account whose current key hashes to `hash`. `Ok(None)`: no such key, or it was rotated away.
-    async fn find_by_key_hash(&self, hash: &KeyHash) -> Result<Option<(Account, KeyHash)>, StoreError>;
+    async fn find_by_key_hash(
+        &self,
+        hash: &KeyHash,
+    ) -> Result<Option<(Account, KeyHash)>, StoreError>;
 
     /// The account registered under `email`. `Ok(None)`: none.
     async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError>;
+
+    /// A token that changes whenever any account's key changes, by this process or another,
+    /// readable without a query. `None`: the backend offers none, so keys must not be cached.
+    fn key_epoch(&self) -> Option<u64> {
+        None
+    }
 
     /// Replaces the account's key; the old hash stops matching when this returns.
     /// `Err(NotFound)` when there is no such account.
@@ -84,10 +95,18 @@ pub trait Metering: Send + Sync {
     ) -> Result<(Micros, bool), StoreError>;
 
     /// Free calls used in `month` and the wallet balance. `Err(NotFound)` for an unknown account.
-    async fn usage(&self, account: &AccountId, month: &MonthKey) -> Result<UsageSnapshot, StoreError>;
+    async fn usage(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<UsageSnapshot, StoreError>;
 
     /// Number of ledger rows for the account in `month`, split into (free, paid).
-    async fn ledger_counts(&self, account: &AccountId, month: &MonthKey) -> Result<(i64, i64), StoreError>;
+    async fn ledger_counts(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<(i64, i64), StoreError>;
 }
 
 /// Everything the service stores.
@@ -99,7 +118,11 @@ impl<T: Accounts + Metering> Store for T {}
 pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {
     let email = Email::parse(email)
         .map_err(|_| StoreError::Unavailable("corrupt accounts row: email".to_owned()))?;
-    Ok(Account { id: AccountId::from_stored(id), email, tier })
+    Ok(Account {
+        id: AccountId::from_stored(id),
+        email,
+        tier,
+    })
 }
 
 /// Rebuilds a key hash from its stored bytes.

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey};
 
-use toolgate_domain::time_reexport as time;
 use crate::{CallCharge, NewAccount, Store, StoreError};
+use toolgate_domain::time_reexport as time;
 
 fn new_account(email: &str) -> (NewAccount, ApiKey) {
     let key = ApiKey::generate(&Brand::parse("svc").unwrap()).unwrap();
@@ -45,19 +45,40 @@ async fn accounts_and_keys(store: &dyn Store, tag: &str) {
     assert_eq!(created.tier, "free");
 
     let (duplicate, _) = new_account(&format!("keys-{tag}@example.org"));
-    assert!(matches!(store.create_account(&duplicate).await, Err(StoreError::Conflict(_))));
+    assert!(matches!(
+        store.create_account(&duplicate).await,
+        Err(StoreError::Conflict(_))
+    ));
 
     let (found, hash) = store.find_by_key_hash(&key.hash()).await.unwrap().unwrap();
     assert_eq!(found.id, account.id);
     assert!(hash == key.hash());
     let by_email = store.find_by_email(&account.email).await.unwrap().unwrap();
     assert_eq!(by_email.id, account.id);
-    assert!(store.find_by_email(&Email::parse("nobody@example.org").unwrap()).await.unwrap().is_none());
+    assert!(
+        store
+            .find_by_email(&Email::parse("nobody@example.org").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     let new_key = ApiKey::generate(&Brand::parse("svc").unwrap()).unwrap();
-    store.replace_key(&account.id, &new_key.hash()).await.unwrap();
-    assert!(store.find_by_key_hash(&key.hash()).await.unwrap().is_none(), "old key must stop working");
-    assert!(store.find_by_key_hash(&new_key.hash()).await.unwrap().is_some());
+    store
+        .replace_key(&account.id, &new_key.hash())
+        .await
+        .unwrap();
+    assert!(
+        store.find_by_key_hash(&key.hash()).await.unwrap().is_none(),
+        "old key must stop working"
+    );
+    assert!(
+        store
+            .find_by_key_hash(&new_key.hash())
+            .await
+            .unwrap()
+            .is_some()
+    );
     assert!(matches!(
         store.replace_key(&AccountId::generate(), &key.hash()).await,
         Err(StoreError::NotFound)
@@ -73,29 +94,54 @@ async fn allowance_then_wallet_then_refusal(store: &dyn Store, tag: &str) {
     store.create_account(&account).await.unwrap();
     let month = MonthKey::now();
     let call = charge(&account.id, &month, 2);
-    assert_eq!(store.admit_call(&call).await.unwrap(), Admission::Free { free_used: 1 });
-    assert_eq!(store.admit_call(&call).await.unwrap(), Admission::Free { free_used: 2 });
+    assert_eq!(
+        store.admit_call(&call).await.unwrap(),
+        Admission::Free { free_used: 1 }
+    );
+    assert_eq!(
+        store.admit_call(&call).await.unwrap(),
+        Admission::Free { free_used: 2 }
+    );
     assert_eq!(store.admit_call(&call).await.unwrap(), Admission::Refused);
 
-    store.credit_wallet(&account.id, Micros(20_000), &format!("meter-{tag}")).await.unwrap();
+    store
+        .credit_wallet(&account.id, Micros(20_000), &format!("meter-{tag}"))
+        .await
+        .unwrap();
     assert_eq!(
         store.admit_call(&call).await.unwrap(),
-        Admission::Paid { balance_after: Micros(12_000) }
+        Admission::Paid {
+            balance_after: Micros(12_000)
+        }
     );
     assert_eq!(
         store.admit_call(&call).await.unwrap(),
-        Admission::Paid { balance_after: Micros(4_000) }
+        Admission::Paid {
+            balance_after: Micros(4_000)
+        }
     );
-    assert_eq!(store.admit_call(&call).await.unwrap(), Admission::Refused, "4,000 cannot pay 8,000");
+    assert_eq!(
+        store.admit_call(&call).await.unwrap(),
+        Admission::Refused,
+        "4,000 cannot pay 8,000"
+    );
     let usage = store.usage(&account.id, &month).await.unwrap();
     assert_eq!((usage.free_used, usage.wallet), (2, Micros(4_000)));
-    assert_eq!(store.ledger_counts(&account.id, &month).await.unwrap(), (2, 2));
+    assert_eq!(
+        store.ledger_counts(&account.id, &month).await.unwrap(),
+        (2, 2)
+    );
 
     let none_free = charge(&account.id, &month, 0);
-    store.credit_wallet(&account.id, Micros(4_000), &format!("meter2-{tag}")).await.unwrap();
+    store
+        .credit_wallet(&account.id, Micros(4_000), &format!("meter2-{tag}"))
+        .await
+        .unwrap();
     assert_eq!(
         store.admit_call(&none_free).await.unwrap(),
-        Admission::Paid { balance_after: Micros::ZERO }
+        Admission::Paid {
+            balance_after: Micros::ZERO
+        }
     );
 }
 
@@ -103,12 +149,24 @@ async fn credits_apply_once_per_reference(store: &dyn Store, tag: &str) {
     let (account, _) = new_account(&format!("credit-{tag}@example.org"));
     store.create_account(&account).await.unwrap();
     let reference = format!("evt-{tag}");
-    let first = store.credit_wallet(&account.id, Micros(5_000_000), &reference).await.unwrap();
-    let again = store.credit_wallet(&account.id, Micros(5_000_000), &reference).await.unwrap();
+    let first = store
+        .credit_wallet(&account.id, Micros(5_000_000), &reference)
+        .await
+        .unwrap();
+    let again = store
+        .credit_wallet(&account.id, Micros(5_000_000), &reference)
+        .await
+        .unwrap();
     assert_eq!(first, (Micros(5_000_000), true));
-    assert_eq!(again, (Micros(5_000_000), false), "a reference credits once");
+    assert_eq!(
+        again,
+        (Micros(5_000_000), false),
+        "a reference credits once"
+    );
     assert!(matches!(
-        store.credit_wallet(&AccountId::generate(), Micros(1), &format!("x-{tag}")).await,
+        store
+            .credit_wallet(&AccountId::generate(), Micros(1), &format!("x-{tag}"))
+            .await,
         Err(StoreError::NotFound)
     ));
 }
@@ -118,10 +176,25 @@ async fn months_are_counted_apart(store: &dyn Store, tag: &str) {
     store.create_account(&account).await.unwrap();
     let october = MonthKey::containing(time_at(2026, 10));
     let november = MonthKey::containing(time_at(2026, 11));
-    assert!(store.admit_call(&charge(&account.id, &october, 1)).await.unwrap().admitted());
-    assert_eq!(store.admit_call(&charge(&account.id, &october, 1)).await.unwrap(), Admission::Refused);
+    assert!(
+        store
+            .admit_call(&charge(&account.id, &october, 1))
+            .await
+            .unwrap()
+            .admitted()
+    );
     assert_eq!(
-        store.admit_call(&charge(&account.id, &november, 1)).await.unwrap(),
+        store
+            .admit_call(&charge(&account.id, &october, 1))
+            .await
+            .unwrap(),
+        Admission::Refused
+    );
+    assert_eq!(
+        store
+            .admit_call(&charge(&account.id, &november, 1))
+            .await
+            .unwrap(),
         Admission::Free { free_used: 1 }
     );
 }
@@ -134,21 +207,28 @@ fn time_at(year: i32, month: u8) -> time::OffsetDateTime {
         .assume_utc()
 }
 
-
-
 async fn concurrent_calls_are_counted_exactly(store: Arc<dyn Store>, tag: &str) {
     let (account, _) = new_account(&format!("burst-{tag}@example.org"));
     store.create_account(&account).await.unwrap();
-    store.credit_wallet(&account.id, Micros(5_000_000), &format!("burst-{tag}")).await.unwrap();
+    store
+        .credit_wallet(&account.id, Micros(5_000_000), &format!("burst-{tag}"))
+        .await
+        .unwrap();
     let month = MonthKey::now();
     let tasks = (0..1000).map(|_| {
         let (store, id, month) = (store.clone(), account.id.clone(), month.clone());
         tokio::spawn(async move { store.admit_call(&charge(&id, &month, 10)).await.unwrap() })
     });
     let outcomes = futures::future::join_all(tasks).await;
-    let admitted = outcomes.into_iter().filter(|o| o.as_ref().unwrap().admitted()).count();
+    let admitted = outcomes
+        .into_iter()
+        .filter(|o| o.as_ref().unwrap().admitted())
+        .count();
     assert_eq!(admitted, 635, "10 free + 5.00 / 0.008 paid");
     let usage = store.usage(&account.id, &month).await.unwrap();
     assert_eq!((usage.free_used, usage.wallet), (10, Micros::ZERO));
-    assert_eq!(store.ledger_counts(&account.id, &month).await.unwrap(), (10, 625));
+    assert_eq!(
+        store.ledger_counts(&account.id, &month).await.unwrap(),
+        (10, 625)
+    );
 }

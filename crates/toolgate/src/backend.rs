@@ -16,10 +16,14 @@ pub const SQLITE_FILE: &str = "toolgate.db";
 pub async fn open(settings: &Settings) -> Result<Arc<dyn Store>> {
     match settings.database_url.as_deref() {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            let store = PgStore::connect(url).await.context("cannot open the PostgreSQL database")?;
+            let store = PgStore::connect(url)
+                .await
+                .context("cannot open the PostgreSQL database")?;
             Ok(Arc::new(store))
         }
-        Some(_) => bail!("database_url must start with postgres:// or postgresql:// (leave it unset for the embedded SQLite file)"),
+        Some(_) => bail!(
+            "database_url must start with postgres:// or postgresql:// (leave it unset for the embedded SQLite file)"
+        ),
         None => {
             let durability: Durability = settings
                 .sqlite_synchronous

@@ -8,7 +8,12 @@ use crate::config::Settings;
 
 async fn app(settings: &Settings) -> Result<App> {
     let store = crate::backend::open(settings).await?;
-    Ok(App::new(store, settings.brand()?, settings.pricing()?, &settings.public_url()?))
+    Ok(App::new(
+        store,
+        settings.brand()?,
+        settings.pricing()?,
+        &settings.public_url()?,
+    ))
 }
 
 fn print_json(value: &impl Serialize) -> Result<()> {
@@ -29,7 +34,16 @@ pub async fn rotate_key(settings: &Settings, email: &str) -> Result<()> {
 }
 
 /// `wallet credit --email E --usd AMOUNT`.
-pub async fn credit_wallet(settings: &Settings, email: &str, usd: &str, reference: Option<&str>) -> Result<()> {
-    let status = app(settings).await?.admin.credit_wallet(email, usd, reference).await?;
+pub async fn credit_wallet(
+    settings: &Settings,
+    email: &str,
+    usd: &str,
+    reference: Option<&str>,
+) -> Result<()> {
+    let status = app(settings)
+        .await?
+        .admin
+        .credit_wallet(email, usd, reference)
+        .await?;
     print_json(&status)
 }

@@ -19,7 +19,12 @@ pub struct Settings {
     pub data_dir: Option<PathBuf>,
 
     /// postgres://user:pass@host:port/db to use PostgreSQL instead of the embedded SQLite file
-    #[arg(long, env = "TOOLGATE_DATABASE_URL", global = true, hide_env_values = true)]
+    #[arg(
+        long,
+        env = "TOOLGATE_DATABASE_URL",
+        global = true,
+        hide_env_values = true
+    )]
     pub database_url: Option<String>,
 
     /// The URL clients reach this server at; personal URLs and the allowed Origin derive from it
@@ -53,12 +58,22 @@ pub struct Settings {
 
     /// Further browser origins allowed to call the MCP endpoints, comma-separated
     /// (the public URL's origin is always allowed)
-    #[arg(long, env = "TOOLGATE_ALLOWED_ORIGINS", global = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "TOOLGATE_ALLOWED_ORIGINS",
+        global = true,
+        value_delimiter = ','
+    )]
     pub allowed_origins: Option<Vec<String>>,
 
     /// Further Host header values accepted, comma-separated (the public URL's host and loopback
     /// are always accepted)
-    #[arg(long, env = "TOOLGATE_ALLOWED_HOSTS", global = true, value_delimiter = ',')]
+    #[arg(
+        long,
+        env = "TOOLGATE_ALLOWED_HOSTS",
+        global = true,
+        value_delimiter = ','
+    )]
     pub allowed_hosts: Option<Vec<String>>,
 
     /// Largest request body accepted, in bytes [default: 10485760]
@@ -85,24 +100,47 @@ impl Settings {
     /// Fills every option not given on the command line or in the environment from `file`.
     pub fn merged_with_file(mut self, file: Option<&Path>) -> Result<Self> {
         let Some(path) = file else { return Ok(self) };
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
-        let from_file: Settings =
-            toml::from_str(&text).with_context(|| format!("invalid config file {}", path.display()))?;
-        fill!(self, from_file, data_dir, database_url, public_url, listen, brand, free_monthly_calls,
-            paid_call_cost_usd, min_topup_usd, max_topup_usd, allowed_origins, allowed_hosts,
-            max_request_bytes, sqlite_synchronous, log);
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        let from_file: Settings = toml::from_str(&text)
+            .with_context(|| format!("invalid config file {}", path.display()))?;
+        fill!(
+            self,
+            from_file,
+            data_dir,
+            database_url,
+            public_url,
+            listen,
+            brand,
+            free_monthly_calls,
+            paid_call_cost_usd,
+            min_topup_usd,
+            max_topup_usd,
+            allowed_origins,
+            allowed_hosts,
+            max_request_bytes,
+            sqlite_synchronous,
+            log
+        );
         Ok(self)
     }
 
     /// The data directory.
     pub fn data_dir(&self) -> PathBuf {
-        self.data_dir.clone().unwrap_or_else(|| PathBuf::from("./toolgate-data"))
+        self.data_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("./toolgate-data"))
     }
 
     /// The public base URL, without a trailing slash.
     pub fn public_url(&self) -> Result<String> {
-        let url = self.public_url.clone().unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
-        let parsed: http::Uri = url.parse().with_context(|| format!("public_url {url:?} is not a URL"))?;
+        let url = self
+            .public_url
+            .clone()
+            .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+        let parsed: http::Uri = url
+            .parse()
+            .with_context(|| format!("public_url {url:?} is not a URL"))?;
         if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
             bail!("public_url {url:?} must be an http:// or https:// URL with a host");
         }
@@ -111,7 +149,8 @@ impl Settings {
 
     /// The listening address.
     pub fn listen(&self) -> SocketAddr {
-        self.listen.unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)))
+        self.listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 8080)))
     }
 
     /// The brand.
@@ -133,13 +172,19 @@ impl Settings {
                 },
             }
         };
-        let free = self.free_monthly_calls.unwrap_or(defaults.free_monthly_calls);
+        let free = self
+            .free_monthly_calls
+            .unwrap_or(defaults.free_monthly_calls);
         if free < 0 {
             bail!("free_monthly_calls must not be negative");
         }
         let pricing = Pricing {
             free_monthly_calls: free,
-            paid_call_cost: usd("paid_call_cost_usd", &self.paid_call_cost_usd, defaults.paid_call_cost)?,
+            paid_call_cost: usd(
+                "paid_call_cost_usd",
+                &self.paid_call_cost_usd,
+                defaults.paid_call_cost,
+            )?,
             min_topup: usd("min_topup_usd", &self.min_topup_usd, defaults.min_topup)?,
             max_topup: usd("max_topup_usd", &self.max_topup_usd, defaults.max_topup)?,
         };
@@ -171,12 +216,22 @@ mod tests {
     fn flags_win_over_the_file_and_the_file_over_defaults() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("toolgate.toml");
-        std::fs::write(&file, "brand = \"acme\"\nfree_monthly_calls = 7\nallowed_origins = [\"https://a.example\"]\n").unwrap();
-        let given = Settings { free_monthly_calls: Some(3), ..Settings::default() };
+        std::fs::write(
+            &file,
+            "brand = \"acme\"\nfree_monthly_calls = 7\nallowed_origins = [\"https://a.example\"]\n",
+        )
+        .unwrap();
+        let given = Settings {
+            free_monthly_calls: Some(3),
+            ..Settings::default()
+        };
         let merged = given.merged_with_file(Some(&file)).unwrap();
         assert_eq!(merged.free_monthly_calls, Some(3));
         assert_eq!(merged.brand().unwrap().tool_name("read"), "acme_read");
-        assert_eq!(merged.allowed_origins.as_deref(), Some(&["https://a.example".to_owned()][..]));
+        assert_eq!(
+            merged.allowed_origins.as_deref(),
+            Some(&["https://a.example".to_owned()][..])
+        );
         assert_eq!(merged.pricing().unwrap().free_monthly_calls, 3);
         assert_eq!(merged.listen().to_string(), "127.0.0.1:8080");
     }
@@ -186,11 +241,19 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("bad.toml");
         std::fs::write(&file, "brnad = \"x\"\n").unwrap();
-        let err = Settings::default().merged_with_file(Some(&file)).unwrap_err();
+        let err = Settings::default()
+            .merged_with_file(Some(&file))
+            .unwrap_err();
         assert!(format!("{err:#}").contains("brnad"), "{err:#}");
-        let bad_price = Settings { paid_call_cost_usd: Some("abc".into()), ..Settings::default() };
+        let bad_price = Settings {
+            paid_call_cost_usd: Some("abc".into()),
+            ..Settings::default()
+        };
         assert!(format!("{:#}", bad_price.pricing().unwrap_err()).contains("paid_call_cost_usd"));
-        let bad_url = Settings { public_url: Some("ftp://x".into()), ..Settings::default() };
+        let bad_url = Settings {
+            public_url: Some("ftp://x".into()),
+            ..Settings::default()
+        };
         assert!(bad_url.public_url().is_err());
     }
 }

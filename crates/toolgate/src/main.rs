@@ -12,6 +12,11 @@ use clap::{Parser, Subcommand};
 
 use crate::config::Settings;
 
+// Many small, short-lived allocations per request (JSON values, rmcp messages): mimalloc's
+// thread-local free lists beat glibc malloc's arenas here.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A hosted tool-execution service: three MCP tools behind one personal URL.
 ///
 /// Every option is also read from the environment (TOOLGATE_<OPTION>, e.g. TOOLGATE_DATA_DIR)
@@ -82,19 +87,33 @@ fn main() -> ExitCode {
         Ok(settings) => settings,
         Err(err) => return fail(&err),
     };
-    serve::init_logging(settings.log.as_deref(), matches!(cli.command, Command::Serve));
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let _log_guard = serve::init_logging(
+        settings.log.as_deref(),
+        matches!(cli.command, Command::Serve),
+    );
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
-        Err(err) => return fail(&anyhow::Error::new(err).context("cannot start the async runtime")),
+        Err(err) => {
+            return fail(&anyhow::Error::new(err).context("cannot start the async runtime"));
+        }
     };
     let outcome = runtime.block_on(async move {
         match cli.command {
             Command::Serve => serve::run(&settings).await,
-            Command::Account(AccountCommand::Create { email }) => commands::create_account(&settings, &email).await,
-            Command::Account(AccountCommand::RotateKey { email }) => commands::rotate_key(&settings, &email).await,
-            Command::Wallet(WalletCommand::Credit { email, usd, reference }) => {
-                commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await
+            Command::Account(AccountCommand::Create { email }) => {
+                commands::create_account(&settings, &email).await
             }
+            Command::Account(AccountCommand::RotateKey { email }) => {
+                commands::rotate_key(&settings, &email).await
+            }
+            Command::Wallet(WalletCommand::Credit {
+                email,
+                usd,
+                reference,
+            }) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
         }
     });
     match outcome {

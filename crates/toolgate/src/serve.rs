@@ -13,13 +13,29 @@ use crate::config::Settings;
 /// Requests still running this long after a shutdown signal are abandoned.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
-/// Logs go to stderr; commands other than `serve` log only warnings so their stdout stays JSON.
-pub fn init_logging(filter: Option<&str>, serving: bool) {
+/// Logs go to stderr through a background writer, so a request never waits on a log write;
+/// commands other than `serve` log only warnings so their stdout stays JSON. Keep the guard
+/// alive until exit: dropping it flushes what is queued.
+pub fn init_logging(
+    filter: Option<&str>,
+    serving: bool,
+) -> tracing_appender::non_blocking::WorkerGuard {
     // rmcp logs every session at info and each protocol error at warn; ours are in the access log.
-    let default = if serving { "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info" } else { "warn,rmcp=error" };
+    let default = if serving {
+        "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info"
+    } else {
+        "warn,rmcp=error"
+    };
     let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_target(false).init();
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .with_target(false)
+        .with_ansi(false)
+        .init();
+    guard
 }
 
 /// Runs the service.
@@ -36,7 +52,9 @@ pub async fn run(settings: &Settings) -> Result<()> {
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     let listen = settings.listen();
-    let listener = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!(%listen, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -45,7 +63,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
         signal.cancel();
     });
     let drained = shutdown.clone();
-    let server = axum::serve(listener, router).with_graceful_shutdown(async move { drained.cancelled().await });
+    let server = axum::serve(listener, router)
+        .with_graceful_shutdown(async move { drained.cancelled().await });
     tokio::select! {
         result = server => result.context("server failed")?,
         () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => {

@@ -197,7 +197,13 @@ async fn answers_inline_json_or_sse_as_the_accept_header_allows() {
     assert_eq!(unknown.status, 404, "{unknown:?}");
     let body: Value = serde_json::from_str(&unknown.body).unwrap();
     assert_eq!(body["error"]["code"], -32600, "{unknown:?}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("Session not found"), "{unknown:?}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Session not found"),
+        "{unknown:?}"
+    );
     assert_eq!(
         server.free_remaining(&other.key).await,
         1000,

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use crate::capability::{CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind};
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+};
 use crate::metering::Meter;
 use crate::schema::FieldKind;
 
@@ -65,12 +67,14 @@ impl Capability for Billing {
     }
 
     async fn run(&self, ctx: &CallContext<'_>, _args: &JsonObject) -> Result<Output, Failure> {
-        let status = self
-            .meter
-            .status(ctx.account)
-            .await
-            .map_err(|_| Failure::new("the billing status is temporarily unavailable; please retry"))?;
-        let structured = serde_json::to_value(&status).map_err(|err| Failure::new(err.to_string()))?;
-        Ok(Output { content: vec![ContentItem::Text(structured.to_string())], structured })
+        let status = self.meter.status(ctx.account).await.map_err(|_| {
+            Failure::new("the billing status is temporarily unavailable; please retry")
+        })?;
+        let structured =
+            serde_json::to_value(&status).map_err(|err| Failure::new(err.to_string()))?;
+        Ok(Output {
+            content: vec![ContentItem::Text(structured.to_string())],
+            structured,
+        })
     }
 }
