@@ -6,6 +6,8 @@
 
 mod admit;
 mod rows;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 
 use std::time::Duration;
 

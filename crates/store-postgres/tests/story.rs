@@ -4,15 +4,13 @@
 //! Each test creates its own database and drops it afterwards, so runs never see each other's rows.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
 use std::sync::Arc;
 
-use sqlx::{AssertSqlSafe, Connection, PgConnection};
+use sqlx::{Connection, PgConnection};
 use toolgate_domain::{AccountId, ApiKey, Brand, Email};
 use toolgate_store::{Accounts, NewAccount};
 use toolgate_store_postgres::PgStore;
-
-const URL_VAR: &str = "TOOLGATE_TEST_POSTGRES_URL";
+use toolgate_store_postgres::testkit::with_fresh_database;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_passes_the_storage_story() {
@@ -62,42 +60,6 @@ async fn reconnecting_keeps_data_and_migrations_are_idempotent() {
     .await;
 }
 
-/// Runs `test` against the URL of a database created for it, then drops the database even
-/// when the test panicked, and only then reports the panic.
-async fn with_fresh_database<F, Fut>(test: F)
-where
-    F: FnOnce(String) -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let server_url = std::env::var(URL_VAR).unwrap_or_else(|_| {
-        panic!(
-            "{URL_VAR} is not set: these tests need a PostgreSQL server. Start one with \
-             `scripts/pg-up.sh /tmp/pg-helper` and export the URL it prints as {URL_VAR}."
-        )
-    });
-    let name = format!("toolgate_test_{}", uuid::Uuid::new_v4().simple());
-    let mut admin = PgConnection::connect(&server_url)
-        .await
-        .unwrap_or_else(|e| panic!("cannot connect to the server named by {URL_VAR}: {e}"));
-    // The name is generated above from hex digits only, so it is safe to splice into DDL.
-    sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-
-    let outcome = tokio::spawn(test(with_database(&server_url, &name))).await;
-
-    // FORCE ends connections a panicking test left open.
-    sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
-        .execute(&mut admin)
-        .await
-        .unwrap();
-    admin.close().await.unwrap();
-    if let Err(failure) = outcome {
-        std::panic::resume_unwind(failure.into_panic());
-    }
-}
-
 /// Migrations shipped in the crate, counted so the check keeps up when one is added.
 fn migration_files() -> i64 {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations");
@@ -110,22 +72,4 @@ fn migration_files() -> i64 {
             .is_some_and(|e| e == "sql")
     });
     i64::try_from(sql.count()).unwrap()
-}
-
-/// `url` with its database path replaced by `database`, keeping credentials and parameters.
-fn with_database(url: &str, database: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((base, query)) => (base, Some(query)),
-        None => (url, None),
-    };
-    let authority_start = base.find("://").map_or(0, |i| i + 3);
-    let path_start = base[authority_start..]
-        .find('/')
-        .map_or(base.len(), |i| authority_start + i);
-    let mut out = format!("{}/{database}", &base[..path_start]);
-    if let Some(query) = query {
-        out.push('?');
-        out.push_str(query);
-    }
-    out
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::json;
+use toolgate_store_postgres::testkit::with_fresh_database;
 
 #[tokio::test]
 async fn allowance_then_wallet_then_32002() {

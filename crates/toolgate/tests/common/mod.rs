@@ -3,7 +3,6 @@
 //! commands, and speak JSON-RPC to it over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
-mod pg;
 mod rpc;
 
 use std::fs::File;
@@ -19,8 +18,6 @@ use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
-#[allow(unused_imports)]
-pub use pg::*;
 #[allow(unused_imports)]
 pub use rpc::*;
 

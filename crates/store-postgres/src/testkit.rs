@@ -1,31 +1,32 @@
-//! A fresh PostgreSQL database per test, dropped afterwards even when the test panicked.
-#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+//! For tests only (feature `testkit`): a fresh database per test on the server that
+//! `TOOLGATE_TEST_POSTGRES_URL` names, dropped afterwards even when the test panicked.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::future::Future;
 
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-/// The environment variable naming the PostgreSQL server the PG tests use.
-pub const PG_URL_VAR: &str = "TOOLGATE_TEST_POSTGRES_URL";
+/// The environment variable naming the PostgreSQL server the tests use.
+pub const URL_VAR: &str = "TOOLGATE_TEST_POSTGRES_URL";
 
-/// Runs `test` against the URL of a database created for it on the server named by
-/// `TOOLGATE_TEST_POSTGRES_URL`, then drops the database, even when the test panicked.
+/// Runs `test` with the URL of a database created for it, then drops the database and only
+/// then reports a panic of the test. Panics (fails, never skips) when the variable is unset.
 pub async fn with_fresh_database<F, Fut>(test: F)
 where
     F: FnOnce(String) -> Fut,
     Fut: Future<Output = ()> + Send + 'static,
 {
-    let server_url = std::env::var(PG_URL_VAR).unwrap_or_else(|_| {
+    let server_url = std::env::var(URL_VAR).unwrap_or_else(|_| {
         panic!(
-            "{PG_URL_VAR} is not set: this test needs a PostgreSQL server. Start one with \
+            "{URL_VAR} is not set: this test needs a PostgreSQL server. Start one with \
              `scripts/pg-up.sh /tmp/pg-tests` and run the tests as \
-             `{PG_URL_VAR}=$(scripts/pg-up.sh /tmp/pg-tests) cargo test -p toolgate`."
+             `{URL_VAR}=$(scripts/pg-up.sh /tmp/pg-tests) cargo test` (scripts/test.sh does this)."
         )
     });
-    let name = format!("toolgate_bin_{}", uuid::Uuid::new_v4().simple());
+    let name = format!("toolgate_test_{}", uuid::Uuid::new_v4().simple());
     let mut admin = PgConnection::connect(&server_url)
         .await
-        .unwrap_or_else(|e| panic!("cannot connect to the server named by {PG_URL_VAR}: {e}"));
+        .unwrap_or_else(|e| panic!("cannot connect to the server named by {URL_VAR}: {e}"));
     // The name is generated above from hex digits only, so it is safe to splice into DDL.
     sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
         .execute(&mut admin)
@@ -34,7 +35,7 @@ where
 
     let outcome = tokio::spawn(test(with_database(&server_url, &name))).await;
 
-    // FORCE ends the connections of a server process the test left behind.
+    // FORCE ends connections a panicking test or a killed server left open.
     sqlx::query(AssertSqlSafe(format!("DROP DATABASE {name} WITH (FORCE)")))
         .execute(&mut admin)
         .await
@@ -46,7 +47,7 @@ where
 }
 
 /// `url` with its database path replaced by `database`, keeping credentials and parameters.
-fn with_database(url: &str, database: &str) -> String {
+pub fn with_database(url: &str, database: &str) -> String {
     let (base, query) = match url.split_once('?') {
         Some((base, query)) => (base, Some(query)),
         None => (url, None),
@@ -61,4 +62,21 @@ fn with_database(url: &str, database: &str) -> String {
         out.push_str(query);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn database_is_replaced_and_the_rest_kept() {
+        assert_eq!(
+            with_database("postgres://u:p@h:1/old?sslmode=disable", "new"),
+            "postgres://u:p@h:1/new?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h:1", "new"),
+            "postgres://u:p@h:1/new"
+        );
+    }
 }
