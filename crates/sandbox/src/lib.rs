@@ -1,0 +1,10 @@
+//! The sandbox's vocabulary, with no confinement code: the limits a session runs under
+//! ([`policy`]) and the frames every party of the sandbox speaks ([`frame`]). The confinement
+//! itself (namespaces, Landlock, seccomp, cgroups) lives in the supervisor, outside the server
+//! process.
+
+pub mod frame;
+pub mod policy;
+
+pub use frame::{FrameError, MAX_FRAME_BYTES};
+pub use policy::{LimitSettings, Limits, LimitsError};

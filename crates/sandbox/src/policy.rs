@@ -1,0 +1,107 @@
+//! The limits a session's code runs under, with the caller's and the operator's say in them.
+
+use std::time::Duration;
+
+/// Limits of one execution and its session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Wall-clock limit of one call: interrupt first, kill if that fails.
+    pub timeout: Duration,
+    /// Memory of the whole session (its cgroup), in bytes.
+    pub memory_bytes: u64,
+    /// Processes and threads of the session.
+    pub max_pids: u32,
+    /// Output kept inline per stream; the rest is cut with a note.
+    pub output_bytes: usize,
+    /// Size of the session's private workspace and /tmp, in bytes.
+    pub workspace_bytes: u64,
+}
+
+/// The operator's defaults and ceilings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitSettings {
+    /// `timeout_s` when the call gives none.
+    pub default_timeout: Duration,
+    /// The largest `timeout_s` a call may ask for.
+    pub max_timeout: Duration,
+    /// Per-session memory.
+    pub memory_bytes: u64,
+    /// Per-session process and thread count.
+    pub max_pids: u32,
+    /// Inline output per stream.
+    pub output_bytes: usize,
+    /// Workspace size.
+    pub workspace_bytes: u64,
+}
+
+impl Default for LimitSettings {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(60),
+            max_timeout: Duration::from_secs(300),
+            memory_bytes: 1024 * 1024 * 1024,
+            max_pids: 256,
+            output_bytes: 1024 * 1024,
+            workspace_bytes: 512 * 1024 * 1024,
+        }
+    }
+}
+
+/// A caller's limit that the operator does not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitsError {
+    /// `timeout_s` outside 1..=max
+    #[error("timeout_s must be between 1 and {max}, got {given}")]
+    Timeout {
+        /// what the call asked for
+        given: u64,
+        /// the operator's ceiling
+        max: u64,
+    },
+}
+
+impl LimitSettings {
+    /// The limits of a call that asked for `timeout_s` (or not).
+    pub fn for_call(&self, timeout_s: Option<u64>) -> Result<Limits, LimitsError> {
+        let max = self.max_timeout.as_secs();
+        let timeout = match timeout_s {
+            None => self.default_timeout,
+            Some(given) if (1..=max).contains(&given) => Duration::from_secs(given),
+            Some(given) => return Err(LimitsError::Timeout { given, max }),
+        };
+        Ok(Limits {
+            timeout,
+            memory_bytes: self.memory_bytes,
+            max_pids: self.max_pids,
+            output_bytes: self.output_bytes,
+            workspace_bytes: self.workspace_bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_default_and_are_bounded() {
+        let settings = LimitSettings::default();
+        assert_eq!(
+            settings.for_call(None).unwrap().timeout,
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            settings.for_call(Some(300)).unwrap().timeout,
+            Duration::from_secs(300)
+        );
+        assert_eq!(
+            settings.for_call(Some(301)),
+            Err(LimitsError::Timeout {
+                given: 301,
+                max: 300
+            })
+        );
+        assert!(settings.for_call(Some(0)).is_err());
+        assert_eq!(settings.for_call(None).unwrap().memory_bytes, 1 << 30);
+    }
+}
