@@ -1,0 +1,64 @@
+//! One error per checklist step. Each message names its step, so a log line alone tells how far
+//! the confinement got. After any of them the child is partly confined and must exit without
+//! running the session's code.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Why a session child could not be hardened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HardenError {
+    /// The spec itself is unusable.
+    #[error("invalid harden spec: {0}")]
+    InvalidSpec(String),
+    /// Landlock and seccomp bind only the calling thread here, so other threads would escape.
+    #[error("step (0) single-thread check: the process has {threads} threads, expected 1")]
+    NotSingleThreaded {
+        /// Threads counted in `/proc/self/status`.
+        threads: usize,
+    },
+    /// The thread count could not be read.
+    #[error("step (0) single-thread check: cannot read /proc/self/status: {0}")]
+    ThreadCount(#[source] io::Error),
+    /// `unshare(2)` of the net, ipc, uts and mount namespaces failed.
+    #[error("step (a) unshare namespaces: {0}")]
+    Unshare(#[source] io::Error),
+    /// Making every mount private (`MS_REC | MS_PRIVATE` on `/`) failed.
+    #[error("step (b) make mounts private: {0}")]
+    MountsPrivate(#[source] io::Error),
+    /// `sethostname(2)` failed.
+    #[error("step (c) set hostname: {0}")]
+    Hostname(#[source] io::Error),
+    /// `setrlimit(2)` failed.
+    #[error("step (e) setrlimit {resource}: {source}")]
+    Rlimit {
+        /// `RLIMIT_CORE`, `RLIMIT_NOFILE` or `RLIMIT_FSIZE`.
+        resource: &'static str,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// `prctl(PR_SET_NO_NEW_PRIVS)` failed.
+    #[error("step (f) no_new_privs: {0}")]
+    NoNewPrivs(#[source] io::Error),
+    /// A path of the spec could not be opened for a Landlock rule.
+    #[error("step (g) landlock: cannot open {}: {source}", path.display())]
+    LandlockPath {
+        /// The path as given in the spec.
+        path: PathBuf,
+        /// Why it could not be opened.
+        source: io::Error,
+    },
+    /// Building or enforcing the Landlock ruleset failed.
+    #[error("step (g) landlock: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    /// The kernel enforces no Landlock at all; running on would leave the filesystem open.
+    #[error("step (g) landlock: not enforced by this kernel ({0}); refusing to run unconfined")]
+    LandlockNotEnforced(String),
+    /// The seccomp filter could not be compiled.
+    #[error("step (h) seccomp: cannot build the filter: {0}")]
+    SeccompBuild(#[source] seccompiler::BackendError),
+    /// The kernel refused the seccomp filter.
+    #[error("step (h) seccomp: cannot install the filter: {0}")]
+    SeccompInstall(#[source] seccompiler::Error),
+}
