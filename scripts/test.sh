@@ -6,6 +6,7 @@
 #   2. every Rust unit and integration test, SQLite and PostgreSQL
 #   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
 #   4. the MCP conformance suite, both protocol revisions, against its baselines
+#   5. the sandbox's Python side (zygote and session executor) on the project's own runtime
 # Exits non-zero at the first failing step.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -15,6 +16,7 @@ step() { printf '\n=== %s ===\n' "$*" >&2; }
 
 step "dependencies"
 "$ROOT/scripts/deps.sh"
+"$ROOT/scripts/python-runtime.sh" "$DEPS/python-runtime"
 PG_DIR="$(mktemp -d /tmp/toolgate-pg.XXXXXX)"   # under /tmp: the postgres user must reach it
 SERVER_PID=""
 cleanup() {
@@ -62,5 +64,9 @@ status=0
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
 rm -rf "$DATA"
 [[ $status -eq 0 ]] || die "conformance suite failed"
+
+step "sandbox zygote and session executor (Python side)"
+TOOLGATE_PYTHON_RUNTIME="$DEPS/python-runtime" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+  "$ROOT/runtime/test_zygote.py"
 
 step "all tests passed"
