@@ -86,10 +86,13 @@ survive; SIGINT at any other moment is ignored. bash: exit_status is the exit co
 "signal" named when the command was killed by signal N; a time-out sets "timed_out" and error type
 "Timeout".
 
-Hardening hook (optional): with --harden-lib=PATH the zygote loads the shared library at start-up
-and each child calls `int toolgate_harden(const char *fork_request_json, size_t len)` right after
-setting up its descriptors, before chdir and before any thread starts (so unshare(CLONE_NEWUSER)
-is possible). Non-zero means failure: the child reports harden_failed and exits 121.
+Hardening (optional, production): with --harden-lib=PATH the zygote loads Rust's confinement
+library (crates/sandbox-harden, a cdylib) at start-up, and each child calls
+`int toolgate_harden_session(const uint8_t *spec_json, size_t len, char *err, size_t err_len)`
+with the fork request's "harden" object (a HardenSpec) right after setting up its descriptors,
+before chdir and before any thread starts. A fork request without "harden" is refused when a
+library is loaded (fail closed). Non-zero means failure: the child reports harden_failed with the
+library's message and exits 121.
 """
 
 import os
@@ -315,8 +318,8 @@ class Zygote:
         self.harden = None
         if harden_lib:
             lib = ctypes.CDLL(harden_lib)
-            self.harden = lib.toolgate_harden
-            self.harden.argtypes = (ctypes.c_char_p, ctypes.c_size_t)
+            self.harden = lib.toolgate_harden_session
+            self.harden.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
             self.harden.restype = ctypes.c_int
 
     # --- start-up
@@ -570,11 +573,16 @@ class Zygote:
             chan.send(error_frame("session_setup", f"stdio: {e}"))
             os._exit(SETUP_FAILED_EXIT)
         if self.harden is not None:
-            blob = json.dumps(req).encode("utf-8", "replace")
-            rc = self.harden(blob, len(blob))
+            spec = req.get("harden")
+            if not isinstance(spec, dict):
+                chan.send(error_frame("harden_failed", "the fork request carries no harden spec"))
+                os._exit(HARDEN_FAILED_EXIT)
+            blob = json.dumps(spec).encode("utf-8", "replace")
+            err = ctypes.create_string_buffer(1024)
+            rc = self.harden(blob, len(blob), err, len(err))
             if rc != 0:
-                chan.send(error_frame("harden_failed", f"toolgate_harden returned {rc}"
-                                      + (f" ({os.strerror(rc)})" if rc > 0 else "")))
+                message = err.value.decode("utf-8", "replace") or f"returned {rc}"
+                chan.send(error_frame("harden_failed", f"hardening failed: {message}"))
                 os._exit(HARDEN_FAILED_EXIT)
         try:
             os.chdir(req["cwd"])
@@ -1154,8 +1162,10 @@ class Session:
         try:
             try:
                 STATE.running = True
+                # stdin=0: the child's fd 0 is /dev/null, opened before hardening; once Landlock
+                # applies, /dev/null can no longer be opened for writing (DEVNULL opens O_RDWR).
                 proc = subprocess.Popen(["/bin/bash", "-c", command], cwd=self.workspace, env=benv,
-                                        stdin=subprocess.DEVNULL, start_new_session=True)
+                                        stdin=0, start_new_session=True)
                 proc.wait(timeout=timeout)
             finally:
                 STATE.running = False

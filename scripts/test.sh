@@ -66,7 +66,8 @@ rm -rf "$DATA"
 [[ $status -eq 0 ]] || die "conformance suite failed"
 
 step "sandbox zygote and session executor (Python side)"
-TOOLGATE_PYTHON_RUNTIME="$DEPS/python-runtime" "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-  "$ROOT/runtime/test_zygote.py"
+cargo build --locked -p toolgate-sandbox-harden   # the confinement library the zygote's children load
+TOOLGATE_PYTHON_RUNTIME="$DEPS/python-runtime" TOOLGATE_HARDEN_LIB="$ROOT/target/debug/libtoolgate_sandbox_harden.so" \
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/runtime/test_zygote.py"
 
 step "all tests passed"
