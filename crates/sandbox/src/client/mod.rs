@@ -1,0 +1,69 @@
+//! The server side of the sandbox (feature `client`): starting the Python zygote, forking
+//! sessions from it, running calls in them with time limits and cancellation, and a manager that
+//! keeps each account's sessions apart, expires idle ones and caps how many an account may have.
+//!
+//! Layers, each usable on its own:
+//! - [`Zygote`]: one fork server process and its control channel.
+//! - [`Session`]: one session child; calls run one at a time, in order.
+//! - [`SessionManager`]: sessions by (account, caller's session id), with workspaces on disk.
+
+mod manager;
+mod manager_types;
+mod session;
+mod session_error;
+mod wire;
+mod workspace;
+mod zygote;
+
+pub use manager::SessionManager;
+pub use manager_types::{CallOutcome, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError};
+pub use session::{Request, Session};
+pub use session_error::{KillReason, SessionError};
+pub use wire::{
+    DisplayData, ExecOutcome, ExitInfo, Hello, Interruption, OutputChunk, OutputStream, PyError,
+    RequestKind,
+};
+pub use zygote::{Zygote, ZygoteConfig, ZygoteError};
+
+/// The name of a signal number, as Python's `signal.Signals(n).name` gives it.
+pub(crate) fn signal_name(signal: i32) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    usize::try_from(signal)
+        .ok()
+        .and_then(|n| NAMES.get(n))
+        .filter(|name| !name.is_empty())
+        .map_or_else(|| format!("SIG{signal}"), |name| (*name).to_owned())
+}

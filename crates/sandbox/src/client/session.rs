@@ -1,0 +1,555 @@
+//! One session child: its socket, and the task that runs its calls one at a time.
+//!
+//! The socket belongs to a task (the "driver"), not to the caller's future, so that a call whose
+//! caller goes away (the future dropped, the request cancelled) is still carried through: the code
+//! is interrupted with SIGINT, its reply is read and dropped, and the session stays in step for
+//! the next call. A call's time limit works the same way, with SIGKILL when SIGINT is not enough.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal};
+use tokio::io::AsyncWriteExt;
+use tokio::net::UnixStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::session_error::{KillReason, SessionError};
+use super::wire::{
+    ErrorFrame, ExecOutcome, ExitInfo, FrameHead, FrameReader, Interruption, OutputChunk,
+    OutputFrame,
+};
+use crate::frame::{self, FrameError};
+use crate::policy::Limits;
+
+/// What to run in a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Python source, run with notebook semantics in the session's namespace.
+    Exec {
+        /// the cell
+        code: String,
+    },
+    /// A command line for `/bin/bash -c`, run in the workspace.
+    Bash {
+        /// the command line
+        command: String,
+    },
+}
+
+/// A forked session child. Dropping it closes the session (the child reads end of file and exits;
+/// it is killed if it does not); [`Session::close`] does the same and waits for it.
+#[derive(Debug)]
+pub struct Session {
+    pid: i32,
+    jobs: mpsc::UnboundedSender<Job>,
+    ended: Arc<Mutex<Option<String>>>,
+    driver: Option<JoinHandle<()>>,
+}
+
+#[derive(Debug)]
+struct Job {
+    request: Request,
+    timeout: Duration,
+    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    cancel: Option<CancellationToken>,
+    reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+}
+
+impl Session {
+    pub(crate) fn start(
+        pid: i32,
+        stream: UnixStream,
+        exit: watch::Receiver<Option<ExitInfo>>,
+        grace: Duration,
+    ) -> Self {
+        let (jobs, jobs_rx) = mpsc::unbounded_channel();
+        let ended = Arc::new(Mutex::new(None));
+        let driver = Driver {
+            pid,
+            stream,
+            reader: FrameReader::default(),
+            exit,
+            exit_open: true,
+            grace,
+            next_id: 0,
+            ended: Arc::clone(&ended),
+        };
+        let handle = tokio::spawn(driver.serve(jobs_rx));
+        Self {
+            pid,
+            jobs,
+            ended,
+            driver: Some(handle),
+        }
+    }
+
+    /// The session child's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Whether the session can still take calls.
+    pub fn is_alive(&self) -> bool {
+        self.end_reason().is_none()
+    }
+
+    /// Why the session ended, once it has.
+    pub fn end_reason(&self) -> Option<String> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Runs Python code; see [`Session::run`].
+    pub async fn exec(
+        &self,
+        code: &str,
+        limits: &Limits,
+        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+    ) -> Result<ExecOutcome, SessionError> {
+        let request = Request::Exec {
+            code: code.to_owned(),
+        };
+        self.run(request, limits, on_output, None).await
+    }
+
+    /// Runs a bash command line; see [`Session::run`].
+    pub async fn bash(
+        &self,
+        command: &str,
+        limits: &Limits,
+        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+    ) -> Result<ExecOutcome, SessionError> {
+        let request = Request::Bash {
+            command: command.to_owned(),
+        };
+        self.run(request, limits, on_output, None).await
+    }
+
+    /// Runs one request. With `on_output`, output is streamed to it while the code runs (every
+    /// chunk before this returns). After `limits.timeout`, or when `cancel` fires or this future is
+    /// dropped, the code is interrupted (SIGINT: a KeyboardInterrupt, the session survives, and
+    /// the outcome's `interrupted` says why); if no result comes within the grace period the
+    /// session is killed and the call fails with [`SessionError::Killed`].
+    pub async fn run(
+        &self,
+        request: Request,
+        limits: &Limits,
+        mut on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<ExecOutcome, SessionError> {
+        let (reply, mut reply_rx) = oneshot::channel();
+        let (output, mut output_rx) = match on_output {
+            Some(_) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let job = Job {
+            request,
+            timeout: limits.timeout,
+            output,
+            cancel: cancel.cloned(),
+            reply,
+        };
+        if self.jobs.send(job).is_err() {
+            return Err(self.ended_error());
+        }
+        loop {
+            tokio::select! {
+                biased;
+                Some(chunk) = next_chunk(&mut output_rx) => {
+                    if let Some(callback) = on_output.as_mut() {
+                        callback(chunk);
+                    }
+                }
+                reply = &mut reply_rx => {
+                    // the driver sends every chunk before the reply: pass on what is queued
+                    if let (Some(rx), Some(callback)) = (output_rx.as_mut(), on_output.as_mut()) {
+                        while let Ok(chunk) = rx.try_recv() {
+                            callback(chunk);
+                        }
+                    }
+                    return reply.unwrap_or_else(|_| Err(self.ended_error()));
+                }
+            }
+        }
+    }
+
+    fn ended_error(&self) -> SessionError {
+        SessionError::Ended(
+            self.end_reason()
+                .unwrap_or_else(|| "its driver stopped".to_owned()),
+        )
+    }
+
+    /// Closes the session and waits until its process has exited (killed after two seconds).
+    pub async fn close(mut self) {
+        let (jobs, _) = mpsc::unbounded_channel();
+        drop(std::mem::replace(&mut self.jobs, jobs));
+        if let Some(driver) = self.driver.take() {
+            let _ = driver.await;
+        }
+    }
+}
+
+async fn next_chunk(rx: &mut Option<mpsc::UnboundedReceiver<OutputChunk>>) -> Option<OutputChunk> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn cancelled(token: Option<&CancellationToken>) {
+    match token {
+        Some(token) => token.cancelled().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The task that owns a session's socket.
+struct Driver {
+    pid: i32,
+    stream: UnixStream,
+    reader: FrameReader,
+    exit: watch::Receiver<Option<ExitInfo>>,
+    /// false once the zygote is gone (no `exited` can come any more)
+    exit_open: bool,
+    grace: Duration,
+    next_id: u64,
+    /// Why the session ended; shared with the [`Session`] handle.
+    ended: Arc<Mutex<Option<String>>>,
+}
+
+/// Where a running call stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    Interrupted(Interruption),
+    Killed(KillReason),
+}
+
+/// How long to wait for the zygote's `exited` once the socket has ended, or for the socket to
+/// end once `exited` came (a grandchild may hold it open), before concluding.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// How long after a bash command's own time limit the session is interrupted from outside.
+const BASH_SLACK: Duration = Duration::from_secs(2);
+
+impl Driver {
+    async fn serve(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        let why = loop {
+            tokio::select! {
+                job = jobs.recv() => match job {
+                    Some(job) => {
+                        if let Some(why) = self.run(job).await {
+                            break why;
+                        }
+                    }
+                    None => {
+                        self.close().await;
+                        break "it was closed".to_owned();
+                    }
+                },
+                frame = self.reader.next(&mut self.stream) => match frame {
+                    // nothing is due between calls; whatever comes is dropped
+                    Ok(Some(_)) => {}
+                    Ok(None) | Err(_) => break self.settle(None, Duration::ZERO).await.to_string(),
+                },
+                changed = self.exit.changed(), if self.exit_open => {
+                    self.exit_open = changed.is_ok();
+                    if let Some(info) = self.exit.borrow().clone() {
+                        break SessionError::Died(info).to_string();
+                    }
+                }
+            }
+        };
+        self.mark_ended(&why);
+        jobs.close();
+        while let Ok(job) = jobs.try_recv() {
+            let _ = job.reply.send(Err(SessionError::Ended(why.clone())));
+        }
+    }
+
+    /// Runs one job. Returns why the session ended, if it did.
+    async fn run(&mut self, mut job: Job) -> Option<String> {
+        if job.reply.is_closed() || job.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            // cancelled while queued: a SIGINT now would find nothing running and be ignored
+            let _ = job.reply.send(Err(SessionError::Cancelled));
+            return None;
+        }
+        self.next_id += 1;
+        let id = self.next_id;
+        let stream_output = job.output.is_some();
+        let limit = job.timeout;
+        let mut interrupt_at = Instant::now() + limit;
+        let request = match &job.request {
+            Request::Exec { code } => serde_json::json!({
+                "op": "exec", "id": id, "code": code, "stream": stream_output,
+            }),
+            Request::Bash { command } => {
+                // bash has its own time limit in the session (SIGTERM, then SIGKILL to the
+                // command's process group, reported as timed_out); SIGINT is the back-stop
+                interrupt_at += BASH_SLACK;
+                serde_json::json!({
+                    "op": "bash", "id": id, "command": command, "stream": stream_output,
+                    "timeout_s": limit.as_secs_f64(),
+                })
+            }
+        };
+        let bytes = match frame::encode(&request) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = job.reply.send(Err(SessionError::TooLarge(e.to_string())));
+                return None;
+            }
+        };
+        // A session takes a request only between runs, when it is always reading; the limit
+        // bounds the write anyway, since a half-written frame would leave it out of step.
+        match tokio::time::timeout(limit, self.stream.write_all(&bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                let error = self.settle(None, limit).await;
+                return self.finish(job.reply, error);
+            }
+            Err(_) => {
+                self.signal(Signal::KILL);
+                let error = self.settle(Some(KillReason::Timeout), limit).await;
+                return self.finish(job.reply, error);
+            }
+        }
+
+        let mut phase = Phase::Running;
+        let far = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
+        let mut kill_at = far;
+        let mut resend_at = far;
+        let mut give_up_at = far;
+        loop {
+            let running = phase == Phase::Running;
+            let interrupted = matches!(phase, Phase::Interrupted(_));
+            let killed = match phase {
+                Phase::Killed(reason) => Some(reason),
+                _ => None,
+            };
+            tokio::select! {
+                frame = self.reader.next(&mut self.stream) => match frame {
+                    Ok(Some(body)) => match self.on_frame(id, &body, &job) {
+                        Step::Continue => {}
+                        Step::Reply(mut outcome) => {
+                            if let Phase::Interrupted(why) = phase {
+                                outcome.interrupted = Some(why);
+                            }
+                            if let Some(reason) = killed {
+                                // the answer came, but the kill is on its way
+                                self.mark_ended("it was killed after its time limit");
+                                let _ = job.reply.send(Ok(*outcome));
+                                return Some(self.settle(Some(reason), limit).await.to_string());
+                            }
+                            let _ = job.reply.send(Ok(*outcome));
+                            return None;
+                        }
+                        Step::Rejected(e) => {
+                            let _ = job.reply.send(Err(e));
+                            return None;
+                        }
+                        Step::Broken(what) => {
+                            tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
+                            self.signal(Signal::KILL);
+                            let error = self.settle(Some(KillReason::Protocol), limit).await;
+                            return self.finish(job.reply, error);
+                        }
+                    },
+                    Ok(None) | Err(FrameError::Truncated | FrameError::Io(_) | FrameError::Closed) => {
+                        let error = self.settle(killed, limit).await;
+                        return self.finish(job.reply, error);
+                    }
+                    Err(e) => {
+                        tracing::warn!(pid = self.pid, "session sent an unreadable frame: {e}");
+                        self.signal(Signal::KILL);
+                        let error = self.settle(Some(KillReason::Protocol), limit).await;
+                        return self.finish(job.reply, error);
+                    }
+                },
+                changed = self.exit.changed(), if self.exit_open => {
+                    self.exit_open = changed.is_ok();
+                    if self.exit.borrow().is_some() {
+                        // the process is gone; its socket should end at once (unless something
+                        // it forked holds it): read what is left, but not for long
+                        give_up_at = give_up_at.min(Instant::now() + SETTLE);
+                    }
+                }
+                () = tokio::time::sleep_until(interrupt_at), if running => {
+                    phase = self.interrupt(Interruption::Timeout, &mut kill_at, &mut resend_at);
+                }
+                () = cancelled(job.cancel.as_ref()), if running => {
+                    phase = self.interrupt(Interruption::Cancelled, &mut kill_at, &mut resend_at);
+                }
+                () = job.reply.closed(), if running => {
+                    phase = self.interrupt(Interruption::Cancelled, &mut kill_at, &mut resend_at);
+                }
+                () = tokio::time::sleep_until(kill_at), if interrupted => {
+                    let reason = match phase {
+                        Phase::Interrupted(Interruption::Timeout) => KillReason::Timeout,
+                        _ => KillReason::Cancelled,
+                    };
+                    self.signal(Signal::KILL);
+                    phase = Phase::Killed(reason);
+                    give_up_at = Instant::now() + SETTLE;
+                }
+                () = tokio::time::sleep_until(resend_at), if interrupted => {
+                    self.signal(Signal::INT);
+                    resend_at = Instant::now() + self.resend_interval();
+                }
+                () = tokio::time::sleep_until(give_up_at) => {
+                    let error = self.settle(killed, limit).await;
+                    return self.finish(job.reply, error);
+                }
+            }
+        }
+    }
+
+    /// Replies to a call that ended without a result; returns why the session ended. The session
+    /// is marked ended before the reply goes out, so the caller never sees it alive after this.
+    fn finish(
+        &self,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        error: SessionError,
+    ) -> Option<String> {
+        let why = error.to_string();
+        self.mark_ended(&why);
+        let _ = reply.send(Err(error));
+        Some(why)
+    }
+
+    fn mark_ended(&self, why: &str) {
+        let mut ended = self.ended.lock().unwrap_or_else(|p| p.into_inner());
+        if ended.is_none() {
+            *ended = Some(why.to_owned());
+        }
+    }
+
+    fn interrupt(
+        &self,
+        why: Interruption,
+        kill_at: &mut Instant,
+        resend_at: &mut Instant,
+    ) -> Phase {
+        self.signal(Signal::INT);
+        *kill_at = Instant::now() + self.grace;
+        *resend_at = Instant::now() + self.resend_interval();
+        Phase::Interrupted(why)
+    }
+
+    /// SIGINT is sent again a few times within the grace: the session ignores a SIGINT that
+    /// arrives just before its code starts running (it cannot tell it from a stray one), and a
+    /// lost interrupt must not cost the session its life.
+    fn resend_interval(&self) -> Duration {
+        (self.grace / 4).max(Duration::from_millis(50))
+    }
+
+    fn signal(&self, signal: Signal) {
+        // Only while the zygote is there and has not reported the child's exit: after that the
+        // pid may be reaped and reused by another process.
+        if self.exit.has_changed().is_err() || self.exit.borrow().is_some() {
+            return;
+        }
+        if let Some(pid) = Pid::from_raw(self.pid) {
+            let _ = rustix::process::kill_process(pid, signal);
+        }
+    }
+
+    /// The socket has ended (or is given up on): waits a little for the zygote's word on how the
+    /// process ended, makes sure it has, and says how.
+    async fn settle(&mut self, mut killed: Option<KillReason>, limit: Duration) -> SessionError {
+        // (no exit status from a gone zygote: the child died with it, nothing to kill)
+        if !self.exited() && !self.wait_exit().await && self.exit.has_changed().is_ok() {
+            // alive without its socket (the code closed it): of no use to anyone any more
+            self.signal(Signal::KILL);
+            killed = killed.or(Some(KillReason::Protocol));
+            self.wait_exit().await;
+        }
+        let info = self.exit.borrow().clone();
+        match (killed, info) {
+            (Some(reason), _) => SessionError::Killed {
+                reason,
+                limit,
+                grace: self.grace,
+            },
+            (None, Some(info)) => SessionError::Died(info),
+            (None, None) => SessionError::Lost,
+        }
+    }
+
+    /// The session is being closed: end of file on its socket makes it exit.
+    async fn close(&mut self) {
+        let _ = self.stream.shutdown().await;
+        if self.exit.has_changed().is_err() || self.exit.borrow().is_some() {
+            return;
+        }
+        if !self.wait_exit().await {
+            self.signal(Signal::KILL);
+            self.wait_exit().await;
+        }
+    }
+
+    /// Whether the zygote has reported the child's exit.
+    fn exited(&self) -> bool {
+        self.exit.borrow().is_some()
+    }
+
+    /// Waits (a little) for the zygote's `exited`; false if it did not come.
+    async fn wait_exit(&mut self) -> bool {
+        let waited = tokio::time::timeout(SETTLE, self.exit.wait_for(Option::is_some)).await;
+        matches!(waited, Ok(Ok(_)))
+    }
+
+    fn on_frame(&self, id: u64, body: &[u8], job: &Job) -> Step {
+        let head: FrameHead = match serde_json::from_slice(body) {
+            Ok(head) => head,
+            Err(e) => return Step::Broken(format!("not a frame: {e}")),
+        };
+        let ours = head.id.as_ref().and_then(serde_json::Value::as_u64) == Some(id);
+        match head.op.as_str() {
+            "output" if ours => {
+                if let Some(output) = &job.output {
+                    match serde_json::from_slice::<OutputFrame>(body) {
+                        Ok(frame) => {
+                            let _ = output.send(OutputChunk {
+                                stream: frame.stream,
+                                data: frame.data,
+                            });
+                        }
+                        Err(e) => return Step::Broken(format!("bad output frame: {e}")),
+                    }
+                }
+                Step::Continue
+            }
+            "result" if ours => match serde_json::from_slice::<ExecOutcome>(body) {
+                Ok(outcome) => Step::Reply(Box::new(outcome)),
+                Err(e) => Step::Broken(format!("bad result frame: {e}")),
+            },
+            // an error about our request, or about a frame it could not place (id null)
+            "error" if ours || head.id.as_ref().is_none_or(serde_json::Value::is_null) => {
+                match serde_json::from_slice::<ErrorFrame>(body) {
+                    Ok(e) => Step::Rejected(SessionError::Rejected {
+                        code: e.code,
+                        message: e.message,
+                    }),
+                    Err(e) => Step::Broken(format!("bad error frame: {e}")),
+                }
+            }
+            // frames of an earlier request (it cannot happen: each call waits for its result)
+            // or of ops this server does not know
+            _ => Step::Continue,
+        }
+    }
+}
+
+enum Step {
+    Continue,
+    Reply(Box<ExecOutcome>),
+    Rejected(SessionError),
+    Broken(String),
+}

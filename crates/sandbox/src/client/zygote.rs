@@ -1,0 +1,562 @@
+//! The zygote (the Python fork server of `runtime/toolgate_zygote.py`) seen from the server: start
+//! it, fork sessions from it, and keep its control channel drained.
+//!
+//! Three tasks per zygote: a reader that dispatches `forked` / `exited` / `error` frames to
+//! whoever waits for them (it never blocks, so the zygote never stalls on a full socket), a writer
+//! that owns the sending side (a frame is never cut by a cancelled caller), and a watcher that owns
+//! the process (to name how it ended, and to kill it when the last handle goes).
+
+use std::collections::HashMap;
+use std::io::{self, IoSlice};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::UnixStream;
+use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::process::{Child, ChildStderr, Command};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::session::Session;
+use super::signal_name;
+use super::wire::{ControlFrame, ExitInfo, Hello};
+use crate::frame::{self, FrameError};
+
+/// How to start a zygote.
+#[derive(Debug, Clone)]
+pub struct ZygoteConfig {
+    /// The runtime made by `scripts/python-runtime.sh` (its `bin/python` runs the zygote).
+    pub runtime: PathBuf,
+    /// `runtime/toolgate_zygote.py`.
+    pub script: PathBuf,
+    /// Modules to import before forking; `None` keeps the zygote's default (numpy, pandas,
+    /// matplotlib.pyplot), `Some(vec![])` preloads nothing (fast start, slow first import).
+    pub preload: Option<Vec<String>>,
+    /// The hardening library each child calls after fork (`--harden-lib`).
+    pub harden_lib: Option<PathBuf>,
+    /// How long the zygote may take to send `hello` (the preload dominates).
+    pub startup_timeout: Duration,
+    /// How long a `fork` may wait for `forked`.
+    pub fork_timeout: Duration,
+    /// After SIGINT, how long a session has to answer before it is killed.
+    pub interrupt_grace: Duration,
+}
+
+impl ZygoteConfig {
+    /// The defaults for a runtime directory and the zygote script.
+    pub fn new(runtime: impl Into<PathBuf>, script: impl Into<PathBuf>) -> Self {
+        Self {
+            runtime: runtime.into(),
+            script: script.into(),
+            preload: None,
+            harden_lib: None,
+            startup_timeout: Duration::from_secs(60),
+            fork_timeout: Duration::from_secs(30),
+            interrupt_grace: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Why the zygote could not start or fork.
+#[derive(Debug, thiserror::Error)]
+pub enum ZygoteError {
+    /// the interpreter could not be executed
+    #[error("could not start the zygote with {python}: {source}")]
+    Spawn {
+        /// the interpreter
+        python: PathBuf,
+        /// what exec said
+        source: io::Error,
+    },
+    /// no `hello` in time
+    #[error("the zygote sent no hello within {0:?}{stderr}", stderr = tail_note(.1))]
+    StartupTimeout(Duration, String),
+    /// it ended (or broke the protocol) before `hello`
+    #[error("the zygote failed to start: {0}{stderr}", stderr = tail_note(.1))]
+    StartupFailed(String, String),
+    /// the zygote process is gone; sessions must be forked from a new one
+    #[error("the zygote (pid {pid}) is gone: {detail}")]
+    Gone {
+        /// its process id
+        pid: i32,
+        /// how it ended, as far as known
+        detail: String,
+    },
+    /// the zygote refused the fork (an error frame)
+    #[error("the zygote refused to fork a session ({code}): {message}")]
+    Refused {
+        /// the error frame's code
+        code: String,
+        /// its message
+        message: String,
+    },
+    /// no `forked` in time
+    #[error("the zygote did not answer a fork within {0:?}")]
+    ForkTimeout(Duration),
+    /// a path the zygote cannot take (JSON carries UTF-8 text only)
+    #[error("path is not valid UTF-8: {0}")]
+    NonUtf8Path(PathBuf),
+    /// local I/O (socketpair, non-blocking mode)
+    #[error("zygote I/O: {0}")]
+    Io(#[from] io::Error),
+}
+
+fn tail_note(stderr: &str) -> String {
+    if stderr.trim().is_empty() {
+        String::new()
+    } else {
+        format!("; its stderr ended with:\n{}", stderr.trim_end())
+    }
+}
+
+/// A running zygote. Cheap to clone; the process is stopped when the last clone is dropped (its
+/// control channel reaches end of file) or by [`Zygote::shutdown`], and every session child dies
+/// with it (PR_SET_PDEATHSIG).
+#[derive(Debug, Clone)]
+pub struct Zygote {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    hello: Hello,
+    dispatch: Arc<Dispatch>,
+    outgoing: mpsc::UnboundedSender<Outgoing>,
+    next_fork: AtomicU64,
+    fork_timeout: Duration,
+    interrupt_grace: Duration,
+    /// How the process ended, once it has (set by the watcher task).
+    status: watch::Receiver<Option<String>>,
+    /// Cancelled on drop or shutdown: the writer closes the channel, the watcher reaps or kills.
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Waiters for control frames, shared by the handles and the reader task.
+#[derive(Debug, Default)]
+struct Dispatch {
+    state: Mutex<DispatchState>,
+}
+
+#[derive(Debug, Default)]
+struct DispatchState {
+    /// Why the control channel ended, once it has.
+    closed: Option<String>,
+    /// fork tag -> the fork_session call waiting for `forked` / `error`
+    forks: HashMap<String, oneshot::Sender<Result<Forked, ZygoteError>>>,
+    /// child pid -> where its `exited` frame goes
+    exits: HashMap<i32, watch::Sender<Option<ExitInfo>>>,
+}
+
+#[derive(Debug)]
+struct Forked {
+    pid: i32,
+    exit: watch::Receiver<Option<ExitInfo>>,
+}
+
+/// One frame for the writer task, with the descriptor that must travel with its first byte.
+#[derive(Debug)]
+struct Outgoing {
+    bytes: Vec<u8>,
+    fd: Option<OwnedFd>,
+}
+
+impl Dispatch {
+    fn lock(&self) -> MutexGuard<'_, DispatchState> {
+        // a panic while holding this lock leaves maps that are still consistent
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Zygote {
+    /// Starts `<runtime>/bin/python -I <script> 0` with an empty environment and waits for its
+    /// `hello`.
+    ///
+    /// The control socket is the child's fd 0: `Stdio::from(OwnedFd)` makes std dup2 it there in
+    /// the child, which is race-free and safe. Clearing CLOEXEC on a socketpair end instead (the
+    /// obvious alternative) leaves a window in which any other thread's fork+exec inherits that
+    /// end too, and a leaked end would hide the zygote's death from the reader.
+    pub async fn start(config: ZygoteConfig) -> Result<Self, ZygoteError> {
+        let python = config.runtime.join("bin").join("python");
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let mut command = Command::new(&python);
+        command.arg("-I").arg(&config.script).arg("0");
+        if let Some(preload) = &config.preload {
+            command.arg(format!("--preload={}", preload.join(",")));
+        }
+        if let Some(lib) = &config.harden_lib {
+            let mut arg = std::ffi::OsString::from("--harden-lib=");
+            arg.push(lib);
+            command.arg(arg);
+        }
+        // Nothing of the server's environment: the zygote adds its own few variables (it then
+        // re-executes itself once, so that its exec-time environment block is the clean one).
+        command
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::from(OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        let mut child = command.spawn().map_err(|source| ZygoteError::Spawn {
+            python: python.clone(),
+            source,
+        })?;
+        // the Command still holds our copy of the child's end: close it, or the zygote's death
+        // would never show as end of file here
+        drop(command);
+
+        let stderr_tail = Arc::new(Mutex::new(String::new()));
+        if let Some(stderr) = child.stderr.take() {
+            tokio::spawn(forward_stderr(stderr, Arc::clone(&stderr_tail)));
+        }
+        let tail = || {
+            stderr_tail
+                .lock()
+                .map(|t| t.clone())
+                .unwrap_or_else(|p| p.into_inner().clone())
+        };
+
+        ours.set_nonblocking(true)?;
+        let (mut read_half, write_half) = UnixStream::from_std(ours)?.into_split();
+        let hello = match tokio::time::timeout(
+            config.startup_timeout,
+            frame::nonblocking::read::<ControlFrame>(&mut read_half),
+        )
+        .await
+        {
+            Ok(Ok(ControlFrame::Hello(hello))) => hello,
+            Ok(Ok(other)) => {
+                let why = format!("its first frame was {other:?}, not hello");
+                return Err(ZygoteError::StartupFailed(why, tail()));
+            }
+            Ok(Err(e)) => {
+                let status = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                // give the stderr forwarder a moment to read the last lines
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let why = match status {
+                    Ok(Ok(status)) => describe_status(status),
+                    _ => format!("its control channel failed: {e}"),
+                };
+                return Err(ZygoteError::StartupFailed(why, tail()));
+            }
+            Err(_) => {
+                return Err(ZygoteError::StartupTimeout(config.startup_timeout, tail()));
+            }
+        };
+
+        let dispatch = Arc::new(Dispatch::default());
+        let stop = CancellationToken::new();
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let (status_tx, status) = watch::channel(None);
+        tokio::spawn(read_control(read_half, Arc::clone(&dispatch)));
+        tokio::spawn(write_control(write_half, outgoing_rx, stop.clone()));
+        tokio::spawn(watch_process(child, status_tx, stop.clone()));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                hello,
+                dispatch,
+                outgoing,
+                next_fork: AtomicU64::new(1),
+                fork_timeout: config.fork_timeout,
+                interrupt_grace: config.interrupt_grace,
+                status,
+                stop,
+            }),
+        })
+    }
+
+    /// The zygote's `hello` frame.
+    pub fn hello(&self) -> &Hello {
+        &self.inner.hello
+    }
+
+    /// The zygote's process id.
+    pub fn pid(&self) -> i32 {
+        self.inner.hello.pid
+    }
+
+    /// Whether the zygote is still there (its control channel open, its process not reaped).
+    pub fn is_alive(&self) -> bool {
+        self.inner.dispatch.lock().closed.is_none() && self.inner.status.borrow().is_none()
+    }
+
+    fn gone(&self) -> ZygoteError {
+        let detail = match (
+            self.inner.status.borrow().clone(),
+            self.inner.dispatch.lock().closed.clone(),
+        ) {
+            (Some(status), _) => status,
+            (None, Some(closed)) => closed,
+            (None, None) => "it is shutting down".to_owned(),
+        };
+        ZygoteError::Gone {
+            pid: self.pid(),
+            detail,
+        }
+    }
+
+    /// Forks a session child working in `cwd` (which must exist), with `TMPDIR=tmpdir`.
+    ///
+    /// `session_key` labels the child in the zygote (and in the hardening hook's request); a
+    /// counter is appended, so two forks with one key never answer each other's waiter.
+    pub async fn fork_session(
+        &self,
+        session_key: &str,
+        cwd: &Path,
+        tmpdir: Option<&Path>,
+    ) -> Result<Session, ZygoteError> {
+        let cwd_text = utf8(cwd)?;
+        let tmp_text = tmpdir.map(utf8).transpose()?;
+        let n = self.inner.next_fork.fetch_add(1, Ordering::Relaxed);
+        let tag = format!("{session_key}#{n}");
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut state = self.inner.dispatch.lock();
+            if state.closed.is_some() {
+                drop(state);
+                return Err(self.gone());
+            }
+            state.forks.insert(tag.clone(), tx);
+        }
+        // if this call is dropped, nobody waits any more: forget the waiter (the child, if one is
+        // forked, reads end of file on its socket, since `ours` is gone, and exits)
+        let _waiter = ForkWaiter {
+            dispatch: &self.inner.dispatch,
+            tag: &tag,
+        };
+        let request = serde_json::json!({
+            "op": "fork",
+            "session": tag,
+            "cwd": cwd_text,
+            "tmpdir": tmp_text,
+            "fd": theirs.as_raw_fd(),
+        });
+        let bytes = frame::encode(&request).map_err(|e| io::Error::other(e.to_string()))?;
+        let message = Outgoing {
+            bytes,
+            fd: Some(OwnedFd::from(theirs)),
+        };
+        if self.inner.outgoing.send(message).is_err() {
+            return Err(self.gone());
+        }
+        let forked = match tokio::time::timeout(self.inner.fork_timeout, rx).await {
+            Ok(Ok(result)) => result?,
+            Ok(Err(_)) => return Err(self.gone()),
+            Err(_) => return Err(ZygoteError::ForkTimeout(self.inner.fork_timeout)),
+        };
+        ours.set_nonblocking(true)?;
+        let stream = UnixStream::from_std(ours)?;
+        Ok(Session::start(
+            forked.pid,
+            stream,
+            forked.exit,
+            self.inner.interrupt_grace,
+        ))
+    }
+
+    /// Closes the control channel (the zygote exits, and its children with it), kills the
+    /// process if it has not exited within two seconds, and waits until it is reaped.
+    pub async fn shutdown(&self) {
+        self.inner.stop.cancel();
+        let mut status = self.inner.status.clone();
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            status.wait_for(|status| status.is_some()),
+        )
+        .await;
+    }
+}
+
+fn utf8(path: &Path) -> Result<&str, ZygoteError> {
+    path.to_str()
+        .ok_or_else(|| ZygoteError::NonUtf8Path(path.to_path_buf()))
+}
+
+/// Removes a fork waiter when its call ends, whichever way.
+struct ForkWaiter<'a> {
+    dispatch: &'a Dispatch,
+    tag: &'a str,
+}
+
+impl Drop for ForkWaiter<'_> {
+    fn drop(&mut self) {
+        self.dispatch.lock().forks.remove(self.tag);
+    }
+}
+
+/// Reads every control frame as it comes and hands it to its waiter; never waits on anyone.
+async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatch>) {
+    let why = loop {
+        let frame = match frame::nonblocking::read::<ControlFrame>(&mut input).await {
+            Ok(frame) => frame,
+            Err(FrameError::Malformed(e)) => {
+                // the whole body was read, so the channel is still in step
+                tracing::warn!("zygote sent a control frame this server cannot read: {e}");
+                continue;
+            }
+            Err(FrameError::Closed) => break "its control channel closed".to_owned(),
+            Err(e) => break format!("its control channel failed: {e}"),
+        };
+        let mut state = dispatch.lock();
+        match frame {
+            ControlFrame::Forked { session, pid } => {
+                // the exit slot exists before anyone learns the pid, so no `exited` is missed
+                let (exit_tx, exit) = watch::channel(None);
+                state.exits.insert(pid, exit_tx);
+                if let Some(waiter) = state.forks.remove(&session) {
+                    let _ = waiter.send(Ok(Forked { pid, exit }));
+                }
+            }
+            ControlFrame::Exited(info) => {
+                if let Some(slot) = state.exits.remove(&info.pid) {
+                    let _ = slot.send(Some(info));
+                }
+            }
+            ControlFrame::Error(error) => {
+                let waiter = error.session.as_ref().and_then(|s| state.forks.remove(s));
+                match waiter {
+                    Some(waiter) => {
+                        let _ = waiter.send(Err(ZygoteError::Refused {
+                            code: error.code,
+                            message: error.message,
+                        }));
+                    }
+                    None => tracing::warn!(
+                        code = %error.code,
+                        "zygote error frame: {}",
+                        error.message
+                    ),
+                }
+            }
+            ControlFrame::Hello(_) | ControlFrame::Pong | ControlFrame::Other => {}
+        }
+    };
+    let mut state = dispatch.lock();
+    state.closed = Some(why);
+    // waiters learn that the zygote is gone (their senders drop); sessions see their exit slot
+    // close, and their sockets reach end of file as the children die with the zygote
+    state.forks.clear();
+    state.exits.clear();
+}
+
+/// Sends frames in order. A fork frame's descriptor goes with its first byte, in one sendmsg.
+async fn write_control(
+    mut out: OwnedWriteHalf,
+    mut frames: mpsc::UnboundedReceiver<Outgoing>,
+    stop: CancellationToken,
+) {
+    loop {
+        let message = tokio::select! {
+            message = frames.recv() => message,
+            () = stop.cancelled() => None,
+        };
+        let Some(message) = message else { break };
+        if let Err(e) = send_frame(&mut out, &message.bytes, message.fd.as_ref()).await {
+            tracing::warn!("writing to the zygote failed: {e}");
+            break;
+        }
+    }
+    // dropping the write half shuts the socket down for writing: the zygote reads end of file
+    // and exits
+}
+
+async fn send_frame(
+    out: &mut OwnedWriteHalf,
+    bytes: &[u8],
+    fd: Option<&OwnedFd>,
+) -> io::Result<()> {
+    let mut sent = 0;
+    if let Some(fd) = fd {
+        let stream: &UnixStream = out.as_ref();
+        sent = stream
+            .async_io(tokio::io::Interest::WRITABLE, || {
+                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+                let mut control = SendAncillaryBuffer::new(&mut space);
+                let fds = [fd.as_fd()];
+                if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+                    return Err(io::Error::other("no room for SCM_RIGHTS"));
+                }
+                let iov = [IoSlice::new(bytes)];
+                Ok(rustix::net::sendmsg(
+                    stream,
+                    &iov,
+                    &mut control,
+                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
+                )?)
+            })
+            .await?;
+    }
+    // the rest of a frame the socket buffer could not take at once (no descriptor with it)
+    out.write_all(&bytes[sent..]).await?;
+    Ok(())
+}
+
+/// Owns the zygote process: records how it ended; on stop, gives it two seconds to exit on its
+/// own (it does, at end of file) and kills it otherwise.
+async fn watch_process(
+    mut child: Child,
+    status_tx: watch::Sender<Option<String>>,
+    stop: CancellationToken,
+) {
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = stop.cancelled() => {
+            match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
+                Ok(status) => status,
+                Err(_) => {
+                    let _ = child.start_kill();
+                    child.wait().await
+                }
+            }
+        }
+    };
+    let text = match status {
+        Ok(status) => describe_status(status),
+        Err(e) => format!("waiting for it failed: {e}"),
+    };
+    let _ = status_tx.send(Some(text));
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("it exited with status {code}"),
+        (None, Some(signal)) => format!("it was killed by signal {}", signal_name(signal)),
+        _ => "it ended".to_owned(),
+    }
+}
+
+/// Passes the zygote's stderr on to the log, keeping the last few KiB for start-up errors.
+async fn forward_stderr(stderr: ChildStderr, tail: Arc<Mutex<String>>) {
+    const KEEP: usize = 4096;
+    let mut lines = BufReader::new(stderr).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        tracing::warn!(target: "toolgate::zygote", "{line}");
+        let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
+        tail.push_str(&line);
+        tail.push('\n');
+        if tail.len() > KEEP {
+            let mut cut = tail.len() - KEEP;
+            while !tail.is_char_boundary(cut) {
+                cut += 1;
+            }
+            tail.drain(..cut);
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Helpers shared by the integration tests: where the runtime and the zygote script are.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use toolgate_sandbox::client::{ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox::{LimitSettings, Limits};
+
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+pub fn zygote_config(preload: Option<Vec<String>>) -> ZygoteConfig {
+    let runtime = std::env::var_os("TOOLGATE_PYTHON_RUNTIME")
+        .map_or_else(|| repo_root().join(".deps/python-runtime"), PathBuf::from);
+    assert!(
+        runtime.join("bin/python").exists(),
+        "no Python runtime at {}: build one with `bash scripts/python-runtime.sh DIR` and set \
+         TOOLGATE_PYTHON_RUNTIME=DIR (default .deps/python-runtime)",
+        runtime.display()
+    );
+    let mut config = ZygoteConfig::new(runtime, repo_root().join("runtime/toolgate_zygote.py"));
+    config.preload = preload;
+    config
+}
+
+/// Most tests need no data stack: preloading nothing starts the zygote in ~0.1 s.
+pub async fn manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SessionManager {
+    let mut config = ManagerConfig::new(zygote_config(Some(vec![])), root);
+    tweak(&mut config);
+    SessionManager::start(config).await.unwrap()
+}
+
+pub fn limits(seconds: u64) -> Limits {
+    LimitSettings::default().for_call(Some(seconds)).unwrap()
+}
+
+/// Polls until `cond` holds (background clean-up), failing after five seconds.
+pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn process_gone(pid: i32) -> bool {
+    // a zombie still has a /proc entry: "gone" means reaped by the zygote
+    !Path::new(&format!("/proc/{pid}")).exists()
+}
