@@ -343,19 +343,7 @@ async fn a_dead_zygote_gives_clear_errors_and_is_restarted() {
     let m = Arc::new(manager(root.path(), |_| {}).await);
     let idle = exec(&m, "a", Some("idle"), "k = 1").await;
     let zygote = m.current_zygote().await.unwrap();
-    let busy = {
-        let m = Arc::clone(&m);
-        tokio::spawn(async move {
-            m.exec(
-                "a",
-                Some("busy"),
-                "import time; time.sleep(60)",
-                &limits(120),
-                None,
-            )
-            .await
-        })
-    };
+    let busy = spawn_sleeper(&m);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let zygote_pid = rustix::process::Pid::from_raw(zygote.pid()).unwrap();
     rustix::process::kill_process(zygote_pid, rustix::process::Signal::KILL).unwrap();
@@ -476,19 +464,7 @@ async fn shutdown_interrupts_running_calls_and_removes_everything() {
     let root = tempfile::tempdir().unwrap();
     let m = Arc::new(manager(root.path(), |_| {}).await);
     let idle = exec(&m, "a", Some("idle"), "1").await;
-    let running = {
-        let m = Arc::clone(&m);
-        tokio::spawn(async move {
-            m.exec(
-                "a",
-                Some("busy"),
-                "import time; time.sleep(60)",
-                &limits(120),
-                None,
-            )
-            .await
-        })
-    };
+    let running = spawn_sleeper(&m);
     tokio::time::sleep(Duration::from_millis(300)).await;
     let start = Instant::now();
     m.shutdown().await;
@@ -508,4 +484,21 @@ async fn shutdown_interrupts_running_calls_and_removes_everything() {
         m.exec("a", Some("idle"), "1", &limits(5), None).await,
         Err(ManagerError::ShutDown)
     ));
+}
+
+/// A call of account `a` in session `busy` that sleeps for a minute, running in the background.
+fn spawn_sleeper(
+    m: &Arc<SessionManager>,
+) -> tokio::task::JoinHandle<Result<CallOutcome, ManagerError>> {
+    let m = Arc::clone(m);
+    tokio::spawn(async move {
+        m.exec(
+            "a",
+            Some("busy"),
+            "import time; time.sleep(60)",
+            &limits(120),
+            None,
+        )
+        .await
+    })
 }
