@@ -180,6 +180,9 @@ def test_hello_reports_the_preloaded_data_stack(zygote):
     assert h["skipped"] == {}
     assert h["pid"] == zygote.proc.pid
     assert Path(h["prefix"]).resolve() == RUNTIME.resolve()
+    base = subprocess.run([str(PYTHON), "-c", "import sys; print(sys.base_prefix)"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    assert Path(h["base_prefix"]).resolve() == Path(base).resolve()
 
 
 def test_zygote_holds_no_stray_descriptors(zygote):

@@ -25,7 +25,10 @@ imports the preload modules (default numpy, pandas, matplotlib.pyplot; a module 
 is skipped and named in the hello frame), warms them up (a DataFrame rendered, a figure saved as
 PNG), then gc.collect(); gc.freeze(), and sends
     {"op":"hello","pid":P,"python":"3.11.x","preloaded":[..],"skipped":{module: error},
-     "executable":sys.executable,"prefix":sys.prefix,"startup_ms":float}
+     "executable":sys.executable,"prefix":sys.prefix,"base_prefix":sys.base_prefix,
+     "startup_ms":float}
+(base_prefix: where the base interpreter's standard library lives, which a hardened child must be
+allowed to read when the runtime is a virtual environment or links to another installation.)
 
 Control channel requests (supervisor -> zygote):
     {"op":"ping"}                       -> {"op":"pong","pid":P}
@@ -393,7 +396,7 @@ class Zygote:
         gc.freeze()
         self.send({"op": "hello", "pid": os.getpid(), "python": platform.python_version(),
                    "preloaded": loaded, "skipped": skipped, "executable": sys.executable,
-                   "prefix": sys.prefix,
+                   "prefix": sys.prefix, "base_prefix": sys.base_prefix,
                    "startup_ms": round((time.perf_counter() - self.t0) * 1000, 3)})
 
         poller = select.poll()

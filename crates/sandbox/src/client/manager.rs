@@ -22,7 +22,7 @@ use super::manager_types::{CallOutcome, MAX_SESSION_ID_BYTES, ManagerConfig, Man
 use super::session::{Request, Session};
 use super::wire::OutputChunk;
 use super::workspace::{account_dir_name, make_private_dir, remove_tree, session_dir_name};
-use super::zygote::{Zygote, ZygoteError};
+use super::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote, ZygoteError};
 use crate::policy::Limits;
 
 /// How long an expired session id is remembered, so that a late call learns it expired.
@@ -247,7 +247,7 @@ impl SessionManager {
             Some(session) => session,
             None => {
                 fresh = true;
-                match self.open(&entry).await {
+                match self.open(&entry, limits).await {
                     Ok(session) => session,
                     Err(e) => {
                         if created {
@@ -340,22 +340,30 @@ impl SessionManager {
         Ok(Admit::New(entry, slot, expired))
     }
 
-    /// Prepares the workspace and forks the session.
-    async fn open(&self, entry: &Entry) -> Result<Session, ManagerError> {
+    /// Prepares the workspace and forks the session. With a hardening library the session is
+    /// confined to its workspace and `.tmp` sibling, and may write files of up to the call's
+    /// workspace size (512 MiB when that is 0); see [`Zygote::fork_session_with`].
+    async fn open(&self, entry: &Entry, limits: &Limits) -> Result<Session, ManagerError> {
         for dir in [&entry.workspace, &entry.tmpdir] {
             make_private_dir(dir).await?;
         }
-        let zygote = self.zygote().await?;
-        let fork = zygote
-            .fork_session(&entry.label, &entry.workspace, Some(&entry.tmpdir))
-            .await;
-        match fork {
+        let max_file_bytes = match limits.workspace_bytes {
+            0 => DEFAULT_MAX_FILE_BYTES,
+            bytes => bytes,
+        };
+        let fork = |zygote: Zygote| async move {
+            zygote
+                .fork_session_with(
+                    &entry.label,
+                    &entry.workspace,
+                    Some(&entry.tmpdir),
+                    max_file_bytes,
+                )
+                .await
+        };
+        match fork(self.zygote().await?).await {
             // it died since we looked: once more, with a new one
-            Err(ZygoteError::Gone { .. }) => Ok(self
-                .zygote()
-                .await?
-                .fork_session(&entry.label, &entry.workspace, Some(&entry.tmpdir))
-                .await?),
+            Err(ZygoteError::Gone { .. }) => Ok(fork(self.zygote().await?).await?),
             other => Ok(other?),
         }
     }

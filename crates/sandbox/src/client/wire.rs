@@ -27,6 +27,9 @@ pub struct Hello {
     pub executable: String,
     /// The runtime's `sys.prefix`.
     pub prefix: String,
+    /// The base interpreter's `sys.base_prefix` (its standard library; the runtime's own prefix
+    /// when it is not a virtual environment). A hardened session must be able to read it.
+    pub base_prefix: String,
     /// From the zygote's start to this frame, in milliseconds.
     pub startup_ms: f64,
 }

@@ -40,7 +40,10 @@ pub struct ZygoteConfig {
     /// Modules to import before forking; `None` keeps the zygote's default (numpy, pandas,
     /// matplotlib.pyplot), `Some(vec![])` preloads nothing (fast start, slow first import).
     pub preload: Option<Vec<String>>,
-    /// The hardening library each child calls after fork (`--harden-lib`).
+    /// The hardening library each child calls after fork (`--harden-lib`). When set, every fork
+    /// carries a confinement spec (see [`Zygote::fork_session_with`]): the child may write only
+    /// its workspace and temporary directory, read only the runtime and the system's libraries,
+    /// and has no network.
     pub harden_lib: Option<PathBuf>,
     /// How long the zygote may take to send `hello` (the preload dominates).
     pub startup_timeout: Duration,
@@ -133,6 +136,8 @@ struct Inner {
     next_fork: AtomicU64,
     fork_timeout: Duration,
     interrupt_grace: Duration,
+    /// With a hardening library: what every session may read (and execute), no more.
+    harden: Option<HardenBase>,
     /// How the process ended, once it has (set by the watcher task).
     status: watch::Receiver<Option<String>>,
     /// Cancelled on drop or shutdown: the writer closes the channel, the watcher reaps or kills.
@@ -142,6 +147,78 @@ struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+/// The parts of a session's confinement spec (`HardenSpec` of crates/sandbox-harden) that are
+/// the same for every session of one zygote.
+#[derive(Debug)]
+struct HardenBase {
+    /// Absolute paths that exist: the runtime, the base interpreter, the system's libraries.
+    read_only: Vec<String>,
+}
+
+/// `RLIMIT_FSIZE` of a hardened session when the caller names none.
+pub const DEFAULT_MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
+/// `RLIMIT_NOFILE` of a hardened session.
+const HARDEN_MAX_OPEN_FILES: u64 = 1024;
+/// The host name a hardened session sees.
+const HARDEN_HOSTNAME: &str = "sandbox";
+/// System paths a session reads (shared libraries, the dynamic loader's cache, `/bin/bash`),
+/// where they exist. Not `/proc` of the host, not `/etc` as a whole.
+const SYSTEM_READ_ONLY: [&str; 5] = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"];
+
+impl HardenBase {
+    /// The runtime directory, the interpreter's prefix and base prefix, and the system paths:
+    /// absolute, symlinks resolved, each once, only those that exist.
+    fn new(runtime: &Path, hello: &Hello) -> Self {
+        let mut read_only: Vec<String> = Vec::new();
+        let candidates = [
+            runtime,
+            Path::new(&hello.prefix),
+            Path::new(&hello.base_prefix),
+        ]
+        .into_iter()
+        .chain(SYSTEM_READ_ONLY.iter().map(Path::new));
+        for path in candidates {
+            let Ok(path) = path.canonicalize() else {
+                continue; // does not exist (or cannot be reached): nothing to allow
+            };
+            let Some(text) = path.to_str() else {
+                tracing::warn!(
+                    "not allowing the non-UTF-8 path {} to hardened sessions",
+                    path.display()
+                );
+                continue;
+            };
+            if !read_only.iter().any(|known| known == text) {
+                read_only.push(text.to_owned());
+            }
+        }
+        Self { read_only }
+    }
+
+    /// The spec of one session (`HardenSpec` as JSON).
+    fn spec(
+        &self,
+        workspace: &Path,
+        tmp: &Path,
+        max_file_bytes: u64,
+    ) -> Result<serde_json::Value, ZygoteError> {
+        let absolute = |path: &Path| {
+            std::path::absolute(path)
+                .map_err(ZygoteError::Io)
+                .and_then(|path| utf8(&path).map(str::to_owned))
+        };
+        Ok(serde_json::json!({
+            "workspace": absolute(workspace)?,
+            "tmp": absolute(tmp)?,
+            "read_only": self.read_only,
+            "max_open_files": HARDEN_MAX_OPEN_FILES,
+            "max_file_bytes": max_file_bytes.max(1),
+            "hostname": HARDEN_HOSTNAME,
+            "network": false,
+        }))
     }
 }
 
@@ -260,6 +337,10 @@ impl Zygote {
             }
         };
 
+        let harden = config
+            .harden_lib
+            .as_ref()
+            .map(|_| HardenBase::new(&config.runtime, &hello));
         let dispatch = Arc::new(Dispatch::default());
         let stop = CancellationToken::new();
         let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
@@ -275,6 +356,7 @@ impl Zygote {
                 next_fork: AtomicU64::new(1),
                 fork_timeout: config.fork_timeout,
                 interrupt_grace: config.interrupt_grace,
+                harden,
                 status,
                 stop,
             }),
@@ -311,7 +393,8 @@ impl Zygote {
         }
     }
 
-    /// Forks a session child working in `cwd` (which must exist), with `TMPDIR=tmpdir`.
+    /// Forks a session child working in `cwd` (which must exist), with `TMPDIR=tmpdir`; a
+    /// hardened one may write files of up to [`DEFAULT_MAX_FILE_BYTES`].
     ///
     /// `session_key` labels the child in the zygote (and in the hardening hook's request); a
     /// counter is appended, so two forks with one key never answer each other's waiter.
@@ -321,8 +404,32 @@ impl Zygote {
         cwd: &Path,
         tmpdir: Option<&Path>,
     ) -> Result<Session, ZygoteError> {
+        self.fork_session_with(session_key, cwd, tmpdir, DEFAULT_MAX_FILE_BYTES)
+            .await
+    }
+
+    /// [`Zygote::fork_session`], with the largest file a hardened session may write.
+    ///
+    /// With a hardening library ([`ZygoteConfig::harden_lib`]) the fork request carries the
+    /// session's confinement: write access to `cwd` and `tmpdir` (or `cwd` alone without one),
+    /// read and execute access to the runtime, the base interpreter and `/usr`, `/lib`, `/lib64`,
+    /// `/bin`, `/etc/ld.so.cache` (those that exist), 1024 open files, `max_file_bytes` per file,
+    /// host name "sandbox", no network. Without one, `max_file_bytes` is not used.
+    pub async fn fork_session_with(
+        &self,
+        session_key: &str,
+        cwd: &Path,
+        tmpdir: Option<&Path>,
+        max_file_bytes: u64,
+    ) -> Result<Session, ZygoteError> {
         let cwd_text = utf8(cwd)?;
         let tmp_text = tmpdir.map(utf8).transpose()?;
+        let harden = self
+            .inner
+            .harden
+            .as_ref()
+            .map(|base| base.spec(cwd, tmpdir.unwrap_or(cwd), max_file_bytes))
+            .transpose()?;
         let n = self.inner.next_fork.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{session_key}#{n}");
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
@@ -341,13 +448,16 @@ impl Zygote {
             dispatch: &self.inner.dispatch,
             tag: &tag,
         };
-        let request = serde_json::json!({
+        let mut request = serde_json::json!({
             "op": "fork",
             "session": tag,
             "cwd": cwd_text,
             "tmpdir": tmp_text,
             "fd": theirs.as_raw_fd(),
         });
+        if let Some(spec) = harden {
+            request["harden"] = spec;
+        }
         let bytes = frame::encode(&request).map_err(|e| io::Error::other(e.to_string()))?;
         let message = Outgoing {
             bytes,
