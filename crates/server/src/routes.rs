@@ -18,10 +18,8 @@ pub async fn billing_status(State(state): State<Shared>, request: Request) -> Re
         Err(err) => return entry::refuse(&state, &err),
     };
     match state.app.meter.status(&account).await {
-        Ok(status) => json(
-            StatusCode::OK,
-            serde_json::to_string(&status).unwrap_or_default(),
-        ),
+        // axum answers 500 itself if serialising ever failed, rather than an empty 200.
+        Ok(status) => axum::Json(status).into_response(),
         Err(err) => {
             tracing::error!(error = %err, "billing status failed");
             error_response(

@@ -161,8 +161,10 @@ impl Accounts for SqliteStore {
     }
 
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
-        // Bumped before and after the commit: a reader that looked the key up in between
-        // tagged it with the first token, so the second bump invalidates it.
+        // Readers tag a cached key with the token read before their look-up, so the bump after
+        // the commit invalidates every look-up that could have seen the old key. The bump before
+        // it covers a crash between commit and second bump: entries cached before the rotation
+        // started are invalid already (later ones wait out the cache's 1 s TTL).
         self.bump_key_epoch()?;
         let result = self.write_key(account, new_hash).await;
         self.bump_key_epoch()?;
