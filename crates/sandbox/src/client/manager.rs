@@ -22,7 +22,7 @@ use super::manager_types::{CallOutcome, MAX_SESSION_ID_BYTES, ManagerConfig, Man
 use super::session::{Request, Session};
 use super::wire::OutputChunk;
 use super::workspace::{account_dir_name, make_private_dir, remove_tree, session_dir_name};
-use super::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote, ZygoteError};
+use super::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
 use crate::policy::Limits;
 
 /// How long an expired session id is remembered, so that a late call learns it expired.
@@ -357,7 +357,10 @@ impl SessionManager {
                     &entry.label,
                     &entry.workspace,
                     Some(&entry.tmpdir),
-                    max_file_bytes,
+                    &ForkOptions {
+                        max_file_bytes,
+                        ..ForkOptions::default()
+                    },
                 )
                 .await
         };

@@ -23,7 +23,9 @@ pub use wire::{
     DisplayData, ExecOutcome, ExitInfo, Hello, Interruption, OutputChunk, OutputStream, PyError,
     RequestKind,
 };
-pub use zygote::{DEFAULT_MAX_FILE_BYTES, Zygote, ZygoteConfig, ZygoteError};
+pub use zygote::{
+    DEFAULT_MAX_FILE_BYTES, DEFAULT_SANDBOX_UID, ForkOptions, Zygote, ZygoteConfig, ZygoteError,
+};
 
 /// The name of a signal number, as Python's `signal.Signals(n).name` gives it.
 pub(crate) fn signal_name(signal: i32) -> String {

@@ -222,6 +222,32 @@ impl HardenBase {
     }
 }
 
+/// Per-session choices of a fork beyond its directories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkOptions {
+    /// `RLIMIT_FSIZE` of a hardened session: the largest file it may write.
+    pub max_file_bytes: u64,
+    /// cgroup directories (one per controller on cgroup v1, one on v2) the child joins before it
+    /// runs any of the session's code; empty: none.
+    pub cgroups: Vec<PathBuf>,
+    /// The unprivileged host user (and group) id a hardened session runs as, through its own
+    /// user namespace; the manager gives each live session its own.
+    pub uid: u32,
+}
+
+/// The host user id of a hardened session when the caller names none.
+pub const DEFAULT_SANDBOX_UID: u32 = 1_000_000_000;
+
+impl Default for ForkOptions {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: DEFAULT_MAX_FILE_BYTES,
+            cgroups: Vec::new(),
+            uid: DEFAULT_SANDBOX_UID,
+        }
+    }
+}
+
 /// Waiters for control frames, shared by the handles and the reader task.
 #[derive(Debug, Default)]
 struct Dispatch {
@@ -404,7 +430,7 @@ impl Zygote {
         cwd: &Path,
         tmpdir: Option<&Path>,
     ) -> Result<Session, ZygoteError> {
-        self.fork_session_with(session_key, cwd, tmpdir, DEFAULT_MAX_FILE_BYTES)
+        self.fork_session_with(session_key, cwd, tmpdir, &ForkOptions::default())
             .await
     }
 
@@ -420,8 +446,9 @@ impl Zygote {
         session_key: &str,
         cwd: &Path,
         tmpdir: Option<&Path>,
-        max_file_bytes: u64,
+        options: &ForkOptions,
     ) -> Result<Session, ZygoteError> {
+        let max_file_bytes = options.max_file_bytes;
         let cwd_text = utf8(cwd)?;
         let tmp_text = tmpdir.map(utf8).transpose()?;
         let harden = self
