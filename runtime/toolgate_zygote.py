@@ -38,20 +38,23 @@ Control channel requests (supervisor -> zygote):
         informational (the sender's number for it). The zygote reads each frame with exact-size
         recvmsg calls, never past the frame's end, so a descriptor belongs to the frame whose
         bytes it arrived with; descriptors arriving with any other frame are closed.
-        -> {"op":"forked","session":S,"pid":child_pid}
-        or an error frame with "session" (the descriptor is closed).
+        -> {"op":"forked","session":S,"pid":child_pid,"ready_ms":float,"hardened":REPORT?}
+        or an error frame with "session" (the descriptor is closed). child_pid is the pid in the
+        zygote's (the host's) pid namespace, also for a hardened child that sees itself as pid 1.
+        ready_ms: from the start of the fork to "forked"; "hardened": the library's report line.
 Unsolicited (zygote -> supervisor), when a session child ends (SIGCHLD, waitpid WNOHANG):
     {"op":"exited","pid":P,"session":S,"status":exit_code|null,"signal":"SIGKILL"|null,
      "core_dumped":bool}
 The zygote ignores SIGINT and exits when the control socket reaches end of file.
 
-The session child: closes every descriptor but 0/1/2 and the session socket, resets signal
-handlers, sets PR_SET_PDEATHSIG=SIGKILL (it dies with the zygote), puts /dev/null on fd 0 and
-pipes on fds 1 and 2, calls the hardening library if one was given (see below), changes to "cwd",
+The session child: closes every descriptor but 0/1/2, the session socket (and the hardening pipes),
+resets signal handlers, sets PR_SET_PDEATHSIG=SIGKILL (it dies with the zygote), puts /dev/null on
+fd 0 and pipes on fds 1 and 2, calls the hardening library if one was given (see below), changes to "cwd",
 and replaces os.environ by PATH (the runtime's bin, then /usr/local/bin:/usr/bin:/bin), HOME=cwd,
 LANG=C.UTF-8, MPLBACKEND=Agg, OPENBLAS_NUM_THREADS=1, MPLCONFIGDIR (the runtime's font cache),
 TMPDIR (if "tmpdir" was given) and the request's "env". If setting up fails it sends an error frame
-(session_setup / harden_failed) on the session socket and exits (codes 70 / 121). It exits 0 when
+(session_setup / harden_failed) on the session socket and exits (codes 70 / 121); a hardening
+failure is also reported by the zygote on the control channel, instead of "forked" (see below). It exits 0 when
 the session socket reaches end of file.
 
 Session requests (supervisor -> child), served one at a time, in order:
@@ -90,12 +93,38 @@ survive; SIGINT at any other moment is ignored. bash: exit_status is the exit co
 "Timeout".
 
 Hardening (optional, production): with --harden-lib=PATH the zygote loads Rust's confinement
-library (crates/sandbox-harden, a cdylib) at start-up, and each child calls
-`int toolgate_harden_session(const uint8_t *spec_json, size_t len, char *err, size_t err_len)`
-with the fork request's "harden" object (a HardenSpec) right after setting up its descriptors,
-before chdir and before any thread starts. A fork request without "harden" is refused when a
-library is loaded (fail closed). Non-zero means failure: the child reports harden_failed with the
-library's message and exits 121.
+library (crates/sandbox-harden, a cdylib; its C ABI version must be 2) at start-up and opens its own
+pid namespace (toolgate_zygote_init). Every fork request must then carry "harden" (a HardenSpec:
+workspace, tmp "/tmp", read_only, limits, hostname, network, uid, cgroups, tmp_bytes); one without
+is refused with harden_failed on the control channel (fail closed). The workspace must lie outside
+/tmp, /dev/shm and /run (the session sees its own empty ones there), every ancestor of it must be
+searchable by the uid, and the workspace itself should belong to it. A hardened fork:
+    zygote: two pipes (status child->zygote, release zygote->child); toolgate_before_session_fork
+            (unshare CLONE_NEWPID); os.fork(); toolgate_after_session_fork (setns back to its own pid
+            namespace, also when the fork failed; if that fails the zygote exits: its next children
+            would land in a session's namespace);
+    child:  after setting up its descriptors, before chdir and before any thread starts, calls
+            toolgate_harden_session(spec, status_w, release_r): new mount/net/ipc/uts namespaces,
+            a private /proc (its own pid namespace only), empty /tmp (tmp_bytes) and /dev/shm
+            (64 MiB) owned by the session's uid, empty read-only /run and /var/run, host name;
+            then its own user namespace, where it tells the zygote "U" and waits;
+    zygote: toolgate_admit_session(pid, spec, status_r, release_w) writes /proc/PID/setgroups
+            "deny", uid_map and gid_map "1000 <uid> 1", adds PID to each cgroup's cgroup.procs,
+            releases the child ("G") and waits for its last word;
+    child:  uid and gid 1000, no capability, no supplementary group, then rlimits,
+            no_new_privs, Landlock, seccomp; sends "D" + its report line (or "E" + the error).
+Only then does the zygote send "forked" (with the report). If anything fails on either side, the
+zygote kills the child and sends {"op":"error","code":"harden_failed","session":S,"pid":P,...}
+on the control channel ("pid" when a child was forked; an "exited" frame for it follows). Before
+"forked" no session code ran.
+
+A hardened session is pid 1 of its pid namespace: SIGKILL of it (from the zygote's namespace) kills
+every process the session started, setsid daemons included, and so does its exit. SIGINT still
+arrives, because a handler is installed (the kernel drops signals to a namespace's init that has
+none, SIGTERM included: use SIGINT, then SIGKILL). Orphans of the session's processes are
+reparented to it; the executor does not reap them (it cannot tell them from the children a cell
+still means to wait for), so their zombies stay until the session ends, bounded by the pids cgroup.
+os.getppid() is 0 inside, os.getpid() is 1.
 """
 
 import os
@@ -305,6 +334,69 @@ def check_env(env):
 
 # ----------------------------------------------------------------------------------------- zygote
 
+HARDEN_ABI_VERSION = 2
+
+
+class HardenLib:
+    """The confinement library's C ABI (crates/sandbox-harden/src/ffi.rs) through ctypes. Each
+    call returns (rc, message): 0 or -1, and the library's NUL-terminated message."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        version = lib.toolgate_harden_abi_version
+        version.argtypes, version.restype = (), ctypes.c_uint32
+        if version() != HARDEN_ABI_VERSION:
+            sys.exit(f"toolgate_zygote.py: {path} has C ABI version {version()}, "
+                     f"this zygote speaks {HARDEN_ABI_VERSION}")
+        err = (ctypes.c_char_p, ctypes.c_size_t)
+        fd, spec = ctypes.c_int, (ctypes.c_char_p, ctypes.c_size_t)
+
+        def function(name, *argtypes):
+            f = getattr(lib, name)
+            f.argtypes, f.restype = (*argtypes, *err), ctypes.c_int
+            return f
+        self._init = function("toolgate_zygote_init")
+        self._before = function("toolgate_before_session_fork")
+        self._after = function("toolgate_after_session_fork")
+        self._admit = function("toolgate_admit_session", ctypes.c_int, *spec, fd, fd)
+        self._harden = function("toolgate_harden_session", *spec, fd, fd)
+        rc, message = self._call(self._init)
+        if rc != 0:
+            sys.exit(f"toolgate_zygote.py: {message}")
+
+    @staticmethod
+    def _call(f, *args):
+        err = ctypes.create_string_buffer(4096)
+        rc = f(*args, err, len(err))
+        return rc, err.value.decode("utf-8", "replace") or ("" if rc == 0 else f"returned {rc}")
+
+    def before_fork(self):
+        """unshare(CLONE_NEWPID): the next child is pid 1 of a new pid namespace."""
+        return self._call(self._before)
+
+    def after_fork(self):
+        """In the zygote: its children's pid namespace is its own again."""
+        return self._call(self._after)
+
+    def admit(self, pid, blob, status_r, release_w):
+        """In the zygote: id maps, cgroups, release; waits for the child's checklist. Takes both
+        descriptors. On failure the child has been killed."""
+        return self._call(self._admit, pid, blob, len(blob), status_r, release_w)
+
+    def harden(self, blob, status_w, release_r):
+        """In the child: the whole checklist. Takes both descriptors."""
+        return self._call(self._harden, blob, len(blob), status_w, release_r)
+
+
+def _kill(pid):
+    if pid <= 0:                 # 0 and -1 would signal a group or everyone
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
 class Zygote:
     def __init__(self, ctrl_fd, preload, harden_lib):
         self.t0 = time.perf_counter()
@@ -318,12 +410,7 @@ class Zygote:
         self.frame_fds = []           # descriptors that arrived with the frame being read
         self.ctrunc = False
         self.preload = preload
-        self.harden = None
-        if harden_lib:
-            lib = ctypes.CDLL(harden_lib)
-            self.harden = lib.toolgate_harden_session
-            self.harden.argtypes = (ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t)
-            self.harden.restype = ctypes.c_int
+        self.harden = HardenLib(harden_lib) if harden_lib else None
 
     # --- start-up
     def preload_modules(self):
@@ -503,7 +590,11 @@ class Zygote:
             self.send(error_frame(e.code, e.message, request_id(req),
                                   session=session if isinstance(session, str) else None))
             return
+        if self.harden is not None:
+            self.fork_hardened(req, fds, session)
+            return
         sess_fd = fds[0]
+        t0 = time.perf_counter()
         try:
             pid = os.fork()
         except OSError as e:
@@ -511,20 +602,85 @@ class Zygote:
                                   session=session))
             return
         if pid == 0:
-            try:
-                self._become_child(req, sess_fd)
-            except BaseException as e:
-                try:
-                    os.write(sess_fd, encode_frame(error_frame(
-                        "session_setup", f"session set-up failed: {type(e).__name__}: {e}")))
-                except BaseException:
-                    pass
-            finally:
-                os._exit(SETUP_FAILED_EXIT)
+            self._child(req, sess_fd, None)
         fds[0] = -1
         os.close(sess_fd)
         self.children[pid] = session
-        self.send({"op": "forked", "session": session, "pid": pid})
+        self.send({"op": "forked", "session": session, "pid": pid,
+                   "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
+
+    def fork_hardened(self, req, fds, session):
+        """A child that is pid 1 of its own pid namespace, admitted (id maps, cgroups) and fully
+        confined before "forked" is sent; any failure is a harden_failed error frame and no child."""
+        rid = request_id(req)
+        spec = req.get("harden")
+        if not isinstance(spec, dict):
+            self.send(error_frame("harden_failed", "the fork request carries no harden spec", rid,
+                                  session=session))
+            return
+        blob = json.dumps(spec).encode("utf-8", "replace")
+        t0 = time.perf_counter()
+        status_r, status_w = os.pipe()
+        release_r, release_w = os.pipe()
+        ours = {status_r, status_w, release_r, release_w}   # closed below unless handed over
+        try:
+            rc, message = self.harden.before_fork()
+            if rc != 0:
+                self.send(error_frame("fork_failed", f"hardened fork: {message}", rid, session=session))
+                return
+            pid = -1
+            try:
+                pid = os.fork()
+            except OSError as e:
+                self.send(error_frame("fork_failed", f"fork: {e.strerror}", rid, session=session))
+                return
+            finally:
+                if pid != 0:                  # the zygote, whether the fork worked or not
+                    self._restore_pid_namespace(pid)
+            if pid == 0:
+                self._child(req, fds[0], (status_w, release_r))
+            for fd in (status_w, release_r):
+                os.close(fd)
+                ours.discard(fd)
+            self.children[pid] = session      # so the "exited" frame names it, failed or not
+            ours -= {status_r, release_w}     # the library owns (and closes) them from here
+            rc, message = self.harden.admit(pid, blob, status_r, release_w)
+            if rc != 0:
+                _kill(pid)                    # the library did already; never leave it running
+                self.send(error_frame("harden_failed", f"hardening failed: {message}", rid,
+                                      session=session, pid=pid))
+                return
+            sess_fd, fds[0] = fds[0], -1
+            os.close(sess_fd)
+            self.send({"op": "forked", "session": session, "pid": pid, "hardened": message,
+                       "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
+        finally:
+            for fd in ours:
+                os.close(fd)
+
+    def _restore_pid_namespace(self, pid):
+        """After a hardened fork (or its failure): the zygote's next children are in its own pid
+        namespace again. If that cannot be done, the zygote must not fork again: it exits, and the
+        supervisor starts a new one."""
+        rc, message = self.harden.after_fork()
+        if rc != 0:
+            if pid > 0:
+                _kill(pid)
+            print(f"toolgate zygote: {message}; exiting", file=sys.stderr)
+            os._exit(1)
+
+    def _child(self, req, sess_fd, sync):
+        """In the new child: become the session; never returns."""
+        try:
+            self._become_child(req, sess_fd, sync)
+        except BaseException as e:
+            try:
+                os.write(sess_fd, encode_frame(error_frame(
+                    "session_setup", f"session set-up failed: {type(e).__name__}: {e}")))
+            except BaseException:
+                pass
+        finally:
+            os._exit(SETUP_FAILED_EXIT)
 
     def reap(self):
         while True:
@@ -545,7 +701,9 @@ class Zygote:
                        "core_dumped": bool(os.WIFSIGNALED(status) and os.WCOREDUMP(status))})
 
     # --- in the child, right after fork
-    def _become_child(self, req, sess_fd):
+    def _become_child(self, req, sess_fd, sync):
+        """sync: the child's ends of the hardening pipes (status write end, release read end), or
+        None without a hardening library."""
         zygote_pid = os.getppid()
         signal.set_wakeup_fd(-1)
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -554,10 +712,14 @@ class Zygote:
         signal.signal(signal.SIGINT, on_sigint)
         # SIGPIPE stays ignored, as Python sets it: a write to a closed pipe raises, not kills
         self.ctrl.detach()                     # the socket object must not close a reused number
-        if sess_fd <= 2:                       # only if the zygote was started with 0/1/2 closed
-            sess_fd = fcntl.fcntl(sess_fd, fcntl.F_DUPFD_CLOEXEC, 3)
-        close_fds_except({0, 1, 2, sess_fd})
+        # below 3 only if the zygote was started with 0/1/2 closed: moved, as 0/1/2 are replaced
+        sess_fd, *sync = [fd if fd > 2 else fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                          for fd in (sess_fd, *(sync or ()))]
+        close_fds_except({0, 1, 2, sess_fd, *sync})
         _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # A hardened child is pid 1 of its own namespace, where getppid() is 0 whoever the parent
+        # is: this check cannot see the zygote's death, but the release pipe does (end of file),
+        # and the library sets the death signal again after the id change that clears it.
         if os.getppid() != zygote_pid:
             os._exit(0)                        # the zygote died before the line above
         sock = socket.socket(fileno=sess_fd)
@@ -575,16 +737,11 @@ class Zygote:
         except OSError as e:
             chan.send(error_frame("session_setup", f"stdio: {e}"))
             os._exit(SETUP_FAILED_EXIT)
-        if self.harden is not None:
-            spec = req.get("harden")
-            if not isinstance(spec, dict):
-                chan.send(error_frame("harden_failed", "the fork request carries no harden spec"))
-                os._exit(HARDEN_FAILED_EXIT)
-            blob = json.dumps(spec).encode("utf-8", "replace")
-            err = ctypes.create_string_buffer(1024)
-            rc = self.harden(blob, len(blob), err, len(err))
+        if sync:
+            # the library owns (and closes) both pipe ends; the zygote learns the outcome from it
+            blob = json.dumps(req["harden"]).encode("utf-8", "replace")
+            rc, message = self.harden.harden(blob, *sync)
             if rc != 0:
-                message = err.value.decode("utf-8", "replace") or f"returned {rc}"
                 chan.send(error_frame("harden_failed", f"hardening failed: {message}"))
                 os._exit(HARDEN_FAILED_EXIT)
         try:

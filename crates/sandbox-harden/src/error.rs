@@ -1,6 +1,6 @@
-//! One error per checklist step. Each message names its step, so a log line alone tells how far
-//! the confinement got. After any of them the child is partly confined and must exit without
-//! running the session's code.
+//! One error per checklist step, and the zygote's side's errors ([`AdmitError`]). Each message
+//! names its step, so a log line alone tells how far the confinement got. After any of them the
+//! child is partly confined and must exit without running the session's code.
 
 use std::io;
 use std::path::PathBuf;
@@ -27,9 +27,31 @@ pub enum HardenError {
     /// Making every mount private (`MS_REC | MS_PRIVATE` on `/`) failed.
     #[error("step (b) make mounts private: {0}")]
     MountsPrivate(#[source] io::Error),
+    /// One of the session's own mounts (`/proc`, `/tmp`, `/dev/shm`, `/run`, a mask) failed.
+    #[error("step (b) mount {what} on {}: {source}", target.display())]
+    Mount {
+        /// What was being mounted.
+        what: &'static str,
+        /// Where.
+        target: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
     /// `sethostname(2)` failed.
     #[error("step (c) set hostname: {0}")]
     Hostname(#[source] io::Error),
+    /// A call of step (d) (`setgroups`, `unshare(CLONE_NEWUSER)`, `setresgid`, `setresuid`,
+    /// a `prctl` or `capset`) failed.
+    #[error("step (d) user namespace: {call}: {source}")]
+    Identity {
+        /// The call that failed.
+        call: &'static str,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// The zygote did not admit the session (no id maps written, or it is gone).
+    #[error("step (d) user namespace: admission by the zygote: {0}")]
+    Admission(String),
     /// `setrlimit(2)` failed.
     #[error("step (e) setrlimit {resource}: {source}")]
     Rlimit {
@@ -61,4 +83,53 @@ pub enum HardenError {
     /// The kernel refused the seccomp filter.
     #[error("step (h) seccomp: cannot install the filter: {0}")]
     SeccompInstall(#[source] seccompiler::Error),
+}
+
+/// Why the zygote's side of a hardened fork ([`crate::admit_session`]) failed. The child has been
+/// sent SIGKILL by then.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AdmitError {
+    /// The spec is unusable (the child refuses it too).
+    #[error("admission: invalid harden spec: {0}")]
+    InvalidSpec(String),
+    /// Not a pid this function may signal.
+    #[error("admission: invalid child pid {0}")]
+    InvalidPid(i32),
+    /// Reading or writing the synchronisation pipes failed.
+    #[error("admission: synchronisation pipe: {0}")]
+    Channel(#[source] io::Error),
+    /// The child did not answer in time.
+    #[error("admission: the session child sent nothing within {seconds} s while {phase}")]
+    TimedOut {
+        /// The limit.
+        seconds: u64,
+        /// What it was expected to do.
+        phase: &'static str,
+    },
+    /// The child closed its end (it ended) without a word.
+    #[error("admission: the session child ended while {0}")]
+    ChildGone(&'static str),
+    /// The child reported its own failure, named by its step.
+    #[error("session child: {0}")]
+    ChildFailed(String),
+    /// The child sent something outside the protocol.
+    #[error("admission: unexpected message from the session child: {0:?}")]
+    Protocol(String),
+    /// Writing `setgroups`, `uid_map` or `gid_map` of the child failed.
+    #[error("admission: writing {}: {source}", file.display())]
+    IdMap {
+        /// `/proc/<pid>/uid_map` and so on.
+        file: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
+    /// Moving the child into a cgroup failed.
+    #[error("admission: adding the session child to {}: {source}", file.display())]
+    Cgroup {
+        /// `<cgroup>/cgroup.procs`.
+        file: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
 }

@@ -1,84 +1,273 @@
-//! The C ABI the zygote's children call through ctypes:
+//! The C ABI the zygote calls through ctypes, around each hardened fork:
 //!
 //! ```python
 //! lib = ctypes.CDLL(path_to_libtoolgate_sandbox_harden_so)
-//! err = ctypes.create_string_buffer(1024)
-//! rc = lib.toolgate_harden_session(spec_json, len(spec_json), err, len(err))
-//! if rc != 0:
-//!     os.write(2, err.value + b"\n"); os._exit(125)   # never run session code half-confined
+//! assert lib.toolgate_harden_abi_version() == 2
+//! lib.toolgate_zygote_init(err, len(err))                  # once, at start-up
+//! status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
+//! lib.toolgate_before_session_fork(err, len(err))          # unshare(CLONE_NEWPID)
+//! try:
+//!     pid = os.fork()
+//! finally:
+//!     if pid != 0: lib.toolgate_after_session_fork(err, len(err))   # setns back; exit if -1
+//! if pid == 0:   # the child: pid 1 of its namespace
+//!     rc = lib.toolgate_harden_session(spec, len(spec), status_w, release_r, err, len(err))
+//!     if rc != 0: os._exit(121)            # never run session code half-confined
+//! else:          # the zygote: id maps, cgroups; -1 means the child was killed
+//!     rc = lib.toolgate_admit_session(pid, spec, len(spec), status_r, release_w, err, len(err))
 //! ```
 //!
-//! Returns 0 when every step succeeded, -1 otherwise. In both cases, when `err_buf` is not null
-//! and `err_len` is not 0, a NUL-terminated UTF-8 message is written there, cut (at a character
-//! boundary) to fit: the error naming the failing step, or on success the report
-//! (`hardened: landlock=fully_enforced …`) for the caller's log. No panic crosses the boundary
-//! (it becomes -1 and `internal panic: …`) as long as the library is built with `panic =
-//! "unwind"`, the default.
+//! Every function returns 0 on success and -1 otherwise. When `err_buf` is not null and `err_len`
+//! is not 0, a NUL-terminated UTF-8 message is written there either way, cut at a character
+//! boundary to fit: the error (naming the step that failed), or on success the report line of
+//! the child (`hardened: landlock=fully_enforced …`) or nothing. No panic crosses the boundary: it
+//! becomes -1 and `internal panic: …` (with the default `panic = "unwind"`), and a panic in
+//! `toolgate_admit_session` kills the child as any other failure does.
+//!
+//! The two functions given descriptors take ownership of them: both are closed before the call
+//! returns, in every case; the caller must not close or use them afterwards.
 #![allow(unsafe_code)]
 
 use std::any::Any;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
-use crate::{HardenSpec, harden_session_with_report};
+use crate::channel::{ChildChannel, ParentChannel, fitting};
+use crate::{
+    HardenSpec, admit_session, after_session_fork, before_session_fork, harden_session_with_report,
+    remember_pid_namespace, sys,
+};
 
 /// A spec larger than this is refused before it is read (a real one is well under 4 KiB).
 const MAX_SPEC_BYTES: usize = 1 << 20;
 
-/// Hardens the calling process as [`crate::harden_session`] does, from a JSON [`HardenSpec`].
+/// The version of this C ABI; the zygote refuses a library with another one, since calling a
+/// function with the wrong arguments through ctypes is undefined behaviour, not an error.
+pub const TOOLGATE_HARDEN_ABI_VERSION: u32 = 2;
+
+/// [`TOOLGATE_HARDEN_ABI_VERSION`].
+#[unsafe(no_mangle)]
+pub extern "C" fn toolgate_harden_abi_version() -> u32 {
+    TOOLGATE_HARDEN_ABI_VERSION
+}
+
+/// At the zygote's start-up: opens its own pid namespace (`/proc/self/ns/pid`, close-on-exec),
+/// which [`toolgate_after_session_fork`] returns to. Idempotent.
 ///
-/// Returns 0 when every step succeeded, -1 otherwise. When `err_buf` is not null and `err_len`
-/// is not 0, a NUL-terminated UTF-8 message is written there either way, cut at a character
-/// boundary to fit: the error naming the failing step (`step (g) landlock: …`), or on success
-/// the [`crate::HardenReport`] line (`hardened: landlock=fully_enforced …`). A panic becomes -1
-/// and `internal panic: …` (with the default `panic = "unwind"`). After -1 the process may be
-/// partly confined: exit without running session code.
+/// # Safety
+///
+/// `err_buf` must be null or point to `err_len` writable bytes not otherwise accessed during the
+/// call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn toolgate_zygote_init(err_buf: *mut u8, err_len: usize) -> i32 {
+    let outcome = guarded(|| {
+        remember_pid_namespace()
+            .map(|()| String::new())
+            .map_err(|error| format!("cannot open /proc/self/ns/pid: {error}"))
+    });
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// In the zygote, right before `fork`: `unshare(CLONE_NEWPID)`, so the child is pid 1 of a new
+/// pid namespace. [`toolgate_after_session_fork`] must follow in the zygote, whether the fork
+/// succeeded or not.
+///
+/// # Safety
+///
+/// As [`toolgate_zygote_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn toolgate_before_session_fork(err_buf: *mut u8, err_len: usize) -> i32 {
+    let outcome = guarded(|| {
+        before_session_fork()
+            .map(|()| String::new())
+            .map_err(|error| format!("unshare(CLONE_NEWPID): {error}"))
+    });
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// In the zygote, right after `fork` (or its failure): its children's pid namespace is its own
+/// again. On -1 the zygote must exit rather than fork again.
+///
+/// # Safety
+///
+/// As [`toolgate_zygote_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn toolgate_after_session_fork(err_buf: *mut u8, err_len: usize) -> i32 {
+    let outcome = guarded(|| {
+        after_session_fork()
+            .map(|()| String::new())
+            .map_err(|error| format!("setns(CLONE_NEWPID) back to the own namespace: {error}"))
+    });
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// In the zygote, after a successful fork: admits child `pid` as [`crate::admit_session`] does
+/// (id maps, cgroups, release, wait for its checklist). On success `err_buf` holds the child's
+/// report line; on -1 the child has been sent SIGKILL (the caller still reaps it).
 ///
 /// # Safety
 ///
 /// - `spec_json` must point to `spec_len` initialised, readable bytes (or be null, which is
 ///   reported as an error), not mutated during the call.
+/// - `status_fd` (the status pipe's read end) and `release_fd` (the release pipe's write end)
+///   must be open descriptors the caller owns; ownership passes to this function.
 /// - `err_buf` must be null or point to `err_len` writable bytes not otherwise accessed during
 ///   the call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn toolgate_admit_session(
+    pid: i32,
+    spec_json: *const u8,
+    spec_len: usize,
+    status_fd: i32,
+    release_fd: i32,
+    err_buf: *mut u8,
+    err_len: usize,
+) -> i32 {
+    // SAFETY: the caller passes ownership of both descriptors (see `# Safety`).
+    let fds = unsafe { own_fds(status_fd, release_fd) };
+    let outcome = guarded(move || {
+        let (status, release) = fds?;
+        let channel = ParentChannel::from_fds(status, release);
+        // SAFETY: the caller's guarantee on `spec_json`/`spec_len` (see `# Safety`).
+        let spec = match unsafe { parse_spec(spec_json, spec_len) } {
+            Ok(spec) => spec,
+            Err(message) => {
+                // Killed while the pipes are still open, so that the child does not take their
+                // end of file for its cue to report on its own.
+                kill_child(pid);
+                drop(channel);
+                return Err(message);
+            }
+        };
+        admit_session(pid, &spec, channel).map_err(|error| error.to_string())
+    });
+    if outcome.is_err() {
+        // Covers a panic and descriptors that never made a channel; a second SIGKILL is harmless.
+        kill_child(pid);
+    }
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// In the session child, right after the fork: hardens the calling process as
+/// [`crate::harden_session`] does, from a JSON [`HardenSpec`], admitted by the zygote through
+/// the pipes. On success `err_buf` holds the report line; after -1 the process may be partly
+/// confined: exit without running session code.
+///
+/// # Safety
+///
+/// - `spec_json` as for [`toolgate_admit_session`].
+/// - `status_fd` (the status pipe's write end) and `release_fd` (the release pipe's read end)
+///   must be open descriptors the caller owns; ownership passes to this function.
+/// - `err_buf` as for [`toolgate_admit_session`].
 /// - The process must be single-threaded (checked; a multi-threaded caller gets -1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn toolgate_harden_session(
     spec_json: *const u8,
     spec_len: usize,
+    status_fd: i32,
+    release_fd: i32,
     err_buf: *mut u8,
     err_len: usize,
 ) -> i32 {
-    // AssertUnwindSafe: the closure only reads the caller's bytes; nothing it touches is observed
-    // after a panic except the message built from the panic payload.
-    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        if spec_json.is_null() {
-            return Err("spec_json is a null pointer".to_owned());
-        }
-        if spec_len > MAX_SPEC_BYTES {
-            return Err(format!(
-                "spec is {spec_len} bytes, more than {MAX_SPEC_BYTES}"
-            ));
-        }
-        // SAFETY: the caller guarantees `spec_json` points to `spec_len` readable, initialised
-        // bytes that stay unchanged during the call (see `# Safety`); it is not null (checked
-        // above) and `spec_len` is at most 1 MiB, far below isize::MAX. The slice does not outlive
-        // this closure.
-        let bytes = unsafe { std::slice::from_raw_parts(spec_json, spec_len) };
-        let spec: HardenSpec = serde_json::from_slice(bytes)
-            .map_err(|error| format!("invalid harden spec JSON: {error}"))?;
-        harden_session_with_report(&spec)
+    // SAFETY: the caller passes ownership of both descriptors (see `# Safety`).
+    let fds = unsafe { own_fds(status_fd, release_fd) };
+    let outcome = guarded(move || {
+        let (status, release) = fds?;
+        let channel = ChildChannel::from_fds(status, release);
+        // SAFETY: the caller's guarantee on `spec_json`/`spec_len` (see `# Safety`).
+        let spec = match unsafe { parse_spec(spec_json, spec_len) } {
+            Ok(spec) => spec,
+            Err(message) => {
+                // The zygote waits for a word from this child: tell it why there is none.
+                channel.finish(Err(&message));
+                return Err(message);
+            }
+        };
+        harden_session_with_report(&spec, channel)
             .map(|report| report.to_string())
             .map_err(|error| error.to_string())
-    }));
+    });
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// SIGKILL to the child being admitted (never to a pid <= 0, which would address a group).
+fn kill_child(pid: i32) {
+    if pid > 0 {
+        // ESRCH only: it ended already (and is not reaped yet, so the pid is still the child's).
+        let _ = sys::kill(pid, libc::SIGKILL);
+    }
+}
+
+/// Runs `body`, turning a panic into an error message.
+fn guarded(body: impl FnOnce() -> Result<String, String>) -> Result<String, String> {
+    // AssertUnwindSafe: nothing the closure touches is observed after a panic except the message
+    // built from the payload (descriptors it owns are closed while unwinding).
+    panic::catch_unwind(AssertUnwindSafe(body))
+        .unwrap_or_else(|payload| Err(format!("internal panic: {}", panic_text(&*payload))))
+}
+
+/// Writes the outcome's message into the caller's buffer and returns 0 or -1.
+///
+/// # Safety
+///
+/// `buf` must be null or valid for writes of `len` bytes.
+unsafe fn report(outcome: Result<String, String>, buf: *mut u8, len: usize) -> i32 {
     let (code, message) = match outcome {
-        Ok(Ok(report)) => (0, report),
-        Ok(Err(message)) => (-1, message),
-        Err(payload) => (-1, format!("internal panic: {}", panic_text(&*payload))),
+        Ok(message) => (0, message),
+        Err(message) => (-1, message),
     };
-    // SAFETY: `err_buf`/`err_len` are passed on unchanged under the caller's guarantee (null, or
-    // `err_len` writable bytes).
-    unsafe { write_message(err_buf, err_len, &message) };
+    // SAFETY: passed on under this function's own contract.
+    unsafe { write_message(buf, len, &message) };
     code
+}
+
+/// Takes ownership of two descriptors; a negative or repeated number is an error (and the other,
+/// valid one is still closed, as promised).
+///
+/// # Safety
+///
+/// Each non-negative number must be an open descriptor the caller owns and no longer uses.
+unsafe fn own_fds(first: i32, second: i32) -> Result<(OwnedFd, OwnedFd), String> {
+    if first == second {
+        if first >= 0 {
+            // SAFETY: an open descriptor the caller owns (contract above), owned here once.
+            drop(unsafe { OwnedFd::from_raw_fd(first) });
+        }
+        return Err(format!("both descriptors are {first}"));
+    }
+    // SAFETY: non-negative numbers are open descriptors whose ownership the caller passes on
+    // (contract above); they differ, so each is owned once.
+    let own = |fd: i32| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+    match (own(first), own(second)) {
+        (Some(first), Some(second)) => Ok((first, second)),
+        _ => Err(format!("invalid descriptors {first} and {second}")),
+    }
+}
+
+/// The spec from the caller's JSON bytes.
+///
+/// # Safety
+///
+/// `spec_json` must be null or point to `spec_len` initialised bytes, unchanged during the call.
+unsafe fn parse_spec(spec_json: *const u8, spec_len: usize) -> Result<HardenSpec, String> {
+    if spec_json.is_null() {
+        return Err("spec_json is a null pointer".to_owned());
+    }
+    if spec_len > MAX_SPEC_BYTES {
+        return Err(format!(
+            "spec is {spec_len} bytes, more than {MAX_SPEC_BYTES}"
+        ));
+    }
+    // SAFETY: not null (checked), `spec_len` readable initialised bytes (contract), at most 1 MiB,
+    // far below isize::MAX. The slice does not outlive this function.
+    let bytes = unsafe { std::slice::from_raw_parts(spec_json, spec_len) };
+    serde_json::from_slice(bytes).map_err(|error| format!("invalid harden spec JSON: {error}"))
 }
 
 /// The text of a panic payload (`&str` or `String`), or a placeholder.
@@ -90,15 +279,6 @@ fn panic_text(payload: &(dyn Any + Send)) -> &str {
         .unwrap_or("(non-string payload)")
 }
 
-/// The longest prefix of `message` that has at most `max` bytes and ends on a char boundary.
-fn fitting_prefix(message: &str, max: usize) -> &str {
-    let mut end = message.len().min(max);
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    &message[..end]
-}
-
 /// Writes `message`, cut to fit, and a NUL into `buf`.
 ///
 /// # Safety
@@ -108,7 +288,7 @@ unsafe fn write_message(buf: *mut u8, len: usize, message: &str) {
     if buf.is_null() || len == 0 {
         return;
     }
-    let text = fitting_prefix(message, len - 1);
+    let text = fitting(message, len - 1);
     // SAFETY: `buf` is not null and valid for `len` writes (the function's contract); `text` has
     // at most `len - 1` bytes, so the copy and the NUL after it stay inside those `len` bytes.
     // `text` lives in Rust memory that cannot overlap a buffer the caller lent us for writing.
@@ -120,35 +300,70 @@ unsafe fn write_message(buf: *mut u8, len: usize, message: &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::IntoRawFd;
+
     use super::*;
 
     #[test]
     fn messages_are_cut_at_character_boundaries() {
-        assert_eq!(fitting_prefix("abc", 10), "abc");
-        assert_eq!(fitting_prefix("abc", 2), "ab");
+        assert_eq!(fitting("abc", 10), "abc");
+        assert_eq!(fitting("abc", 2), "ab");
         // "é" is two bytes: a cut inside it drops the whole character.
-        assert_eq!(fitting_prefix("aé", 2), "a");
-        assert_eq!(fitting_prefix("aé", 0), "");
+        assert_eq!(fitting("aé", 2), "a");
+        assert_eq!(fitting("aé", 0), "");
+    }
+
+    fn message(buf: &[u8]) -> &str {
+        let end = buf.iter().position(|&b| b == 0).expect("NUL-terminated");
+        std::str::from_utf8(&buf[..end]).expect("UTF-8")
     }
 
     #[test]
-    fn bad_json_is_an_error_message_not_a_crash() {
+    fn bad_json_is_an_error_message_and_reaches_the_zygote() {
+        let (mut parent, child) = crate::session_channel().unwrap();
+        let (status, release) = child.into_fds();
         let spec = b"{not json";
         let mut buf = [0xffu8; 64];
-        // SAFETY: `spec` and `buf` are live local arrays of exactly the lengths passed.
+        // SAFETY: `spec` and `buf` are live local arrays of exactly the lengths passed; the two
+        // descriptors are ours and handed over.
         let code = unsafe {
-            toolgate_harden_session(spec.as_ptr(), spec.len(), buf.as_mut_ptr(), buf.len())
+            toolgate_harden_session(
+                spec.as_ptr(),
+                spec.len(),
+                status.into_raw_fd(),
+                release.into_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
         };
         assert_eq!(code, -1);
-        let end = buf.iter().position(|&b| b == 0).expect("NUL-terminated");
-        let text = std::str::from_utf8(&buf[..end]).expect("UTF-8");
-        assert!(text.starts_with("invalid harden spec JSON"), "{text}");
+        assert!(message(&buf).starts_with("invalid harden spec JSON"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let sent = parent.receive(deadline).unwrap().unwrap();
+        assert_eq!(sent[0], crate::channel::FAILED);
+        assert!(String::from_utf8_lossy(&sent[1..]).starts_with("invalid harden spec JSON"));
     }
 
     #[test]
-    fn null_spec_and_null_buffer_are_tolerated() {
-        // SAFETY: a null spec is reported, a null buffer is never written.
-        let code = unsafe { toolgate_harden_session(ptr::null(), 0, ptr::null_mut(), 0) };
+    fn null_spec_null_buffer_and_bad_descriptors_are_tolerated() {
+        // SAFETY: a null spec is reported, a null buffer is never written, -1 is never closed.
+        let code = unsafe { toolgate_harden_session(ptr::null(), 0, -1, -1, ptr::null_mut(), 0) };
         assert_eq!(code, -1);
+        let mut buf = [0u8; 64];
+        // SAFETY: as above; pid 0 is refused before any signal.
+        let code = unsafe {
+            toolgate_admit_session(0, ptr::null(), 0, -1, -2, buf.as_mut_ptr(), buf.len())
+        };
+        assert_eq!(code, -1);
+        assert!(
+            message(&buf).starts_with("invalid descriptors"),
+            "{}",
+            message(&buf)
+        );
+    }
+
+    #[test]
+    fn the_abi_version_is_exported() {
+        assert_eq!(toolgate_harden_abi_version(), 2);
     }
 }

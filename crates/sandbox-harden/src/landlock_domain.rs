@@ -2,10 +2,11 @@
 //!
 //! Handled (denied unless a rule grants it): every filesystem right of [`LANDLOCK_ABI`], both
 //! scopes (signals to, and abstract UNIX sockets of, processes outside the domain), and, without
-//! network, TCP bind and connect. Granted: read and execute beneath each `read_only` path; every
-//! right but creating device nodes beneath `workspace` and `tmp`. Nothing else: the host's files,
-//! other sessions' workspaces and the server's data directory are unreachable, whatever the
-//! process's uid or capabilities (Landlock applies to root too).
+//! network, TCP bind and connect. Granted: read and execute beneath each `read_only` path; read
+//! (files and directories, no execute) beneath the session's own `/proc`, which shows its pid
+//! namespace only; every right but creating device nodes beneath `workspace`, `tmp` and the
+//! session's `/dev/shm`. Nothing else: the host's files, other sessions' workspaces and the
+//! server's data directory are unreachable, whatever the process's uid or capabilities.
 
 use std::path::Path;
 
@@ -16,6 +17,7 @@ use landlock::{
 };
 
 use crate::error::HardenError;
+use crate::mounts::SessionMounts;
 use crate::policy::LANDLOCK_ABI;
 use crate::spec::{HardenSpec, LandlockEnforcement};
 
@@ -27,11 +29,23 @@ pub(crate) struct Enforced {
     pub(crate) abi: u32,
 }
 
+/// Device nodes a session may use, and how.
+const DEVICES: [(&str, &[AccessFs]); 4] = [
+    ("/dev/null", &[AccessFs::ReadFile, AccessFs::WriteFile]),
+    ("/dev/zero", &[AccessFs::ReadFile]),
+    ("/dev/urandom", &[AccessFs::ReadFile]),
+    ("/dev/random", &[AccessFs::ReadFile]),
+];
+
 /// Builds the ruleset and restricts the calling thread (and its future children) with it.
-pub(crate) fn restrict_self(spec: &HardenSpec) -> Result<Enforced, HardenError> {
+pub(crate) fn restrict_self(
+    spec: &HardenSpec,
+    mounts: &SessionMounts,
+) -> Result<Enforced, HardenError> {
     let abi = LANDLOCK_ABI;
     let read_execute = AccessFs::from_read(abi);
-    // Root in the sandbox could otherwise `mknod` a block device of the host's disk.
+    // Defence in depth: with CAP_MKNOD (which the session no longer holds) a device node of the
+    // host's disk could be made.
     let read_write = AccessFs::from_all(abi) & !(AccessFs::MakeChar | AccessFs::MakeBlock);
 
     let mut ruleset = Ruleset::default()
@@ -46,8 +60,21 @@ pub(crate) fn restrict_self(spec: &HardenSpec) -> Result<Enforced, HardenError> 
     for path in &spec.read_only {
         created = add_path(created, path, read_execute)?;
     }
-    for path in spec.writable() {
+    created = add_path(
+        created,
+        &mounts.proc,
+        AccessFs::ReadFile | AccessFs::ReadDir,
+    )?;
+    for path in spec.writable().into_iter().chain(mounts.shm.as_deref()) {
         created = add_path(created, path, read_write)?;
+    }
+    // The character devices every shell and runtime expects: `> /dev/null` in bash, git and
+    // perl write there; random and zero are read. Each is one node, not the host's /dev.
+    for (device, access) in DEVICES {
+        let path = Path::new(device);
+        if path.exists() {
+            created = add_path(created, path, access.iter().copied().collect())?;
+        }
     }
 
     let status = created.restrict_self()?;

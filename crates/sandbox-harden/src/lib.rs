@@ -1,29 +1,50 @@
 //! # toolgate-sandbox-harden
 //!
-//! Confines the process that calls it, in place: the child that the Python zygote has just
-//! forked for a session calls [`harden_session`] (through the C ABI `toolgate_harden_session`,
-//! loaded with ctypes) before it runs a line of the session's code. The same function serves
-//! the probe binary `toolgate-harden-probe`, which hardens itself and then `exec`s a command, and
-//! the tests, which run real Python under it.
+//! Confines a freshly forked session child, in place, with the help of the process that forked
+//! it (the zygote). Around each hardened fork the Python zygote calls this crate's C ABI through
+//! ctypes: [`before_session_fork`] (`unshare(CLONE_NEWPID)`, so the child is pid 1 of a new pid
+//! namespace), `os.fork()`, [`after_session_fork`] (`setns` back to its own pid namespace);
+//! then the child runs [`harden_session`] while the zygote runs [`admit_session`], the two
+//! talking over two pipes ([`session_channel`]). The child runs no line of the session's code
+//! before the whole checklist succeeded. The probe binary `toolgate-harden-probe` is a one-shot
+//! zygote doing the same in Rust ([`fork_session_child`]) before it `exec`s a command, and the
+//! tests run real Python under it.
 //!
 //! ## The checklist
 //!
-//! [`harden_session_with_report`] applies, in this order, one call per step:
+//! [`harden_session_with_report`] applies, in this order, in the child (which starts as pid 1
+//! of its own pid namespace and as the host's root):
 //!
-//! 0. **Precondition**: the spec is valid and the process has one thread. Landlock and seccomp
-//!    bind only the calling thread (and what it later forks); another thread would stay free.
-//! 1. **(a) Namespaces**: `unshare(CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS)`,
-//!    without `CLONE_NEWNET` when the spec allows network. The user and pid namespaces are not
-//!    made here: they must be chosen when the child is created (`clone`), which is the zygote's
-//!    or the supervisor's job.
-//! 2. **(b) Private mounts**: `MS_REC | MS_PRIVATE` on `/`, so nothing mounted on the host later
-//!    appears here and nothing done here propagates back.
+//! 0. **Precondition**: the spec is valid (no path beneath a directory the session sees as its
+//!    own empty mount, uid not 0, `tmp_bytes` not 0), every ancestor of the workspace is
+//!    searchable by the session's uid, and the process has one thread (a user namespace, Landlock
+//!    and seccomp need or bind only the calling thread).
+//! 1. **(a) Namespaces**: `unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)`,
+//!    without `CLONE_NEWNET` when the spec allows network. Nothing is brought up in a new network
+//!    namespace: its only interface, loopback, stays down (tested: no `::1` address), so there is
+//!    no route anywhere, not even to `127.0.0.1`. `AF_UNIX` sockets still work. (A profile that
+//!    needs loopback would set `IFF_UP` on `lo` with `ioctl(SIOCSIFFLAGS)` here.)
+//! 2. **(b) Mounts** (see `mounts`), made as the host's root in a mount namespace owned by the
+//!    host's user namespace: `MS_REC | MS_PRIVATE` on `/`; a fresh `proc` on `/proc` (nosuid,
+//!    nodev, noexec), which lists the session's pid namespace only; an empty tmpfs of `tmp_bytes`
+//!    on `/tmp` and of 64 MiB on `/dev/shm`, mode 0700, owned by the session's host uid (a full
+//!    `/tmp` is `ENOSPC`); an empty read-only tmpfs on `/run` and `/var/run` (when it is a
+//!    directory of its own), so the host's pathname UNIX sockets there and in `/tmp` are gone;
+//!    and a read-only mask over the first ancestor of a `read_only` path that the session's uid
+//!    cannot search (a runtime under `/root`, mode 0700): the path is bind-mounted at its own
+//!    place beneath it, nothing else of the ancestor is visible.
 //! 3. **(c) Host name** in the new UTS namespace.
-//! 4. **(d) Network**: nothing is brought up in the new network namespace: its only interface,
-//!    loopback, stays down (tested: no `::1` address), so there is no route anywhere, not even to
-//!    `127.0.0.1`; seccomp and Landlock refuse inet sockets and TCP anyway. `AF_UNIX` sockets
-//!    still work. A profile that needs loopback (a local server inside the session) would set
-//!    `IFF_UP` on `lo` with `ioctl(SIOCSIFFLAGS)` here and allow `AF_INET` in seccomp.
+//! 4. **(d) User namespace** (see `identity`): `setgroups(0)` (root's supplementary groups would
+//!    otherwise survive, and after `deny` can never be dropped), `unshare(CLONE_NEWUSER)`, then
+//!    `U` to the zygote and wait: it writes `setgroups` `deny`, `uid_map` and `gid_map`
+//!    `1000 <uid> 1` and the child's pid into each of the spec's cgroups, then releases it. Then
+//!    `setresgid(1000)`, the capability bounding set emptied, `setresuid(1000)`, `capset` to
+//!    empty sets (the kernel does not clear them here: uid 0 of this namespace is not mapped, so
+//!    `setresuid` is no "root to non-root" change), `PR_SET_DUMPABLE` 1 (reset by the uid
+//!    change; without it `/proc/1` belongs to the host's root and the session cannot read its own
+//!    `/proc/self/environ`), and the parent-death signal set again (the id change cleared it). The
+//!    mount, network, IPC, UTS and pid namespaces stay owned by the host's user namespace, where
+//!    the child now has no capability: it can change none of the mounts of step (b).
 //! 5. **(e) Resource limits**, soft = hard: `RLIMIT_CORE` 0 (no core file with the session's
 //!    memory in it), `RLIMIT_NOFILE`, `RLIMIT_FSIZE` (Python ignores `SIGXFSZ`, so an oversized
 //!    write is an `OSError` `EFBIG`). Not `RLIMIT_AS`: it counts address space, not memory, and
@@ -31,71 +52,114 @@
 //! 6. **(f) `no_new_privs`**: execve can no longer grant privileges (set-user-ID binaries and
 //!    file capabilities have no effect); also the precondition of Landlock and seccomp without
 //!    `CAP_SYS_ADMIN`.
-//! 7. **(g) Landlock** (see `landlock_domain`): read and execute beneath `read_only`, everything
-//!    but device nodes beneath `workspace` and `tmp`, nothing elsewhere; no signals to processes
-//!    outside the domain; without network, no TCP bind or connect. Best effort across kernel
-//!    versions, but a kernel with no Landlock at all is an error (fail closed), and
-//!    [`HardenReport`] says whether enforcement was full or partial.
-//! 8. **(h) seccomp** (see `seccomp_filter` and `policy`): a deny-list answering `EPERM`, so
-//!    Python gets a clean `PermissionError` instead of dying.
+//! 7. **(g) Landlock** (see `landlock_domain`): read and execute beneath `read_only`, read beneath
+//!    the session's own `/proc`, everything but device nodes beneath `workspace`, `tmp` and
+//!    `/dev/shm`, nothing elsewhere; no signals to processes outside the domain; without network,
+//!    no TCP bind or connect. Best effort across kernel versions, but a kernel with no Landlock at
+//!    all is an error (fail closed), and [`HardenReport`] says whether enforcement was full or
+//!    partial.
+//! 8. **(h) seccomp** (see `policy` for the reviewed allow-list, `seccomp_filter` for how it is
+//!    compiled): an allow-list. Syscalls it does not name answer `ENOSYS`, so libraries take the
+//!    fallback they carry for older kernels (glibc's `clone3` → `clone`); the known routes to a
+//!    kernel exploit or to the host answer `EPERM`, extended-attribute writes `EOPNOTSUPP`: Python
+//!    gets a clean exception instead of dying. Last, because the steps above use syscalls it
+//!    refuses.
 //!
-//! Any error leaves the process partly confined: the caller must exit without running session
-//! code. Every error names its step ([`HardenError`]).
+//! Then the child sends `D` and its report line, and the zygote announces it (`forked`). Any error
+//! leaves the process partly confined: the child sends `E` and the error, the caller must exit
+//! without running session code, and the zygote kills it. Every error names its step
+//! ([`HardenError`]); the zygote's side has its own ([`AdmitError`]), and kills the child on any
+//! of them (before the pipes close, so the child never acts on their end of file).
+//!
+//! ## The session as pid 1
+//!
+//! SIGKILL of the child (from the zygote's pid namespace) ends the whole namespace: the kernel
+//! kills every process the session started, `setsid` daemons included, and so does the child's
+//! own exit. The kernel delivers to a namespace's init only the signals it has a handler for
+//! (SIGKILL and SIGSTOP aside): the zygote's SIGINT handler is installed, so SIGINT interrupts a
+//! run; SIGTERM, left at its default, is ignored. Orphans of the session's processes are
+//! reparented to the child. Their zombies are reaped only when the session ends, bounded by the
+//! pids cgroup: the executor cannot tell an orphan from a child that a cell still means to
+//! `waitpid` for (both are the child's children with the same parent pid), and reaping the
+//! latter would hand the cell `ECHILD` or a wrong exit status.
 //!
 //! ## The C ABI
 //!
-//! [`toolgate_harden_session`]`(spec_json, spec_len, err_buf, err_len) -> i32` takes the
-//! [`HardenSpec`] as JSON bytes and returns 0 or -1. Either way a NUL-terminated message is
-//! written into `err_buf` (cut to fit): the error naming the failing step, or on success the
-//! [`HardenReport`] line. No panic crosses the boundary. The library is
+//! Version [`TOOLGATE_HARDEN_ABI_VERSION`] (2), from [`toolgate_harden_abi_version`]; each call
+//! returns 0 or -1 and writes a NUL-terminated message into `err_buf` (cut to fit); no panic
+//! crosses the boundary (see `ffi` for a Python example):
+//!
+//! - [`toolgate_zygote_init`]`(err, err_len)`: opens the zygote's own pid namespace, once.
+//! - [`toolgate_before_session_fork`]`(err, err_len)`: `unshare(CLONE_NEWPID)`.
+//! - [`toolgate_after_session_fork`]`(err, err_len)`: `setns` back; on -1 the zygote must exit.
+//! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, err, err_len)`:
+//!   the child's checklist; on success `err` holds the [`HardenReport`] line.
+//! - [`toolgate_admit_session`]`(pid, spec_json, spec_len, status_fd, release_fd, err,
+//!   err_len)`: the zygote's side; on success `err` holds the child's report line, on -1 the
+//!   child has been killed.
+//!
+//! The last two take ownership of their descriptors and close them. The library is
 //! `target/<profile>/libtoolgate_sandbox_harden.so`.
 //!
-//! ## Why a seccomp deny-list, and what an allow-list would take
+//! ## The seccomp allow-list
 //!
-//! The session runs CPython with numpy, pandas, matplotlib and whatever else an operator
-//! installs, plus `bash` and the programs it starts. That surface (threads, `mmap` tricks of
-//! allocators, `epoll`, `inotify`, `prctl`s, `statx`, `rseq`, `close_range`, `memfd_create`,
-//! vectored I/O, new syscalls that a future glibc starts using) is large and moves with every
-//! upgrade; an allow-list that misses one call turns a working notebook into a mysterious
-//! `PermissionError` deep inside a C extension. The filesystem, the network, signals and
-//! resources are already contained by namespaces, Landlock, rlimits and the cgroup, so seccomp's
-//! job here is narrower: take away the kernel interfaces that no notebook needs and that are
-//! the usual routes to a kernel exploit or to the host (ptrace, mount, namespaces, bpf,
-//! io_uring, keyrings, userfaultfd, modules, handles, clocks).
+//! The session may make the syscalls `policy::ALLOWED` lists (about 230 on x86_64, in groups,
+//! each with its reason) and those of `policy::FILTERED` for the arguments their rules accept:
+//! `clone` without any `CLONE_NEW*` flag, `socket` for `AF_UNIX` (plus TCP and UDP over IPv4 and
+//! IPv6 when the spec allows network), `socketpair` for `AF_UNIX`, `ioctl` but not `TIOCSTI`,
+//! `TIOCLINUX` or `TIOCSETD`, `prctl` for a short list of options, `personality` only to query,
+//! `madvise` but not `MADV_HWPOISON`/`MADV_SOFT_OFFLINE`, `prlimit64` and `setpriority` of the
+//! caller only, `mknod` of no device, `chmod` without set-ID bits. Everything else is refused,
+//! and the errno says how:
 //!
-//! An allow-list would take: tracing every syscall (with arguments, for `ioctl`, `prctl`,
-//! `clone`, `socket`, `fcntl`) of the whole runtime under a representative workload (imports of
-//! every installed package, plotting, subprocesses, threads, `bash` with coreutils) with
-//! `strace -f -c` or seccomp's `SECCOMP_RET_LOG`; keeping that list as reviewed data per
-//! runtime profile and architecture; re-tracing on every glibc, Python or package upgrade; and
-//! a logging mode in production to catch what the tests missed. Firecracker can afford one
-//! because its VMM is a single small program; a general-purpose interpreter cannot cheaply.
+//! - `EPERM` (Python's `PermissionError`) for the well-known routes to a kernel exploit or to the
+//!   host, named in `policy::DENIED` (ptrace, mount and the new mount API, namespaces, bpf,
+//!   io_uring, keyrings, userfaultfd, modules, handles, clocks, real-time scheduling, …), and for
+//!   a filtered call whose arguments its rule refuses;
+//! - `EOPNOTSUPP` for writing extended attributes, which Landlock does not check: what a
+//!   filesystem without them answers, and what both `cp -p` and `shutil.copy2` shrug off;
+//! - `ENOSYS` for everything else, `clone3` included: the answer of a kernel too old for the
+//!   call, so glibc, CPython and coreutils take the fallback they already carry (`clone3` →
+//!   `clone`, whose flags BPF can read; `fchmodat2` → `fchmodat`; `inotify` → polling). A gap in
+//!   the list thus degrades like an old kernel instead of surfacing as a mysterious
+//!   `PermissionError` deep inside a C extension.
+//!
+//! The list was made by tracing (`strace -f`) the runtime importing numpy, pandas and matplotlib
+//! and running a notebook-like workload, bash with coreutils and common tools, the zygote's tests
+//! and this crate's, then running them again hardened and listing every refusal; `policy`
+//! records how. It is reviewed data: re-trace after a glibc, CPython or package upgrade, and
+//! before relying on the aarch64 list, which is compiled but not yet traced; other architectures
+//! fail closed at step (h). The kernel caches "always allowed" per syscall number, so the
+//! unconditional entries cost nothing after a syscall's first call.
 //!
 //! ## What this crate does not do
 //!
-//! - Drop capabilities, or create user and pid namespaces: a child of a zygote running as real
-//!   root stays root with every capability. It cannot use most of them (Landlock applies to
-//!   root, seccomp refuses the dangerous syscalls, Landlock's signal scope stops `kill` of
-//!   outside processes), but production must start session children in a user namespace
-//!   (mapped root, no capability on the host) and a pid namespace.
-//! - Hide host processes in `/proc`. Never put `/proc` in `read_only` unless the child has its
-//!   own pid namespace and a `/proc` mounted for it: measured on Linux 6.18 (Landlock ABI 7),
-//!   Landlock's ptrace check refuses `/proc/PID/mem` and `ptrace` of outside processes but lets
-//!   a root session read the `environ`, `maps` and `fd` list of other root processes (the
-//!   server's secrets). Without `/proc` CPython, threads and subprocesses work (tested);
-//!   `/proc/self` is unreadable too. Granting `/proc/self` alone is no fix: it names one pid's
-//!   directory, and procfs may hand out a new inode for it later.
-//! - Connecting to pathname UNIX sockets outside the allowed paths is not mediated before
-//!   Landlock ABI 9 (`RESOLVE_UNIX`): measured here, a hardened session connected to a socket the
-//!   host had bound in `/tmp` and read from it. The host's sockets (`/run/...`, the server's and
-//!   the zygote's) stay reachable by path unless the mount namespace hides them: the supervisor
-//!   must give the child a minimal root (or empty mounts over `/run`, `/var/run`, `/tmp` and
-//!   the server's directories) before calling this, until kernels with ABI 9 are the floor.
-//! - Memory, process count and CPU: the cgroup's job.
+//! - Give the session a minimal root. It sees the host's file tree (through its own mount
+//!   namespace) minus the masked directories; Landlock decides what it may open in it, and the
+//!   session's unprivileged uid decides the rest (the host's files belong to users not mapped in
+//!   its user namespace: it may read only what "others" may). Pathname UNIX sockets outside
+//!   `/tmp` and `/run` stay reachable by path if the socket file lets others write to it:
+//!   Landlock mediates `connect` to them only from ABI 9 (`RESOLVE_UNIX`). `/sys` is mounted (the
+//!   host's) but not granted.
+//! - Hide the host's mounts from `/proc/self/mountinfo` (paths of bind mounts and tmpfs options,
+//!   the session's host uid among them, are readable), or the host's kernel-wide `/proc` files
+//!   (`/proc/cpuinfo`, `/proc/meminfo`, `/proc/sys` read-only). Writes to `/proc` are refused by
+//!   Landlock.
+//! - Reap orphaned zombies before the session ends (see "The session as pid 1").
+//! - Memory, process count and CPU: the cgroup's job; this crate only writes the child's pid
+//!   into the cgroups it is given, before the child runs anything.
+//! - Size-cap the workspace (the server mounts it), or make it reachable: its ancestors must be
+//!   searchable by the session's uid (checked, never changed here), and the server gives the
+//!   workspace to that uid.
 
+mod admit;
+mod channel;
 mod error;
 mod ffi;
+mod identity;
 mod landlock_domain;
+mod mounts;
+mod pid_namespace;
 mod policy;
 mod seccomp_filter;
 mod spec;
@@ -103,37 +167,66 @@ mod sys;
 
 use std::time::Instant;
 
-pub use error::HardenError;
-pub use ffi::toolgate_harden_session;
-pub use spec::{HardenReport, HardenSpec, LandlockEnforcement};
+pub use admit::admit_session;
+pub use channel::{ChildChannel, ParentChannel, session_channel};
+pub use error::{AdmitError, HardenError};
+pub use ffi::{
+    TOOLGATE_HARDEN_ABI_VERSION, toolgate_admit_session, toolgate_after_session_fork,
+    toolgate_before_session_fork, toolgate_harden_abi_version, toolgate_harden_session,
+    toolgate_zygote_init,
+};
+pub use pid_namespace::{
+    SessionFork, after_session_fork, before_session_fork, fork_session_child,
+    remember_pid_namespace, wait_for_child,
+};
+pub use spec::{HardenReport, HardenSpec, LandlockEnforcement, SESSION_ID_INSIDE};
 
-/// Confines the calling process as `spec` says. See the crate docs for the checklist.
+/// Confines the calling process (the freshly forked session child) as `spec` says, admitted by
+/// the zygote through `channel`. See the crate docs for the checklist.
 ///
-/// On error the process is partly confined and must not run the session's code.
-pub fn harden_session(spec: &HardenSpec) -> Result<(), HardenError> {
-    harden_session_with_report(spec).map(drop)
+/// On error the process is partly confined and must exit without running the session's code.
+pub fn harden_session(spec: &HardenSpec, channel: ChildChannel) -> Result<(), HardenError> {
+    harden_session_with_report(spec, channel).map(drop)
 }
 
-/// [`harden_session`], returning what was achieved (Landlock's enforcement, timing).
-pub fn harden_session_with_report(spec: &HardenSpec) -> Result<HardenReport, HardenError> {
+/// [`harden_session`], returning what was achieved (Landlock's enforcement, timing). The
+/// outcome is also sent to the zygote (`D` + report, or `E` + error) and both pipe ends closed.
+pub fn harden_session_with_report(
+    spec: &HardenSpec,
+    mut channel: ChildChannel,
+) -> Result<HardenReport, HardenError> {
+    let outcome = checklist(spec, &mut channel);
+    match &outcome {
+        Ok(report) => channel.finish(Ok(&report.to_string())),
+        Err(error) => channel.finish(Err(&error.to_string())),
+    }
+    outcome
+}
+
+/// The checklist, in order.
+fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenReport, HardenError> {
     let started = Instant::now();
 
-    // (0) Precondition: a sane spec, and one thread, because Landlock and seccomp below bind only
-    // the calling thread.
+    // (0) Precondition: a sane spec, a reachable workspace, and one thread, because unshare of a
+    // user namespace, Landlock and seccomp below need or bind only the calling thread.
     spec.validate()?;
+    mounts::check_workspace_reachable(spec)?;
     ensure_single_threaded()?;
 
-    // (a) Private network, IPC, host name and mount table. NEWNET only without network.
+    // (a) Private network, IPC, host name and mount table. NEWNET only without network; nothing
+    // is brought up in a new network namespace.
     sys::unshare(namespace_flags(spec.network)).map_err(HardenError::Unshare)?;
 
-    // (b) No mount propagation in either direction between the host and this mount namespace.
-    sys::make_all_mounts_private().map_err(HardenError::MountsPrivate)?;
+    // (b) Private propagation; the session's own /proc, /tmp, /dev/shm, /run; masks.
+    let mounts = mounts::make_session_mounts(spec)?;
 
-    // (c) The session's own host name, in its own UTS namespace.
+    // (c) The session's own host name, in its own UTS namespace (before step (d), which takes
+    // the right to change it away).
     sys::set_hostname(&spec.hostname).map_err(HardenError::Hostname)?;
 
-    // (d) Nothing is brought up in the new network namespace: no interface, not even loopback,
-    // so there is no route anywhere. Deliberately no call.
+    // (d) Own user namespace, admitted by the zygote (id maps, cgroups), then uid and gid 1000
+    // with no capability.
+    let admission = identity::enter_user_namespace(channel)?;
 
     // (e) Back-stop limits: no core dumps, bounded descriptors and file size. Not RLIMIT_AS.
     apply_rlimits(spec)?;
@@ -142,15 +235,17 @@ pub fn harden_session_with_report(spec: &HardenSpec) -> Result<HardenReport, Har
     sys::set_no_new_privs().map_err(HardenError::NoNewPrivs)?;
 
     // (g) Filesystem, signal and TCP confinement by Landlock.
-    let landlock = landlock_domain::restrict_self(spec)?;
+    let landlock = landlock_domain::restrict_self(spec, &mounts)?;
 
-    // (h) Dangerous syscalls answer EPERM. Last, because the steps above use some of them.
+    // (h) The seccomp allow-list; refusals answer EPERM, EOPNOTSUPP or ENOSYS. Last, because the steps
+    // above use syscalls it refuses.
     let seccomp_denied_syscalls = seccomp_filter::install(spec.network)?;
 
     Ok(HardenReport {
         landlock: landlock.enforcement,
         landlock_abi: landlock.abi,
         seccomp_denied_syscalls,
+        admission,
         elapsed: started.elapsed(),
     })
 }

@@ -1,30 +1,45 @@
 //! Step (h): compiles [`crate::policy`] into seccomp-BPF programs with `seccompiler` and installs
-//! them on the calling thread. Three small programs, because one seccompiler filter has one
-//! match action and the kernel runs every installed filter, keeping the most severe answer:
+//! them on the calling thread. One seccompiler program has one match and one mismatch action, and
+//! the kernel runs every installed program, so the policy's answers take three programs,
+//! installed in this order:
 //!
-//! 1. the deny-list: the table in [`crate::policy`], `clone` with a namespace flag, and (without
-//!    network) `socket` for any domain but `AF_UNIX`, all answered `EPERM`; any other
-//!    architecture than the build's is killed (seccompiler's arch check: no 32-bit `int 0x80`
-//!    detour around the table);
-//! 2. `clone3` answered `ENOSYS`: its flags sit in a struct that BPF cannot read, and `ENOSYS`
-//!    (not `EPERM`) makes glibc fall back to `clone`, whose flags the first program checks;
-//! 3. on x86_64, every x32-ABI syscall number (bit 30 set) answered `EPERM`: the same syscalls
-//!    under other numbers would walk around the table. (This kernel has x32 disabled; the guard
-//!    is for hosts that boot with it.)
+//! 1. **the allow-list**: [`ALLOWED`] whatever the arguments and [`FILTERED`] for the arguments
+//!    their rules accept are allowed; everything else answers `EPERM`. This program alone is the
+//!    whole security boundary: nothing it refuses can be allowed by the others, which can only
+//!    change the errno of a refusal.
+//! 2. **the known-syscall program**: every syscall the policy names ([`ALLOWED`], [`FILTERED`],
+//!    [`DENIED`], [`ANSWERED_EOPNOTSUPP`]) passes; everything else answers `ENOSYS`.
+//! 3. **the xattr program**: [`ANSWERED_EOPNOTSUPP`] answers `EOPNOTSUPP`; everything else passes.
+//!
+//! Which errno wins: seccomp(2) returns "the first-seen action value of highest precedence (along
+//! with its accompanying data)", running the newest program first. All three refuse with
+//! `SECCOMP_RET_ERRNO`, so the newest refusal's errno wins: a syscall on no list gets program 2's
+//! `ENOSYS` over program 1's `EPERM`, an xattr write program 3's `EOPNOTSUPP`, while a denied or
+//! ill-argued call, which programs 2 and 3 let pass, keeps program 1's `EPERM`.
+//!
+//! Each program first checks the architecture and kills the process on any other (seccompiler's
+//! check): no 32-bit `int 0x80` detour around the tables. The x32 ABI (same architecture, syscall
+//! numbers with bit 30 set) needs no guard of its own: its numbers are on no list. The kernel
+//! caches "always allowed" per syscall number across all programs, so unconditional entries cost
+//! nothing after the first call; only the argument-filtered ones and refusals run BPF.
 
 use std::collections::BTreeMap;
 
 use seccompiler::{
-    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    BackendError, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
 };
 
 use crate::error::HardenError;
-use crate::policy::{CLONE_NAMESPACE_FLAGS, DENIED};
+use crate::policy::{ALLOWED, ANSWERED_ENOSYS, ANSWERED_EOPNOTSUPP, ArgRule, DENIED, FILTERED};
 
-/// Builds and installs the three programs; returns how many syscalls are refused.
+/// Builds and installs the programs. Returns how many syscalls the policy refuses by name: the
+/// [`DENIED`] table, the argument-filtered ones (refused for some arguments),
+/// [`ANSWERED_EOPNOTSUPP`] and [`ANSWERED_ENOSYS`]. (Every syscall on no list is refused too.)
 pub(crate) fn install(network: bool) -> Result<usize, HardenError> {
     let programs = build(network)?;
+    // Program 1 allows `prctl(PR_SET_NO_NEW_PRIVS)` and `seccomp`, which apply_filter calls, so
+    // the later programs can still be installed after it.
     for program in &programs.programs {
         seccompiler::apply_filter(program).map_err(HardenError::SeccompInstall)?;
     }
@@ -35,119 +50,138 @@ pub(crate) fn install(network: bool) -> Result<usize, HardenError> {
 pub(crate) struct Programs {
     /// BPF programs.
     pub(crate) programs: Vec<BpfProgram>,
-    /// Syscalls refused outright or for some arguments (`clone3` included).
+    /// Syscalls refused by name: outright, for some arguments, or with `ENOSYS` on purpose.
     pub(crate) denied_syscalls: usize,
 }
 
 /// Compiles the programs without installing them.
 pub(crate) fn build(network: bool) -> Result<Programs, HardenError> {
-    let arch = target_arch();
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED
+    let arch = target_arch()?;
+
+    let mut allowed: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .flat_map(|group| group.syscalls)
+        .map(|syscall| (syscall.number, Vec::new()))
+        .collect();
+    for filtered in FILTERED {
+        let mut rules = seccomp_rules(&filtered.allow)?;
+        if let (true, Some(extra)) = (network, &filtered.with_network) {
+            rules.extend(seccomp_rules(extra)?);
+        }
+        allowed.insert(filtered.syscall.number, rules);
+    }
+    let allow_list = compile(allowed, SeccompAction::Allow, errno(libc::EPERM), arch)?;
+
+    let known: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
+        .iter()
+        .flat_map(|group| group.syscalls)
+        .map(|syscall| syscall.number)
+        .chain(FILTERED.iter().map(|filtered| filtered.syscall.number))
+        .chain(DENIED.iter().map(|denied| denied.number))
+        .chain(ANSWERED_EOPNOTSUPP.iter().map(|denied| denied.number))
+        .map(|number| (number, Vec::new()))
+        .collect();
+    let known = compile(known, SeccompAction::Allow, errno(libc::ENOSYS), arch)?;
+
+    let xattr_writes: BTreeMap<i64, Vec<SeccompRule>> = ANSWERED_EOPNOTSUPP
         .iter()
         .map(|denied| (denied.number, Vec::new()))
         .collect();
-    // clone(2) creating namespaces: one rule per flag, the rules of a syscall being ORed.
-    let clone_rules = CLONE_NAMESPACE_FLAGS
-        .iter()
-        .map(|&flag| flag_set_rule(0, flag as u64))
-        .collect::<Result<Vec<_>, _>>()?;
-    rules.insert(libc::SYS_clone, clone_rules);
-    if !network {
-        // socket(2) for any domain but AF_UNIX. (socketpair(2) of other domains fails anyway.)
-        let not_unix = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(HardenError::SeccompBuild)?;
-        let rule = SeccompRule::new(vec![not_unix]).map_err(HardenError::SeccompBuild)?;
-        rules.insert(libc::SYS_socket, vec![rule]);
-    }
-    let deny_list_len = rules.len();
-    let deny_list = compile(rules, SeccompAction::Errno(libc::EPERM as u32), arch)?;
+    let xattr_writes = compile(
+        xattr_writes,
+        errno(libc::EOPNOTSUPP),
+        SeccompAction::Allow,
+        arch,
+    )?;
 
-    let clone3 = BTreeMap::from([(libc::SYS_clone3, Vec::new())]);
-    let clone3 = compile(clone3, SeccompAction::Errno(libc::ENOSYS as u32), arch)?;
-
-    let mut programs = vec![deny_list, clone3];
-    #[cfg(target_arch = "x86_64")]
-    programs.push(x32_guard());
     Ok(Programs {
-        programs,
-        denied_syscalls: deny_list_len + 1,
+        programs: vec![allow_list, known, xattr_writes],
+        denied_syscalls: DENIED.len()
+            + FILTERED.len()
+            + ANSWERED_EOPNOTSUPP.len()
+            + ANSWERED_ENOSYS.len(),
     })
 }
 
-/// A rule matching when `flag`'s bits are all set in argument `arg`.
-fn flag_set_rule(arg: u8, flag: u64) -> Result<SeccompRule, HardenError> {
-    let condition = SeccompCondition::new(
-        arg,
-        SeccompCmpArgLen::Dword,
-        SeccompCmpOp::MaskedEq(flag),
-        flag,
-    )
-    .map_err(HardenError::SeccompBuild)?;
-    SeccompRule::new(vec![condition]).map_err(HardenError::SeccompBuild)
+/// The alternatives of an argument rule as seccompiler rules, which a syscall's entry ORs
+/// together (the conditions within one rule being ANDed). Every comparison is on the argument's
+/// low 32 bits (`Dword`), as [`ArgRule`] explains.
+fn seccomp_rules(rule: &ArgRule) -> Result<Vec<SeccompRule>, HardenError> {
+    match *rule {
+        ArgRule::Allowed { arg, mask, values } => values
+            .iter()
+            .map(|&value| seccomp_rule(&[(arg, mask, value)]))
+            .collect(),
+        ArgRule::Refused { arg, values } => {
+            let conditions = values
+                .iter()
+                .map(|&value| condition(arg, SeccompCmpOp::Ne, value))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(vec![
+                SeccompRule::new(conditions).map_err(HardenError::SeccompBuild)?,
+            ])
+        }
+        ArgRule::Alternatives(alternatives) => alternatives
+            .iter()
+            .map(|checks| seccomp_rule(checks))
+            .collect(),
+    }
 }
 
-/// One seccompiler filter: `rules` answered with `on_match`, everything else allowed.
+/// One rule: every `(arg, mask, value)` must match.
+fn seccomp_rule(checks: &[(u8, u32, u32)]) -> Result<SeccompRule, HardenError> {
+    let conditions = checks
+        .iter()
+        .map(|&(arg, mask, value)| {
+            let op = if mask == u32::MAX {
+                SeccompCmpOp::Eq
+            } else {
+                SeccompCmpOp::MaskedEq(u64::from(mask))
+            };
+            condition(arg, op, value)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    SeccompRule::new(conditions).map_err(HardenError::SeccompBuild)
+}
+
+/// A comparison of argument `arg`'s low 32 bits.
+fn condition(arg: u8, op: SeccompCmpOp, value: u32) -> Result<SeccompCondition, HardenError> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, u64::from(value))
+        .map_err(HardenError::SeccompBuild)
+}
+
+/// One seccompiler program: the syscalls in `rules` (for the arguments their rules accept) get
+/// `on_match`, every other call `otherwise`.
 fn compile(
     rules: BTreeMap<i64, Vec<SeccompRule>>,
     on_match: SeccompAction,
+    otherwise: SeccompAction,
     arch: TargetArch,
 ) -> Result<BpfProgram, HardenError> {
-    let filter = SeccompFilter::new(rules, SeccompAction::Allow, on_match, arch)
-        .map_err(HardenError::SeccompBuild)?;
+    let filter =
+        SeccompFilter::new(rules, otherwise, on_match, arch).map_err(HardenError::SeccompBuild)?;
     BpfProgram::try_from(filter).map_err(HardenError::SeccompBuild)
 }
 
-/// The architecture this crate is built for; seccompiler knows x86_64, aarch64 and riscv64.
-fn target_arch() -> TargetArch {
-    #[cfg(target_arch = "x86_64")]
-    return TargetArch::x86_64;
-    #[cfg(target_arch = "aarch64")]
-    return TargetArch::aarch64;
-    #[cfg(target_arch = "riscv64")]
-    return TargetArch::riscv64;
+/// A refusal with `errno`.
+fn errno(errno: libc::c_int) -> SeccompAction {
+    SeccompAction::Errno(errno as u32)
 }
 
-/// `EPERM` for every syscall number with `__X32_SYSCALL_BIT` set, written by hand because
-/// seccompiler matches syscall numbers by equality only.
-#[cfg(target_arch = "x86_64")]
-fn x32_guard() -> BpfProgram {
-    use seccompiler::sock_filter;
-    /// `__X32_SYSCALL_BIT` from `asm/unistd.h`.
-    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
-    /// Offset of `nr` in `struct seccomp_data`.
-    const SECCOMP_DATA_NR: u32 = 0;
-    let instruction = |code: u32, jt: u8, jf: u8, k: u32| sock_filter {
-        code: code as u16,
-        jt,
-        jf,
-        k,
-    };
-    vec![
-        // A = seccomp_data.nr
-        instruction(
-            libc::BPF_LD | libc::BPF_W | libc::BPF_ABS,
-            0,
-            0,
-            SECCOMP_DATA_NR,
-        ),
-        // if A >= X32_SYSCALL_BIT fall through to EPERM, else skip to ALLOW
-        instruction(
-            libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
-            0,
-            1,
-            X32_SYSCALL_BIT,
-        ),
-        instruction(
-            libc::BPF_RET | libc::BPF_K,
-            0,
-            0,
-            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
-        ),
-        instruction(libc::BPF_RET | libc::BPF_K, 0, 0, libc::SECCOMP_RET_ALLOW),
-    ]
+/// The architecture this crate is built for, if the policy has been traced and reviewed for it.
+/// Elsewhere hardening fails (closed) rather than install a list made for other syscall numbers
+/// and another libc's habits.
+fn target_arch() -> Result<TargetArch, HardenError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else {
+        Err(HardenError::SeccompBuild(BackendError::InvalidTargetArch(
+            format!(
+                "{}: the syscall allow-list in policy.rs is written for x86_64 and aarch64 only",
+                std::env::consts::ARCH
+            ),
+        )))
+    }
 }

@@ -12,6 +12,13 @@ use crate::error::HardenError;
 /// The longest host name the kernel accepts (`HOST_NAME_MAX`).
 const HOST_NAME_MAX: usize = 64;
 
+/// The user and group id a session has inside its user namespace, mapped to [`HardenSpec::uid`].
+pub const SESSION_ID_INSIDE: u32 = 1000;
+
+/// Directories every session sees as its own empty mounts: a path beneath them (other than the
+/// directory itself) does not exist in the session.
+pub(crate) const MASKED: [&str; 5] = ["/tmp", "/dev/shm", "/run", "/var/run", "/proc"];
+
 /// The confinement of one session child, as the zygote sends it (JSON).
 ///
 /// Unknown fields are refused, so a misspelt `"netwrok": true` is an error rather than a silently
@@ -22,12 +29,14 @@ pub struct HardenSpec {
     /// The session's workspace: full access (read, write, create, remove, execute), except
     /// creating device nodes.
     pub workspace: PathBuf,
-    /// The session's private temporary directory: the same access as the workspace.
+    /// The session's temporary directory, with the same access as the workspace: `/tmp`, which
+    /// is the session's own tmpfs (another directory is allowed, outside the masked ones).
     pub tmp: PathBuf,
     /// Read and execute only: the Python runtime, `/usr`, `/lib`, `/etc/ssl`, … Every path must
-    /// exist; a file grants access to that file, a directory to everything beneath it. Not
-    /// `/proc` of the host's pid namespace: it exposes other processes' environments (see the
-    /// crate docs).
+    /// exist; a file grants access to that file, a directory to everything beneath it. The
+    /// session's own `/proc` is granted (read-only) without being listed. A path whose
+    /// ancestors the session's uid cannot search is shown to the session beneath a read-only
+    /// tmpfs over the first such ancestor (see the crate docs).
     pub read_only: Vec<PathBuf>,
     /// `RLIMIT_NOFILE`, soft and hard.
     pub max_open_files: u64,
@@ -38,6 +47,15 @@ pub struct HardenSpec {
     /// `false`: a new, empty network namespace, no socket but `AF_UNIX`, no TCP bind or connect.
     /// `true`: the caller's network namespace and sockets.
     pub network: bool,
+    /// The unprivileged host user id the session runs as, also its group id: user and group
+    /// [`SESSION_ID_INSIDE`] of its own user namespace map to it. Never 0.
+    pub uid: u32,
+    /// cgroup directories (one per controller on cgroup v1, one on v2) the zygote moves the
+    /// child into before it runs any of the session's code; may be empty.
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
+    /// The size of the session's `/tmp` (a tmpfs), in bytes; at least 1.
+    pub tmp_bytes: u64,
 }
 
 impl HardenSpec {
@@ -65,6 +83,38 @@ impl HardenSpec {
         if self.max_file_bytes == 0 {
             return invalid("max_file_bytes must be at least 1".to_owned());
         }
+        if self.uid == 0 {
+            return invalid("uid 0 would map the session to the host's root".to_owned());
+        }
+        if self.tmp_bytes == 0 {
+            // tmpfs reads size=0 as "no limit"
+            return invalid("tmp_bytes must be at least 1".to_owned());
+        }
+        if let Some(cgroup) = self.cgroups.iter().find(|path| !path.is_absolute()) {
+            return invalid(format!("cgroup path {} is not absolute", cgroup.display()));
+        }
+        for (field, path) in [("workspace", &self.workspace), ("tmp", &self.tmp)]
+            .into_iter()
+            .chain(self.read_only.iter().map(|path| ("read_only path", path)))
+        {
+            if let Some(mask) = masked_ancestor(path) {
+                return invalid(format!(
+                    "{field} {} lies beneath {mask}, which the session sees as its own empty mount",
+                    path.display()
+                ));
+            }
+        }
+        // Full access to /proc or /run themselves would be a grant nobody meant; the session's
+        // own /tmp and /dev/shm are fine as its temporary directory.
+        if MASKED.iter().any(|mask| self.workspace == Path::new(mask))
+            || ["/proc", "/run", "/var/run"]
+                .iter()
+                .any(|mask| self.tmp == Path::new(mask))
+        {
+            return invalid(
+                "workspace or tmp names a directory the session gets its own mount of".to_owned(),
+            );
+        }
         Ok(())
     }
 
@@ -72,6 +122,21 @@ impl HardenSpec {
     pub(crate) fn writable(&self) -> [&Path; 2] {
         [&self.workspace, &self.tmp]
     }
+}
+
+/// The masked directory `path` lies strictly beneath, as written and with symlinks resolved
+/// (`/var/run` is often a link to `/run`); `None` for a masked directory itself.
+fn masked_ancestor(path: &Path) -> Option<&'static str> {
+    let resolved = std::fs::canonicalize(path).ok();
+    [Some(path), resolved.as_deref()]
+        .into_iter()
+        .flatten()
+        .find_map(|path| {
+            MASKED.into_iter().find(|mask| {
+                let mask = Path::new(mask);
+                path != mask && path.starts_with(mask)
+            })
+        })
 }
 
 /// How far Landlock could be enforced by the running kernel.
@@ -91,9 +156,13 @@ pub struct HardenReport {
     /// The running kernel's Landlock ABI (capped at the newest the `landlock` crate knows). The
     /// rights asked for are those of ABI 7 whatever this says.
     pub landlock_abi: u32,
-    /// How many syscalls the seccomp deny-list refuses outright (argument-filtered ones
-    /// included).
+    /// How many syscalls the seccomp policy refuses by name: outright (`EPERM`), for some
+    /// arguments, extended-attribute writes (`EOPNOTSUPP`) and `clone3` (`ENOSYS`). Every
+    /// syscall the allow-list does not name is refused too.
     pub seccomp_denied_syscalls: usize,
+    /// Of [`HardenReport::elapsed`], the time spent waiting for the zygote to write the id maps
+    /// and the cgroups.
+    pub admission: Duration,
     /// Wall-clock time of the whole checklist.
     pub elapsed: Duration,
 }
@@ -106,9 +175,10 @@ impl fmt::Display for HardenReport {
         };
         write!(
             f,
-            "hardened: landlock={landlock} kernel_landlock_abi={} seccomp_denied_syscalls={} elapsed_us={}",
+            "hardened: landlock={landlock} kernel_landlock_abi={} seccomp_denied_syscalls={} admission_us={} elapsed_us={}",
             self.landlock_abi,
             self.seccomp_denied_syscalls,
+            self.admission.as_micros(),
             self.elapsed.as_micros()
         )
     }

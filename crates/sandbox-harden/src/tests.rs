@@ -1,14 +1,14 @@
 //! Unit tests of what can be checked without confining the test process itself. The confinement
-//! is tested in a separate process by `tests/confinement.rs`.
-
-use std::collections::BTreeSet;
+//! is tested in separate processes by `tests/confinement/`; the seccomp policy's own tests are in
+//! `policy/tests.rs`.
 
 use super::*;
 
 fn spec_json(extra: &str) -> String {
     format!(
-        r#"{{"workspace":"/w","tmp":"/t","read_only":["/usr"],"max_open_files":256,
-            "max_file_bytes":1048576,"hostname":"session","network":false{extra}}}"#
+        r#"{{"workspace":"/w","tmp":"/tmp","read_only":["/usr"],"max_open_files":256,
+            "max_file_bytes":1048576,"hostname":"session","network":false,"uid":1000123,
+            "tmp_bytes":1048576{extra}}}"#
     )
 }
 
@@ -17,7 +17,24 @@ fn spec_parses_from_the_zygote_json() {
     let spec: HardenSpec = serde_json::from_str(&spec_json("")).unwrap();
     assert_eq!(spec.workspace, std::path::Path::new("/w"));
     assert!(!spec.network);
+    assert_eq!(spec.uid, 1_000_123);
+    assert!(spec.cgroups.is_empty(), "cgroups default to none");
     spec.validate().unwrap();
+    let spec: HardenSpec =
+        serde_json::from_str(&spec_json(r#","cgroups":["/sys/fs/cgroup/pids/s"]"#)).unwrap();
+    assert_eq!(
+        spec.cgroups,
+        [std::path::Path::new("/sys/fs/cgroup/pids/s")]
+    );
+}
+
+#[test]
+fn uid_and_tmp_size_are_required() {
+    let without_uid = spec_json("").replace(r#""uid":1000123,"#, "");
+    let error = serde_json::from_str::<HardenSpec>(&without_uid).unwrap_err();
+    assert!(error.to_string().contains("missing field `uid`"), "{error}");
+    let without_tmp = spec_json("").replace(r#""tmp_bytes":1048576"#, r#""x":1"#);
+    assert!(serde_json::from_str::<HardenSpec>(&without_tmp).is_err());
 }
 
 #[test]
@@ -54,35 +71,71 @@ fn invalid_specs_are_refused_before_any_step() {
             max_file_bytes: 0,
             ..good.clone()
         },
+        HardenSpec {
+            uid: 0,
+            ..good.clone()
+        },
+        HardenSpec {
+            tmp_bytes: 0,
+            ..good.clone()
+        },
+        HardenSpec {
+            cgroups: vec!["sys/fs/cgroup/pids".into()],
+            ..good.clone()
+        },
+        // hidden by the session's own mounts
+        HardenSpec {
+            workspace: "/tmp/ws".into(),
+            ..good.clone()
+        },
+        HardenSpec {
+            workspace: "/run/user/0/ws".into(),
+            ..good.clone()
+        },
+        HardenSpec {
+            tmp: "/dev/shm/t".into(),
+            ..good.clone()
+        },
+        HardenSpec {
+            read_only: vec!["/tmp/runtime".into()],
+            ..good.clone()
+        },
+        HardenSpec {
+            workspace: "/tmp".into(),
+            ..good.clone()
+        },
+        HardenSpec {
+            tmp: "/proc".into(),
+            ..good.clone()
+        },
     ];
     for spec in cases {
         let error = spec.validate().unwrap_err();
         assert!(matches!(error, HardenError::InvalidSpec(_)), "{error}");
     }
-}
-
-#[test]
-fn deny_list_has_no_duplicates_and_every_entry_is_justified() {
-    let mut seen = BTreeSet::new();
-    for denied in policy::DENIED {
-        assert!(seen.insert(denied.number), "{} listed twice", denied.name);
-        assert!(!denied.reason.is_empty(), "{} has no reason", denied.name);
-    }
-}
-
-#[test]
-fn seccomp_programs_compile_within_kernel_limits() {
-    for network in [false, true] {
-        let programs = seccomp_filter::build(network).unwrap();
-        assert!(programs.programs.len() >= 2);
-        for program in &programs.programs {
-            // BPF_MAXINSNS
-            assert!(program.len() <= 4096, "{} instructions", program.len());
+    // the masked directories themselves are fine
+    for tmp in ["/tmp", "/dev/shm"] {
+        HardenSpec {
+            tmp: tmp.into(),
+            ..good.clone()
         }
-        // The table, clone, clone3, and socket only without network.
-        let expected = policy::DENIED.len() + 2 + usize::from(!network);
-        assert_eq!(programs.denied_syscalls, expected);
+        .validate()
+        .unwrap();
     }
+}
+
+#[test]
+fn search_permission_is_read_from_the_right_mode_bits() {
+    let uid = 1_000_123;
+    // owner class decides for the owner, even when "other" could search
+    assert!(mounts::searchable(uid, 0, 0o700, uid));
+    assert!(!mounts::searchable(uid, 0, 0o077, uid));
+    // group class for the session's group (= its uid)
+    assert!(mounts::searchable(0, uid, 0o710, uid));
+    assert!(!mounts::searchable(0, uid, 0o701, uid));
+    // other class for everyone else: /root is 0700 root:root
+    assert!(!mounts::searchable(0, 0, 0o700, uid));
+    assert!(mounts::searchable(0, 0, 0o711, uid));
 }
 
 #[test]
@@ -100,6 +153,24 @@ fn network_decides_the_net_namespace() {
 fn errors_name_their_step() {
     let error = HardenError::Unshare(std::io::Error::from_raw_os_error(libc::EPERM));
     assert!(error.to_string().starts_with("step (a)"), "{error}");
+    let error = HardenError::Identity {
+        call: "setresuid",
+        source: std::io::Error::from_raw_os_error(libc::EPERM),
+    };
+    assert!(
+        error
+            .to_string()
+            .starts_with("step (d) user namespace: setresuid")
+    );
+    let error = AdmitError::IdMap {
+        file: "/proc/7/uid_map".into(),
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    };
+    assert!(
+        error
+            .to_string()
+            .starts_with("admission: writing /proc/7/uid_map: Invalid argument")
+    );
     let error = HardenError::Rlimit {
         resource: "RLIMIT_NOFILE",
         source: std::io::Error::from_raw_os_error(libc::EPERM),

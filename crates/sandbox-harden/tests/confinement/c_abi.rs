@@ -4,57 +4,102 @@ use serde_json::{Value, json};
 
 use crate::{Session, cdylib, is_root, run_plain, succeeded};
 
-/// Python that loads the cdylib like the zygote does and defines `harden(spec_bytes, size)`.
+/// Python that loads the cdylib like the zygote does and defines its calls: each returns
+/// (rc, message).
 const CTYPES_PRELUDE: &str = r#"
 lib = ctypes.CDLL(P["library"])
-lib.toolgate_harden_session.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]
-lib.toolgate_harden_session.restype = ctypes.c_int
-def harden(spec, size=512):
-    message = ctypes.create_string_buffer(size)
-    code = lib.toolgate_harden_session(spec, len(spec), message, size)
-    return code, message.value.decode()
+assert lib.toolgate_harden_abi_version() == 2
+ERR = (ctypes.c_char_p, ctypes.c_size_t)
+SPEC = (ctypes.c_char_p, ctypes.c_size_t)
+FD = ctypes.c_int
+def function(name, *argtypes):
+    f = getattr(lib, name)
+    f.argtypes, f.restype = (*argtypes, *ERR), ctypes.c_int
+    def call(*args, size=512):
+        message = ctypes.create_string_buffer(size)
+        code = f(*args, message, size)
+        return code, message.value.decode()
+    return call
+init = function("toolgate_zygote_init")
+before = function("toolgate_before_session_fork")
+after = function("toolgate_after_session_fork")
+admit_ = function("toolgate_admit_session", ctypes.c_int, *SPEC, FD, FD)
+harden_ = function("toolgate_harden_session", *SPEC, FD, FD)
+def admit(pid, spec, status_r, release_w):
+    return admit_(pid, spec, len(spec), status_r, release_w)
+def harden(spec, status_w=None, release_r=None, size=512):
+    if status_w is None:       # a call that fails before any step: pipes nobody else holds
+        status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
+    return harden_(spec, len(spec), status_w, release_r, size=size)
 "#;
 
 #[test]
 fn c_abi_hardens_a_forked_child_and_leaves_the_parent_alone() {
-    // The zygote's shape: the parent forks, the child hardens itself through ctypes.
+    // The zygote's shape: pid namespace, fork, restore, admission in the parent; the child
+    // hardens itself through ctypes. Three times in a row: the pid namespace is restored.
     let session = Session::new();
     let code = format!(
         "{CTYPES_PRELUDE}\n{}",
         r#"
+assert init() == (0, "")
 host = socket.gethostname()
-read, write = os.pipe()
-pid = os.fork()
-if pid == 0:
-    os.close(read)
-    code, message = harden(json.dumps(P["spec"]).encode())
-    if code == 0:
-        try:
-            open("/etc/shadow").read()
-            shadow = "readable"
-        except PermissionError:
-            shadow = "denied"
-        result = {"code": code, "message": message, "hostname": socket.gethostname(), "shadow": shadow}
-    else:
-        result = {"code": code, "message": message}
-    os.write(write, json.dumps(result).encode())
-    os._exit(0)
-os.close(write)
-child = json.loads(os.read(read, 65536))
-os.waitpid(pid, 0)
-child["parent_hostname_unchanged"] = socket.gethostname() == host
-child["parent_shadow"] = len(open("/etc/shadow").read()) > 0 if os.geteuid() == 0 else None
-print(json.dumps(child))
+own_ns = os.readlink("/proc/self/ns/pid")
+results = []
+for _ in range(3):
+    spec = json.dumps(P["spec"]).encode()
+    status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
+    out_r, out_w = os.pipe()
+    assert before() == (0, "")
+    pid = os.fork()
+    if pid == 0:
+        os.close(status_r); os.close(release_w); os.close(out_r)
+        code, message = harden(spec, status_w, release_r)
+        if code == 0:
+            try:
+                open("/etc/shadow").read()
+                shadow = "readable"
+            except PermissionError:
+                shadow = "denied"
+            # no exec here (as in the zygote), so nothing but the library clears capabilities
+            caps = [line.split()[1] for line in open("/proc/self/status") if line.startswith("Cap")]
+            result = {"code": code, "message": message, "hostname": socket.gethostname(),
+                      "shadow": shadow, "pid": os.getpid(), "uid": os.getuid(), "caps": caps}
+        else:
+            result = {"code": code, "message": message}
+        os.write(out_w, json.dumps(result).encode())
+        os._exit(0)
+    assert after() == (0, "")
+    assert os.readlink("/proc/self/ns/pid_for_children") == own_ns
+    os.close(status_w); os.close(release_r); os.close(out_w)
+    admitted = admit(pid, spec, status_r, release_w)
+    child = json.loads(os.read(out_r, 65536))
+    os.waitpid(pid, 0)
+    child["admitted"] = admitted
+    results.append(child)
+print(json.dumps({"children": results,
+                  "parent_hostname_unchanged": socket.gethostname() == host,
+                  "parent_shadow": len(open("/etc/shadow").read()) > 0 if os.geteuid() == 0 else None}))
 "#
     );
     let params = json!({"library": cdylib(), "spec": session.spec(false)});
     let result: Value = serde_json::from_str(&succeeded(run_plain(&code, &params))).unwrap();
-    assert_eq!(result["code"], 0, "{result}");
-    let message = result["message"].as_str().unwrap();
-    assert!(message.starts_with("hardened: landlock="), "{message}");
-    eprintln!("C ABI report: {message}");
-    assert_eq!(result["hostname"], "session-7");
-    assert_eq!(result["shadow"], "denied");
+    for child in result["children"].as_array().unwrap() {
+        assert_eq!(child["code"], 0, "{child}");
+        let message = child["message"].as_str().unwrap();
+        assert!(message.starts_with("hardened: landlock="), "{message}");
+        // the zygote got the same report line from the child
+        assert_eq!(child["admitted"], json!([0, message]));
+        assert_eq!(child["hostname"], "session-7");
+        assert_eq!(child["shadow"], "denied");
+        assert_eq!(child["pid"], 1);
+        assert_eq!(child["uid"], 1000);
+        assert_eq!(
+            child["caps"],
+            json!(vec!["0".repeat(16); 5]),
+            "capabilities left"
+        );
+    }
+    eprintln!("C ABI report: {}", result["children"][0]["message"]);
     assert_eq!(result["parent_hostname_unchanged"], true);
     if is_root() {
         assert_eq!(result["parent_shadow"], true, "the parent stays unconfined");
@@ -77,6 +122,8 @@ results["bad_json"] = harden(b"{not json")
 results["truncated"] = harden(b"{not json", size=8)
 results["unknown_field"] = harden(json.dumps(dict(P["relative"], surprise=1)).encode())
 results["relative_path"] = harden(json.dumps(P["relative"]).encode())
+results["bad_fds"] = harden(json.dumps(P["threaded"]).encode(), -1, -2)
+results["admit_pid_0"] = admit(0, b"{}", -1, -2)
 # A second thread alive: Landlock and seccomp would bind only the calling one.
 stop = threading.Event()
 thread = threading.Thread(target=stop.wait); thread.start()
@@ -108,5 +155,7 @@ print(json.dumps(results))
         "threaded",
         "step (0) single-thread check: the process has 2 threads",
     );
+    check("bad_fds", "invalid descriptors -1 and -2");
+    check("admit_pid_0", "invalid descriptors -1 and -2");
     assert_eq!(results["still_unconfined"], true);
 }

@@ -1,16 +1,18 @@
 //! Confinement, proven on real processes: each test runs real Python (`python3` from PATH, its
 //! real executable resolved) in a separate process hardened by the very code the zygote's
-//! children run, either through the probe binary (`toolgate-harden-probe SPEC python3 -I -c …`)
-//! or through the C ABI loaded with ctypes. Every "denied" assertion that could also fail for a
+//! children run, either through the probe binary (`toolgate-harden-probe SPEC python3 -I -c …`,
+//! a one-shot zygote whose only child is the hardened session, pid 1 of its pid namespace) or
+//! through the C ABI loaded with ctypes. Every "denied" assertion that could also fail for a
 //! reason unrelated to the hardening has a control: the same action succeeding without it.
 //!
-//! The machine runs the tests as root (as the zygote does here), so the controls can read
-//! `/etc/shadow`; hardening needs root (or a user namespace) for `unshare` anyway.
+//! The machine runs the tests as root (as the zygote does here): namespaces, id maps and mounts
+//! need it. Workspaces live in `CARGO_TARGET_TMPDIR`, not `/tmp`, which each session sees as its
+//! own empty tmpfs.
 //!
-//! `cargo test -p toolgate-sandbox-harden -- --nocapture` shows the timing of `harden_session`.
+//! `cargo test -p toolgate-sandbox-harden -- --nocapture` shows the timing of a hardened fork.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -20,13 +22,19 @@ use tempfile::TempDir;
 
 mod c_abi;
 mod filesystem;
+mod namespaces;
 mod network;
 mod process;
 mod syscalls;
+mod workload;
 
 const PROBE: &str = env!("CARGO_BIN_EXE_toolgate-harden-probe");
 const MAX_OPEN_FILES: u64 = 200;
 const MAX_FILE_BYTES: u64 = 1 << 20;
+/// The session's `/tmp`: smaller than `MAX_FILE_BYTES`, so a full `/tmp` is ENOSPC, not EFBIG.
+const TMP_BYTES: u64 = 256 << 10;
+/// The host uid the sessions of these tests run as (user 1000 inside).
+const SESSION_UID: u32 = 1_000_123;
 
 /// Helpers every Python snippet starts with; parameters arrive as JSON in `sys.argv[1]`.
 const PRELUDE: &str = r#"
@@ -79,17 +87,15 @@ fn is_root() -> bool {
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
 
-/// A session's two writable directories.
+/// A session's workspace, given to [`SESSION_UID`]; its temporary directory is its own `/tmp`.
 struct Session {
     workspace: TempDir,
-    tmp: TempDir,
 }
 
 impl Session {
     fn new() -> Self {
         Self {
-            workspace: TempDir::new().unwrap(),
-            tmp: TempDir::new().unwrap(),
+            workspace: scratch_dir(),
         }
     }
 
@@ -113,14 +119,42 @@ impl Session {
         read_only.extend(extra_read_only.iter().map(|path| path.to_path_buf()));
         json!({
             "workspace": self.workspace.path(),
-            "tmp": self.tmp.path(),
+            "tmp": "/tmp",
             "read_only": read_only,
             "max_open_files": MAX_OPEN_FILES,
             "max_file_bytes": MAX_FILE_BYTES,
             "hostname": "session-7",
             "network": network,
+            "uid": SESSION_UID,
+            "tmp_bytes": TMP_BYTES,
         })
     }
+}
+
+/// A directory outside `/tmp` (which sessions do not see), searchable by everyone (its parent
+/// is `target/tmp`), owned by [`SESSION_UID`]: a workspace, or a neighbour's.
+fn scratch_dir() -> TempDir {
+    let dir = TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(SESSION_UID), Some(SESSION_UID)).unwrap();
+    dir
+}
+
+/// A root-owned directory outside `/tmp` that sessions may search (mode 0755) but not write.
+fn shared_dir() -> TempDir {
+    let dir = TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
+/// The hardened session of a running probe: the probe's only child (host pid).
+fn session_pid(probe: u32) -> u32 {
+    let children = std::fs::read_to_string(format!("/proc/{probe}/task/{probe}/children")).unwrap();
+    let pids: Vec<u32> = children
+        .split_whitespace()
+        .map(|pid| pid.parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 1, "the probe has children {pids:?}");
+    pids[0]
 }
 
 /// `-I -c PRELUDE+code PARAMS`: isolated mode (no user site, no PYTHON* variables).
@@ -142,7 +176,7 @@ fn hardened_command(spec: &Value, code: &str, params: &Value) -> Command {
         .args(python_args(code, params))
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .env("TMPDIR", spec["tmp"].as_str().unwrap())
+        .env("TMPDIR", "/tmp")
         .current_dir(spec["workspace"].as_str().unwrap())
         .stdin(Stdio::null());
     command

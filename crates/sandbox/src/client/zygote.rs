@@ -30,6 +30,10 @@ use super::signal_name;
 use super::wire::{ControlFrame, ExitInfo, Hello};
 use crate::frame::{self, FrameError};
 
+mod harden;
+
+use harden::{HARDEN_TMP, HardenBase, prepare_workspace};
+
 /// How to start a zygote.
 #[derive(Debug, Clone)]
 pub struct ZygoteConfig {
@@ -40,10 +44,11 @@ pub struct ZygoteConfig {
     /// Modules to import before forking; `None` keeps the zygote's default (numpy, pandas,
     /// matplotlib.pyplot), `Some(vec![])` preloads nothing (fast start, slow first import).
     pub preload: Option<Vec<String>>,
-    /// The hardening library each child calls after fork (`--harden-lib`). When set, every fork
-    /// carries a confinement spec (see [`Zygote::fork_session_with`]): the child may write only
-    /// its workspace and temporary directory, read only the runtime and the system's libraries,
-    /// and has no network.
+    /// The hardening library the zygote and each child call around the fork (`--harden-lib`).
+    /// When set, every fork carries a confinement spec (see [`Zygote::fork_session_with`]): the
+    /// child is pid 1 of its own pid namespace and an unprivileged uid of its own user
+    /// namespace, may write only its workspace and its own `/tmp`, read only the runtime, the
+    /// system's libraries and its own `/proc`, and has no network. The zygote must run as root.
     pub harden_lib: Option<PathBuf>,
     /// How long the zygote may take to send `hello` (the preload dominates).
     pub startup_timeout: Duration,
@@ -107,6 +112,29 @@ pub enum ZygoteError {
     /// a path the zygote cannot take (JSON carries UTF-8 text only)
     #[error("path is not valid UTF-8: {0}")]
     NonUtf8Path(PathBuf),
+    /// a hardened session's uid could not reach its workspace: an ancestor lacks o+x
+    #[error(
+        "the workspace {workspace} is out of reach of the session's uid: its ancestor {ancestor} \
+         has mode {mode:o}, without search permission for others (o+x); make it 0711 or 0755"
+    )]
+    WorkspaceNotTraversable {
+        /// the workspace
+        workspace: PathBuf,
+        /// the first ancestor without o+x
+        ancestor: PathBuf,
+        /// its permission bits
+        mode: u32,
+    },
+    /// the workspace could not be inspected or given to the session's uid
+    #[error("cannot prepare the workspace {path} for uid {uid}: {source}")]
+    Workspace {
+        /// the directory
+        path: PathBuf,
+        /// the session's host uid
+        uid: u32,
+        /// what the system said
+        source: io::Error,
+    },
     /// local I/O (socketpair, non-blocking mode)
     #[error("zygote I/O: {0}")]
     Io(#[from] io::Error),
@@ -150,77 +178,8 @@ impl Drop for Inner {
     }
 }
 
-/// The parts of a session's confinement spec (`HardenSpec` of crates/sandbox-harden) that are
-/// the same for every session of one zygote.
-#[derive(Debug)]
-struct HardenBase {
-    /// Absolute paths that exist: the runtime, the base interpreter, the system's libraries.
-    read_only: Vec<String>,
-}
-
 /// `RLIMIT_FSIZE` of a hardened session when the caller names none.
 pub const DEFAULT_MAX_FILE_BYTES: u64 = 512 * 1024 * 1024;
-/// `RLIMIT_NOFILE` of a hardened session.
-const HARDEN_MAX_OPEN_FILES: u64 = 1024;
-/// The host name a hardened session sees.
-const HARDEN_HOSTNAME: &str = "sandbox";
-/// System paths a session reads (shared libraries, the dynamic loader's cache, `/bin/bash`),
-/// where they exist. Not `/proc` of the host, not `/etc` as a whole.
-const SYSTEM_READ_ONLY: [&str; 5] = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"];
-
-impl HardenBase {
-    /// The runtime directory, the interpreter's prefix and base prefix, and the system paths:
-    /// absolute, symlinks resolved, each once, only those that exist.
-    fn new(runtime: &Path, hello: &Hello) -> Self {
-        let mut read_only: Vec<String> = Vec::new();
-        let candidates = [
-            runtime,
-            Path::new(&hello.prefix),
-            Path::new(&hello.base_prefix),
-        ]
-        .into_iter()
-        .chain(SYSTEM_READ_ONLY.iter().map(Path::new));
-        for path in candidates {
-            let Ok(path) = path.canonicalize() else {
-                continue; // does not exist (or cannot be reached): nothing to allow
-            };
-            let Some(text) = path.to_str() else {
-                tracing::warn!(
-                    "not allowing the non-UTF-8 path {} to hardened sessions",
-                    path.display()
-                );
-                continue;
-            };
-            if !read_only.iter().any(|known| known == text) {
-                read_only.push(text.to_owned());
-            }
-        }
-        Self { read_only }
-    }
-
-    /// The spec of one session (`HardenSpec` as JSON).
-    fn spec(
-        &self,
-        workspace: &Path,
-        tmp: &Path,
-        max_file_bytes: u64,
-    ) -> Result<serde_json::Value, ZygoteError> {
-        let absolute = |path: &Path| {
-            std::path::absolute(path)
-                .map_err(ZygoteError::Io)
-                .and_then(|path| utf8(&path).map(str::to_owned))
-        };
-        Ok(serde_json::json!({
-            "workspace": absolute(workspace)?,
-            "tmp": absolute(tmp)?,
-            "read_only": self.read_only,
-            "max_open_files": HARDEN_MAX_OPEN_FILES,
-            "max_file_bytes": max_file_bytes.max(1),
-            "hostname": HARDEN_HOSTNAME,
-            "network": false,
-        }))
-    }
-}
 
 /// Per-session choices of a fork beyond its directories.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -434,13 +393,19 @@ impl Zygote {
             .await
     }
 
-    /// [`Zygote::fork_session`], with the largest file a hardened session may write.
+    /// [`Zygote::fork_session`], with the per-session choices of `options`.
     ///
     /// With a hardening library ([`ZygoteConfig::harden_lib`]) the fork request carries the
-    /// session's confinement: write access to `cwd` and `tmpdir` (or `cwd` alone without one),
-    /// read and execute access to the runtime, the base interpreter and `/usr`, `/lib`, `/lib64`,
-    /// `/bin`, `/etc/ld.so.cache` (those that exist), 1024 open files, `max_file_bytes` per file,
-    /// host name "sandbox", no network. Without one, `max_file_bytes` is not used.
+    /// session's confinement: pid 1 of its own pid namespace, user and group 1000 of its own user
+    /// namespace mapped to `options.uid` on the host (no capability), joined to
+    /// `options.cgroups` before it runs anything; write access to `cwd` and to its own empty
+    /// `/tmp` (256 MiB, also its `TMPDIR`: `tmpdir` is not used) and `/dev/shm`;
+    /// read access to its own `/proc`; read and execute access to the runtime, the base
+    /// interpreter and `/usr`, `/lib`, `/lib64`, `/bin`, `/etc/ld.so.cache` (those that exist);
+    /// 1024 open files, `options.max_file_bytes` per file, host name "sandbox", no network.
+    /// Right before the fork `cwd` is given to `options.uid`, and every ancestor of it must be
+    /// searchable by others (o+x), else [`ZygoteError::WorkspaceNotTraversable`]. Without a
+    /// library, `options` is not used.
     pub async fn fork_session_with(
         &self,
         session_key: &str,
@@ -448,15 +413,18 @@ impl Zygote {
         tmpdir: Option<&Path>,
         options: &ForkOptions,
     ) -> Result<Session, ZygoteError> {
-        let max_file_bytes = options.max_file_bytes;
         let cwd_text = utf8(cwd)?;
-        let tmp_text = tmpdir.map(utf8).transpose()?;
+        let mut tmp_text = tmpdir.map(utf8).transpose()?;
         let harden = self
             .inner
             .harden
             .as_ref()
-            .map(|base| base.spec(cwd, tmpdir.unwrap_or(cwd), max_file_bytes))
+            .map(|base| base.spec(cwd, options))
             .transpose()?;
+        if harden.is_some() {
+            prepare_workspace(cwd, options.uid)?;
+            tmp_text = Some(HARDEN_TMP);
+        }
         let n = self.inner.next_fork.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{session_key}#{n}");
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;

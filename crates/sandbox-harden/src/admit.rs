@@ -1,0 +1,117 @@
+//! The zygote's side of a hardened fork: wait until the child is in its own user namespace,
+//! write its id maps and cgroups, release it, and wait for its final word. Any failure kills the
+//! child, so it never runs a line of the session's code half-confined.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::channel::{DONE, FAILED, ParentChannel, UNSHARED};
+use crate::error::{AdmitError, HardenError};
+use crate::spec::{HardenSpec, SESSION_ID_INSIDE};
+use crate::sys;
+
+/// How long the child may take for each half of its checklist (it runs no foreign code yet, so
+/// this only bounds a stuck kernel or machine).
+const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Admits the session child `pid` (as this process sees it) that was forked with `channel`'s
+/// other ends: waits for it to enter its user namespace, writes `setgroups` (`deny`), `uid_map`
+/// and `gid_map` (`1000 <uid> 1`), adds it to each of the spec's cgroups, releases it, and waits
+/// until its checklist is complete. Returns the child's report line.
+///
+/// On error the child has been sent SIGKILL (it is pid 1 of its pid namespace: whatever it
+/// started dies with it); the caller still reaps it.
+pub fn admit_session(
+    pid: i32,
+    spec: &HardenSpec,
+    mut channel: ParentChannel,
+) -> Result<String, AdmitError> {
+    let outcome = admit(pid, spec, &mut channel);
+    if outcome.is_err() && pid > 0 {
+        // Before the pipes close: the child must not see end of file and run its own error path
+        // first. ESRCH only means it already ended; the caller has not reaped it, so the pid is
+        // still its.
+        let _ = sys::kill(pid, libc::SIGKILL);
+    }
+    drop(channel);
+    outcome
+}
+
+fn admit(pid: i32, spec: &HardenSpec, channel: &mut ParentChannel) -> Result<String, AdmitError> {
+    if pid <= 0 {
+        return Err(AdmitError::InvalidPid(pid));
+    }
+    spec.validate().map_err(|error| match error {
+        HardenError::InvalidSpec(reason) => AdmitError::InvalidSpec(reason),
+        other => AdmitError::InvalidSpec(other.to_string()),
+    })?;
+    let deadline = Instant::now() + ADMIT_TIMEOUT;
+    let first = receive(channel, deadline, "entering its user namespace")?;
+    if first != [UNSHARED] {
+        return Err(unexpected(&first));
+    }
+
+    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+    let map = format!("{SESSION_ID_INSIDE} {} 1\n", spec.uid);
+    // setgroups first: the kernel refuses `deny` once gid_map is written.
+    for (name, content) in [("setgroups", "deny"), ("uid_map", &map), ("gid_map", &map)] {
+        let file = proc_dir.join(name);
+        write_once(&file, content).map_err(|source| AdmitError::IdMap { file, source })?;
+    }
+    let pid_text = pid.to_string();
+    for cgroup in &spec.cgroups {
+        let file = cgroup.join("cgroup.procs");
+        write_once(&file, &pid_text).map_err(|source| AdmitError::Cgroup { file, source })?;
+    }
+    channel
+        .release()
+        .map_err(|_| AdmitError::ChildGone("waiting for its id maps"))?;
+
+    let deadline = Instant::now() + ADMIT_TIMEOUT;
+    let last = receive(channel, deadline, "completing its checklist")?;
+    match last.split_first() {
+        Some((&DONE, report)) => Ok(String::from_utf8_lossy(report).into_owned()),
+        _ => Err(unexpected(&last)),
+    }
+}
+
+/// One message, or the reason there is none.
+fn receive(
+    channel: &mut ParentChannel,
+    deadline: Instant,
+    phase: &'static str,
+) -> Result<Vec<u8>, AdmitError> {
+    match channel.receive(deadline).map_err(AdmitError::Channel)? {
+        None => Err(AdmitError::TimedOut {
+            seconds: ADMIT_TIMEOUT.as_secs(),
+            phase,
+        }),
+        Some(message) if message.is_empty() => Err(AdmitError::ChildGone(phase)),
+        Some(message) => Ok(message),
+    }
+}
+
+/// The child's own error, or a protocol error for anything else.
+fn unexpected(message: &[u8]) -> AdmitError {
+    match message.split_first() {
+        Some((&FAILED, error)) => AdmitError::ChildFailed(String::from_utf8_lossy(error).into()),
+        _ => AdmitError::Protocol(String::from_utf8_lossy(message).into_owned()),
+    }
+}
+
+/// Writes `content` with one `write`, as the kernel wants id maps (and as cgroup files take a
+/// pid), without creating or truncating the file.
+fn write_once(path: &Path, content: &str) -> std::io::Result<()> {
+    let mut file = OpenOptions::new().write(true).open(path)?;
+    let written = file.write(content.as_bytes())?;
+    if written == content.len() {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "short write: {written} of {} bytes",
+            content.len()
+        )))
+    }
+}
