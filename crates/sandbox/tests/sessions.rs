@@ -37,7 +37,9 @@ fn error_type(call: &CallOutcome) -> &str {
 }
 
 async fn exec(m: &SessionManager, account: &str, id: Option<&str>, code: &str) -> CallOutcome {
-    m.exec(account, id, code, &limits(30), None).await.unwrap()
+    m.exec(account, id, code, &limits(30), &[], None)
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -126,7 +128,7 @@ async fn a_timeout_interrupts_and_the_session_keeps_its_variables() {
     exec(&m, "a", Some("s"), "v = 7").await;
     let start = Instant::now();
     let looped = m
-        .exec("a", Some("s"), "while True: pass", &limits(1), None)
+        .exec("a", Some("s"), "while True: pass", &limits(1), &[], None)
         .await
         .unwrap();
     let took = start.elapsed();
@@ -148,7 +150,7 @@ async fn code_that_ignores_sigint_is_killed_after_the_grace() {
     let before = exec(&m, "a", Some("s"), "w = 1").await;
     let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass";
     let start = Instant::now();
-    let killed = m.exec("a", Some("s"), code, &limits(1), None).await;
+    let killed = m.exec("a", Some("s"), code, &limits(1), &[], None).await;
     let took = start.elapsed();
     let Err(ManagerError::Session(error @ SessionError::Killed { reason, .. })) = &killed else {
         panic!("expected a timeout kill, got {killed:?}");
@@ -183,6 +185,7 @@ async fn a_session_killed_by_a_signal_is_named_and_the_next_call_is_fresh() {
             Some("s"),
             "import os; os.kill(os.getpid(), 9)",
             &limits(10),
+            &[],
             None,
         )
         .await;
@@ -216,6 +219,7 @@ async fn bash_reports_exit_status_and_output_in_the_shared_workspace() {
             Some("s"),
             "cat note.txt; echo; echo err >&2; exit 3",
             &limits(10),
+            &[],
             None,
         )
         .await
@@ -226,7 +230,7 @@ async fn bash_reports_exit_status_and_output_in_the_shared_workspace() {
     assert_eq!(run.outcome.stderr, "err\n");
     assert!(!run.fresh);
     let timed = m
-        .bash("a", Some("s"), "sleep 30", &limits(1), None)
+        .bash("a", Some("s"), "sleep 30", &limits(1), &[], None)
         .await
         .unwrap();
     assert!(timed.outcome.timed_out);
@@ -241,7 +245,7 @@ async fn streamed_output_arrives_while_the_code_runs() {
     let mut on_output = |chunk: OutputChunk| chunks.push((Instant::now(), chunk));
     let code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.3)";
     let call = m
-        .exec("a", Some("s"), code, &limits(10), Some(&mut on_output))
+        .exec("a", Some("s"), code, &limits(10), &[], Some(&mut on_output))
         .await
         .unwrap();
     let returned = Instant::now();
@@ -266,7 +270,7 @@ async fn an_account_has_a_cap_on_live_sessions() {
     let m = manager(root.path(), |c| c.max_sessions_per_account = 2).await;
     exec(&m, "a", Some("s1"), "1").await;
     exec(&m, "a", Some("s2"), "1").await;
-    let refused = m.exec("a", Some("s3"), "1", &limits(5), None).await;
+    let refused = m.exec("a", Some("s3"), "1", &limits(5), &[], None).await;
     let Err(error @ ManagerError::TooManySessions { limit: 2, .. }) = &refused else {
         panic!("expected the cap, got {refused:?}");
     };
@@ -275,7 +279,7 @@ async fn an_account_has_a_cap_on_live_sessions() {
         "{error}"
     );
     assert!(matches!(
-        m.exec("a", None, "1", &limits(5), None).await,
+        m.exec("a", None, "1", &limits(5), &[], None).await,
         Err(ManagerError::TooManySessions { .. })
     ));
     // existing sessions and other accounts are unaffected
@@ -314,7 +318,7 @@ async fn twenty_concurrent_calls_on_twenty_sessions() {
         tasks.push(tokio::spawn(async move {
             let code = format!("import time\ntime.sleep(1)\nn = {i}\nn");
             let call = m
-                .exec("a", Some(&format!("s{i}")), &code, &limits(30), None)
+                .exec("a", Some(&format!("s{i}")), &code, &limits(30), &[], None)
                 .await
                 .unwrap();
             assert_eq!(text(&call), i.to_string());
@@ -481,7 +485,7 @@ async fn shutdown_interrupts_running_calls_and_removes_everything() {
     );
     assert!(process_gone(idle.pid));
     assert!(matches!(
-        m.exec("a", Some("idle"), "1", &limits(5), None).await,
+        m.exec("a", Some("idle"), "1", &limits(5), &[], None).await,
         Err(ManagerError::ShutDown)
     ));
 }
@@ -497,6 +501,7 @@ fn spawn_sleeper(
             Some("busy"),
             "import time; time.sleep(60)",
             &limits(120),
+            &[],
             None,
         )
         .await

@@ -1,32 +1,30 @@
-//! Sessions by (account, caller's session id), with their workspaces, idle expiry and a cap per
-//! account.
-//!
-//! Locking: one short synchronous lock over the table (never held across an await), and one async
-//! lock per session (held for a whole call, so a session runs one call at a time while calls to
-//! different sessions run in parallel). A session being retired (expired, dead, closed) keeps its
-//! lock until its process is gone and its directories are removed, and only then leaves the
-//! table; a call that was waiting for it finds it closed and starts a fresh one, so a new session
-//! never shares a workspace path with one being torn down.
+//! Sessions by (account, caller's session id), with their workspaces, idle expiry, a cap per
+//! account, files in and out, and what confines each one (cgroups, a size-capped workspace, a
+//! uid of its own). The table and its locking are in `table.rs`; one session's resources in
+//! `live.rs`.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::OwnedMutexGuard;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::manager_types::{CallOutcome, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError};
-use super::session::{Request, Session};
+use super::cgroup::{CgroupVersion, Cgroups};
+use super::files::{self, MAX_UPLOAD_FILES, WorkspaceFile, WorkspaceRead};
+use super::live::{Live, blocking};
+use super::manager_types::{
+    CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
+};
+use super::session::Request;
+use super::session_error::SessionError;
+use super::table::{Admit, Entry, Inner, Name, RetireOnDrop, Slot, Table, retire, sweep_loop};
 use super::wire::OutputChunk;
-use super::workspace::{account_dir_name, make_private_dir, remove_tree, session_dir_name};
-use super::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
+use super::workspace::{can_give_away, can_mount, detach_stale_mounts};
+use super::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote};
 use crate::policy::Limits;
-
-/// How long an expired session id is remembered, so that a late call learns it expired.
-const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// Sessions of every account, forked from one zygote (restarted when it dies).
 #[derive(Debug)]
@@ -41,92 +39,74 @@ impl Drop for SessionManager {
     }
 }
 
-#[derive(Debug)]
-struct Inner {
-    config: ManagerConfig,
-    zygote: tokio::sync::Mutex<Option<Zygote>>,
-    table: Mutex<Table>,
-    next_call: AtomicU64,
-    /// Makes the directory names of calls without a session id unique across restarts.
-    call_prefix: String,
-    shut: AtomicBool,
-    /// Cancelled by shutdown: interrupts every running call.
-    stopping: CancellationToken,
-}
-
-#[derive(Debug, Default)]
-struct Table {
-    accounts: HashMap<String, HashMap<Name, Arc<Entry>>>,
-    /// (account, session id) -> when it expired
-    tombstones: HashMap<(String, String), Instant>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-enum Name {
-    /// the caller's session id
-    Caller(String),
-    /// a call without a session id
-    Call(u64),
-}
-
-#[derive(Debug)]
-struct Entry {
-    account: String,
-    name: Name,
-    workspace: PathBuf,
-    tmpdir: PathBuf,
-    /// What the zygote calls the session (never the caller's id).
-    label: String,
-    last_used: Mutex<Instant>,
-    slot: Arc<tokio::sync::Mutex<Slot>>,
-}
-
-#[derive(Debug, Default)]
-struct Slot {
-    session: Option<Session>,
-    /// retired: the entry is leaving the table; look it up again
-    closed: bool,
-}
-
-impl Entry {
-    fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
-    }
-
-    fn idle_since(&self) -> Instant {
-        *self.last_used.lock().unwrap_or_else(|p| p.into_inner())
-    }
-}
-
-enum Admit {
-    /// a live entry: lock its slot and use it
-    Existing(Arc<Entry>),
-    /// a new entry, its slot already locked by us; `bool`: the id had expired before
-    New(Arc<Entry>, OwnedMutexGuard<Slot>, bool),
-    /// an idle entry past its time: retire it, then look up again
-    Expired(Arc<Entry>, OwnedMutexGuard<Slot>),
+/// One call's own parameters, as `run` received them (`'o`: the output callback's own lifetime,
+/// which `&mut` keeps apart from the others).
+struct Call<'a, 'o> {
+    request: Request,
+    limits: &'a Limits,
+    files: &'a [WorkspaceFile],
+    on_output: Option<&'o mut (dyn FnMut(OutputChunk) + Send + 'o)>,
+    cancel: Option<&'a CancellationToken>,
 }
 
 impl SessionManager {
-    /// Starts the zygote (so a broken runtime shows at once) and the idle sweeper.
+    /// Starts the zygote (so a broken runtime shows at once) and the idle sweeper, and finds
+    /// what can confine sessions here (see [`SessionManager::isolation`]; a missing piece is
+    /// logged once, or is an error for [`CgroupMode::Required`]).
+    ///
+    /// [`CgroupMode::Required`]: super::CgroupMode::Required
     pub async fn start(config: ManagerConfig) -> Result<Self, ManagerError> {
         let zygote = Zygote::start(config.zygote.clone()).await?;
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos());
+        let call_prefix = format!("{:x}-{nanos:x}", std::process::id());
+        let (mode, cpu, root, prefix, uid) = (
+            config.cgroups,
+            config.cpu_quota_millis,
+            config.root.clone(),
+            call_prefix.clone(),
+            config.uid_base,
+        );
+        let (cgroups, quota, give_away) = blocking(move || {
+            let cgroups = Cgroups::detect(mode, &prefix, cpu)?;
+            let probe = format!(".probe-{prefix}");
+            let quota = can_mount(&root, &probe);
+            if quota {
+                detach_stale_mounts(&root);
+            }
+            let give_away = can_give_away(&root, &probe, uid);
+            Ok::<_, ManagerError>((cgroups, quota, give_away))
+        })
+        .await??;
+        let isolation = Isolation {
+            cgroups: cgroups
+                .as_ref()
+                .map_or(CgroupVersion::None, Cgroups::version),
+            workspace_quota: quota,
+        };
         let period =
             (config.idle_ttl / 4).clamp(Duration::from_millis(20), Duration::from_secs(30));
         let inner = Arc::new(Inner {
             config,
             zygote: tokio::sync::Mutex::new(Some(zygote)),
-            table: Mutex::new(Table::default()),
+            table: std::sync::Mutex::new(Table::default()),
             next_call: AtomicU64::new(1),
-            call_prefix: format!("{:x}-{nanos:x}", std::process::id()),
+            call_prefix,
             shut: AtomicBool::new(false),
             stopping: CancellationToken::new(),
+            isolation,
+            give_away,
+            cgroups,
         });
         let sweeper = tokio::spawn(sweep_loop(Arc::downgrade(&inner), period));
         Ok(Self { inner, sweeper })
+    }
+
+    /// What confines sessions on this host: the cgroup version (or none) and whether
+    /// workspaces are size-capped.
+    pub fn isolation(&self) -> Isolation {
+        self.inner.isolation
     }
 
     /// Runs Python code; see [`SessionManager::run`].
@@ -136,12 +116,13 @@ impl SessionManager {
         session_id: Option<&str>,
         code: &str,
         limits: &Limits,
+        files: &[WorkspaceFile],
         on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
     ) -> Result<CallOutcome, ManagerError> {
         let request = Request::Exec {
             code: code.to_owned(),
         };
-        self.run(account, session_id, request, limits, on_output, None)
+        self.run(account, session_id, request, limits, files, on_output, None)
             .await
     }
 
@@ -152,25 +133,30 @@ impl SessionManager {
         session_id: Option<&str>,
         command: &str,
         limits: &Limits,
+        files: &[WorkspaceFile],
         on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
     ) -> Result<CallOutcome, ManagerError> {
         let request = Request::Bash {
             command: command.to_owned(),
         };
-        self.run(account, session_id, request, limits, on_output, None)
+        self.run(account, session_id, request, limits, files, on_output, None)
             .await
     }
 
     /// Runs one call in the account's session `session_id` (created if needed), or, without an
-    /// id, in a fresh session that is closed afterwards. Time limits, streaming and cancellation
-    /// work as in [`Session::run`]. A session that dies or is killed during the call is removed;
-    /// the next call with its id starts fresh.
+    /// id, in a fresh session that is closed afterwards. `files` are written into the workspace
+    /// first (at most [`MAX_UPLOAD_FILES`], relative paths, replacing what is there; see
+    /// [`WorkspaceFile`]); if one cannot be, nothing runs. Time limits, streaming and
+    /// cancellation work as in [`Session::run`](super::Session::run). A session that dies or is
+    /// killed during the call is removed; the next call with its id starts fresh.
+    #[allow(clippy::too_many_arguments)] // the call's own parameters, each of a different kind
     pub async fn run(
         &self,
         account: &str,
         session_id: Option<&str>,
         request: Request,
         limits: &Limits,
+        files: &[WorkspaceFile],
         on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
         cancel: Option<&CancellationToken>,
     ) -> Result<CallOutcome, ManagerError> {
@@ -180,9 +166,17 @@ impl SessionManager {
         if self.inner.shut.load(Ordering::Acquire) {
             return Err(ManagerError::ShutDown);
         }
+        check_upload(files, limits)?;
+        let mut call = Some(Call {
+            request,
+            limits,
+            files,
+            on_output,
+            cancel,
+        });
         let Some(id) = session_id else {
             let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
-            let Admit::New(entry, slot, _) = self.admit(account, Name::Call(n))? else {
+            let Admit::New(entry, slot, _) = self.inner.admit(account, Name::Call(n))? else {
                 return Err(ManagerError::ShutDown); // admit makes a new entry for a new name
             };
             // retired in the background when this call ends, however it ends
@@ -190,32 +184,25 @@ impl SessionManager {
                 inner: Arc::clone(&self.inner),
                 entry: Some(Arc::clone(&entry)),
             };
-            return self
-                .call_in(entry, slot, true, false, request, limits, on_output, cancel)
-                .await;
+            let call = call.take().ok_or(ManagerError::ShutDown)?;
+            return self.call_in(entry, slot, true, false, call).await;
         };
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return Err(ManagerError::InvalidSessionId);
         }
         loop {
-            match self.admit(account, Name::Caller(id.to_owned()))? {
+            match self.inner.admit(account, Name::Caller(id.to_owned()))? {
                 Admit::Existing(entry) => {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
                     if slot.closed {
                         continue; // retired while we waited: look up again
                     }
-                    return self
-                        .call_in(
-                            entry, slot, false, false, request, limits, on_output, cancel,
-                        )
-                        .await;
+                    let call = call.take().ok_or(ManagerError::ShutDown)?;
+                    return self.call_in(entry, slot, false, false, call).await;
                 }
                 Admit::New(entry, slot, expired) => {
-                    return self
-                        .call_in(
-                            entry, slot, true, expired, request, limits, on_output, cancel,
-                        )
-                        .await;
+                    let call = call.take().ok_or(ManagerError::ShutDown)?;
+                    return self.call_in(entry, slot, true, expired, call).await;
                 }
                 Admit::Expired(entry, slot) => {
                     retire(Arc::clone(&self.inner), entry, slot, true).await;
@@ -224,31 +211,27 @@ impl SessionManager {
         }
     }
 
-    #[allow(clippy::too_many_arguments)] // the call's own parameters, plus what admit decided
     async fn call_in(
         &self,
         entry: Arc<Entry>,
         mut slot: OwnedMutexGuard<Slot>,
         created: bool,
         expired: bool,
-        request: Request,
-        limits: &Limits,
-        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
-        cancel: Option<&CancellationToken>,
+        call: Call<'_, '_>,
     ) -> Result<CallOutcome, ManagerError> {
         let mut fresh = created;
-        if slot.session.as_ref().is_some_and(|s| !s.is_alive()) {
+        if slot.live.as_ref().is_some_and(|l| !l.session.is_alive()) {
             // died between calls (e.g. with the zygote): a new interpreter, an empty workspace
-            if let Some(old) = slot.session.take() {
+            if let Some(old) = slot.live.take() {
                 old.close().await;
             }
         }
-        let session = match slot.session.take() {
-            Some(session) => session,
+        let live = match slot.live.take() {
+            Some(live) => live,
             None => {
                 fresh = true;
-                match self.open(&entry, limits).await {
-                    Ok(session) => session,
+                match Live::open(&self.inner, &entry, call.limits).await {
+                    Ok(live) => live,
                     Err(e) => {
                         if created {
                             retire(Arc::clone(&self.inner), entry, slot, false).await;
@@ -258,12 +241,20 @@ impl SessionManager {
                 }
             }
         };
-        let session = &*slot.session.insert(session);
-        let pid = session.pid();
+        let live = &*slot.live.insert(live);
+        if !call.files.is_empty() {
+            let (workspace, files) = (entry.workspace.clone(), call.files.to_vec());
+            let owner = self.inner.give_away.then_some(entry.uid);
+            blocking(move || files::write_files(&workspace, &files, owner)).await??;
+        }
+        let pid = live.session.pid();
+        let before = live.memory_events();
         // interrupted by the caller's token or by the manager's shutdown, whichever comes first
         let token = self.inner.stopping.child_token();
-        let run = session.run(request, limits, on_output, Some(&token));
-        let result = match cancel {
+        let run = live
+            .session
+            .run(call.request, call.limits, call.on_output, Some(&token));
+        let result = match call.cancel {
             None => run.await,
             Some(caller) => {
                 tokio::pin!(run);
@@ -276,7 +267,19 @@ impl SessionManager {
                 }
             }
         };
-        let alive = session.is_alive();
+        let oom_kills = before.oom_since(&live.memory_events());
+        let result = match result {
+            // the OOM killer's SIGKILL: say so, rather than "killed by signal SIGKILL"
+            Err(SessionError::Died(info))
+                if oom_kills > 0 && info.signal.as_deref() == Some("SIGKILL") =>
+            {
+                Err(SessionError::OutOfMemory {
+                    limit_bytes: live.memory_limit(),
+                })
+            }
+            other => other,
+        };
+        let alive = live.session.is_alive();
         entry.touch();
         if !alive {
             retire(Arc::clone(&self.inner), Arc::clone(&entry), slot, false).await;
@@ -287,112 +290,49 @@ impl SessionManager {
             expired,
             pid,
             workspace: entry.workspace.clone(),
+            oom_kills,
         })
     }
 
-    /// Finds or makes the table entry of a session, enforcing the cap.
-    fn admit(&self, account: &str, name: Name) -> Result<Admit, ManagerError> {
-        let inner = &self.inner;
-        let now = Instant::now();
-        let mut table = inner.table();
-        let sessions = table.accounts.entry(account.to_owned()).or_default();
-        if let Some(entry) = sessions.get(&name) {
-            let idle_too_long = now.duration_since(entry.idle_since()) >= inner.config.idle_ttl;
-            if idle_too_long
-                && let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
-                && !slot.closed
-            {
-                return Ok(Admit::Expired(Arc::clone(entry), slot));
-            }
-            // in use (or being retired, which the caller finds out under its lock)
-            entry.touch();
-            return Ok(Admit::Existing(Arc::clone(entry)));
+    /// Reads one regular file of the account's session `session_id` (which must exist: this
+    /// never starts one), of at most `max_bytes`. The path follows the rules of uploads; links
+    /// are not followed; a directory, FIFO, socket or device is refused. It does not wait for a
+    /// running call (it reads what is there now).
+    pub async fn read_file(
+        &self,
+        account: &str,
+        session_id: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<WorkspaceRead, ManagerError> {
+        if account.is_empty() {
+            return Err(ManagerError::InvalidAccount);
         }
-        let limit = inner.config.max_sessions_per_account;
-        if sessions.len() >= limit {
-            return Err(ManagerError::TooManySessions {
-                limit,
-                idle_ttl: inner.config.idle_ttl,
-            });
+        if session_id.is_empty() || session_id.len() > MAX_SESSION_ID_BYTES {
+            return Err(ManagerError::InvalidSessionId);
         }
-        let account_dir = inner.config.root.join(account_dir_name(account));
-        let dir_name = match &name {
-            Name::Caller(id) => session_dir_name(id),
-            Name::Call(n) => format!("call-{}-{n}", inner.call_prefix),
-        };
-        let entry = Arc::new(Entry {
-            account: account.to_owned(),
-            name: name.clone(),
-            workspace: account_dir.join(&dir_name),
-            tmpdir: account_dir.join(format!("{dir_name}.tmp")),
-            label: format!("{}/{dir_name}", account_dir_name(account)),
-            last_used: Mutex::new(now),
-            slot: Arc::new(tokio::sync::Mutex::new(Slot::default())),
-        });
-        let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned() else {
-            return Err(ManagerError::ShutDown); // a new mutex is never locked
-        };
-        sessions.insert(name.clone(), Arc::clone(&entry));
-        let expired = match name {
-            Name::Caller(id) => table.tombstones.remove(&(account.to_owned(), id)).is_some(),
-            Name::Call(_) => false,
-        };
-        Ok(Admit::New(entry, slot, expired))
-    }
-
-    /// Prepares the workspace and forks the session. With a hardening library the session is
-    /// confined to its workspace and `.tmp` sibling, and may write files of up to the call's
-    /// workspace size (512 MiB when that is 0); see [`Zygote::fork_session_with`].
-    async fn open(&self, entry: &Entry, limits: &Limits) -> Result<Session, ManagerError> {
-        for dir in [&entry.workspace, &entry.tmpdir] {
-            make_private_dir(dir).await?;
+        files::check_paths(&[WorkspaceFile {
+            path: path.to_owned(),
+            content: Vec::new(),
+        }])?;
+        let entry = self
+            .inner
+            .lookup(account, session_id)
+            .ok_or(ManagerError::NoSuchSession)?;
+        // a glance at the slot only when it is free: a call holding it is no reason to wait
+        if let Ok(slot) = entry.slot.try_lock()
+            && (slot.closed || slot.live.is_none())
+        {
+            return Err(ManagerError::NoSuchSession);
         }
-        let max_file_bytes = match limits.workspace_bytes {
-            0 => DEFAULT_MAX_FILE_BYTES,
-            bytes => bytes,
-        };
-        let fork = |zygote: Zygote| async move {
-            zygote
-                .fork_session_with(
-                    &entry.label,
-                    &entry.workspace,
-                    Some(&entry.tmpdir),
-                    &ForkOptions {
-                        max_file_bytes,
-                        ..ForkOptions::default()
-                    },
-                )
-                .await
-        };
-        match fork(self.zygote().await?).await {
-            // it died since we looked: once more, with a new one
-            Err(ZygoteError::Gone { .. }) => Ok(fork(self.zygote().await?).await?),
-            other => Ok(other?),
-        }
+        let (workspace, path) = (entry.workspace.clone(), path.to_owned());
+        Ok(blocking(move || files::read_file(&workspace, &path, max_bytes)).await??)
     }
 
     /// Makes sure a zygote runs, starting a new one if the last one died. Sessions forked from a
     /// dead zygote died with it; their next call starts fresh.
     pub async fn ensure_running(&self) -> Result<(), ManagerError> {
-        self.zygote().await.map(drop)
-    }
-
-    async fn zygote(&self) -> Result<Zygote, ManagerError> {
-        if self.inner.shut.load(Ordering::Acquire) {
-            return Err(ManagerError::ShutDown);
-        }
-        let mut current = self.inner.zygote.lock().await;
-        if let Some(zygote) = current.as_ref()
-            && zygote.is_alive()
-        {
-            return Ok(zygote.clone());
-        }
-        if let Some(old) = current.take() {
-            old.shutdown().await;
-        }
-        let zygote = Zygote::start(self.inner.config.zygote.clone()).await?;
-        *current = Some(zygote.clone());
-        Ok(zygote)
+        self.inner.zygote().await.map(drop)
     }
 
     /// The running zygote, if any (for health checks and tests).
@@ -411,14 +351,9 @@ impl SessionManager {
 
     /// Closes one session now; false if there was none.
     pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
-        let entry = self
-            .inner
-            .table()
-            .accounts
-            .get(account)
-            .and_then(|sessions| sessions.get(&Name::Caller(session_id.to_owned())))
-            .cloned();
-        let Some(entry) = entry else { return false };
+        let Some(entry) = self.inner.lookup(account, session_id) else {
+            return false;
+        };
         let slot = Arc::clone(&entry.slot).lock_owned().await;
         if slot.closed {
             return false;
@@ -428,9 +363,10 @@ impl SessionManager {
     }
 
     /// Interrupts running calls (as a cancellation: SIGINT, then SIGKILL after the grace),
-    /// closes every session, removes the workspaces and stops the zygote. Calls after this fail
-    /// with [`ManagerError::ShutDown`]. Dropping the manager without this stops the processes
-    /// too, but leaves the workspaces on disk.
+    /// closes every session (killing what is left in its cgroup, detaching its workspace),
+    /// removes the workspaces and stops the zygote. Calls after this fail with
+    /// [`ManagerError::ShutDown`]. Dropping the manager without this stops the processes,
+    /// removes the cgroups and detaches the mounts too, but leaves the workspace directories.
     pub async fn shutdown(&self) {
         self.inner.shut.store(true, Ordering::Release);
         self.inner.stopping.cancel();
@@ -460,111 +396,32 @@ impl SessionManager {
                 let _ = task.await;
             }
         }
+        if let Some(cgroups) = &self.inner.cgroups {
+            cgroups.remove_instance();
+        }
         if let Some(zygote) = self.inner.zygote.lock().await.take() {
             zygote.shutdown().await;
         }
     }
 }
 
-impl Inner {
-    fn table(&self) -> MutexGuard<'_, Table> {
-        // every change to the table is a single insert or remove: still consistent after a panic
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+/// Refuses an upload with too many files, a bad path, or more bytes than the workspace holds,
+/// before anything is started or written.
+fn check_upload(files: &[WorkspaceFile], limits: &Limits) -> Result<(), ManagerError> {
+    if files.len() > MAX_UPLOAD_FILES {
+        return Err(ManagerError::TooManyFiles { count: files.len() });
     }
-}
-
-/// Closes a session, removes its directories, and only then takes it out of the table (so the
-/// same id cannot get a new session on these paths before they are gone). `tombstone`: remember
-/// that the id expired.
-async fn retire(
-    inner: Arc<Inner>,
-    entry: Arc<Entry>,
-    mut slot: OwnedMutexGuard<Slot>,
-    tombstone: bool,
-) {
-    slot.closed = true;
-    if let Some(session) = slot.session.take() {
-        session.close().await;
+    files::check_paths(files)?;
+    let bytes = files
+        .iter()
+        .map(|f| u64::try_from(f.content.len()).unwrap_or(u64::MAX))
+        .fold(0u64, u64::saturating_add);
+    let max = match limits.workspace_bytes {
+        0 => DEFAULT_MAX_FILE_BYTES,
+        max => max,
+    };
+    if bytes > max {
+        return Err(ManagerError::UploadTooLarge { bytes, max });
     }
-    for dir in [&entry.workspace, &entry.tmpdir] {
-        remove_tree(dir).await;
-    }
-    {
-        let mut table = inner.table();
-        if let Some(sessions) = table.accounts.get_mut(&entry.account) {
-            if sessions
-                .get(&entry.name)
-                .is_some_and(|e| Arc::ptr_eq(e, &entry))
-            {
-                sessions.remove(&entry.name);
-            }
-            if sessions.is_empty() {
-                table.accounts.remove(&entry.account);
-            }
-        }
-        if let (true, Name::Caller(id)) = (tombstone, &entry.name) {
-            table
-                .tombstones
-                .insert((entry.account.clone(), id.clone()), Instant::now());
-        }
-    }
-    drop(slot);
-}
-
-/// Retires a call's one-off session when the call ends, also when its future is dropped.
-struct RetireOnDrop {
-    inner: Arc<Inner>,
-    entry: Option<Arc<Entry>>,
-}
-
-impl Drop for RetireOnDrop {
-    fn drop(&mut self) {
-        let (Some(entry), Ok(runtime)) = (self.entry.take(), tokio::runtime::Handle::try_current())
-        else {
-            return;
-        };
-        let inner = Arc::clone(&self.inner);
-        runtime.spawn(async move {
-            let slot = Arc::clone(&entry.slot).lock_owned().await;
-            if !slot.closed {
-                retire(inner, entry, slot, false).await;
-            }
-        });
-    }
-}
-
-async fn sweep_loop(inner: Weak<Inner>, period: Duration) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tick.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        sweep(&inner);
-    }
-}
-
-/// Retires every session idle for longer than the time-to-live (busy ones are skipped).
-fn sweep(inner: &Arc<Inner>) {
-    let now = Instant::now();
-    let ttl = inner.config.idle_ttl;
-    let mut due = Vec::new();
-    {
-        let mut table = inner.table();
-        for entry in table.accounts.values().flat_map(HashMap::values) {
-            if now.duration_since(entry.idle_since()) < ttl {
-                continue;
-            }
-            if let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
-                && !slot.closed
-            {
-                due.push((Arc::clone(entry), slot));
-            }
-        }
-        table
-            .tombstones
-            .retain(|_, at| now.duration_since(*at) < TOMBSTONE_TTL);
-    }
-    for (entry, slot) in due {
-        tokio::spawn(retire(Arc::clone(inner), entry, slot, true));
-    }
+    Ok(())
 }

@@ -4,9 +4,11 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::session_error::SessionError;
+use super::cgroup::{CgroupError, CgroupMode, CgroupVersion};
+use super::files::{FileError, MAX_UPLOAD_FILES};
+use super::session_error::{SessionError, human_bytes};
 use super::wire::ExecOutcome;
-use super::zygote::{ZygoteConfig, ZygoteError};
+use super::zygote::{DEFAULT_SANDBOX_UID, ZygoteConfig, ZygoteError};
 
 /// The longest session id a caller may choose, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
@@ -22,18 +24,45 @@ pub struct ManagerConfig {
     pub idle_ttl: Duration,
     /// Live sessions one account may have (calls without a session id count while they run).
     pub max_sessions_per_account: usize,
+    /// Whether each session gets its own memory, pids and cpu cgroup.
+    pub cgroups: CgroupMode,
+    /// A hard CPU cap per session, in milliseconds of CPU time per second (1000: one core);
+    /// `None`: no cap, sessions only share a busy CPU in equal parts.
+    pub cpu_quota_millis: Option<u32>,
+    /// The first host uid given to sessions: each live session has its own, the lowest free one
+    /// of `uid_base..uid_base + uid_count` (see [`ForkOptions::uid`]).
+    ///
+    /// [`ForkOptions::uid`]: super::ForkOptions::uid
+    pub uid_base: u32,
+    /// How many uids sessions may use (at most this many live sessions in all).
+    pub uid_count: u32,
 }
 
 impl ManagerConfig {
-    /// The defaults: 20 minutes idle, 10 sessions per account.
+    /// The defaults: 20 minutes idle, 10 sessions per account, cgroups when the host has them,
+    /// no CPU cap, 65536 uids from [`DEFAULT_SANDBOX_UID`].
     pub fn new(zygote: ZygoteConfig, root: impl Into<PathBuf>) -> Self {
         Self {
             zygote,
             root: root.into(),
             idle_ttl: Duration::from_secs(20 * 60),
             max_sessions_per_account: 10,
+            cgroups: CgroupMode::Auto,
+            cpu_quota_millis: None,
+            uid_base: DEFAULT_SANDBOX_UID,
+            uid_count: 65536,
         }
     }
+}
+
+/// What confines sessions on this host, as found at start (for health checks and the README).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Isolation {
+    /// The cgroup hierarchy that limits each session's memory, processes and CPU ("none": none).
+    pub cgroups: CgroupVersion,
+    /// Whether each workspace (with its `.tmp`) is a tmpfs capped at `workspace_bytes`; false: a
+    /// plain directory, bounded only by the per-file limit of hardened sessions.
+    pub workspace_quota: bool,
 }
 
 /// Why a call could not run (its own failures are [`ManagerError::Session`]).
@@ -57,6 +86,35 @@ pub enum ManagerError {
     /// the account id is empty
     #[error("the account id is empty")]
     InvalidAccount,
+    /// a read named a session that does not exist (never created, closed or expired)
+    #[error("no such session: it was never started, or it was closed or expired")]
+    NoSuchSession,
+    /// an upload has too many files
+    #[error("{count} files were given; at most {MAX_UPLOAD_FILES} may be uploaded at once")]
+    TooManyFiles {
+        /// how many were given
+        count: usize,
+    },
+    /// an upload is larger than the workspace
+    #[error(
+        "the files add up to {bytes} bytes, more than the workspace holds ({})",
+        human_bytes(*.max)
+    )]
+    UploadTooLarge {
+        /// their total size
+        bytes: u64,
+        /// the workspace's size
+        max: u64,
+    },
+    /// a workspace file could not be written or read (nothing of the call ran)
+    #[error(transparent)]
+    File(#[from] FileError),
+    /// every session uid is taken
+    #[error("the server is at its limit of {0} live sessions; try again later")]
+    NoFreeUid(u32),
+    /// cgroups are required and unusable, or a session's cgroup could not be made
+    #[error(transparent)]
+    Cgroup(#[from] CgroupError),
     /// the zygote could not be started or could not fork
     #[error(transparent)]
     Zygote(#[from] ZygoteError),
@@ -89,4 +147,7 @@ pub struct CallOutcome {
     pub pid: i32,
     /// The session's workspace directory.
     pub workspace: PathBuf,
+    /// Processes of the session the kernel killed for want of memory during this call (say a
+    /// bash command's); the interpreter's own such death is [`SessionError::OutOfMemory`].
+    pub oom_kills: u64,
 }

@@ -5,18 +5,31 @@
 //! Layers, each usable on its own:
 //! - [`Zygote`]: one fork server process and its control channel.
 //! - [`Session`]: one session child; calls run one at a time, in order.
-//! - [`SessionManager`]: sessions by (account, caller's session id), with workspaces on disk.
+//! - [`SessionManager`]: sessions by (account, caller's session id), with workspaces on disk
+//!   (size-capped tmpfs when it may mount), a cgroup and a host uid per session, and files in
+//!   and out of a workspace.
 
+mod cgroup;
+mod files;
+mod live;
 mod manager;
 mod manager_types;
 mod session;
 mod session_error;
+mod table;
 mod wire;
 mod workspace;
 mod zygote;
 
+pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
+pub use files::{
+    FileError, FileProblem, MAX_UPLOAD_FILES, MAX_WORKSPACE_PATH_BYTES, WorkspaceFile,
+    WorkspaceRead,
+};
 pub use manager::SessionManager;
-pub use manager_types::{CallOutcome, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError};
+pub use manager_types::{
+    CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
+};
 pub use session::{Request, Session};
 pub use session_error::{KillReason, SessionError};
 pub use wire::{

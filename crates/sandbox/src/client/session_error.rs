@@ -27,8 +27,8 @@ impl fmt::Display for KillReason {
     }
 }
 
-/// Why a call failed. After `Killed`, `Died`, `Lost` and `Ended` the session is gone (its
-/// variables with it); after `Rejected`, `Cancelled` and `TooLarge` it lives on.
+/// Why a call failed. After `Killed`, `OutOfMemory`, `Died`, `Lost` and `Ended` the session is
+/// gone (its variables with it); after `Rejected`, `Cancelled` and `TooLarge` it lives on.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SessionError {
     /// the server killed the session (SIGKILL) after the interrupt went unanswered
@@ -40,6 +40,18 @@ pub enum SessionError {
         limit: Duration,
         /// how long the code had to answer the interrupt
         grace: Duration,
+    },
+    /// the kernel killed the session's interpreter when the session reached its memory limit
+    /// (its cgroup's OOM count rose as it died). A `MemoryError` raised inside Python (an
+    /// allocation refused) is not this: it is an ordinary exception in the call's outcome.
+    #[error(
+        "out of memory: the session used its limit of {} (memory_bytes) and was killed; its \
+         variables are lost",
+        human_bytes(*.limit_bytes)
+    )]
+    OutOfMemory {
+        /// the session's memory limit, in bytes
+        limit_bytes: u64,
     },
     /// the session process ended during the call by itself (a signal, an exit)
     #[error("the session process {0}; its variables are lost")]
@@ -84,5 +96,41 @@ fn killed_message(reason: KillReason, limit: &Duration, grace: &Duration) -> Str
         KillReason::Protocol => {
             "the session broke the server's protocol and was killed (SIGKILL)".to_owned()
         }
+    }
+}
+
+/// A byte count as people write it: "1 GiB", "512 MiB", "1536 bytes" when not a whole unit.
+pub(crate) fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 4] = [
+        (1 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(size, _)| bytes >= *size && bytes.is_multiple_of(*size))
+        .map_or_else(
+            || format!("{bytes} bytes"),
+            |(size, unit)| format!("{} {unit}", bytes / size),
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_memory_reads_plainly() {
+        let error = SessionError::OutOfMemory {
+            limit_bytes: 1 << 30,
+        };
+        assert_eq!(
+            error.to_string(),
+            "out of memory: the session used its limit of 1 GiB (memory_bytes) and was killed; \
+             its variables are lost"
+        );
+        assert_eq!(human_bytes(64 << 20), "64 MiB");
+        assert_eq!(human_bytes(1536), "1536 bytes");
     }
 }

@@ -1,10 +1,14 @@
 //! Session workspaces on disk: `<root>/<account>/<sha256 of the session id>` (and a sibling
-//! `.tmp` for TMPDIR), private to the server's user, removed when the session ends.
+//! `.tmp` for TMPDIR), private to the server's user, removed when the session ends. With the
+//! privilege to mount, both are one size-capped tmpfs ([`QuotaMounts`]).
 
+use std::ffi::CString;
 use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use rustix::io::Errno;
+use rustix::mount::{MountFlags, UnmountFlags};
 use sha2::{Digest, Sha256};
 
 use super::manager_types::ManagerError;
@@ -28,8 +32,10 @@ pub(super) fn account_dir_name(account: &str) -> String {
     }
 }
 
-/// Creates `dir` (and its account directory) with mode 0700, after removing whatever a crashed
-/// earlier run left there: a new session starts with an empty workspace.
+/// Creates `dir` with mode 0700, after removing whatever a crashed earlier run left there: a new
+/// session starts with an empty workspace. Its account directory and the root above it get mode
+/// 0711: a hardened session runs as its own unprivileged uid, which must pass through both to
+/// reach its workspace, but may not list them (other sessions' names stay hidden).
 pub(super) async fn make_private_dir(dir: &Path) -> Result<(), ManagerError> {
     let failed = |source| ManagerError::Workspace {
         path: dir.to_path_buf(),
@@ -38,9 +44,14 @@ pub(super) async fn make_private_dir(dir: &Path) -> Result<(), ManagerError> {
     if let Some(parent) = dir.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o700)
+            .mode(0o711)
             .create(parent)
             .map_err(failed)?;
+        // also when they already existed (0700 from an earlier version), whatever the umask
+        for traversed in [Some(parent), parent.parent()].into_iter().flatten() {
+            std::fs::set_permissions(traversed, std::fs::Permissions::from_mode(0o711))
+                .map_err(failed)?;
+        }
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(()),
@@ -87,4 +98,153 @@ fn open_up(dir: &Path) {
             open_up(&child.path());
         }
     }
+}
+
+/// A session's size-capped workspace: one tmpfs, its two halves bind-mounted over the workspace
+/// and its `.tmp` sibling, so files and temporary files share one quota. Dropping it detaches
+/// both mounts (lazily: a process still inside keeps what it has open, nothing more).
+#[derive(Debug)]
+pub(super) struct QuotaMounts {
+    points: Vec<PathBuf>,
+}
+
+impl QuotaMounts {
+    /// Mounts the tmpfs (`size` bytes, an inode per 4 KiB of it so that empty files cannot run up
+    /// kernel memory, nosuid, nodev, owned by `uid`) and binds it over `workspace` and `tmpdir`,
+    /// which must exist. Blocking. Its pages are charged to the memory cgroup of whoever writes
+    /// them: the session's own files count towards its memory limit too.
+    pub(super) fn mount(workspace: &Path, tmpdir: &Path, size: u64, uid: u32) -> io::Result<Self> {
+        let staging = sibling(workspace, ".fs");
+        detach(&staging);
+        let _ = std::fs::remove_dir_all(&staging);
+        std::fs::DirBuilder::new().mode(0o700).create(&staging)?;
+        let mut mounts = Self { points: Vec::new() };
+        let result = (|| {
+            let inodes = (size / 4096).max(1024);
+            let data = CString::new(format!(
+                "size={size},nr_inodes={inodes},mode=0700,uid={uid},gid={uid}"
+            ))
+            .map_err(io::Error::other)?;
+            let flags = MountFlags::NOSUID | MountFlags::NODEV;
+            rustix::mount::mount("tmpfs", &staging, "tmpfs", flags, data.as_c_str())?;
+            let halves = [(workspace, "ws"), (tmpdir, "tmp")];
+            for (_, half) in halves {
+                let dir = staging.join(half);
+                std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+                std::os::unix::fs::chown(&dir, Some(uid), Some(uid))?;
+            }
+            for (point, half) in halves {
+                // bind mounts keep the tmpfs's nosuid and nodev
+                rustix::mount::mount_bind(staging.join(half), point)?;
+                mounts.points.push(point.to_path_buf());
+            }
+            Ok(())
+        })();
+        // the staging mount is no longer needed: the binds hold the filesystem
+        detach(&staging);
+        let _ = std::fs::remove_dir(&staging);
+        result.map(|()| mounts)
+    }
+}
+
+impl Drop for QuotaMounts {
+    fn drop(&mut self) {
+        for point in self.points.drain(..).rev() {
+            detach(&point);
+        }
+    }
+}
+
+/// `<dir><suffix>` beside `dir`.
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    dir.with_file_name(name)
+}
+
+/// Detaches whatever is mounted at `point` (never following a link there); nothing mounted is
+/// fine.
+pub(super) fn detach(point: &Path) {
+    match rustix::mount::unmount(point, UnmountFlags::DETACH | UnmountFlags::NOFOLLOW) {
+        Ok(()) => {}
+        Err(Errno::INVAL | Errno::NOENT) => {}
+        Err(e) => tracing::warn!("could not unmount {}: {e}", point.display()),
+    }
+}
+
+/// Whether this process may mount a tmpfs under `root` (root or CAP_SYS_ADMIN, and no seccomp
+/// filter or read-only mount in the way): tried once at start with a tiny one.
+pub(super) fn can_mount(root: &Path, probe_name: &str) -> bool {
+    let probe = root.join(probe_name);
+    let tried = (|| {
+        std::fs::create_dir_all(root)?;
+        std::fs::DirBuilder::new().mode(0o700).create(&probe)?;
+        rustix::mount::mount(
+            "tmpfs",
+            &probe,
+            "tmpfs",
+            MountFlags::NOSUID | MountFlags::NODEV,
+            c"size=4096,mode=0700",
+        )?;
+        rustix::mount::unmount(&probe, UnmountFlags::DETACH)?;
+        Ok::<(), io::Error>(())
+    })();
+    let _ = std::fs::remove_dir(&probe);
+    if let Err(e) = &tried {
+        tracing::warn!(
+            "session workspaces are plain directories without a size cap (a size-capped tmpfs \
+             needs root or CAP_SYS_ADMIN): {e}"
+        );
+    }
+    tried.is_ok()
+}
+
+/// Detaches the workspace mounts a crashed earlier run left under `root` (of sessions that are
+/// gone): tmpfs mounts exactly at `<root>/<account>/<dir>`, the only ones a manager makes, so
+/// nothing else mounted under a carelessly chosen root is touched. `root` belongs to one manager.
+pub(super) fn detach_stale_mounts(root: &Path) {
+    let (Ok(root), Ok(mountinfo)) = (
+        root.canonicalize(),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) else {
+        return;
+    };
+    for line in mountinfo.lines() {
+        let Some((head, tail)) = line.split_once(" - ") else {
+            continue;
+        };
+        let (Some(point), Some("tmpfs")) = (head.split(' ').nth(4), tail.split(' ').next()) else {
+            continue;
+        };
+        let point = PathBuf::from(super::cgroup::unescape(point));
+        let ours = point
+            .strip_prefix(&root)
+            .is_ok_and(|relative| relative.components().count() == 2);
+        if ours {
+            tracing::info!(
+                "detaching a mount left by an earlier run: {}",
+                point.display()
+            );
+            detach(&point);
+        }
+    }
+}
+
+/// Gives a plain (not mounted) workspace directory to the session's user.
+pub(super) fn give_to(dir: &Path, uid: u32) -> Result<(), ManagerError> {
+    std::os::unix::fs::chown(dir, Some(uid), Some(uid)).map_err(|source| ManagerError::Workspace {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// Whether this process may give files to another uid (root with CAP_CHOWN): tried once at start
+/// on an empty directory. Without it workspaces and uploads stay the server's.
+pub(super) fn can_give_away(root: &Path, probe_name: &str, uid: u32) -> bool {
+    let probe = root.join(probe_name);
+    let tried = std::fs::create_dir_all(root)
+        .and_then(|()| std::fs::DirBuilder::new().mode(0o700).create(&probe))
+        .and_then(|()| std::os::unix::fs::chown(&probe, Some(uid), Some(uid)));
+    let _ = std::fs::remove_dir(&probe);
+    tried.is_ok()
 }
