@@ -33,6 +33,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p toolgate-server -p toolgate --all-targets --locked --features toolgate/conformance-fixtures -- -D warnings
 
 step "Rust tests (SQLite and PostgreSQL)"
+# the confinement library the zygote's children load; cargo test does not build a cdylib
+cargo build --locked -p toolgate-sandbox-harden
 TOOLGATE_TEST_POSTGRES_URL="$PG_URL" cargo test --workspace --locked
 
 step "release builds"
@@ -40,7 +42,7 @@ step "release builds"
 # binary, rebuilt last, never carries them.
 cargo build --release --locked -p toolgate --features conformance-fixtures
 cp target/release/toolgate target/release/toolgate-conformance
-cargo build --release --locked -p toolgate
+cargo build --release --locked -p toolgate -p toolgate-sandbox-harden
 if grep -q test_simple_text target/release/toolgate; then die "the release binary contains conformance fixtures"; fi
 
 step "client SDK tests on SQLite"
@@ -66,7 +68,6 @@ rm -rf "$DATA"
 [[ $status -eq 0 ]] || die "conformance suite failed"
 
 step "sandbox zygote and session executor (Python side)"
-cargo build --locked -p toolgate-sandbox-harden   # the confinement library the zygote's children load
 TOOLGATE_PYTHON_RUNTIME="$DEPS/python-runtime" TOOLGATE_HARDEN_LIB="$ROOT/target/debug/libtoolgate_sandbox_harden.so" \
   "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/runtime/test_zygote.py"
 

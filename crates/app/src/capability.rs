@@ -3,6 +3,7 @@
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
 use toolgate_domain::Account;
 
 use crate::schema::FieldKind;
@@ -46,13 +47,37 @@ pub struct Field {
     pub description: &'static str,
 }
 
+/// Where a long-running capability reports progress while it runs (MCP progress notifications,
+/// when the caller asked for them).
+pub trait ProgressSink: Send + Sync {
+    /// Reports `message`; `progress` grows with every report.
+    fn report(&self, progress: f64, message: &str);
+}
+
 /// Who is calling and through which tool.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct CallContext<'a> {
     /// The authenticated, admitted account.
     pub account: &'a Account,
     /// The tool's full name.
     pub tool: &'a str,
+    /// Unique per call within this process: capabilities of one call share state by it.
+    pub call_id: u64,
+    /// Where to report progress, if the caller wants it.
+    pub progress: Option<&'a dyn ProgressSink>,
+    /// Cancelled when the caller cancels the call or goes away.
+    pub cancel: Option<&'a CancellationToken>,
+}
+
+impl std::fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext")
+            .field("account", &self.account.id)
+            .field("tool", &self.tool)
+            .field("call_id", &self.call_id)
+            .field("progress", &self.progress.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 /// One item of human-readable result content.
@@ -76,6 +101,9 @@ pub struct Output {
     pub content: Vec<ContentItem>,
     /// The capability's part of `structuredContent`, under its key.
     pub structured: Value,
+    /// It ran, but what it ran failed (an exception, a non-zero exit status): the call's result
+    /// is marked `isError` while the output stays complete.
+    pub is_error: bool,
 }
 
 /// A tool-level failure: reported as a result with `isError: true`, never as a protocol error.
@@ -115,6 +143,11 @@ pub trait Capability: Send + Sync {
 
     /// Whether a call's (already type-checked) arguments ask for this capability.
     fn wants(&self, args: &JsonObject) -> bool;
+
+    /// Checks what field types cannot (combinations, formats) before the call is metered.
+    fn validate(&self, _args: &JsonObject) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Runs it. Only called after the call was admitted and metered.
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure>;

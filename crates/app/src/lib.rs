@@ -17,7 +17,9 @@ use toolgate_store::Store;
 
 pub use admin::{Admin, AdminError, IssuedKey};
 pub use auth::{AuthError, Authenticator};
-pub use capability::{CallContext, Capability, ContentItem, Failure, Output, ToolKind};
+pub use capability::{
+    CallContext, Capability, ContentItem, Failure, Output, ProgressSink, ToolKind,
+};
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
 
@@ -35,10 +37,17 @@ pub struct App {
 }
 
 impl App {
-    /// Wires the use cases over one store with the built-in capabilities.
-    pub fn new(store: Arc<dyn Store>, brand: Brand, pricing: Pricing, public_url: &str) -> Self {
+    /// Wires the use cases over one store with the built-in capabilities (the sandbox's only
+    /// with a `sandbox`).
+    pub fn new(
+        store: Arc<dyn Store>,
+        brand: Brand,
+        pricing: Pricing,
+        public_url: &str,
+        sandbox: Option<capabilities::Sandbox>,
+    ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        let capabilities = capabilities::builtin(meter.clone());
+        let capabilities = capabilities::builtin(meter.clone(), sandbox);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
             registry: Arc::new(Registry::new(&brand, capabilities)),

@@ -117,6 +117,11 @@ impl Registry {
             .filter(|(_, cap)| cap.tool() == kind && cap.wants(&args))
             .map(|(index, _)| index)
             .collect();
+        for &index in &selected {
+            if let Some(cap) = self.capabilities.get(index) {
+                cap.validate(&args).map_err(Failure::new)?;
+            }
+        }
         if selected.is_empty() {
             return Err(Failure::new(format!(
                 "{tool_name} was called without a field that asks it to do something. {}",
@@ -147,6 +152,7 @@ impl Registry {
             };
             match cap.run(ctx, &plan.args).await {
                 Ok(output) => {
+                    outcome.is_error |= output.is_error;
                     outcome.content.extend(output.content);
                     outcome
                         .structured
@@ -338,6 +344,7 @@ mod tests {
             Ok(Output {
                 content: vec![ContentItem::Text(value.to_string())],
                 structured: value,
+                is_error: false,
             })
         }
     }
@@ -436,6 +443,9 @@ mod tests {
         let ctx = CallContext {
             account: &account,
             tool: "svc_read",
+            call_id: 1,
+            progress: None,
+            cancel: None,
         };
         let only_alpha = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi"})))

@@ -20,7 +20,22 @@ pub enum FieldKind {
         /// largest accepted value
         max: i64,
     },
+    /// A caller's name for something (a session): 1 to `max_len` bytes, no control characters.
+    Name {
+        /// upper bound in bytes
+        max_len: usize,
+    },
+    /// An array of `{path, content, encoding?}` objects: files to place in a workspace.
+    Files {
+        /// most entries
+        max_files: usize,
+        /// longest `path`, in bytes
+        max_path: usize,
+    },
 }
+
+/// How a `files` entry's `content` is encoded.
+pub const FILE_ENCODINGS: [&str; 2] = ["text", "base64"];
 
 impl FieldKind {
     /// The property's JSON Schema.
@@ -33,6 +48,30 @@ impl FieldKind {
             FieldKind::Integer { min, max } => {
                 json!({"type": "integer", "minimum": min, "maximum": max, "description": description})
             }
+            FieldKind::Name { max_len } => json!({
+                "type": "string", "minLength": 1, "maxLength": max_len,
+                "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$", "description": description,
+            }),
+            FieldKind::Files {
+                max_files,
+                max_path,
+            } => json!({
+                "type": "array",
+                "maxItems": max_files,
+                "description": description,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "path": {"type": "string", "minLength": 1, "maxLength": max_path,
+                                 "description": "relative path inside the session's workspace"},
+                        "content": {"type": "string", "description": "the file's content"},
+                        "encoding": {"type": "string", "enum": FILE_ENCODINGS,
+                                     "description": "text (UTF-8, the default) or base64"},
+                    },
+                    "required": ["path", "content"],
+                    "additionalProperties": false,
+                },
+            }),
         }
     }
 
@@ -65,8 +104,76 @@ impl FieldKind {
                     type_of(value)
                 )),
             },
+            FieldKind::Name { max_len } => match value.as_str() {
+                Some(text) if text.is_empty() || text.len() > *max_len => Err(format!(
+                    "field `{name}` must be 1 to {max_len} bytes long, got {}",
+                    text.len()
+                )),
+                Some(text) if text.chars().any(char::is_control) => Err(format!(
+                    "field `{name}` must not contain control characters"
+                )),
+                Some(_) => Ok(()),
+                None => Err(format!(
+                    "field `{name}` must be a string, got {}",
+                    type_of(value)
+                )),
+            },
+            FieldKind::Files {
+                max_files,
+                max_path,
+            } => check_files(name, value, *max_files, *max_path),
         }
     }
+}
+
+fn check_files(name: &str, value: &Value, max_files: usize, max_path: usize) -> Result<(), String> {
+    let Some(entries) = value.as_array() else {
+        return Err(format!(
+            "field `{name}` must be an array of {{path, content}} objects, got {}",
+            type_of(value)
+        ));
+    };
+    if entries.len() > max_files {
+        return Err(format!(
+            "field `{name}` has {} entries; the limit is {max_files}",
+            entries.len()
+        ));
+    }
+    for (i, entry) in entries.iter().enumerate() {
+        let Some(object) = entry.as_object() else {
+            return Err(format!(
+                "`{name}[{i}]` must be an object with `path` and `content`, got {}",
+                type_of(entry)
+            ));
+        };
+        if let Some(key) = object
+            .keys()
+            .find(|k| !["path", "content", "encoding"].contains(&k.as_str()))
+        {
+            let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
+            return Err(format!(
+                "`{name}[{i}]` has an unknown key `{shown}`; the keys are path, content, encoding"
+            ));
+        }
+        match object.get("path").and_then(Value::as_str) {
+            Some(path) if !path.is_empty() && path.len() <= max_path => {}
+            Some(_) => return Err(format!("`{name}[{i}].path` must be 1 to {max_path} bytes")),
+            None => return Err(format!("`{name}[{i}].path` must be a string")),
+        }
+        if !object.get("content").is_some_and(Value::is_string) {
+            return Err(format!("`{name}[{i}].content` must be a string"));
+        }
+        match object.get("encoding") {
+            None => {}
+            Some(Value::String(e)) if FILE_ENCODINGS.contains(&e.as_str()) => {}
+            Some(_) => {
+                return Err(format!(
+                    "`{name}[{i}].encoding` must be \"text\" or \"base64\""
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn type_of(value: &Value) -> &'static str {
@@ -106,5 +213,72 @@ mod tests {
         assert!(int.check("t", &json!(301)).is_err());
         assert!(int.check("t", &json!(1.5)).unwrap_err().contains("integer"));
         assert_eq!(int.schema("d")["maximum"], json!(300));
+    }
+
+    #[test]
+    fn files_are_checked_entry_by_entry() {
+        let files = FieldKind::Files {
+            max_files: 2,
+            max_path: 8,
+        };
+        let ok = json!([{"path": "a.txt", "content": "x"}, {"path": "b", "content": "eA==", "encoding": "base64"}]);
+        assert!(files.check("files", &ok).is_ok());
+        for (bad, expected) in [
+            (json!({"a": "b"}), "must be an array"),
+            (json!([1]), "must be an object"),
+            (json!([{"path": "a"}]), "content` must be a string"),
+            (json!([{"content": "a"}]), "path` must be a string"),
+            (json!([{"path": "", "content": "a"}]), "1 to 8 bytes"),
+            (
+                json!([{"path": "123456789", "content": "a"}]),
+                "1 to 8 bytes",
+            ),
+            (
+                json!([{"path": "a", "content": "a", "mode": 7}]),
+                "unknown key `mode`",
+            ),
+            (
+                json!([{"path": "a", "content": "a", "encoding": "hex"}]),
+                "encoding",
+            ),
+            (
+                json!([{"path": "a", "content": "1"}, {"path": "b", "content": "2"}, {"path": "c", "content": "3"}]),
+                "limit is 2",
+            ),
+        ] {
+            let err = files.check("files", &bad).unwrap_err();
+            assert!(err.contains(expected), "{bad}: {err}");
+        }
+        assert_eq!(files.schema("d")["maxItems"], json!(2));
+    }
+
+    #[test]
+    fn names_are_printable_and_bounded() {
+        let name = FieldKind::Name { max_len: 4 };
+        assert!(name.check("session_id", &json!("abcd")).is_ok());
+        assert!(
+            name.check("session_id", &json!(""))
+                .unwrap_err()
+                .contains("1 to 4")
+        );
+        assert!(
+            name.check("session_id", &json!("abcde"))
+                .unwrap_err()
+                .contains("1 to 4")
+        );
+        assert!(
+            name.check("session_id", &json!("a\u{1}"))
+                .unwrap_err()
+                .contains("control")
+        );
+        assert!(
+            name.check("session_id", &json!(3))
+                .unwrap_err()
+                .contains("a number")
+        );
+        assert_eq!(
+            name.schema("d")["pattern"],
+            json!("^[^\\u0000-\\u001f\\u007f-\\u009f]+$")
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! by the authentication step in front of rmcp; nothing in the JSON-RPC message is trusted for it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rmcp::model::{
@@ -11,10 +12,11 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
 };
-use rmcp::service::RequestContext;
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolgate_app::{App, CallContext, ContentItem, ToolOutcome as Outcome, ToolSpec};
+use toolgate_app::{App, CallContext, ContentItem, ProgressSink, ToolOutcome as Outcome, ToolSpec};
 use toolgate_domain::{Account, Admission};
 
 use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
@@ -34,6 +36,41 @@ pub struct McpHandler {
 }
 
 const TOOL_LIST_TTL_MS: u64 = 300_000;
+
+/// Numbers calls, so capabilities of one call can share state (a call-scoped session).
+static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
+
+/// Progress notifications queued per call before newer ones are dropped: progress is advisory,
+/// and a flood of output must not grow memory without bound.
+const PROGRESS_QUEUE: usize = 64;
+
+/// Sends a call's progress reports to its client as `notifications/progress`, in order, from a
+/// task of its own (the capability reporting them must never wait on the network).
+struct ProgressRelay {
+    queue: tokio::sync::mpsc::Sender<(f64, String)>,
+}
+
+impl ProgressRelay {
+    fn start(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
+        let (queue, mut reports) = tokio::sync::mpsc::channel::<(f64, String)>(PROGRESS_QUEUE);
+        tokio::spawn(async move {
+            while let Some((progress, message)) = reports.recv().await {
+                let note =
+                    ProgressNotificationParam::new(token.clone(), progress).with_message(message);
+                if peer.notify_progress(note).await.is_err() {
+                    break; // the client is gone
+                }
+            }
+        });
+        Self { queue }
+    }
+}
+
+impl ProgressSink for ProgressRelay {
+    fn report(&self, progress: f64, message: &str) {
+        let _ = self.queue.try_send((progress, message.to_owned()));
+    }
+}
 
 impl McpHandler {
     /// Builds the handler and renders the tool list once.
@@ -56,9 +93,10 @@ impl McpHandler {
         spec: &ToolSpec,
         request: CallToolRequestParams,
         caller: &Account,
+        context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
         let started = Instant::now();
-        let (result, outcome) = self.admit_and_run(spec, request, caller).await;
+        let (result, outcome) = self.admit_and_run(spec, request, caller, context).await;
         self.metrics
             .tool_call(&spec.name, outcome, started.elapsed().as_secs_f64());
         if let Err(err) = &result {
@@ -72,6 +110,7 @@ impl McpHandler {
         spec: &ToolSpec,
         request: CallToolRequestParams,
         caller: &Account,
+        context: &RequestContext<RoleServer>,
     ) -> (Result<CallToolResult, McpError>, ToolOutcome) {
         let plan = match self.app.registry.plan(spec.kind, request.arguments) {
             Ok(plan) => plan,
@@ -106,9 +145,16 @@ impl McpHandler {
                 );
             }
         }
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| ProgressRelay::start(context.peer.clone(), token));
         let ctx = CallContext {
             account: caller,
             tool: &spec.name,
+            call_id: NEXT_CALL.fetch_add(1, Ordering::Relaxed),
+            progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
+            cancel: Some(&context.ct),
         };
         let outcome = self.app.registry.run(&plan, &ctx).await;
         let label = if outcome.is_error {
@@ -213,7 +259,7 @@ impl ServerHandler for McpHandler {
         let spec = self.app.registry.tool(&request.name).cloned();
         match spec {
             Some(spec) => self
-                .call_registered(&spec, request, &caller)
+                .call_registered(&spec, request, &caller, &context)
                 .await
                 .map(Into::into),
             None => {

@@ -13,6 +13,7 @@ async fn app(settings: &Settings) -> Result<App> {
         settings.brand()?,
         settings.pricing()?,
         &settings.public_url()?,
+        None,
     ))
 }
 

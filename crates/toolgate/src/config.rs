@@ -88,6 +88,61 @@ pub struct Settings {
     /// Log filter, e.g. `info`, `warn`, `toolgate=debug` [default: info]
     #[arg(long, env = "TOOLGATE_LOG", global = true)]
     pub log: Option<String>,
+
+    /// `on`: svc_write runs Python and bash in the sandbox (the server refuses to start if the
+    /// runtime is missing); `off`: no sandbox capabilities [default: on]
+    #[arg(long, env = "TOOLGATE_SANDBOX", global = true)]
+    pub sandbox: Option<String>,
+
+    /// The Python runtime made by scripts/python-runtime.sh [default: .deps/python-runtime of
+    /// the working directory, else of the checkout the binary was built in]
+    #[arg(long, env = "TOOLGATE_SANDBOX_RUNTIME", global = true)]
+    pub sandbox_runtime: Option<PathBuf>,
+
+    /// The zygote script [default: runtime/toolgate_zygote.py, found like the runtime]
+    #[arg(long, env = "TOOLGATE_SANDBOX_ZYGOTE", global = true)]
+    pub sandbox_zygote: Option<PathBuf>,
+
+    /// The confinement library [default: libtoolgate_sandbox_harden.so next to this binary]
+    #[arg(long, env = "TOOLGATE_SANDBOX_HARDEN_LIB", global = true)]
+    pub sandbox_harden_lib: Option<PathBuf>,
+
+    /// `required`: every session is confined (the server refuses to start without the
+    /// library); `off`: sessions run unconfined, for development only [default: required]
+    #[arg(long, env = "TOOLGATE_SANDBOX_CONFINEMENT", global = true)]
+    pub sandbox_confinement: Option<String>,
+
+    /// Where session workspaces live [default: <data_dir>/sessions]
+    #[arg(long, env = "TOOLGATE_SANDBOX_ROOT", global = true)]
+    pub sandbox_root: Option<PathBuf>,
+
+    /// Minutes without a call after which a session expires [default: 20]
+    #[arg(long, env = "TOOLGATE_SANDBOX_IDLE_MINUTES", global = true)]
+    pub sandbox_idle_minutes: Option<u64>,
+
+    /// Live sessions per account [default: 10]
+    #[arg(long, env = "TOOLGATE_SANDBOX_MAX_SESSIONS", global = true)]
+    pub sandbox_max_sessions: Option<usize>,
+
+    /// `timeout_s` of a call that gives none [default: 60]
+    #[arg(long, env = "TOOLGATE_SANDBOX_DEFAULT_TIMEOUT_S", global = true)]
+    pub sandbox_default_timeout_s: Option<u64>,
+
+    /// The largest `timeout_s` a call may ask for [default: 300]
+    #[arg(long, env = "TOOLGATE_SANDBOX_MAX_TIMEOUT_S", global = true)]
+    pub sandbox_max_timeout_s: Option<u64>,
+
+    /// Memory of one session, in MiB [default: 1024]
+    #[arg(long, env = "TOOLGATE_SANDBOX_MEMORY_MIB", global = true)]
+    pub sandbox_memory_mib: Option<u64>,
+
+    /// Workspace size of one session, in MiB [default: 512]
+    #[arg(long, env = "TOOLGATE_SANDBOX_WORKSPACE_MIB", global = true)]
+    pub sandbox_workspace_mib: Option<u64>,
+
+    /// Processes and threads of one session [default: 256]
+    #[arg(long, env = "TOOLGATE_SANDBOX_MAX_PROCESSES", global = true)]
+    pub sandbox_max_processes: Option<u32>,
 }
 
 macro_rules! fill {
@@ -120,7 +175,20 @@ impl Settings {
             allowed_hosts,
             max_request_bytes,
             sqlite_synchronous,
-            log
+            log,
+            sandbox,
+            sandbox_runtime,
+            sandbox_zygote,
+            sandbox_harden_lib,
+            sandbox_confinement,
+            sandbox_root,
+            sandbox_idle_minutes,
+            sandbox_max_sessions,
+            sandbox_default_timeout_s,
+            sandbox_max_timeout_s,
+            sandbox_memory_mib,
+            sandbox_workspace_mib,
+            sandbox_max_processes
         );
         Ok(self)
     }

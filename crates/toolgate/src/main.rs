@@ -3,6 +3,7 @@
 mod backend;
 mod commands;
 mod config;
+mod sandbox;
 mod serve;
 
 use std::path::PathBuf;

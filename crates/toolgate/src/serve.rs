@@ -42,7 +42,18 @@ pub fn init_logging(
 pub async fn run(settings: &Settings) -> Result<()> {
     let store = crate::backend::open(settings).await?;
     let public_url = settings.public_url()?;
-    let app = App::new(store, settings.brand()?, settings.pricing()?, &public_url);
+    let sandbox = crate::sandbox::start(settings).await?;
+    let (capabilities, manager) = match sandbox {
+        Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
+        None => (None, None),
+    };
+    let app = App::new(
+        store,
+        settings.brand()?,
+        settings.pricing()?,
+        &public_url,
+        capabilities,
+    );
     let http = HttpSettings {
         public_url: public_url.clone(),
         allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
@@ -70,6 +81,10 @@ pub async fn run(settings: &Settings) -> Result<()> {
         () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => {
             tracing::warn!("requests still running after {DRAIN_LIMIT:?}; stopping anyway");
         }
+    }
+    if let Some(manager) = manager {
+        // every session ends with its processes, mounts and cgroups, not at the OS's leisure
+        manager.shutdown().await;
     }
     Ok(())
 }

@@ -138,8 +138,11 @@ def check_tools(tools) -> None:
     assert by_name["svc_ai"].annotations.read_only_hint is True
     assert by_name["svc_ai"].annotations.open_world_hint is True
     assert "billing" in by_name["svc_read"].input_schema.get("properties", {})
-    # svc_write has no capability before the sandbox lands (issue 3): its schema is an empty object
+    write_fields = by_name["svc_write"].input_schema.get("properties", {})
+    for field in ("code", "bash", "session_id", "timeout_s", "files"):
+        assert field in write_fields, f"svc_write lacks {field}: {sorted(write_fields)}"
     assert by_name["svc_write"].input_schema.get("additionalProperties") is False
+    assert "path" in by_name["svc_read"].input_schema.get("properties", {})
 
 
 @pytest.mark.parametrize("carrier", CARRIERS)
@@ -279,3 +282,74 @@ def test_raw_http_errors(server, account) -> None:
     garbage = httpx.post(account["personal_url"], content=b"{not json", headers=accept, timeout=30)
     assert garbage.status_code == 400, (garbage.status_code, garbage.text)
     assert garbage.json()["error"]["code"] == -32700, garbage.text
+
+
+def texts_of(result) -> str:
+    return "\n".join(item.text for item in result.content if getattr(item, "type", None) == "text")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_python_and_bash_in_a_session(server, account, mode: str) -> None:
+    session = f"sdk-{secrets.token_hex(4)}"
+
+    async def go() -> None:
+        async with connect(account["personal_url"], {}, mode) as client:
+            first = await client.call_tool("svc_write", {"code": "import math\nx = 6 * 7\nprint('set')", "session_id": session})
+            assert not first.is_error, texts_of(first)
+            assert texts_of(first) == "set\n"
+            again = await client.call_tool("svc_write", {"code": "x, round(math.pi, 2)", "session_id": session})
+            assert texts_of(again) == "(42, 3.14)", texts_of(again)
+            assert again.structured_content["python"]["session"]["fresh"] is False
+            bash = await client.call_tool("svc_write", {"bash": "echo $((6 * 7)); exit 2", "session_id": session})
+            assert bash.is_error and "42" in texts_of(bash) and "exit status 2" in texts_of(bash), texts_of(bash)
+            plot = await client.call_tool("svc_write", {"code": "import matplotlib.pyplot as plt\nplt.plot([3, 1, 2])\nNone"})
+            assert [c.mime_type for c in plot.content if c.type == "image"] == ["image/png"], plot.content
+            raised = await client.call_tool("svc_write", {"code": "raise ValueError('nope')"})
+            assert raised.is_error and "ValueError: nope" in texts_of(raised)
+            await client.call_tool("svc_write", {"session_id": session, "files": [{"path": "in/a.txt", "content": "payload"}]})
+            read = await client.call_tool("svc_read", {"session_id": session, "path": "in/a.txt"})
+            assert texts_of(read) == "payload", read
+
+    run(go)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_output_streams_as_progress(server, account, mode: str) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, message))
+
+    async def go() -> None:
+        async with connect(account["personal_url"], {}, mode) as client:
+            code = "import time\nfor i in range(3):\n    print(f'step {i}', flush=True)\n    time.sleep(0.3)"
+            result = await client.call_tool("svc_write", {"code": code}, progress_callback=on_progress)
+            assert not result.is_error, texts_of(result)
+            assert texts_of(result) == "step 0\nstep 1\nstep 2\n"
+
+    run(go)
+    messages = "".join(message or "" for _, message in seen)
+    assert "step 0" in messages and "step 2" in messages, seen
+    progress = [p for p, _ in seen]
+    assert progress == sorted(progress) and len(set(progress)) == len(progress), seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cancelling_a_call_interrupts_the_code(server, account, mode: str) -> None:
+    session = f"cancel-{secrets.token_hex(4)}"
+
+    async def go() -> float:
+        async with connect(account["personal_url"], {}, mode) as client:
+            await client.call_tool("svc_write", {"code": "kept = 'still here'", "session_id": session})
+            with anyio.move_on_after(1.0):
+                await client.call_tool("svc_write", {"code": "import time\ntime.sleep(60)", "session_id": session})
+                raise AssertionError("the call should have been cancelled")
+        async with connect(account["personal_url"], {}, mode) as client:
+            started = anyio.current_time()
+            after = await client.call_tool("svc_write", {"code": "kept", "session_id": session})
+            assert texts_of(after) == "'still here'", texts_of(after)
+            return anyio.current_time() - started
+
+    waited = run(go)
+    # the sleeping cell was interrupted: the next call did not queue behind 60 s of sleep
+    assert waited < 15, f"the next call waited {waited:.1f} s: the cancelled code kept running"

@@ -235,3 +235,27 @@ test('an unknown tool is a -32601 error and free', async () => {
     assert.equal((await billing(client)).free_remaining_this_month, 999);
   });
 });
+
+test('python and bash run in a session, output streams as progress', async () => {
+  const acct = createAccount();
+  await withClient(endpoint('personal_url', acct.api_key), async (client) => {
+    const write = (args, options) => client.callTool({ name: 'svc_write', arguments: args }, undefined, options);
+    const textOf = (res) => res.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+    const set = await write({ code: 'x = 20 + 22', session_id: 'ts' });
+    assert.ok(!set.isError, textOf(set));
+    const get = await write({ code: 'x', session_id: 'ts' });
+    assert.equal(textOf(get), '42');
+    assert.equal(get.structuredContent.python.result.text, '42');
+    const bash = await write({ bash: 'printf "%s" "$((x + 1))"; exit 1', session_id: 'ts' });
+    assert.ok(bash.isError, 'a non-zero exit status is a tool error');
+    assert.equal(bash.structuredContent.bash.exit_status, 1);
+    const seen = [];
+    const streamed = await write(
+      { code: "import time\nfor i in range(3):\n    print('tick', i, flush=True)\n    time.sleep(0.2)" },
+      { onprogress: (p) => seen.push(p), resetTimeoutOnProgress: true },
+    );
+    assert.equal(textOf(streamed), 'tick 0\ntick 1\ntick 2\n');
+    const messages = seen.map((p) => p.message ?? '').join('');
+    assert.ok(messages.includes('tick 0') && messages.includes('tick 2'), JSON.stringify(seen));
+  });
+});

@@ -75,6 +75,7 @@ impl Capability for Billing {
         Ok(Output {
             content: vec![ContentItem::Text(structured.to_string())],
             structured,
+            is_error: false,
         })
     }
 }

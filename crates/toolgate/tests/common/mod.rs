@@ -108,7 +108,11 @@ pub fn toolgate() -> Command {
             command.env_remove(&name);
         }
     }
-    command.env("NO_COLOR", "1").stdin(Stdio::null());
+    // Most tests are about the spine; the sandbox tests turn it on with `--sandbox on`.
+    command
+        .env("NO_COLOR", "1")
+        .env("TOOLGATE_SANDBOX", "off")
+        .stdin(Stdio::null());
     command
 }
 

@@ -1,0 +1,292 @@
+//! The sandbox capabilities: `python` (`code`) and `bash` on the write tool, `upload` (`files`
+//! alone) on the write tool, and `file` (`path`) on the read tool. They share the fields
+//! `session_id`, `timeout_s` and `files`, and one [`SessionManager`].
+//!
+//! Without `session_id` a call runs in a fresh interpreter that ends with the call. When one call
+//! combines `code` and `bash` (or `files` with either) without an id, they share one such
+//! call-scoped session, so bash sees what Python wrote; the last of them closes it.
+
+mod read;
+mod render;
+mod run;
+
+use std::sync::Arc;
+
+use base64::Engine;
+use serde_json::Value;
+use toolgate_sandbox::LimitSettings;
+use toolgate_sandbox::client::{MAX_SESSION_ID_BYTES, ManagerError, SessionManager, WorkspaceFile};
+
+use crate::capability::{CallContext, Capability, Failure, Field, JsonObject};
+use crate::schema::FieldKind;
+
+pub use read::ReadFile;
+pub use run::{Runner, Upload};
+
+/// Most files one call may upload.
+const MAX_FILES: usize = 100;
+/// Longest relative path of an uploaded or read file, in bytes.
+const MAX_PATH_BYTES: usize = 4096;
+/// Longest `code` or `bash`, in bytes.
+const MAX_SOURCE_BYTES: usize = 1024 * 1024;
+
+/// What the sandbox capabilities share: the session manager and the operator's limits.
+pub struct Sandbox {
+    manager: Arc<SessionManager>,
+    limits: LimitSettings,
+}
+
+impl Sandbox {
+    /// Runs calls through `manager` under `limits`.
+    pub fn new(manager: Arc<SessionManager>, limits: LimitSettings) -> Self {
+        Self { manager, limits }
+    }
+
+    /// The four capabilities, in the order a call runs them: upload, python, bash, file.
+    pub fn capabilities(self) -> Vec<Arc<dyn Capability>> {
+        let shared = Arc::new(self);
+        vec![
+            Arc::new(Upload::new(Arc::clone(&shared))),
+            Arc::new(Runner::python(Arc::clone(&shared))),
+            Arc::new(Runner::bash(Arc::clone(&shared))),
+            Arc::new(ReadFile::new(shared)),
+        ]
+    }
+}
+
+/// `session_id`, shared by every sandbox capability.
+fn session_id_field() -> Field {
+    Field {
+        name: "session_id",
+        kind: FieldKind::Name {
+            max_len: MAX_SESSION_ID_BYTES,
+        },
+        description: "your name for a session (1 to 256 bytes, no control characters): Python \
+                      variables, imports and workspace files persist between calls with the same \
+                      id; ids are private to your account. A session idle for 20 minutes expires \
+                      (the result then says so). Without it, the call runs in a fresh \
+                      interpreter that ends with the call.",
+    }
+}
+
+/// `timeout_s`, shared by `python` and `bash`.
+fn timeout_field(limits: &LimitSettings) -> Field {
+    let description: &'static str = Box::leak(
+        format!(
+            "wall-clock limit of this call's code, in seconds (default {}, at most {}): the code \
+             is interrupted first (KeyboardInterrupt; the session and its variables survive) and \
+             killed only if it does not stop",
+            limits.default_timeout.as_secs(),
+            limits.max_timeout.as_secs()
+        )
+        .into_boxed_str(),
+    );
+    Field {
+        name: "timeout_s",
+        kind: FieldKind::Integer {
+            min: 1,
+            max: i64::try_from(limits.max_timeout.as_secs()).unwrap_or(i64::MAX),
+        },
+        description,
+    }
+}
+
+/// `files`, shared by `upload`, `python` and `bash`.
+fn files_field() -> Field {
+    Field {
+        name: "files",
+        kind: FieldKind::Files {
+            max_files: MAX_FILES,
+            max_path: MAX_PATH_BYTES,
+        },
+        description: "files to write into the session's workspace before the code runs: \
+                      [{\"path\": \"data/in.csv\", \"content\": \"a,b\\n1,2\\n\"}], paths \
+                      relative to the workspace (directories are created), `encoding` \"base64\" \
+                      for binary content. Existing files are replaced.",
+    }
+}
+
+/// Which sandbox capabilities a call asks for, to decide who shares and who closes a
+/// call-scoped session.
+#[derive(Debug, Clone, Copy)]
+struct Asked {
+    upload: bool,
+    code: bool,
+    bash: bool,
+}
+
+impl Asked {
+    fn of(args: &JsonObject) -> Self {
+        let code = args.contains_key("code");
+        let bash = args.contains_key("bash");
+        Self {
+            upload: args.contains_key("files") && !code && !bash,
+            code,
+            bash,
+        }
+    }
+}
+
+/// The session a capability runs in: the caller's, a call-scoped one, or none (fresh).
+#[derive(Debug, Clone)]
+enum Scope {
+    /// the caller's `session_id`
+    Named(String),
+    /// no id, but several capabilities of this call share one session; the last closes it
+    Call { id: String, last: bool },
+    /// no id, one capability: a fresh interpreter for this run only
+    Fresh,
+}
+
+impl Scope {
+    /// `who` is this capability's place among those of the call: 0 upload, 1 python, 2 bash.
+    fn of(args: &JsonObject, ctx: &CallContext<'_>, who: usize) -> Self {
+        if let Some(id) = args.get("session_id").and_then(Value::as_str) {
+            return Self::Named(id.to_owned());
+        }
+        let asked = Asked::of(args);
+        let members = [asked.upload, asked.code, asked.bash];
+        let count = members.iter().filter(|m| **m).count();
+        let has_files = args.contains_key("files");
+        if count < 2 && !has_files {
+            return Self::Fresh;
+        }
+        let last = members
+            .iter()
+            .rposition(|m| *m)
+            .is_none_or(|index| index == who);
+        // control characters cannot appear in a caller's id, so this never meets one
+        Self::Call {
+            id: format!("\u{1}call-{}", ctx.call_id),
+            last,
+        }
+    }
+
+    /// The id to run under, if any.
+    fn id(&self) -> Option<&str> {
+        match self {
+            Self::Named(id) | Self::Call { id, .. } => Some(id),
+            Self::Fresh => None,
+        }
+    }
+
+    /// The caller's own id, for results.
+    fn caller_id(&self) -> Option<&str> {
+        match self {
+            Self::Named(id) => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes the `files` field (already type-checked) into workspace files.
+fn uploaded_files(args: &JsonObject) -> Result<Vec<WorkspaceFile>, Failure> {
+    let Some(Value::Array(entries)) = args.get("files") else {
+        return Ok(Vec::new());
+    };
+    let mut files = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.iter().enumerate() {
+        let text = |key: &str| entry.get(key).and_then(Value::as_str).unwrap_or_default();
+        let path = text("path").to_owned();
+        let content = match entry.get("encoding").and_then(Value::as_str) {
+            Some("base64") => base64::engine::general_purpose::STANDARD
+                .decode(text("content"))
+                .map_err(|e| {
+                    Failure::new(format!("files[{i}].content is not valid base64: {e}"))
+                })?,
+            _ => text("content").as_bytes().to_vec(),
+        };
+        files.push(WorkspaceFile { path, content });
+    }
+    Ok(files)
+}
+
+/// The account's key in the session manager.
+fn account_key(ctx: &CallContext<'_>) -> String {
+    ctx.account.id.to_string()
+}
+
+/// A manager error as the caller reads it; internal detail goes to the log only.
+fn failure(error: ManagerError) -> Failure {
+    match error {
+        ManagerError::Zygote(e) => {
+            tracing::error!(error = %e, "the sandbox could not start a session");
+            Failure::new(
+                "the sandbox could not start a session right now; nothing ran. Please retry in a \
+                 moment.",
+            )
+        }
+        ManagerError::Workspace { source, .. } => {
+            tracing::error!(error = %source, "a session workspace could not be prepared");
+            Failure::new("the session's workspace could not be prepared; nothing ran")
+        }
+        other => Failure::new(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+    use toolgate_domain::{Account, AccountId, Email};
+
+    fn scope(args: Value, who: usize) -> Scope {
+        let account = Account {
+            id: AccountId::generate(),
+            email: Email::parse("a@b.org").unwrap(),
+            tier: "free".into(),
+        };
+        let ctx = CallContext {
+            account: &account,
+            tool: "svc_write",
+            call_id: 7,
+            progress: None,
+            cancel: None,
+        };
+        let Value::Object(args) = args else { panic!() };
+        Scope::of(&args, &ctx, who)
+    }
+
+    #[test]
+    fn one_call_shares_a_session_only_when_it_combines() {
+        assert!(matches!(scope(json!({"code": "1"}), 1), Scope::Fresh));
+        assert!(
+            matches!(scope(json!({"code": "1", "session_id": "s"}), 1), Scope::Named(id) if id == "s")
+        );
+        let both = json!({"code": "1", "bash": "ls"});
+        assert!(matches!(
+            scope(both.clone(), 1),
+            Scope::Call { last: false, .. }
+        ));
+        assert!(matches!(scope(both, 2), Scope::Call { last: true, .. }));
+        let with_files = json!({"bash": "ls", "files": []});
+        assert!(
+            matches!(scope(with_files, 2), Scope::Call { last: true, ref id } if id == "\u{1}call-7")
+        );
+    }
+
+    #[test]
+    fn files_decode_text_and_base64() {
+        let Value::Object(args) = json!({"files": [
+            {"path": "a.txt", "content": "hé"},
+            {"path": "b.bin", "content": "AAH/", "encoding": "base64"},
+        ]}) else {
+            panic!()
+        };
+        let files = uploaded_files(&args).unwrap();
+        assert_eq!(files[0].content, "hé".as_bytes());
+        assert_eq!(files[1].content, [0, 1, 255]);
+        let Value::Object(bad) =
+            json!({"files": [{"path": "x", "content": "!!", "encoding": "base64"}]})
+        else {
+            panic!()
+        };
+        assert!(
+            uploaded_files(&bad)
+                .unwrap_err()
+                .message
+                .contains("files[0]")
+        );
+    }
+}

@@ -1,0 +1,168 @@
+//! `file` on the read tool: one file of a session's workspace, read back.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use base64::Engine;
+use serde_json::{Value, json};
+
+use super::{MAX_PATH_BYTES, Sandbox, account_key, failure, session_id_field};
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+};
+use crate::schema::FieldKind;
+
+/// Largest file read back, in bytes (its base64 must fit a response comfortably).
+const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Reads a workspace file: text as text, images as image content, anything else as base64.
+pub struct ReadFile {
+    sandbox: Arc<Sandbox>,
+}
+
+impl ReadFile {
+    pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
+        Self { sandbox }
+    }
+}
+
+#[async_trait]
+impl Capability for ReadFile {
+    fn key(&self) -> &'static str {
+        "file"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Read
+    }
+
+    fn summary(&self) -> &'static str {
+        "`path` with `session_id`: reads one file of that session's workspace (up to 8 MiB): \
+         UTF-8 text as text, PNG/JPEG/GIF/WebP as an image, anything else as base64 in \
+         structuredContent. Never outside the workspace; symbolic links are not followed."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        vec![
+            Field {
+                name: "path",
+                kind: FieldKind::String {
+                    max_len: MAX_PATH_BYTES,
+                },
+                description: "a file's path relative to the session's workspace",
+            },
+            session_id_field(),
+        ]
+    }
+
+    fn output_schema(&self) -> Value {
+        let text = json!({"type": "string"});
+        json!({"type": "object", "properties": {
+            "path": text, "size": {"type": "integer"},
+            "encoding": {"type": "string", "enum": ["text", "base64"]},
+            "mime_type": text, "content": text,
+        }, "required": ["path", "size", "encoding", "mime_type", "content"]})
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        args.contains_key("path")
+    }
+
+    fn validate(&self, args: &JsonObject) -> Result<(), String> {
+        if args.contains_key("session_id") {
+            Ok(())
+        } else {
+            Err(
+                "`path` needs the `session_id` of the session whose workspace holds the file"
+                    .to_owned(),
+            )
+        }
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
+        let (path, session_id) = (text("path"), text("session_id"));
+        let read = self
+            .sandbox
+            .manager
+            .read_file(&account_key(ctx), session_id, path, MAX_READ_BYTES)
+            .await
+            .map_err(failure)?;
+        Ok(describe(path, read.bytes, read.size))
+    }
+}
+
+/// The content and record of a file's bytes.
+fn describe(path: &str, bytes: Vec<u8>, size: u64) -> Output {
+    if let Some(mime_type) = image_type(&bytes) {
+        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        return Output {
+            content: vec![ContentItem::Image {
+                data: data.clone(),
+                mime_type: mime_type.to_owned(),
+            }],
+            structured: record(path, size, "base64", mime_type, data),
+            is_error: false,
+        };
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => Output {
+            content: vec![ContentItem::Text(text.clone())],
+            structured: record(path, size, "text", "text/plain; charset=utf-8", text),
+            is_error: false,
+        },
+        Ok(text) => binary(path, size, text.into_bytes()),
+        Err(e) => binary(path, size, e.into_bytes()),
+    }
+}
+
+fn binary(path: &str, size: u64, bytes: Vec<u8>) -> Output {
+    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    Output {
+        content: vec![ContentItem::Text(format!(
+            "{path} is a binary file of {size} bytes; its base64 is in structuredContent.file.content"
+        ))],
+        structured: record(path, size, "base64", "application/octet-stream", data),
+        is_error: false,
+    }
+}
+
+fn record(path: &str, size: u64, encoding: &str, mime_type: &str, content: String) -> Value {
+    json!({"path": path, "size": size, "encoding": encoding, "mime_type": mime_type, "content": content})
+}
+
+/// The MIME type of an image format MCP clients display, by its magic bytes.
+fn image_type(bytes: &[u8]) -> Option<&'static str> {
+    if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if bytes.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if bytes.starts_with(b"GIF87a") || bytes.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if bytes.len() >= 12 && bytes.starts_with(b"RIFF") && &bytes[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_come_back_as_text_image_or_base64() {
+        let text = describe("a.txt", b"hello\n".to_vec(), 6);
+        assert_eq!(text.structured["encoding"], "text");
+        assert_eq!(text.content, vec![ContentItem::Text("hello\n".into())]);
+        let png = describe("p.png", b"\x89PNG\r\n\x1a\nrest".to_vec(), 12);
+        assert!(
+            matches!(&png.content[0], ContentItem::Image { mime_type, .. } if mime_type == "image/png")
+        );
+        let blob = describe("b.bin", vec![0, 159, 146, 150], 4);
+        assert_eq!(blob.structured["encoding"], "base64");
+        assert_eq!(blob.structured["content"], "AJ+Slg==");
+        let nul = describe("n.txt", b"a\0b".to_vec(), 3);
+        assert_eq!(nul.structured["encoding"], "base64");
+    }
+}

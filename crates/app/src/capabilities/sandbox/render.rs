@@ -1,0 +1,187 @@
+//! A session's outcome as the caller reads it: notebook-like content (output, the last value,
+//! figures, the traceback) and the structured record behind it.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate_sandbox::client::{CallOutcome, ExecOutcome, Interruption, RequestKind};
+
+use crate::capability::{ContentItem, Output};
+
+/// JSON Schema of the `python` and `bash` slots of `structuredContent`.
+pub(super) fn output_schema() -> Value {
+    let text = json!({"type": "string"});
+    let flag = json!({"type": "boolean"});
+    let int = json!({"type": "integer"});
+    json!({
+        "type": "object",
+        "properties": {
+            "stdout": text, "stderr": text,
+            "stdout_truncated": flag, "stderr_truncated": flag,
+            "stdout_bytes": int, "stderr_bytes": int,
+            "result": {"type": ["object", "null"], "properties": {"text": text, "html": text}},
+            "images": int, "images_truncated": flag,
+            "error": {"type": ["object", "null"], "properties": {"type": text, "message": text, "traceback": text}},
+            "exit_status": {"type": ["integer", "null"]},
+            "signal": {"type": ["string", "null"]},
+            "timed_out": flag,
+            "interrupted": {"type": ["string", "null"], "enum": ["timeout", "cancelled", null]},
+            "duration_ms": {"type": "number"},
+            "session": {"type": "object", "properties": {
+                "id": {"type": ["string", "null"]}, "fresh": flag, "expired": flag,
+                "execution_count": int,
+            }},
+        },
+        "required": ["stdout", "stderr", "stdout_truncated", "stderr_truncated", "result", "error",
+                     "exit_status", "duration_ms", "session"],
+    })
+}
+
+/// The content and structured record of one run.
+pub(super) fn render(call: &CallOutcome, session_id: Option<&str>, limit: Duration) -> Output {
+    let outcome = &call.outcome;
+    let mut content = Vec::new();
+    if call.expired {
+        content.push(ContentItem::Text(format!(
+            "Note: session `{}` had expired after being idle too long; this call started a fresh \
+             one, so earlier variables and files are gone.",
+            session_id.unwrap_or_default()
+        )));
+    }
+    push_stream(
+        &mut content,
+        "",
+        &outcome.stdout,
+        outcome.stdout_truncated,
+        outcome.stdout_bytes,
+    );
+    push_stream(
+        &mut content,
+        "stderr:\n",
+        &outcome.stderr,
+        outcome.stderr_truncated,
+        outcome.stderr_bytes,
+    );
+    if let Some(result) = &outcome.result {
+        content.push(ContentItem::Text(result.text_plain.clone()));
+        if let Some(png) = &result.image_png {
+            content.push(png_item(png));
+        }
+    }
+    content.extend(outcome.images.iter().map(|png| png_item(png)));
+    if outcome.images_truncated {
+        content.push(ContentItem::Text(
+            "Note: some figures were left out (size limit).".to_owned(),
+        ));
+    }
+    if let Some(note) = interruption_note(outcome, limit) {
+        content.push(ContentItem::Text(note));
+    }
+    let failed = push_failure(&mut content, outcome);
+    if content.is_empty() {
+        content.push(ContentItem::Text("(no output)".to_owned()));
+    }
+    Output {
+        content,
+        structured: structured(call, session_id),
+        is_error: failed,
+    }
+}
+
+fn push_stream(content: &mut Vec<ContentItem>, label: &str, text: &str, cut: bool, bytes: u64) {
+    if text.is_empty() && !cut {
+        return;
+    }
+    let mut shown = format!("{label}{text}");
+    if cut {
+        shown.push_str(&format!(
+            "\n[output truncated: {bytes} bytes were written; only the first {} are shown]",
+            text.len()
+        ));
+    }
+    content.push(ContentItem::Text(shown));
+}
+
+fn png_item(data: &str) -> ContentItem {
+    ContentItem::Image {
+        data: data.to_owned(),
+        mime_type: "image/png".to_owned(),
+    }
+}
+
+fn interruption_note(outcome: &ExecOutcome, limit: Duration) -> Option<String> {
+    match outcome.interrupted? {
+        Interruption::Timeout => Some(format!(
+            "The code ran past its time limit of {} s and was interrupted; the session and its \
+             variables survive.",
+            limit.as_secs()
+        )),
+        Interruption::Cancelled => Some(
+            "The call was cancelled and the code was interrupted; the session and its variables \
+             survive."
+                .to_owned(),
+        ),
+    }
+}
+
+/// Adds the traceback or the exit status; whether the run failed.
+fn push_failure(content: &mut Vec<ContentItem>, outcome: &ExecOutcome) -> bool {
+    let mut failed = false;
+    if let Some(error) = &outcome.error {
+        failed = true;
+        let headline = format!("{}: {}", error.error_type, error.message);
+        let text = if error.traceback.contains(&error.error_type) {
+            error.traceback.clone()
+        } else if error.traceback.is_empty() {
+            headline
+        } else {
+            format!("{}\n{headline}", error.traceback.trim_end())
+        };
+        content.push(ContentItem::Text(text));
+    }
+    if outcome.kind == RequestKind::Bash {
+        let status = outcome.exit_status.unwrap_or(0);
+        if status != 0 || outcome.signal.is_some() {
+            failed = true;
+            let mut text = format!("exit status {status}");
+            if let Some(signal) = &outcome.signal {
+                text.push_str(&format!(" (killed by {signal})"));
+            }
+            content.push(ContentItem::Text(text));
+        }
+    }
+    failed
+}
+
+fn structured(call: &CallOutcome, session_id: Option<&str>) -> Value {
+    let o = &call.outcome;
+    let result = o.result.as_ref().map(|r| {
+        let mut value = json!({"text": r.text_plain});
+        if let Some(html) = &r.text_html {
+            value["html"] = json!(html);
+        }
+        value
+    });
+    let error = o
+        .error
+        .as_ref()
+        .map(|e| json!({"type": e.error_type, "message": e.message, "traceback": e.traceback}));
+    let interrupted = o.interrupted.map(|i| match i {
+        Interruption::Timeout => "timeout",
+        Interruption::Cancelled => "cancelled",
+    });
+    let images = o.images.len() + o.result.iter().filter(|r| r.image_png.is_some()).count();
+    json!({
+        "stdout": o.stdout, "stderr": o.stderr,
+        "stdout_truncated": o.stdout_truncated, "stderr_truncated": o.stderr_truncated,
+        "stdout_bytes": o.stdout_bytes, "stderr_bytes": o.stderr_bytes,
+        "result": result, "images": images, "images_truncated": o.images_truncated,
+        "error": error, "exit_status": o.exit_status, "signal": o.signal,
+        "timed_out": o.timed_out, "interrupted": interrupted,
+        "duration_ms": o.duration_ms,
+        "session": {
+            "id": session_id, "fresh": call.fresh, "expired": call.expired,
+            "execution_count": o.execution_count,
+        },
+    })
+}

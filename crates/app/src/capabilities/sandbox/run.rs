@@ -1,0 +1,327 @@
+//! `python` (`code`) and `bash` on the write tool, and `upload` (`files` alone).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use toolgate_sandbox::client::{OutputChunk, OutputStream, Request};
+
+use super::render::{output_schema, render};
+use super::{
+    Asked, MAX_SOURCE_BYTES, Sandbox, Scope, account_key, failure, files_field, session_id_field,
+    timeout_field, uploaded_files,
+};
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ProgressSink,
+    ToolKind,
+};
+use crate::schema::FieldKind;
+
+/// Longest progress message: one notification carries at most this much output.
+const MAX_PROGRESS_MESSAGE: usize = 8 * 1024;
+
+/// Which interpreter a [`Runner`] drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Language {
+    Python,
+    Bash,
+}
+
+/// Runs `code` (Python, notebook semantics) or `bash` (a command line) in a session.
+pub struct Runner {
+    sandbox: Arc<Sandbox>,
+    language: Language,
+}
+
+impl Runner {
+    /// The `python` capability (`code`).
+    pub(super) fn python(sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            sandbox,
+            language: Language::Python,
+        }
+    }
+
+    /// The `bash` capability (`bash`).
+    pub(super) fn bash(sandbox: Arc<Sandbox>) -> Self {
+        Self {
+            sandbox,
+            language: Language::Bash,
+        }
+    }
+
+    fn field(&self) -> &'static str {
+        match self.language {
+            Language::Python => "code",
+            Language::Bash => "bash",
+        }
+    }
+
+    /// This capability's place in a call's order: upload 0, python 1, bash 2.
+    fn place(&self) -> usize {
+        match self.language {
+            Language::Python => 1,
+            Language::Bash => 2,
+        }
+    }
+
+    /// Whether this capability writes the call's files: the first of the call's sandbox runs.
+    fn uploads(&self, args: &JsonObject) -> bool {
+        match self.language {
+            Language::Python => true,
+            Language::Bash => !Asked::of(args).code,
+        }
+    }
+}
+
+#[async_trait]
+impl Capability for Runner {
+    fn key(&self) -> &'static str {
+        match self.language {
+            Language::Python => "python",
+            Language::Bash => "bash",
+        }
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Write
+    }
+
+    fn summary(&self) -> &'static str {
+        match self.language {
+            Language::Python => {
+                "`code`: Python 3 source run in a sandbox with numpy, pandas and matplotlib, as a \
+                 notebook cell: stdout and stderr are captured, the value of a last bare \
+                 expression is shown, matplotlib figures come back as PNG images and DataFrames \
+                 as tables, an exception is an error with its traceback. No network. With \
+                 `session_id`, variables, imports and files persist."
+            }
+            Language::Bash => {
+                "`bash`: a command line run by /bin/bash in the same sandbox and workspace \
+                 directory as `code`; its output and exit status come back, and a non-zero \
+                 status is an error that still shows the output. With both `code` and `bash`, \
+                 Python runs first."
+            }
+        }
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        let own = match self.language {
+            Language::Python => Field {
+                name: "code",
+                kind: FieldKind::String {
+                    max_len: MAX_SOURCE_BYTES,
+                },
+                description: "Python source to run; the value of a last bare expression is \
+                              shown, as in a notebook",
+            },
+            Language::Bash => Field {
+                name: "bash",
+                kind: FieldKind::String {
+                    max_len: MAX_SOURCE_BYTES,
+                },
+                description: "a shell command line, run by /bin/bash in the session's workspace",
+            },
+        };
+        vec![
+            own,
+            session_id_field(),
+            timeout_field(&self.sandbox.limits),
+            files_field(),
+        ]
+    }
+
+    fn output_schema(&self) -> Value {
+        output_schema()
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        args.contains_key(self.field())
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let scope = Scope::of(args, ctx, self.place());
+        let timeout_s = args.get("timeout_s").and_then(Value::as_u64);
+        let limits = self
+            .sandbox
+            .limits
+            .for_call(timeout_s)
+            .map_err(|e| Failure::new(e.to_string()))?;
+        let source = args
+            .get(self.field())
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let request = match self.language {
+            Language::Python => Request::Exec { code: source },
+            Language::Bash => Request::Bash { command: source },
+        };
+        let files = if self.uploads(args) {
+            uploaded_files(args)?
+        } else {
+            Vec::new()
+        };
+        let account = account_key(ctx);
+        let mut relay = ctx.progress.map(ProgressRelay::new);
+        let mut forward = |chunk: OutputChunk| {
+            if let Some(relay) = relay.as_mut() {
+                relay.relay(&chunk);
+            }
+        };
+        let on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)> = match ctx.progress {
+            Some(_) => Some(&mut forward),
+            None => None,
+        };
+        let result = self
+            .sandbox
+            .manager
+            .run(
+                &account,
+                scope.id(),
+                request,
+                &limits,
+                &files,
+                on_output,
+                ctx.cancel,
+            )
+            .await;
+        if let Scope::Call { id, last: true } = &scope {
+            self.sandbox.manager.close_session(&account, id).await;
+        }
+        let call = result.map_err(failure)?;
+        Ok(render(&call, scope.caller_id(), limits.timeout))
+    }
+}
+
+/// Passes streamed output on as progress notifications.
+struct ProgressRelay<'a> {
+    sink: &'a dyn ProgressSink,
+    bytes: u64,
+}
+
+impl<'a> ProgressRelay<'a> {
+    fn new(sink: &'a dyn ProgressSink) -> Self {
+        Self { sink, bytes: 0 }
+    }
+}
+
+/// `upload`: `files` (with `session_id`) and nothing else, to prepare a session's workspace.
+pub struct Upload {
+    sandbox: Arc<Sandbox>,
+}
+
+impl Upload {
+    pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
+        Self { sandbox }
+    }
+}
+
+#[async_trait]
+impl Capability for Upload {
+    fn key(&self) -> &'static str {
+        "upload"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Write
+    }
+
+    fn summary(&self) -> &'static str {
+        "`files` with `session_id` and without `code` or `bash`: writes the files into the \
+         session's workspace (starting the session if needed), for later calls to use."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        vec![files_field(), session_id_field()]
+    }
+
+    fn output_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "files": {"type": "array", "items": {"type": "object", "properties": {
+                "path": {"type": "string"}, "bytes": {"type": "integer"}}}},
+            "session": {"type": "object"},
+        }, "required": ["files"]})
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        Asked::of(args).upload
+    }
+
+    fn validate(&self, args: &JsonObject) -> Result<(), String> {
+        if args.contains_key("session_id") {
+            Ok(())
+        } else {
+            Err(
+                "`files` without `code` or `bash` needs a `session_id`: without one the files \
+                 would vanish with the call's fresh session"
+                    .to_owned(),
+            )
+        }
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let scope = Scope::of(args, ctx, 0);
+        let files = uploaded_files(args)?;
+        let limits = self
+            .sandbox
+            .limits
+            .for_call(None)
+            .map_err(|e| Failure::new(e.to_string()))?;
+        let request = Request::Exec {
+            code: String::new(),
+        };
+        let call = self
+            .sandbox
+            .manager
+            .run(
+                &account_key(ctx),
+                scope.id(),
+                request,
+                &limits,
+                &files,
+                None,
+                ctx.cancel,
+            )
+            .await
+            .map_err(failure)?;
+        let listed: Vec<Value> = files
+            .iter()
+            .map(|f| json!({"path": f.path, "bytes": f.content.len()}))
+            .collect();
+        let mut text = format!("wrote {} file(s) into the workspace", files.len());
+        if call.expired {
+            text.push_str(" (the session had expired; this is a fresh one)");
+        }
+        Ok(Output {
+            content: vec![ContentItem::Text(text)],
+            structured: json!({"files": listed, "session": {
+                "id": scope.caller_id(), "fresh": call.fresh, "expired": call.expired,
+            }}),
+            is_error: false,
+        })
+    }
+}
+
+/// Cuts `text` to at most `max` bytes on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
+impl ProgressRelay<'_> {
+    fn relay(&mut self, chunk: &OutputChunk) {
+        self.bytes += chunk.data.len() as u64;
+        let shown = cut(&chunk.data, MAX_PROGRESS_MESSAGE);
+        let message = match chunk.stream {
+            OutputStream::Stdout => shown.to_owned(),
+            OutputStream::Stderr => format!("[stderr] {shown}"),
+        };
+        self.sink.report(self.bytes as f64, &message);
+    }
+}

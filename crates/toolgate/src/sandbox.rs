@@ -1,0 +1,195 @@
+//! The sandbox as `serve` starts it: where the runtime, the zygote script and the confinement
+//! library are, the operator's limits, and the session manager.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use toolgate_app::capabilities::Sandbox;
+use toolgate_sandbox::LimitSettings;
+use toolgate_sandbox::client::{ManagerConfig, SessionManager, ZygoteConfig};
+
+use crate::config::Settings;
+
+/// The confinement library's file name, as cargo builds it.
+const HARDEN_LIB: &str = "libtoolgate_sandbox_harden.so";
+
+/// Starts the session manager, or `None` when the operator turned the sandbox off.
+pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionManager>)>> {
+    match settings.sandbox.as_deref().unwrap_or("on") {
+        "on" => {}
+        "off" => return Ok(None),
+        other => bail!("sandbox must be `on` or `off`, got {other:?}"),
+    }
+    let limits = limits(settings)?;
+    let runtime = locate(settings.sandbox_runtime.as_deref(), ".deps/python-runtime")
+        .context("no Python runtime for the sandbox: build one with `scripts/python-runtime.sh .deps/python-runtime`, name it with --sandbox-runtime, or pass --sandbox off")?;
+    let script = locate(
+        settings.sandbox_zygote.as_deref(),
+        "runtime/toolgate_zygote.py",
+    )
+    .context("no zygote script (runtime/toolgate_zygote.py): name it with --sandbox-zygote")?;
+    let mut zygote = ZygoteConfig::new(runtime, script);
+    zygote.harden_lib = harden_lib(settings)?;
+    let root = settings
+        .sandbox_root
+        .clone()
+        .unwrap_or_else(|| settings.data_dir().join("sessions"));
+    let root =
+        std::path::absolute(&root).with_context(|| format!("sandbox_root {}", root.display()))?;
+    let mut config = ManagerConfig::new(zygote, root);
+    let idle = settings.sandbox_idle_minutes.unwrap_or(20);
+    if idle == 0 {
+        bail!("sandbox_idle_minutes must be at least 1");
+    }
+    config.idle_ttl = Duration::from_secs(idle * 60);
+    config.max_sessions_per_account = settings.sandbox_max_sessions.unwrap_or(10);
+    if config.max_sessions_per_account == 0 {
+        bail!("sandbox_max_sessions must be at least 1");
+    }
+    let manager = Arc::new(
+        SessionManager::start(config)
+            .await
+            .context("the sandbox could not start")?,
+    );
+    Ok(Some((Sandbox::new(Arc::clone(&manager), limits), manager)))
+}
+
+/// The operator's limits, checked.
+fn limits(settings: &Settings) -> Result<LimitSettings> {
+    const MIB: u64 = 1024 * 1024;
+    let defaults = LimitSettings::default();
+    let max_timeout = settings
+        .sandbox_max_timeout_s
+        .unwrap_or(defaults.max_timeout.as_secs());
+    let default_timeout = settings
+        .sandbox_default_timeout_s
+        .unwrap_or(defaults.default_timeout.as_secs());
+    if max_timeout == 0 || default_timeout == 0 || default_timeout > max_timeout {
+        bail!(
+            "sandbox_default_timeout_s ({default_timeout}) must be between 1 and \
+             sandbox_max_timeout_s ({max_timeout})"
+        );
+    }
+    let memory = settings
+        .sandbox_memory_mib
+        .unwrap_or(defaults.memory_bytes / MIB);
+    let workspace = settings
+        .sandbox_workspace_mib
+        .unwrap_or(defaults.workspace_bytes / MIB);
+    let processes = settings.sandbox_max_processes.unwrap_or(defaults.max_pids);
+    if memory < 64 || workspace < 1 || processes < 8 {
+        bail!(
+            "sandbox limits too small: memory at least 64 MiB, workspace at least 1 MiB, \
+             processes at least 8"
+        );
+    }
+    Ok(LimitSettings {
+        default_timeout: Duration::from_secs(default_timeout),
+        max_timeout: Duration::from_secs(max_timeout),
+        memory_bytes: memory.saturating_mul(MIB),
+        max_pids: processes,
+        output_bytes: defaults.output_bytes,
+        workspace_bytes: workspace.saturating_mul(MIB),
+    })
+}
+
+/// The confinement library, or `None` when the operator turned confinement off.
+fn harden_lib(settings: &Settings) -> Result<Option<PathBuf>> {
+    match settings
+        .sandbox_confinement
+        .as_deref()
+        .unwrap_or("required")
+    {
+        "required" => {}
+        "off" => {
+            tracing::warn!(
+                "sandbox confinement is off: session code runs with the server's privileges \
+                 (development only)"
+            );
+            return Ok(None);
+        }
+        other => bail!("sandbox_confinement must be `required` or `off`, got {other:?}"),
+    }
+    if let Some(path) = &settings.sandbox_harden_lib {
+        if !path.is_file() {
+            bail!("sandbox_harden_lib {} is not a file", path.display());
+        }
+        return Ok(Some(path.clone()));
+    }
+    let beside = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|dir| dir.join(HARDEN_LIB)))
+        .filter(|path| path.is_file());
+    match beside {
+        Some(path) => Ok(Some(path)),
+        None => bail!(
+            "no confinement library ({HARDEN_LIB}) next to this binary: build it with `cargo \
+             build --release -p toolgate-sandbox-harden`, name it with --sandbox-harden-lib, or \
+             pass --sandbox-confinement off (development only)"
+        ),
+    }
+}
+
+/// `given`, else `default` under the working directory, else under the checkout this binary
+/// was built in (`<checkout>/target/<profile>/toolgate`).
+fn locate(given: Option<&Path>, default: &str) -> Result<PathBuf> {
+    if let Some(path) = given {
+        if !path.exists() {
+            bail!("{} does not exist", path.display());
+        }
+        return Ok(std::path::absolute(path)?);
+    }
+    let here = Path::new(default);
+    if here.exists() {
+        return Ok(std::path::absolute(here)?);
+    }
+    let checkout = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(|root| root.join(default)))
+        .filter(|path| path.exists());
+    checkout.with_context(|| format!("{default} not found"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn limits_default_and_refuse_nonsense() {
+        let limits = limits(&Settings::default()).unwrap();
+        assert_eq!(limits, LimitSettings::default());
+        let inverted = Settings {
+            sandbox_default_timeout_s: Some(301),
+            ..Settings::default()
+        };
+        assert!(format!("{:#}", super::limits(&inverted).unwrap_err()).contains("between 1"));
+        let tiny = Settings {
+            sandbox_memory_mib: Some(1),
+            ..Settings::default()
+        };
+        assert!(super::limits(&tiny).is_err());
+    }
+
+    #[tokio::test]
+    async fn bad_switches_are_named() {
+        let bad = Settings {
+            sandbox: Some("maybe".into()),
+            ..Settings::default()
+        };
+        assert!(format!("{:#}", start(&bad).await.err().unwrap()).contains("`on` or `off`"));
+        let off = Settings {
+            sandbox: Some("off".into()),
+            ..Settings::default()
+        };
+        assert!(start(&off).await.unwrap().is_none());
+        let missing = Settings {
+            sandbox_runtime: Some("/nonexistent/runtime".into()),
+            ..Settings::default()
+        };
+        let err = format!("{:#}", start(&missing).await.err().unwrap());
+        assert!(err.contains("python-runtime.sh"), "{err}");
+    }
+}

@@ -1,0 +1,383 @@
+//! svc_write's python and bash and svc_read's file, through the real binary with the real Python
+//! runtime and confinement: notebook semantics, sessions private to accounts, files in and out,
+//! time limits, and bad input refused before it is metered.
+//!
+//! Needs `.deps/python-runtime` (scripts/python-runtime.sh) and the confinement library in
+//! target/debug (`cargo build -p toolgate-sandbox-harden`); scripts/test.sh makes both.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::*;
+use serde_json::{Value, json};
+
+fn checkout() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Flags that turn the sandbox on with this checkout's runtime and confinement library.
+fn sandbox_flags(dir: &std::path::Path) -> Vec<String> {
+    let root = checkout();
+    let lib = std::env::var("TOOLGATE_HARDEN_LIB").map_or_else(
+        |_| root.join("target/debug/libtoolgate_sandbox_harden.so"),
+        PathBuf::from,
+    );
+    assert!(
+        lib.is_file(),
+        "no confinement library at {}: cargo build -p toolgate-sandbox-harden",
+        lib.display()
+    );
+    let runtime = root.join(".deps/python-runtime");
+    assert!(
+        runtime.is_dir(),
+        "no runtime at {}: scripts/python-runtime.sh .deps/python-runtime",
+        runtime.display()
+    );
+    [
+        "--sandbox",
+        "on",
+        "--sandbox-runtime",
+        runtime.to_str().unwrap(),
+        "--sandbox-zygote",
+        root.join("runtime/toolgate_zygote.py").to_str().unwrap(),
+        "--sandbox-harden-lib",
+        lib.to_str().unwrap(),
+        "--sandbox-root",
+        dir.join("sessions").to_str().unwrap(),
+        "--sandbox-max-sessions",
+        "3",
+    ]
+    .map(str::to_owned)
+    .to_vec()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    server: Server,
+    http: reqwest::Client,
+    alice: Account,
+    bob: Account,
+}
+
+async fn fixture() -> Fixture {
+    // not under /tmp (each session has its own empty /tmp), and searchable by the sessions' uids
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "alice@example.org");
+    let bob = create_account(&storage, "bob@example.org");
+    let flags = sandbox_flags(dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = Server::start(&storage, &flags).await;
+    Fixture {
+        _dir: dir,
+        server,
+        http: client(),
+        alice,
+        bob,
+    }
+}
+
+impl Fixture {
+    async fn call(&self, who: &Account, tool: &str, args: Value) -> Value {
+        let reply = post_personal(&self.http, &self.server, &who.key, &tool_call(tool, args)).await;
+        reply.result()
+    }
+
+    async fn write(&self, args: Value) -> Value {
+        self.call(&self.alice, "svc_write", args).await
+    }
+}
+
+/// Every text item of a result, joined.
+fn text(result: &Value) -> String {
+    result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|item| item["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_error(result: &Value) -> bool {
+    result["isError"].as_bool().unwrap_or(false)
+}
+
+#[tokio::test]
+async fn tools_list_shows_the_sandbox_fields() {
+    let f = fixture().await;
+    let reply = post_personal(&f.http, &f.server, &f.alice.key, &tools_list()).await;
+    let tools = reply.result()["tools"].clone();
+    let write = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "svc_write")
+        .unwrap();
+    let props = write["inputSchema"]["properties"].as_object().unwrap();
+    for field in ["code", "bash", "session_id", "timeout_s", "files"] {
+        assert!(
+            props.contains_key(field),
+            "svc_write lacks {field}: {write}"
+        );
+    }
+    assert_eq!(props["timeout_s"]["maximum"], 300);
+    let read = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "svc_read")
+        .unwrap();
+    assert!(read["inputSchema"]["properties"]["path"].is_object());
+}
+
+#[tokio::test]
+async fn notebook_semantics_through_http() {
+    let f = fixture().await;
+    let result = f.write(json!({"code": "print('hi')\n1 + 1"})).await;
+    assert!(!is_error(&result), "{result}");
+    assert_eq!(text(&result), "hi\n\n2");
+    let python = &result["structuredContent"]["python"];
+    assert_eq!(python["stdout"], "hi\n");
+    assert_eq!(python["result"]["text"], "2");
+    assert_eq!(python["session"]["fresh"], true);
+
+    let failed = f.write(json!({"code": "1 / 0"})).await;
+    assert!(is_error(&failed), "{failed}");
+    assert!(
+        text(&failed).contains("ZeroDivisionError: division by zero"),
+        "{failed}"
+    );
+    assert!(text(&failed).contains("Traceback"), "{failed}");
+    assert_eq!(
+        failed["structuredContent"]["python"]["error"]["type"],
+        "ZeroDivisionError"
+    );
+
+    let bash = f
+        .write(json!({"bash": "echo out; echo err >&2; exit 3"}))
+        .await;
+    assert!(is_error(&bash), "{bash}");
+    let shown = text(&bash);
+    assert!(
+        shown.contains("out") && shown.contains("stderr:\nerr") && shown.contains("exit status 3"),
+        "{shown}"
+    );
+    assert_eq!(bash["structuredContent"]["bash"]["exit_status"], 3);
+
+    // the everyday devices work inside the confinement
+    let devices = f
+        .write(json!({"bash": "echo hidden > /dev/null && head -c 4 /dev/zero | wc -c && head -c 8 /dev/urandom | wc -c"}))
+        .await;
+    assert_eq!(text(&devices), "4\n8\n", "{devices}");
+
+    let plot = f
+        .write(json!({"code": "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nNone"}))
+        .await;
+    let images: Vec<&Value> = plot["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["type"] == "image")
+        .collect();
+    assert_eq!(images.len(), 1, "{plot}");
+    assert_eq!(images[0]["mimeType"], "image/png");
+
+    let frame = f
+        .write(json!({"code": "import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})"}))
+        .await;
+    assert!(text(&frame).contains("a  b"), "{frame}");
+}
+
+#[tokio::test]
+async fn sessions_persist_and_are_private_to_the_account() {
+    let f = fixture().await;
+    let set = f
+        .write(json!({"code": "x = 41\nimport math", "session_id": "s1"}))
+        .await;
+    assert!(!is_error(&set), "{set}");
+    let get = f
+        .write(json!({"code": "x + 1, math.pi > 3", "session_id": "s1"}))
+        .await;
+    assert_eq!(text(&get), "(42, True)");
+    assert_eq!(
+        get["structuredContent"]["python"]["session"]["fresh"],
+        false
+    );
+    // bob's "s1" is another session
+    let bob = f
+        .call(
+            &f.bob,
+            "svc_write",
+            json!({"code": "x", "session_id": "s1"}),
+        )
+        .await;
+    assert!(is_error(&bob) && text(&bob).contains("NameError"), "{bob}");
+    // bash shares the workspace with Python in one session
+    f.write(json!({"code": "open('note.txt', 'w').write('from python')", "session_id": "s1"}))
+        .await;
+    let cat = f
+        .write(json!({"bash": "cat note.txt", "session_id": "s1"}))
+        .await;
+    assert_eq!(text(&cat), "from python");
+    // without an id every call is fresh
+    let fresh = f.write(json!({"code": "x"})).await;
+    assert!(text(&fresh).contains("NameError"), "{fresh}");
+}
+
+#[tokio::test]
+async fn files_go_in_and_come_back_but_never_from_outside() {
+    let f = fixture().await;
+    let upload = f
+        .write(json!({"session_id": "w", "files": [
+            {"path": "data/in.csv", "content": "a,b\n1,2\n"},
+            {"path": "blob.bin", "content": "AAEC", "encoding": "base64"},
+        ]}))
+        .await;
+    assert!(!is_error(&upload), "{upload}");
+    let sum = f
+        .write(json!({"session_id": "w", "code": "import pandas as pd\nint(pd.read_csv('data/in.csv').sum().sum())"}))
+        .await;
+    assert_eq!(text(&sum), "3");
+    let back = f
+        .call(
+            &f.alice,
+            "svc_read",
+            json!({"session_id": "w", "path": "data/in.csv"}),
+        )
+        .await;
+    assert_eq!(text(&back), "a,b\n1,2\n");
+    let blob = f
+        .call(
+            &f.alice,
+            "svc_read",
+            json!({"session_id": "w", "path": "blob.bin"}),
+        )
+        .await;
+    assert_eq!(blob["structuredContent"]["file"]["content"], "AAEC");
+    // code and files without an id share one call-scoped session
+    let combined = f
+        .write(json!({"files": [{"path": "t.txt", "content": "ok"}], "code": "print(open('t.txt').read())", "bash": "cat t.txt"}))
+        .await;
+    assert_eq!(text(&combined), "ok\n\nok", "{combined}");
+
+    f.write(json!({"session_id": "w", "code": "import os\nos.symlink('/etc', 'etc')"}))
+        .await;
+    for path in ["../w/data/in.csv", "/etc/passwd", "etc/passwd", "nope.txt"] {
+        let refused = f
+            .call(
+                &f.alice,
+                "svc_read",
+                json!({"session_id": "w", "path": path}),
+            )
+            .await;
+        assert!(is_error(&refused), "{path}: {refused}");
+        assert!(!text(&refused).contains("root:"), "{path}: {refused}");
+    }
+    let other = f
+        .call(
+            &f.bob,
+            "svc_read",
+            json!({"session_id": "w", "path": "data/in.csv"}),
+        )
+        .await;
+    assert!(is_error(&other), "{other}");
+    let escape = f
+        .write(json!({"session_id": "w", "files": [{"path": "etc/evil", "content": "x"}]}))
+        .await;
+    assert!(is_error(&escape), "{escape}");
+}
+
+#[tokio::test]
+async fn a_time_limit_interrupts_and_the_session_survives() {
+    let f = fixture().await;
+    f.write(json!({"code": "kept = 'yes'", "session_id": "t"}))
+        .await;
+    let slow = f
+        .write(json!({"code": "while True:\n    pass", "session_id": "t", "timeout_s": 1}))
+        .await;
+    assert!(is_error(&slow), "{slow}");
+    let shown = text(&slow);
+    assert!(
+        shown.contains("KeyboardInterrupt") && shown.contains("time limit of 1 s"),
+        "{shown}"
+    );
+    assert_eq!(
+        slow["structuredContent"]["python"]["interrupted"],
+        "timeout"
+    );
+    let after = f.write(json!({"code": "kept", "session_id": "t"})).await;
+    assert_eq!(text(&after), "'yes'");
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_before_it_is_metered() {
+    let f = fixture().await;
+    let before = f.server.free_remaining(&f.alice.key).await;
+    for (args, expected) in [
+        (json!({"code": 5}), "must be a string"),
+        (json!({"code": "1", "timeout_s": 0}), "between 1 and 300"),
+        (json!({"code": "1", "timeout_s": 301}), "between 1 and 300"),
+        (json!({"code": "1", "timeout_s": "5"}), "integer"),
+        (json!({"code": "1", "session_id": ""}), "1 to 256"),
+        (json!({"code": "1", "session_id": "a\u{7}b"}), "control"),
+        (
+            json!({"code": "1", "session_id": "x".repeat(257)}),
+            "1 to 256",
+        ),
+        (json!({"code": "x".repeat(1024 * 1024 + 1)}), "limit is"),
+        (
+            json!({"files": [{"path": "a", "content": "b"}]}),
+            "needs a `session_id`",
+        ),
+        (json!({"code": "1", "files": {"a": "b"}}), "array"),
+        (
+            json!({"code": "1", "files": [{"path": "a", "content": "b", "mode": 1}]}),
+            "unknown key",
+        ),
+        (json!({"session_id": "s"}), "without a field"),
+    ] {
+        let result = f.write(args.clone()).await;
+        assert!(is_error(&result), "{args}: {result}");
+        assert!(
+            text(&result).contains(expected),
+            "{args}: {}",
+            text(&result)
+        );
+    }
+    let read = f.call(&f.alice, "svc_read", json!({"path": "a.txt"})).await;
+    assert!(text(&read).contains("needs the `session_id`"), "{read}");
+    // refused before admission: the free allowance is untouched
+    assert_eq!(f.server.free_remaining(&f.alice.key).await, before);
+    let ran = f.write(json!({"code": "1"})).await;
+    assert!(!is_error(&ran), "{ran}");
+    assert_eq!(f.server.free_remaining(&f.alice.key).await, before - 1);
+}
+
+#[tokio::test]
+async fn too_many_sessions_is_a_clear_error_and_others_keep_working() {
+    let f = fixture().await;
+    for id in ["a", "b", "c"] {
+        let ok = f.write(json!({"code": "1", "session_id": id})).await;
+        assert!(!is_error(&ok), "{ok}");
+    }
+    let refused = f.write(json!({"code": "1", "session_id": "d"})).await;
+    assert!(is_error(&refused), "{refused}");
+    assert!(
+        text(&refused).contains("already has 3 live sessions"),
+        "{refused}"
+    );
+    let bob = f
+        .call(&f.bob, "svc_write", json!({"code": "2", "session_id": "d"}))
+        .await;
+    assert_eq!(text(&bob), "2");
+    let again = f.write(json!({"code": "7", "session_id": "a"})).await;
+    assert_eq!(text(&again), "7");
+}
