@@ -12,6 +12,12 @@ TOOLGATE_BIN="$(cd "$(dirname "$TOOLGATE_BIN")" && pwd)/$(basename "$TOOLGATE_BI
 "$ROOT/scripts/deps.sh"
 use_node22
 
+# Sessions of confined servers must live outside /tmp (each session has its own empty /tmp) and
+# below directories their unprivileged users may search.
+TOOLGATE_SANDBOX_ROOT="$(mktemp -d /var/tmp/toolgate-sessions.XXXXXX)"
+chmod 711 "$TOOLGATE_SANDBOX_ROOT"
+export TOOLGATE_SANDBOX_ROOT
+trap 'rm -rf "$TOOLGATE_SANDBOX_ROOT"' EXIT
 status=0
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/tests/clients/python" || status=1
 (cd "$ROOT/tests/clients/ts" && node --test --test-reporter=spec test_sdk.mjs) || status=1

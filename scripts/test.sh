@@ -52,9 +52,12 @@ TOOLGATE_BIN="$ROOT/target/release/toolgate" TOOLGATE_TEST_DATABASE_URL="$PG_URL
 
 step "MCP conformance suite"
 DATA="$(mktemp -d)"
+SESSIONS="$(mktemp -d /var/tmp/toolgate-sessions.XXXXXX)"   # not under /tmp: see test-clients.sh
+chmod 711 "$SESSIONS"
 PORT="$(free_port)"
 BASE="http://127.0.0.1:$PORT"
 target/release/toolgate-conformance serve --listen "127.0.0.1:$PORT" --public-url "$BASE" --data-dir "$DATA" \
+  --sandbox-root "$SESSIONS" \
   >"$DATA/server.log" 2>&1 &
 SERVER_PID=$!
 wait_http "$BASE/healthz" 30 || { cat "$DATA/server.log" >&2; die "conformance server did not start"; }
@@ -64,7 +67,7 @@ status=0
 "$ROOT/tests/conformance/run.sh" "$URL" 2025-11-25 || status=1
 "$ROOT/tests/conformance/run.sh" "$URL" 2026-07-28 || status=1
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
-rm -rf "$DATA"
+rm -rf "$DATA" "$SESSIONS"
 [[ $status -eq 0 ]] || die "conformance suite failed"
 
 step "sandbox zygote and session executor (Python side)"

@@ -132,6 +132,37 @@ fn harden_lib(settings: &Settings) -> Result<Option<PathBuf>> {
     }
 }
 
+/// Directories every confined session sees as its own empty mounts: a workspace beneath one of
+/// them would be hidden from its session.
+const MASKED: [&str; 5] = ["/tmp", "/dev/shm", "/run", "/var/run", "/proc"];
+
+/// Refuses, at start rather than at the first call, a sessions root that confined sessions
+/// could not reach: beneath a masked directory, or below a directory others may not search
+/// (sessions run as unprivileged users of their own).
+fn check_root(root: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(masked) = MASKED.iter().find(|m| root.starts_with(m)) {
+        bail!(
+            "sandbox_root {} lies beneath {masked}, which every confined session sees as its own              empty directory: choose a directory elsewhere (the default is <data_dir>/sessions)",
+            root.display()
+        );
+    }
+    for ancestor in root.ancestors().skip(1) {
+        let Ok(metadata) = std::fs::metadata(ancestor) else {
+            continue; // created later by the manager, searchable
+        };
+        if metadata.permissions().mode() & 0o001 == 0 {
+            bail!(
+                "sandbox_root {} is below {}, which other users may not search (mode {:o});                  sessions run as unprivileged users and must reach their workspace: choose                  another directory or allow search (chmod o+x)",
+                root.display(),
+                ancestor.display(),
+                metadata.permissions().mode() & 0o7777
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `given`, else `default` under the working directory, else under the checkout this binary
 /// was built in (`<checkout>/target/<profile>/toolgate`).
 fn locate(given: Option<&Path>, default: &str) -> Result<PathBuf> {
@@ -191,5 +222,21 @@ mod tests {
         };
         let err = format!("{:#}", start(&missing).await.err().unwrap());
         assert!(err.contains("python-runtime.sh"), "{err}");
+    }
+
+    #[test]
+    fn unreachable_session_roots_are_refused_at_start() {
+        let masked = check_root(Path::new("/tmp/x/sessions")).unwrap_err();
+        assert!(format!("{masked:#}").contains("beneath /tmp"), "{masked:#}");
+        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let closed = dir.path().join("closed");
+        std::fs::create_dir(&closed).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let err = check_root(&closed.join("sessions")).unwrap_err();
+        assert!(format!("{err:#}").contains("may not search"), "{err:#}");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o711)).unwrap();
+        check_root(&closed.join("sessions")).unwrap();
     }
 }
