@@ -209,6 +209,27 @@ def test_persistence_within_and_isolation_between_sessions(zygote):
         b.close()
 
 
+def test_the_first_request_finds_an_untouched_session(zygote):
+    """The child runs the exec path once before serving (a warm-up): nothing of it shows."""
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    zygote.send({"op": "fork", "session": "untouched", "cwd": "/tmp", "fd": theirs.fileno()},
+                [theirs.fileno()])
+    theirs.close()
+    forked = zygote.expect("forked", lambda f: f["session"] == "untouched")
+    assert 0 < forked["fork_ms"] <= forked["ready_ms"], forked
+    s = Session(zygote, "untouched", mine, "/tmp", forked["pid"])
+    try:
+        r = s.run("import linecache\n"
+                  "(sorted(k for k in globals() if not k.startswith('__')), "
+                  "sorted(k for k in linecache.cache if k.startswith('<cell')))")
+        assert r["error"] is None, r["error"]
+        assert r["execution_count"] == 1
+        assert r["stdout"] == r["stderr"] == ""
+        assert r["result"]["text/plain"] == "(['linecache'], ['<cell 1>'])"
+    finally:
+        s.close()
+
+
 def test_last_expression_value_as_in_a_notebook(zygote):
     s = zygote.fork("last-expr")
     try:

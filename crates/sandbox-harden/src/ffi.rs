@@ -36,7 +36,7 @@ use std::ptr;
 use crate::channel::{ChildChannel, ParentChannel, fitting};
 use crate::{
     HardenSpec, admit_session, after_session_fork, before_session_fork, harden_session_with_report,
-    remember_pid_namespace, sys,
+    prepare_seccomp, remember_pid_namespace, sys,
 };
 
 /// A spec larger than this is refused before it is read (a real one is well under 4 KiB).
@@ -53,7 +53,8 @@ pub extern "C" fn toolgate_harden_abi_version() -> u32 {
 }
 
 /// At the zygote's start-up: opens its own pid namespace (`/proc/self/ns/pid`, close-on-exec),
-/// which [`toolgate_after_session_fork`] returns to. Idempotent.
+/// which [`toolgate_after_session_fork`] returns to, and compiles the seccomp programs once
+/// ([`crate::prepare_seccomp`]: its children only install them). Idempotent.
 ///
 /// # Safety
 ///
@@ -63,8 +64,9 @@ pub extern "C" fn toolgate_harden_abi_version() -> u32 {
 pub unsafe extern "C" fn toolgate_zygote_init(err_buf: *mut u8, err_len: usize) -> i32 {
     let outcome = guarded(|| {
         remember_pid_namespace()
-            .map(|()| String::new())
-            .map_err(|error| format!("cannot open /proc/self/ns/pid: {error}"))
+            .map_err(|error| format!("cannot open /proc/self/ns/pid: {error}"))?;
+        prepare_seccomp().map_err(|error| error.to_string())?;
+        Ok(String::new())
     });
     // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
     unsafe { report(outcome, err_buf, err_len) }

@@ -7,7 +7,7 @@
 //! 2. `unshare(CLONE_NEWUSER)`: the mount, network, IPC, UTS and pid namespaces made before stay
 //!    owned by the host's user namespace, where the child now holds no capability;
 //! 3. `U` to the zygote, then wait for `G`: it writes `setgroups` (`deny`), `uid_map` and
-//!    `gid_map` (`1000 <uid> 1`) and the cgroups meanwhile;
+//!    `gid_map` (`1000 <uid> 1`) meanwhile (the cgroups it wrote before, right after the fork);
 //! 4. `setresgid(1000)`, the capability bounding set emptied (while `CAP_SETPCAP` is still
 //!    held), `setresuid(1000)`;
 //! 5. `capset` to empty sets. Needed: the kernel clears capabilities on `setresuid` only when the

@@ -37,7 +37,8 @@
 //! 4. **(d) User namespace** (see `identity`): `setgroups(0)` (root's supplementary groups would
 //!    otherwise survive, and after `deny` can never be dropped), `unshare(CLONE_NEWUSER)`, then
 //!    `U` to the zygote and wait: it writes `setgroups` `deny`, `uid_map` and `gid_map`
-//!    `1000 <uid> 1` and the child's pid into each of the spec's cgroups, then releases it. Then
+//!    `1000 <uid> 1`, then releases it (it wrote the child's pid into each of the spec's cgroups
+//!    right after the fork, before waiting for `U`: see `admit`). Then
 //!    `setresgid(1000)`, the capability bounding set emptied, `setresuid(1000)`, `capset` to
 //!    empty sets (the kernel does not clear them here: uid 0 of this namespace is not mapped, so
 //!    `setresuid` is no "root to non-root" change), `PR_SET_DUMPABLE` 1 (reset by the uid
@@ -63,13 +64,14 @@
 //!    fallback they carry for older kernels (glibc's `clone3` → `clone`); the known routes to a
 //!    kernel exploit or to the host answer `EPERM`, extended-attribute writes `EOPNOTSUPP`: Python
 //!    gets a clean exception instead of dying. Last, because the steps above use syscalls it
-//!    refuses.
+//!    refuses. The programs are compiled once, in the zygote before it forks
+//!    ([`prepare_seccomp`]); the child only installs its inherited copy.
 //!
-//! Then the child sends `D` and its report line, and the zygote announces it (`forked`). Any error
-//! leaves the process partly confined: the child sends `E` and the error, the caller must exit
-//! without running session code, and the zygote kills it. Every error names its step
-//! ([`HardenError`]); the zygote's side has its own ([`AdmitError`]), and kills the child on any
-//! of them (before the pipes close, so the child never acts on their end of file).
+//! Then the child sends `D` and its report line (with each step's time), and the zygote announces
+//! it (`forked`). Any error leaves the process partly confined: the child sends `E` and the error,
+//! the caller must exit without running session code, and the zygote kills it. Every error names
+//! its step ([`HardenError`]); the zygote's side has its own ([`AdmitError`]), and kills the child
+//! on any of them (before the pipes close, so the child never acts on their end of file).
 //!
 //! ## The session as pid 1
 //!
@@ -89,7 +91,8 @@
 //! returns 0 or -1 and writes a NUL-terminated message into `err_buf` (cut to fit); no panic
 //! crosses the boundary (see `ffi` for a Python example):
 //!
-//! - [`toolgate_zygote_init`]`(err, err_len)`: opens the zygote's own pid namespace, once.
+//! - [`toolgate_zygote_init`]`(err, err_len)`: opens the zygote's own pid namespace and compiles
+//!   the seccomp programs ([`prepare_seccomp`]), once.
 //! - [`toolgate_before_session_fork`]`(err, err_len)`: `unshare(CLONE_NEWPID)`.
 //! - [`toolgate_after_session_fork`]`(err, err_len)`: `setns` back; on -1 the zygote must exit.
 //! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, err, err_len)`:
@@ -165,7 +168,7 @@ mod seccomp_filter;
 mod spec;
 mod sys;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use admit::admit_session;
 pub use channel::{ChildChannel, ParentChannel, session_channel};
@@ -180,6 +183,15 @@ pub use pid_namespace::{
     remember_pid_namespace, wait_for_child,
 };
 pub use spec::{HardenReport, HardenSpec, LandlockEnforcement, SESSION_ID_INSIDE};
+
+/// Compiles the seccomp programs of step (h) once, in the zygote, before it forks: every child
+/// forked afterwards inherits them and only installs them (compiling takes about 1.5 ms, which
+/// each child would otherwise spend). Idempotent; [`toolgate_zygote_init`] and
+/// [`before_session_fork`] call it. An error (an architecture without a reviewed allow-list)
+/// is the one step (h) would report.
+pub fn prepare_seccomp() -> Result<(), HardenError> {
+    seccomp_filter::prepare()
+}
 
 /// Confines the calling process (the freshly forked session child) as `spec` says, admitted by
 /// the zygote through `channel`. See the crate docs for the checklist.
@@ -206,40 +218,50 @@ pub fn harden_session_with_report(
 /// The checklist, in order.
 fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenReport, HardenError> {
     let started = Instant::now();
+    let mut steps = Steps::new(started);
 
     // (0) Precondition: a sane spec, a reachable workspace, and one thread, because unshare of a
     // user namespace, Landlock and seccomp below need or bind only the calling thread.
     spec.validate()?;
     mounts::check_workspace_reachable(spec)?;
     ensure_single_threaded()?;
+    steps.lap("precheck");
 
     // (a) Private network, IPC, host name and mount table. NEWNET only without network; nothing
     // is brought up in a new network namespace.
     sys::unshare(namespace_flags(spec.network)).map_err(HardenError::Unshare)?;
+    steps.lap("unshare");
 
     // (b) Private propagation; the session's own /proc, /tmp, /dev/shm, /run; masks.
     let mounts = mounts::make_session_mounts(spec)?;
+    steps.lap("mounts");
 
     // (c) The session's own host name, in its own UTS namespace (before step (d), which takes
     // the right to change it away).
     sys::set_hostname(&spec.hostname).map_err(HardenError::Hostname)?;
+    steps.lap("hostname");
 
-    // (d) Own user namespace, admitted by the zygote (id maps, cgroups), then uid and gid 1000
+    // (d) Own user namespace, admitted by the zygote (id maps), then uid and gid 1000
     // with no capability.
     let admission = identity::enter_user_namespace(channel)?;
+    steps.lap("user_namespace");
 
     // (e) Back-stop limits: no core dumps, bounded descriptors and file size. Not RLIMIT_AS.
     apply_rlimits(spec)?;
+    steps.lap("rlimits");
 
     // (f) execve can no longer grant privileges; required by Landlock and seccomp below.
     sys::set_no_new_privs().map_err(HardenError::NoNewPrivs)?;
+    steps.lap("no_new_privs");
 
     // (g) Filesystem, signal and TCP confinement by Landlock.
     let landlock = landlock_domain::restrict_self(spec, &mounts)?;
+    steps.lap("landlock");
 
     // (h) The seccomp allow-list; refusals answer EPERM, EOPNOTSUPP or ENOSYS. Last, because the steps
     // above use syscalls it refuses.
     let seccomp_denied_syscalls = seccomp_filter::install(spec.network)?;
+    steps.lap("seccomp");
 
     Ok(HardenReport {
         landlock: landlock.enforcement,
@@ -247,7 +269,31 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
         seccomp_denied_syscalls,
         admission,
         elapsed: started.elapsed(),
+        steps: steps.done,
     })
+}
+
+/// The wall-clock time of each step of the checklist, for the report (where the time of a new
+/// session goes).
+struct Steps {
+    last: Instant,
+    done: Vec<(&'static str, Duration)>,
+}
+
+impl Steps {
+    fn new(started: Instant) -> Self {
+        Self {
+            last: started,
+            done: Vec::with_capacity(9),
+        }
+    }
+
+    /// Ends step `name` now.
+    fn lap(&mut self, name: &'static str) {
+        let now = Instant::now();
+        self.done.push((name, now.duration_since(self.last)));
+        self.last = now;
+    }
 }
 
 /// Step (0): refuses a multi-threaded caller.

@@ -21,7 +21,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::HardenError;
-use crate::spec::HardenSpec;
+use crate::spec::{HardenSpec, SHOWN_IN_TMP};
 use crate::sys;
 
 /// The size of the session's `/dev/shm`.
@@ -53,8 +53,14 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
     sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
         .map_err(HardenError::MountsPrivate)?;
 
+    // Other sessions' workspaces out of this namespace, while the host's /proc still lists them.
+    if let Some(root) = &spec.hide_mounts_below {
+        hide_other_mounts(root, &spec.workspace)?;
+    }
+
     // Planned (and the exposed paths opened) before anything is mounted over them.
     let masks = plan_masks(spec)?;
+    let in_tmp = open_read_only_in_tmp(spec)?;
 
     let proc = PathBuf::from("/proc");
     mount_fs(
@@ -72,6 +78,9 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&owned(spec.tmp_bytes)),
     )?;
+    for (path, fd) in &in_tmp {
+        bind_back(Path::new(SHOWN_IN_TMP), path, fd)?;
+    }
     let shm = Path::new("/dev/shm");
     let shm = if shm.is_dir() {
         mount_fs(
@@ -110,6 +119,118 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
     Ok(SessionMounts { proc, shm })
 }
 
+/// Shows the hidden original of `path` (opened as `fd` before `point` was covered) at its own
+/// path beneath `point`.
+fn bind_back(point: &Path, path: &Path, fd: &File) -> Result<(), HardenError> {
+    make_mount_point(point, path, fd)
+        .map_err(mount_error("a mount point for a read-only path", path))?;
+    // The descriptor's magic link names the hidden original; the session's /proc is mounted.
+    let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    sys::mount(
+        Some(&source),
+        path,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+    .map_err(mount_error("a read-only path (bind)", path))
+}
+
+/// The read-only paths beneath `/tmp` (a checkout or runtime kept there), opened before the
+/// session's own `/tmp` hides them; each outermost one once.
+fn open_read_only_in_tmp(spec: &HardenSpec) -> Result<Vec<(PathBuf, File)>, HardenError> {
+    let mut paths: Vec<PathBuf> = spec
+        .read_only
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .filter(|path| path.starts_with(SHOWN_IN_TMP) && path != Path::new(SHOWN_IN_TMP))
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let mut opened: Vec<(PathBuf, File)> = Vec::new();
+    for path in paths {
+        if opened.iter().any(|(shown, _)| path.starts_with(shown)) {
+            continue;
+        }
+        let fd = open_path(&path)?;
+        opened.push((path, fd));
+    }
+    Ok(opened)
+}
+
+/// An `O_PATH` descriptor of `path`, which keeps naming it after something is mounted over it.
+fn open_path(path: &Path) -> Result<File, HardenError> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|source| HardenError::Mount {
+            what: "a read-only path (open)",
+            target: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Detaches every mount strictly beneath `root` except `workspace` (and what lies beneath it),
+/// deepest first. Mounts merely covered by another would still be listed in mountinfo, so
+/// each is taken out, not hidden.
+fn hide_other_mounts(root: &Path, workspace: &Path) -> Result<(), HardenError> {
+    let table =
+        std::fs::read_to_string("/proc/self/mountinfo").map_err(HardenError::MountsHidden)?;
+    let mut others: Vec<PathBuf> = mount_points(&table)
+        .filter(|point| point.starts_with(root) && point != root)
+        .filter(|point| !point.starts_with(workspace) && !workspace.starts_with(point))
+        .collect();
+    others.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    others.dedup();
+    for point in others {
+        match sys::detach(&point) {
+            // already gone with a mount above it
+            Err(e)
+                if e.raw_os_error() == Some(libc::EINVAL)
+                    || e.raw_os_error() == Some(libc::ENOENT) => {}
+            other => other.map_err(HardenError::MountsHidden)?,
+        }
+    }
+    Ok(())
+}
+
+/// The mount points of a `/proc/PID/mountinfo` text (field 5, with its octal escapes undone).
+pub(crate) fn mount_points(table: &str) -> impl Iterator<Item = PathBuf> + '_ {
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| PathBuf::from(unescape_octal(field)))
+}
+
+/// `\040` → space, as the kernel escapes space, tab, newline and backslash in mountinfo.
+fn unescape_octal(field: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let octal = bytes
+            .get(i + 1..i + 4)
+            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(digits) => {
+                out.push(
+                    digits
+                        .iter()
+                        .fold(0u8, |n, d| n.wrapping_mul(8).wrapping_add(d - b'0')),
+                );
+                i += 4;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
 /// Mounts a new filesystem of type `fstype` on `target`.
 fn mount_fs(
     what: &'static str,
@@ -137,18 +258,7 @@ fn apply_mask(mask: Mask) -> Result<(), HardenError> {
         Some(&format!("size={MASK_BYTES},mode=0755")),
     )?;
     for (path, fd) in &mask.exposed {
-        make_mount_point(&mask.point, path, fd)
-            .map_err(mount_error("a mount point for a read-only path", path))?;
-        // The descriptor's magic link names the hidden original; the session's /proc is mounted.
-        let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
-        sys::mount(
-            Some(&source),
-            path,
-            None,
-            libc::MS_BIND | libc::MS_REC,
-            None,
-        )
-        .map_err(mount_error("a read-only path (bind)", path))?;
+        bind_back(&mask.point, path, fd)?;
     }
     // The bind mounts stay as they are (Landlock grants them read and execute only, and their
     // files belong to the host); the mask itself becomes read-only.
@@ -212,6 +322,9 @@ fn plan_masks(spec: &HardenSpec) -> Result<Vec<Mask>, HardenError> {
         let Ok(path) = std::fs::canonicalize(path) else {
             continue;
         };
+        if path.starts_with(SHOWN_IN_TMP) {
+            continue; // shown inside the session's own /tmp instead
+        }
         if let Some(point) = first_unsearchable_ancestor(&path, spec.uid)? {
             pairs.push((point, path));
         }
@@ -243,16 +356,7 @@ fn plan_masks(spec: &HardenSpec) -> Result<Vec<Mask>, HardenError> {
             if exposed.iter().any(|(shown, _)| path.starts_with(shown)) {
                 continue;
             }
-            let fd = OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-                .open(path)
-                .map_err(|source| HardenError::Mount {
-                    what: "a read-only path (open)",
-                    target: path.clone(),
-                    source,
-                })?;
-            exposed.push((path.clone(), fd));
+            exposed.push((path.clone(), open_path(path)?));
         }
         masks.push(Mask { point, exposed });
     }
@@ -317,4 +421,23 @@ pub(crate) fn check_workspace_reachable(spec: &HardenSpec) -> Result<(), HardenE
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod mountinfo_tests {
+    use super::*;
+
+    #[test]
+    fn mount_points_are_read_with_escapes_undone() {
+        let table = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw\n\
+                     37 35 0:5 / /srv/sessions/acct/abc rw - tmpfs tmpfs rw,size=64k\n";
+        let points: Vec<PathBuf> = mount_points(table).collect();
+        assert_eq!(
+            points,
+            [
+                PathBuf::from("/mnt/a b"),
+                PathBuf::from("/srv/sessions/acct/abc")
+            ]
+        );
+    }
 }

@@ -30,8 +30,13 @@ pub fn remember_pid_namespace() -> io::Result<()> {
 
 /// `unshare(CLONE_NEWPID)`: the next child this process forks is pid 1 of a new pid namespace.
 /// Must be followed by [`after_session_fork`] in this process, whether the fork succeeded or not.
+///
+/// Also compiles the seccomp programs once, if [`crate::prepare_seccomp`] was not called, so that
+/// this and every later child only installs them. A failure to compile is left to the child,
+/// which then fails step (h) and says why (closed, as before).
 pub fn before_session_fork() -> io::Result<()> {
     remember_pid_namespace()?;
+    let _ = crate::seccomp_filter::prepare();
     sys::unshare(libc::CLONE_NEWPID)
 }
 

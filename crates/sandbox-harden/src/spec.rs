@@ -17,6 +17,9 @@ pub const SESSION_ID_INSIDE: u32 = 1000;
 
 /// Directories every session sees as its own empty mounts: a path beneath them (other than the
 /// directory itself) does not exist in the session.
+/// The masked directory beneath which read-only paths are still shown (bound back).
+pub(crate) const SHOWN_IN_TMP: &str = "/tmp";
+
 pub(crate) const MASKED: [&str; 5] = ["/tmp", "/dev/shm", "/run", "/var/run", "/proc"];
 
 /// The confinement of one session child, as the zygote sends it (JSON).
@@ -56,6 +59,11 @@ pub struct HardenSpec {
     pub cgroups: Vec<PathBuf>,
     /// The size of the session's `/tmp` (a tmpfs), in bytes; at least 1.
     pub tmp_bytes: u64,
+    /// The directory of every session's workspace (the manager's root): mounts beneath it other
+    /// than this session's own workspace are detached from its mount namespace, so neither
+    /// other sessions' workspaces nor their names (in `/proc/self/mountinfo`) reach it.
+    #[serde(default)]
+    pub hide_mounts_below: Option<PathBuf>,
 }
 
 impl HardenSpec {
@@ -66,6 +74,11 @@ impl HardenSpec {
         for (field, path) in [("workspace", &self.workspace), ("tmp", &self.tmp)]
             .into_iter()
             .chain(self.read_only.iter().map(|path| ("read_only", path)))
+            .chain(
+                self.hide_mounts_below
+                    .iter()
+                    .map(|path| ("hide_mounts_below", path)),
+            )
         {
             if !path.is_absolute() {
                 return invalid(format!("{field} path {} is not absolute", path.display()));
@@ -93,9 +106,15 @@ impl HardenSpec {
         if let Some(cgroup) = self.cgroups.iter().find(|path| !path.is_absolute()) {
             return invalid(format!("cgroup path {} is not absolute", cgroup.display()));
         }
+        // A read-only path beneath /tmp (a checkout there) is bound back into the session's own
+        // /tmp (see `mounts`); beneath the other masked directories it is refused.
+        let read_only = self
+            .read_only
+            .iter()
+            .filter(|path| !path.starts_with(SHOWN_IN_TMP));
         for (field, path) in [("workspace", &self.workspace), ("tmp", &self.tmp)]
             .into_iter()
-            .chain(self.read_only.iter().map(|path| ("read_only path", path)))
+            .chain(read_only.map(|path| ("read_only path", path)))
         {
             if let Some(mask) = masked_ancestor(path) {
                 return invalid(format!(
@@ -165,6 +184,9 @@ pub struct HardenReport {
     pub admission: Duration,
     /// Wall-clock time of the whole checklist.
     pub elapsed: Duration,
+    /// Wall-clock time of each step, in order (`precheck`, `unshare`, `mounts`, `hostname`,
+    /// `user_namespace` (admission included), `rlimits`, `no_new_privs`, `landlock`, `seccomp`).
+    pub steps: Vec<(&'static str, Duration)>,
 }
 
 impl fmt::Display for HardenReport {
@@ -180,6 +202,11 @@ impl fmt::Display for HardenReport {
             self.seccomp_denied_syscalls,
             self.admission.as_micros(),
             self.elapsed.as_micros()
-        )
+        )?;
+        for (i, (step, took)) in self.steps.iter().enumerate() {
+            let lead = if i == 0 { " steps_us=" } else { "," };
+            write!(f, "{lead}{step}:{}", took.as_micros())?;
+        }
+        Ok(())
     }
 }

@@ -70,6 +70,15 @@ pub(crate) fn mount(
     })
 }
 
+/// `umount2(target, MNT_DETACH)`: takes the mount (and those beneath it) out of this mount
+/// namespace at once.
+pub(crate) fn detach(target: &Path) -> io::Result<()> {
+    let target = c_string(target.as_os_str().as_bytes())?;
+    // SAFETY: `target` is a NUL-terminated CString that lives until the end of this call; the
+    // kernel only reads it.
+    check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })
+}
+
 /// `sethostname(2)` in the current UTS namespace.
 pub(crate) fn set_hostname(name: &str) -> io::Result<()> {
     // SAFETY: the pointer and length describe the bytes of a live `&str`; sethostname(2) copies

@@ -97,7 +97,11 @@ fn invalid_specs_are_refused_before_any_step() {
             ..good.clone()
         },
         HardenSpec {
-            read_only: vec!["/tmp/runtime".into()],
+            read_only: vec!["/run/runtime".into()],
+            ..good.clone()
+        },
+        HardenSpec {
+            hide_mounts_below: Some("relative/sessions".into()),
             ..good.clone()
         },
         HardenSpec {
@@ -113,6 +117,13 @@ fn invalid_specs_are_refused_before_any_step() {
         let error = spec.validate().unwrap_err();
         assert!(matches!(error, HardenError::InvalidSpec(_)), "{error}");
     }
+    // a runtime in /tmp is shown inside the session's own /tmp
+    HardenSpec {
+        read_only: vec!["/tmp/runtime".into()],
+        ..good.clone()
+    }
+    .validate()
+    .unwrap();
     // the masked directories themselves are fine
     for tmp in ["/tmp", "/dev/shm"] {
         HardenSpec {
@@ -179,5 +190,25 @@ fn errors_name_their_step() {
         error
             .to_string()
             .starts_with("step (e) setrlimit RLIMIT_NOFILE")
+    );
+}
+
+#[test]
+fn the_report_line_lists_each_step() {
+    let report = HardenReport {
+        landlock: LandlockEnforcement::Full,
+        landlock_abi: 6,
+        seccomp_denied_syscalls: 80,
+        admission: Duration::from_micros(40),
+        elapsed: Duration::from_micros(1500),
+        steps: vec![
+            ("unshare", Duration::from_micros(600)),
+            ("seccomp", Duration::from_micros(900)),
+        ],
+    };
+    assert_eq!(
+        report.to_string(),
+        "hardened: landlock=fully_enforced kernel_landlock_abi=6 seccomp_denied_syscalls=80 \
+         admission_us=40 elapsed_us=1500 steps_us=unshare:600,seccomp:900"
     );
 }

@@ -1,7 +1,7 @@
 //! The session manager with the confinement library (crates/sandbox-harden) loaded into the
 //! zygote: every session is forked with a spec made from its workspace, and the confinement is
 //! checked from inside, through the manager, and from the host. Workspaces live under
-//! `CARGO_TARGET_TMPDIR`: `/tmp` is each session's own empty tmpfs, and a workspace there would
+//! `/var/tmp`: `/tmp` is each session's own empty tmpfs, and a workspace there would
 //! be hidden from it.
 //!
 //! The library is `TOOLGATE_HARDEN_LIB`, else `libtoolgate_sandbox_harden.so` in `target/debug`
@@ -93,7 +93,7 @@ async fn raised(m: &SessionManager, account: &str, id: &str, statement: &str) ->
 
 /// A root for workspaces outside `/tmp`; the manager makes it 0711 itself.
 fn workspace_root() -> TempDir {
-    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+    tempfile::tempdir_in("/var/tmp").unwrap()
 }
 
 async fn hardened_manager(root: &std::path::Path) -> SessionManager {

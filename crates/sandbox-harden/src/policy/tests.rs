@@ -215,3 +215,19 @@ fn programs_fit_the_kernel_limits() {
         );
     }
 }
+
+#[test]
+fn prepared_programs_are_those_compiled_on_the_spot() {
+    crate::prepare_seccomp().unwrap();
+    crate::prepare_seccomp().unwrap(); // idempotent
+    for network in [false, true] {
+        let prepared = seccomp_filter::prepared(network).unwrap();
+        let fresh = seccomp_filter::build(network).unwrap();
+        assert_eq!(prepared.programs, fresh.programs, "network={network}");
+        assert_eq!(prepared.denied_syscalls, fresh.denied_syscalls);
+    }
+    assert_ne!(
+        seccomp_filter::prepared(false).unwrap().programs,
+        seccomp_filter::prepared(true).unwrap().programs
+    );
+}

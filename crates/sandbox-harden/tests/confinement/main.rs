@@ -6,7 +6,7 @@
 //! reason unrelated to the hardening has a control: the same action succeeding without it.
 //!
 //! The machine runs the tests as root (as the zygote does here): namespaces, id maps and mounts
-//! need it. Workspaces live in `CARGO_TARGET_TMPDIR`, not `/tmp`, which each session sees as its
+//! need it. Workspaces live in `/var/tmp`, not `/tmp`, which each session sees as its
 //! own empty tmpfs.
 //!
 //! `cargo test -p toolgate-sandbox-harden -- --nocapture` shows the timing of a hardened fork.
@@ -134,14 +134,14 @@ impl Session {
 /// A directory outside `/tmp` (which sessions do not see), searchable by everyone (its parent
 /// is `target/tmp`), owned by [`SESSION_UID`]: a workspace, or a neighbour's.
 fn scratch_dir() -> TempDir {
-    let dir = TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = TempDir::new_in("/var/tmp").unwrap();
     std::os::unix::fs::chown(dir.path(), Some(SESSION_UID), Some(SESSION_UID)).unwrap();
     dir
 }
 
 /// A root-owned directory outside `/tmp` that sessions may search (mode 0755) but not write.
 fn shared_dir() -> TempDir {
-    let dir = TempDir::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let dir = TempDir::new_in("/var/tmp").unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     dir
 }

@@ -1,16 +1,33 @@
 //! One incarnation of a session: the process forked from the zygote, with its cgroups and its
-//! workspace mounts. A table entry keeps its paths and uid across incarnations (a session that
-//! died between calls is replaced by a fresh one in the same place).
+//! workspace mounts, made in a [`Place`]. A table entry keeps its place across incarnations (a
+//! session that died between calls is replaced by a fresh one in the same place); a warm
+//! session of the pool (`pool.rs`) is made in a place of its own, which the entry that takes it
+//! then keeps.
 
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::cgroup::{MemoryEvents, SessionCgroup};
 use super::manager_types::ManagerError;
 use super::session::Session;
-use super::table::{Entry, Inner};
-use super::workspace::{QuotaMounts, detach, give_to, make_private_dir};
+use super::table::Inner;
+use super::workspace::{QuotaMounts, prepare_workspace};
 use super::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
 use crate::policy::Limits;
+
+/// Where a session lives and who it is: what its incarnations share.
+#[derive(Debug, Clone)]
+pub(super) struct Place {
+    pub(super) workspace: PathBuf,
+    pub(super) tmpdir: PathBuf,
+    /// What the zygote calls the session (never the caller's id).
+    pub(super) label: String,
+    /// The name of its cgroups (one path component).
+    pub(super) cgroup_name: String,
+    /// Its host uid, its own among the live sessions (and warm ones).
+    pub(super) uid: u32,
+}
 
 /// A running session and what confines it. Dropping it (only when the manager itself is dropped
 /// without a shutdown) still kills its processes and detaches its mounts, by the fields' own
@@ -20,6 +37,8 @@ pub(super) struct Live {
     pub(super) session: Session,
     cgroup: Option<SessionCgroup>,
     mounts: Option<QuotaMounts>,
+    /// The zygote it was forked from (a warm session whose zygote died is of no use).
+    pub(super) zygote: Zygote,
 }
 
 /// Runs blocking work off the async threads; a runtime shutting down reads as the manager's.
@@ -31,88 +50,128 @@ pub(super) async fn blocking<T: Send + 'static>(
         .map_err(|_| ManagerError::ShutDown)
 }
 
+/// Microseconds, for the timing events.
+fn micros(took: Duration) -> u64 {
+    u64::try_from(took.as_micros()).unwrap_or(u64::MAX)
+}
+
 impl Live {
     /// Prepares the workspace (a size-capped tmpfs when the manager may mount, else a plain
-    /// directory given to the session's uid), makes the cgroups and forks the session into them.
-    /// With a hardening library the session is confined to its workspace and `.tmp` sibling, and
-    /// may write files of up to the call's workspace size (512 MiB when that is 0); see
-    /// [`Zygote::fork_session_with`].
+    /// directory given to the session's uid) and, side by side with it, the cgroups, then forks
+    /// the session into them. With a hardening library the session is confined to its workspace
+    /// and `.tmp` sibling, and may write files of up to the call's workspace size (512 MiB when
+    /// that is 0); see [`Zygote::fork_session_with`].
+    ///
+    /// Emits a `toolgate_sandbox::timing` debug event with the time of each step.
     pub(super) async fn open(
         inner: &Arc<Inner>,
-        entry: &Entry,
+        place: &Place,
         limits: &Limits,
     ) -> Result<Self, ManagerError> {
-        let quota = inner.isolation.workspace_quota;
-        for dir in [&entry.workspace, &entry.tmpdir] {
-            if quota {
-                // a mount left there by a crashed run would make the directory undeletable
-                detach(dir);
-            }
-            make_private_dir(dir).await?;
-        }
+        let started = Instant::now();
         let size = match limits.workspace_bytes {
             0 => DEFAULT_MAX_FILE_BYTES,
             bytes => bytes,
         };
-        let mounts = if quota {
-            let (workspace, tmpdir, uid) =
-                (entry.workspace.clone(), entry.tmpdir.clone(), entry.uid);
-            let mounted = blocking(move || QuotaMounts::mount(&workspace, &tmpdir, size, uid))
-                .await?
-                .map_err(|source| ManagerError::Workspace {
-                    path: entry.workspace.clone(),
-                    source,
-                })?;
-            Some(mounted)
-        } else {
-            if inner.give_away {
-                give_to(&entry.workspace, entry.uid)?;
-                give_to(&entry.tmpdir, entry.uid)?;
-            }
-            None
+        // The two are independent and each mostly waits for the kernel: made in parallel.
+        let workspace = {
+            let (place, quota, give_away) = (
+                place.clone(),
+                inner.isolation.workspace_quota,
+                inner.give_away,
+            );
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let made = prepare_workspace(
+                    &place.workspace,
+                    &place.tmpdir,
+                    quota,
+                    give_away,
+                    size,
+                    place.uid,
+                );
+                (made, started.elapsed())
+            })
         };
-        let cgroup = if inner.cgroups.is_some() {
+        let cgroup = {
             let (inner, name, limits) =
-                (Arc::clone(inner), entry.cgroup_name.clone(), limits.clone());
-            let made = blocking(move || match &inner.cgroups {
-                Some(cgroups) => cgroups.create(&name, &limits).map(Some),
-                None => Ok(None),
-            });
-            made.await??
-        } else {
-            None
+                (Arc::clone(inner), place.cgroup_name.clone(), limits.clone());
+            tokio::task::spawn_blocking(move || {
+                let started = Instant::now();
+                let made = match &inner.cgroups {
+                    Some(cgroups) => cgroups.create(&name, &limits).map(Some),
+                    None => Ok(None),
+                };
+                (made, started.elapsed())
+            })
         };
+        let (workspace, cgroup) = tokio::join!(workspace, cgroup);
+        let ((mounts, workspace_took), (cgroup, cgroup_took)) = match (workspace, cgroup) {
+            (Ok((Ok(mounts), w)), Ok((Ok(cgroup), c))) => ((mounts, w), (cgroup, c)),
+            (workspace, cgroup) => {
+                // what was made is undone by its Drop (blocking), off the async threads
+                let error = match (workspace, cgroup) {
+                    (Ok((Err(e), _)), other) => {
+                        drop(tokio::task::spawn_blocking(move || drop(other)));
+                        e
+                    }
+                    (other, Ok((Err(e), _))) => {
+                        drop(tokio::task::spawn_blocking(move || drop(other)));
+                        e.into()
+                    }
+                    _ => ManagerError::ShutDown, // a blocking task did not finish: shutting down
+                };
+                return Err(error);
+            }
+        };
+        let prepared = started.elapsed();
         let options = ForkOptions {
             max_file_bytes: size,
             cgroups: cgroup.as_ref().map(SessionCgroup::dirs).unwrap_or_default(),
-            uid: entry.uid,
+            uid: place.uid,
+            hide_mounts_below: Some(inner.config.root.clone()),
         };
         let fork = |zygote: Zygote| {
             let options = &options;
             async move {
-                zygote
-                    .fork_session_with(&entry.label, &entry.workspace, Some(&entry.tmpdir), options)
-                    .await
+                let session = zygote
+                    .fork_session_with(&place.label, &place.workspace, Some(&place.tmpdir), options)
+                    .await?;
+                Ok::<_, ZygoteError>((session, zygote))
             }
         };
-        let session = match fork(inner.zygote().await?).await {
+        let (session, zygote) = match fork(inner.zygote().await?).await {
             // it died since we looked: once more, with a new one
             Err(ZygoteError::Gone { .. }) => fork(inner.zygote().await?).await?,
             other => other?,
         };
-        // The child may have joined by itself (the zygote does so before any code runs); this
-        // covers a zygote without that. It runs nothing before its first request, which comes
-        // after this.
-        if let Some(group) = &cgroup
+        let forked = started.elapsed();
+        // A hardened child joined its groups before it was announced (the zygote moves it in
+        // right after the fork); a plain one is moved here. It runs nothing before its first
+        // request, which comes after this.
+        if !zygote.is_hardened()
+            && let Some(group) = &cgroup
             && let Err(e) = group.add(session.pid())
         {
             session.close().await;
             return Err(e.into());
         }
+        tracing::debug!(
+            target: "toolgate_sandbox::timing",
+            pid = session.pid(),
+            workspace_us = micros(workspace_took),
+            cgroup_us = micros(cgroup_took),
+            prepare_us = micros(prepared),
+            fork_us = micros(forked - prepared),
+            join_us = micros(started.elapsed() - forked),
+            total_us = micros(started.elapsed()),
+            "session opened"
+        );
         Ok(Self {
             session,
             cgroup,
             mounts,
+            zygote,
         })
     }
 
@@ -140,7 +199,10 @@ impl Live {
                 tracing::warn!("a session's cgroup was not cleaned up: {e}");
             }
         }
-        drop(self.mounts.take());
+        if let Some(mounts) = self.mounts.take() {
+            // unmounting waits for the kernel: not on the async threads
+            let _ = blocking(move || drop(mounts)).await;
+        }
     }
 }
 

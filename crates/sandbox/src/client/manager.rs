@@ -1,14 +1,14 @@
 //! Sessions by (account, caller's session id), with their workspaces, idle expiry, a cap per
 //! account, files in and out, and what confines each one (cgroups, a size-capped workspace, a
 //! uid of its own). The table and its locking are in `table.rs`; one session's resources in
-//! `live.rs`.
+//! `live.rs`; the warm sessions new ones take in `pool.rs`.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -18,11 +18,14 @@ use super::live::{Live, blocking};
 use super::manager_types::{
     CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
 };
+use super::pool::{self, WARM_DIR};
 use super::session::Request;
 use super::session_error::SessionError;
 use super::table::{Admit, Entry, Inner, Name, RetireOnDrop, Slot, Table, retire, sweep_loop};
 use super::wire::OutputChunk;
-use super::workspace::{can_give_away, can_mount, detach_stale_mounts};
+use super::workspace::{
+    can_give_away, can_mount, detach_stale_mounts, remove_tree, remove_tree_now,
+};
 use super::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote};
 use crate::policy::Limits;
 
@@ -31,11 +34,16 @@ use crate::policy::Limits;
 pub struct SessionManager {
     inner: Arc<Inner>,
     sweeper: JoinHandle<()>,
+    /// The pool's filler; taken (and awaited) by shutdown.
+    filler: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Drop for SessionManager {
     fn drop(&mut self) {
         self.sweeper.abort();
+        if let Some(filler) = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            filler.abort();
+        }
     }
 }
 
@@ -50,9 +58,11 @@ struct Call<'a, 'o> {
 }
 
 impl SessionManager {
-    /// Starts the zygote (so a broken runtime shows at once) and the idle sweeper, and finds
-    /// what can confine sessions here (see [`SessionManager::isolation`]; a missing piece is
-    /// logged once, or is an error for [`CgroupMode::Required`]).
+    /// Starts the zygote (so a broken runtime shows at once) and the idle sweeper, finds what
+    /// can confine sessions here (see [`SessionManager::isolation`]; a missing piece is logged
+    /// once, or is an error for [`CgroupMode::Required`]), and makes the warm sessions
+    /// ([`ManagerConfig::warm_sessions`]) before it returns (one that cannot be made is logged;
+    /// new sessions then start without).
     ///
     /// [`CgroupMode::Required`]: super::CgroupMode::Required
     pub async fn start(config: ManagerConfig) -> Result<Self, ManagerError> {
@@ -75,6 +85,8 @@ impl SessionManager {
             if quota {
                 detach_stale_mounts(&root);
             }
+            // warm sessions of a crashed run (their mounts detached just above)
+            remove_tree_now(&root.join(WARM_DIR));
             let give_away = can_give_away(&root, &probe, uid);
             Ok::<_, ManagerError>((cgroups, quota, give_away))
         })
@@ -97,10 +109,22 @@ impl SessionManager {
             stopping: CancellationToken::new(),
             isolation,
             give_away,
+            pool_kick: Notify::new(),
+            background: Mutex::new(Vec::new()),
             cgroups,
         });
         let sweeper = tokio::spawn(sweep_loop(Arc::downgrade(&inner), period));
-        Ok(Self { inner, sweeper })
+        if inner.config.warm_sessions > 0
+            && let Err(e) = pool::top_up(&inner).await
+        {
+            tracing::warn!("could not start the warm sessions (new sessions start without): {e}");
+        }
+        let filler = tokio::spawn(pool::fill_loop(Arc::downgrade(&inner)));
+        Ok(Self {
+            inner,
+            sweeper,
+            filler: Mutex::new(Some(filler)),
+        })
     }
 
     /// What confines sessions on this host: the cgroup version (or none) and whether
@@ -176,8 +200,13 @@ impl SessionManager {
         });
         let Some(id) = session_id else {
             let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
-            let Admit::New(entry, slot, _) = self.inner.admit(account, Name::Call(n))? else {
-                return Err(ManagerError::ShutDown); // admit makes a new entry for a new name
+            let (entry, slot) = loop {
+                match self.inner.admit(account, Name::Call(n), limits)? {
+                    Admit::New(entry, slot, _) => break (entry, slot),
+                    Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), warm).await,
+                    // a new name has no entry yet
+                    Admit::Existing(_) | Admit::Expired(..) => return Err(ManagerError::ShutDown),
+                }
             };
             // retired in the background when this call ends, however it ends
             let _retire = RetireOnDrop {
@@ -191,7 +220,10 @@ impl SessionManager {
             return Err(ManagerError::InvalidSessionId);
         }
         loop {
-            match self.inner.admit(account, Name::Caller(id.to_owned()))? {
+            match self
+                .inner
+                .admit(account, Name::Caller(id.to_owned()), limits)?
+            {
                 Admit::Existing(entry) => {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
                     if slot.closed {
@@ -207,6 +239,7 @@ impl SessionManager {
                 Admit::Expired(entry, slot) => {
                     retire(Arc::clone(&self.inner), entry, slot, true).await;
                 }
+                Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), warm).await,
             }
         }
     }
@@ -220,6 +253,8 @@ impl SessionManager {
         call: Call<'_, '_>,
     ) -> Result<CallOutcome, ManagerError> {
         let mut fresh = created;
+        // a new entry with a session already: it took a warm one
+        let took_warm = created && slot.live.is_some();
         if slot.live.as_ref().is_some_and(|l| !l.session.is_alive()) {
             // died between calls (e.g. with the zygote): a new interpreter, an empty workspace
             if let Some(old) = slot.live.take() {
@@ -230,7 +265,7 @@ impl SessionManager {
             Some(live) => live,
             None => {
                 fresh = true;
-                match Live::open(&self.inner, &entry, call.limits).await {
+                match Live::open(&self.inner, &entry.place, call.limits).await {
                     Ok(live) => live,
                     Err(e) => {
                         if created {
@@ -243,8 +278,8 @@ impl SessionManager {
         };
         let live = &*slot.live.insert(live);
         if !call.files.is_empty() {
-            let (workspace, files) = (entry.workspace.clone(), call.files.to_vec());
-            let owner = self.inner.give_away.then_some(entry.uid);
+            let (workspace, files) = (entry.place.workspace.clone(), call.files.to_vec());
+            let owner = self.inner.give_away.then_some(entry.place.uid);
             blocking(move || files::write_files(&workspace, &files, owner)).await??;
         }
         let pid = live.session.pid();
@@ -279,6 +314,10 @@ impl SessionManager {
             }
             other => other,
         };
+        if took_warm {
+            // the replacement is made now that this first result is out, not while it ran
+            self.inner.pool_kick.notify_one();
+        }
         let alive = live.session.is_alive();
         entry.touch();
         if !alive {
@@ -289,7 +328,7 @@ impl SessionManager {
             fresh,
             expired,
             pid,
-            workspace: entry.workspace.clone(),
+            workspace: entry.place.workspace.clone(),
             oom_kills,
         })
     }
@@ -325,7 +364,7 @@ impl SessionManager {
         {
             return Err(ManagerError::NoSuchSession);
         }
-        let (workspace, path) = (entry.workspace.clone(), path.to_owned());
+        let (workspace, path) = (entry.place.workspace.clone(), path.to_owned());
         Ok(blocking(move || files::read_file(&workspace, &path, max_bytes)).await??)
     }
 
@@ -338,6 +377,11 @@ impl SessionManager {
     /// The running zygote, if any (for health checks and tests).
     pub async fn current_zygote(&self) -> Option<Zygote> {
         self.inner.zygote.lock().await.clone()
+    }
+
+    /// The process ids of the warm sessions ready to be taken (for health checks and tests).
+    pub fn warm_pids(&self) -> Vec<i32> {
+        self.inner.table().pool.pids()
     }
 
     /// Live sessions of an account (including calls without a session id that are running).
@@ -363,8 +407,8 @@ impl SessionManager {
     }
 
     /// Interrupts running calls (as a cancellation: SIGINT, then SIGKILL after the grace),
-    /// closes every session (killing what is left in its cgroup, detaching its workspace),
-    /// removes the workspaces and stops the zygote. Calls after this fail with
+    /// closes every session, warm ones included (killing what is left in its cgroup, detaching
+    /// its workspace), removes the workspaces and stops the zygote. Calls after this fail with
     /// [`ManagerError::ShutDown`]. Dropping the manager without this stops the processes,
     /// removes the cgroups and detaches the mounts too, but leaves the workspace directories.
     pub async fn shutdown(&self) {
@@ -396,6 +440,14 @@ impl SessionManager {
                 let _ = task.await;
             }
         }
+        // the filler ends at the stop token, after the warm session it may be making (which it
+        // then closes itself); then nothing adds to the pool any more
+        let filler = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(filler) = filler {
+            let _ = filler.await;
+        }
+        pool::close_all(&self.inner).await;
+        remove_tree(&self.inner.config.root.join(WARM_DIR)).await;
         if let Some(cgroups) = &self.inner.cgroups {
             cgroups.remove_instance();
         }

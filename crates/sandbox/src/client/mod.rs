@@ -6,14 +6,15 @@
 //! - [`Zygote`]: one fork server process and its control channel.
 //! - [`Session`]: one session child; calls run one at a time, in order.
 //! - [`SessionManager`]: sessions by (account, caller's session id), with workspaces on disk
-//!   (size-capped tmpfs when it may mount), a cgroup and a host uid per session, and files in
-//!   and out of a workspace.
+//!   (size-capped tmpfs when it may mount), a cgroup and a host uid per session, files in and
+//!   out of a workspace, and a few warm sessions started ahead of time for new ones to take.
 
 mod cgroup;
 mod files;
 mod live;
 mod manager;
 mod manager_types;
+mod pool;
 mod session;
 mod session_error;
 mod table;

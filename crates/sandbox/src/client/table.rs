@@ -1,5 +1,6 @@
 //! The manager's shared state: the table of sessions by (account, name), admission with the
-//! per-account cap and the per-session uid, retirement, and the idle sweep.
+//! per-account cap and the per-session uid (or a warm session of the pool, `pool.rs`), retirement,
+//! and the idle sweep.
 //!
 //! Locking: one short synchronous lock over the table (never held across an await), and one async
 //! lock per session (held for a whole call, so a session runs one call at a time while calls to
@@ -9,22 +10,27 @@
 //! one, so a new session never shares a workspace path, cgroup or uid with one being torn down.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use tokio::sync::OwnedMutexGuard;
+use tokio::sync::{Notify, OwnedMutexGuard};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::cgroup::Cgroups;
-use super::live::Live;
+use super::live::{Live, Place};
 use super::manager_types::{Isolation, ManagerConfig, ManagerError};
+use super::pool::{Pool, Warm};
 use super::workspace::{account_dir_name, remove_tree, session_dir_name};
 use super::zygote::Zygote;
+use crate::policy::Limits;
 
 /// How long an expired session id is remembered, so that a late call learns it expired.
 const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// After a warm session is taken, the longest the pool waits before making its replacement.
+const REFILL_AFTER: Duration = Duration::from_millis(100);
 
 /// What the manager's handle, its calls and its background tasks share.
 #[derive(Debug)]
@@ -44,6 +50,10 @@ pub(super) struct Inner {
     /// The server may chown (root with CAP_CHOWN): workspaces and uploaded files are given to
     /// the session's uid.
     pub(super) give_away: bool,
+    /// Wakes the pool's filler: a warm session was taken, or one was wanted and there was none.
+    pub(super) pool_kick: Notify,
+    /// Discards of warm sessions under way, which shutdown waits for.
+    pub(super) background: Mutex<Vec<JoinHandle<()>>>,
     /// Declared after `table`, so that on drop the sessions' groups go before the manager's.
     pub(super) cgroups: Option<Cgroups>,
 }
@@ -53,12 +63,14 @@ pub(super) struct Table {
     pub(super) accounts: HashMap<String, HashMap<Name, Arc<Entry>>>,
     /// (account, session id) -> when it expired
     tombstones: HashMap<(String, String), Instant>,
-    /// The uids of the entries in `accounts`.
+    /// The uids of the entries in `accounts` and of the pool's sessions (ready or being made).
     uids: BTreeSet<u32>,
+    /// Warm sessions, ready to be taken.
+    pub(super) pool: Pool,
 }
 
 impl Table {
-    /// The lowest uid of `base..base + count` no entry has.
+    /// The lowest uid of `base..base + count` no entry (and no warm session) has.
     fn take_uid(&mut self, base: u32, count: u32) -> Option<u32> {
         let end = u64::from(base) + u64::from(count);
         let mut candidate = base;
@@ -74,6 +86,34 @@ impl Table {
         self.uids.insert(candidate);
         Some(candidate)
     }
+
+    /// For a warm session: the highest free uid of `base..base + count`, if more than
+    /// `keep_free` would still be free after it. Sessions made on demand take the lowest (see
+    /// [`Table::take_uid`]), so their uids stay dense from the base and out of the way of the
+    /// warm ones, and the last free uids are left to them (near the limit a warm session would
+    /// only hold a uid a session of other limits needs).
+    pub(super) fn take_warm_uid(&mut self, base: u32, count: u32, keep_free: usize) -> Option<u32> {
+        let end = base.checked_add(count.checked_sub(1)?)?;
+        let used = self.uids.range(base..=end).count();
+        let free = usize::try_from(count).ok()?.saturating_sub(used);
+        if free <= keep_free {
+            return None;
+        }
+        let mut candidate = end;
+        for used in self.uids.range(base..=end).rev() {
+            if *used != candidate {
+                break;
+            }
+            candidate = candidate.checked_sub(1)?;
+        }
+        self.uids.insert(candidate);
+        Some(candidate)
+    }
+
+    /// Gives back a uid whose session is gone (its processes, cgroups and directories).
+    pub(super) fn free_uid(&mut self, uid: u32) {
+        self.uids.remove(&uid);
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -88,14 +128,8 @@ pub(super) enum Name {
 pub(super) struct Entry {
     pub(super) account: String,
     pub(super) name: Name,
-    pub(super) workspace: PathBuf,
-    pub(super) tmpdir: PathBuf,
-    /// What the zygote calls the session (never the caller's id).
-    pub(super) label: String,
-    /// The name of its cgroups (the label as one path component).
-    pub(super) cgroup_name: String,
-    /// Its host uid, its own among the live sessions.
-    pub(super) uid: u32,
+    /// Its workspace, cgroup name and uid: made for it, or those of the warm session it took.
+    pub(super) place: Place,
     last_used: Mutex<Instant>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
 }
@@ -120,10 +154,14 @@ impl Entry {
 pub(super) enum Admit {
     /// a live entry: lock its slot and use it
     Existing(Arc<Entry>),
-    /// a new entry, its slot already locked by us; `bool`: the id had expired before
+    /// a new entry, its slot already locked by us (holding a warm session when one was taken);
+    /// `bool`: the id had expired before
     New(Arc<Entry>, OwnedMutexGuard<Slot>, bool),
     /// an idle entry past its time: retire it, then look up again
     Expired(Arc<Entry>, OwnedMutexGuard<Slot>),
+    /// every uid is taken, some by a warm session of other limits: discard it (which gives its
+    /// uid back), then admit again
+    Evict(Warm),
 }
 
 impl Inner {
@@ -141,8 +179,15 @@ impl Inner {
             .cloned()
     }
 
-    /// Finds or makes the table entry of a session, enforcing the cap and giving it a uid.
-    pub(super) fn admit(&self, account: &str, name: Name) -> Result<Admit, ManagerError> {
+    /// Finds or makes the table entry of a session, enforcing the cap. A new one takes a warm
+    /// session when the pool has one made with `limits` (its place, uid and process), else gets
+    /// a uid and a place of its own.
+    pub(super) fn admit(
+        self: &Arc<Self>,
+        account: &str,
+        name: Name,
+        limits: &Limits,
+    ) -> Result<Admit, ManagerError> {
         let now = Instant::now();
         let mut guard = self.table();
         let table = &mut *guard;
@@ -169,30 +214,49 @@ impl Inner {
                 idle_ttl: self.config.idle_ttl,
             });
         }
-        let Some(uid) = table.take_uid(self.config.uid_base, self.config.uid_count) else {
-            if table.accounts.get(account).is_some_and(HashMap::is_empty) {
-                table.accounts.remove(account);
+        let (warm, unusable) = table.pool.take(limits, &self.config);
+        self.discard_later(unusable);
+        let (place, live) = match warm {
+            Some(warm) => {
+                // The replacement is made once the taking call's result is out (see call_in), or
+                // after REFILL_AFTER if that call runs longer: on two cores a fork of the zygote
+                // beside the call it is taken for doubles that call's tail latency.
+                let inner = Arc::downgrade(self);
+                tokio::spawn(async move {
+                    tokio::time::sleep(REFILL_AFTER).await;
+                    if let Some(inner) = inner.upgrade() {
+                        inner.pool_kick.notify_one();
+                    }
+                });
+                (warm.place, Some(warm.live))
             }
-            return Err(ManagerError::NoFreeUid(self.config.uid_count));
+            None => {
+                if table.pool.serves(limits, &self.config) {
+                    // none was ready: a filler that gave up after an error tries again
+                    self.pool_kick.notify_one();
+                }
+                let Some(uid) = table.take_uid(self.config.uid_base, self.config.uid_count) else {
+                    if table.accounts.get(account).is_some_and(HashMap::is_empty) {
+                        table.accounts.remove(account);
+                    }
+                    return match table.pool.evict() {
+                        Some(warm) => Ok(Admit::Evict(warm)),
+                        None => Err(ManagerError::NoFreeUid(self.config.uid_count)),
+                    };
+                };
+                (self.place_of(account, &name, uid), None)
+            }
         };
-        let account_dir = self.config.root.join(account_dir_name(account));
-        let dir_name = match &name {
-            Name::Caller(id) => session_dir_name(id),
-            Name::Call(n) => format!("call-{}-{n}", self.call_prefix),
-        };
-        // account directory names have no '.' or one after "h", session ones none: the joined
-        // name is still unique
-        let cgroup_name = format!("{}.{dir_name}", account_dir_name(account));
+        let uid = place.uid;
         let entry = Arc::new(Entry {
             account: account.to_owned(),
             name: name.clone(),
-            workspace: account_dir.join(&dir_name),
-            tmpdir: account_dir.join(format!("{dir_name}.tmp")),
-            label: format!("{}/{dir_name}", account_dir_name(account)),
-            cgroup_name,
-            uid,
+            place,
             last_used: Mutex::new(now),
-            slot: Arc::new(tokio::sync::Mutex::new(Slot::default())),
+            slot: Arc::new(tokio::sync::Mutex::new(Slot {
+                live,
+                closed: false,
+            })),
         });
         let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned() else {
             table.uids.remove(&uid);
@@ -209,6 +273,51 @@ impl Inner {
         };
         Ok(Admit::New(entry, slot, expired))
     }
+
+    /// The place of a session made for its entry: `<root>/<account>/<name>` and its `.tmp`.
+    fn place_of(&self, account: &str, name: &Name, uid: u32) -> Place {
+        let account_dir = self.config.root.join(account_dir_name(account));
+        let dir_name = match name {
+            Name::Caller(id) => session_dir_name(id),
+            Name::Call(n) => format!("call-{}-{n}", self.call_prefix),
+        };
+        Place {
+            workspace: account_dir.join(&dir_name),
+            tmpdir: account_dir.join(format!("{dir_name}.tmp")),
+            label: format!("{}/{dir_name}", account_dir_name(account)),
+            // account directory names have no '.' or one after "h", session ones none: the
+            // joined name is still unique (and never a warm session's, which has no '.')
+            cgroup_name: format!("{}.{dir_name}", account_dir_name(account)),
+            uid,
+        }
+    }
+
+    /// Discards warm sessions in the background (see [`super::pool::discard`]); shutdown waits
+    /// for them.
+    pub(super) fn discard_later(self: &Arc<Self>, warm: Vec<Warm>) {
+        if warm.is_empty() {
+            return;
+        }
+        let mut background = self.background.lock().unwrap_or_else(|p| p.into_inner());
+        background.retain(|task| !task.is_finished());
+        for warm in warm {
+            background.push(tokio::spawn(super::pool::discard(Arc::clone(self), warm)));
+        }
+    }
+
+    /// Waits for the discards started by [`Inner::discard_later`] (and any they started).
+    pub(super) async fn background_done(&self) {
+        loop {
+            let tasks =
+                std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()));
+            if tasks.is_empty() {
+                return;
+            }
+            for task in tasks {
+                let _ = task.await;
+            }
+        }
+    }
 }
 
 /// Closes a session (its processes, cgroups and mounts), removes its directories, and only then
@@ -224,7 +333,7 @@ pub(super) async fn retire(
     if let Some(live) = slot.live.take() {
         live.close().await;
     }
-    for dir in [&entry.workspace, &entry.tmpdir] {
+    for dir in [&entry.place.workspace, &entry.place.tmpdir] {
         remove_tree(dir).await;
     }
     {
@@ -236,7 +345,7 @@ pub(super) async fn retire(
                 .is_some_and(|e| Arc::ptr_eq(e, &entry))
             {
                 sessions.remove(&entry.name);
-                table.uids.remove(&entry.uid);
+                table.uids.remove(&entry.place.uid);
             }
             if sessions.is_empty() {
                 table.accounts.remove(&entry.account);
@@ -324,5 +433,19 @@ mod tests {
         assert_eq!(table.take_uid(100, 3), Some(101));
         assert_eq!(table.take_uid(u32::MAX, 5), Some(u32::MAX));
         assert_eq!(table.take_uid(u32::MAX, 5), None);
+    }
+
+    #[test]
+    fn warm_uids_are_the_highest_free_and_leave_some_free() {
+        let mut table = Table::default();
+        assert_eq!(table.take_warm_uid(100, 5, 2), Some(104));
+        assert_eq!(table.take_uid(100, 5), Some(100));
+        assert_eq!(table.take_warm_uid(100, 5, 2), Some(103));
+        // two left free (101, 102): kept for sessions made on demand
+        assert_eq!(table.take_warm_uid(100, 5, 2), None);
+        table.free_uid(104);
+        assert_eq!(table.take_warm_uid(100, 5, 2), Some(104));
+        assert_eq!(table.take_warm_uid(100, 0, 0), None);
+        assert_eq!(table.take_warm_uid(u32::MAX, 1, 0), Some(u32::MAX));
     }
 }

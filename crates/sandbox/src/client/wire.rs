@@ -72,6 +72,15 @@ pub(crate) enum ControlFrame {
     Forked {
         session: String,
         pid: i32,
+        /// From the start of the fork to `forked`, in the zygote (milliseconds).
+        #[serde(default)]
+        ready_ms: Option<f64>,
+        /// How long `os.fork()` took in the zygote (milliseconds).
+        #[serde(default)]
+        fork_ms: Option<f64>,
+        /// The hardening library's report line (with its per-step timings).
+        #[serde(default)]
+        hardened: Option<String>,
     },
     Exited(ExitInfo),
     Error(ErrorFrame),

@@ -35,51 +35,80 @@ pub(super) fn account_dir_name(account: &str) -> String {
 /// Creates `dir` with mode 0700, after removing whatever a crashed earlier run left there: a new
 /// session starts with an empty workspace. Its account directory and the root above it get mode
 /// 0711: a hardened session runs as its own unprivileged uid, which must pass through both to
-/// reach its workspace, but may not list them (other sessions' names stay hidden).
-pub(super) async fn make_private_dir(dir: &Path) -> Result<(), ManagerError> {
-    let failed = |source| ManagerError::Workspace {
-        path: dir.to_path_buf(),
-        source,
-    };
+/// reach its workspace, but may not list them (other sessions' names stay hidden). Blocking.
+fn make_private_dir(dir: &Path) -> io::Result<()> {
     if let Some(parent) = dir.parent() {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(0o711)
-            .create(parent)
-            .map_err(failed)?;
+            .create(parent)?;
         // also when they already existed (0700 from an earlier version), whatever the umask
         for traversed in [Some(parent), parent.parent()].into_iter().flatten() {
-            std::fs::set_permissions(traversed, std::fs::Permissions::from_mode(0o711))
-                .map_err(failed)?;
+            std::fs::set_permissions(traversed, std::fs::Permissions::from_mode(0o711))?;
         }
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-            remove_tree(dir).await;
-            std::fs::DirBuilder::new()
-                .mode(0o700)
-                .create(dir)
-                .map_err(failed)
+            remove_tree_now(dir);
+            std::fs::DirBuilder::new().mode(0o700).create(dir)
         }
-        Err(e) => Err(failed(e)),
+        Err(e) => Err(e),
     }
 }
 
-/// Removes a directory tree off the async threads; a tree the code made unwritable (chmod 000)
-/// is opened up and removed again.
+/// Makes a session's workspace and its `.tmp` sibling, empty and the session's: with `quota`,
+/// one size-capped tmpfs of `size` bytes over both ([`QuotaMounts`]); else plain directories,
+/// given to `uid` when the server may (`give_away`). Blocking.
+pub(super) fn prepare_workspace(
+    workspace: &Path,
+    tmpdir: &Path,
+    quota: bool,
+    give_away: bool,
+    size: u64,
+    uid: u32,
+) -> Result<Option<QuotaMounts>, ManagerError> {
+    let failed = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| ManagerError::Workspace { path, source }
+    };
+    for dir in [workspace, tmpdir] {
+        if quota {
+            // a mount left there by a crashed run would make the directory undeletable
+            detach(dir);
+        }
+        make_private_dir(dir).map_err(failed(dir))?;
+    }
+    if quota {
+        return QuotaMounts::mount(workspace, tmpdir, size, uid)
+            .map(Some)
+            .map_err(failed(workspace));
+    }
+    if give_away {
+        give_to(workspace, uid)?;
+        give_to(tmpdir, uid)?;
+    }
+    Ok(None)
+}
+
+/// Removes a directory tree off the async threads; see [`remove_tree_now`].
 pub(super) async fn remove_tree(dir: &Path) {
     let dir = dir.to_path_buf();
-    let removed = tokio::task::spawn_blocking(move || {
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(_) => open_up(&dir),
+    let _ = tokio::task::spawn_blocking(move || remove_tree_now(&dir)).await;
+}
+
+/// Removes a directory tree (blocking); a tree the code made unwritable (chmod 000) is opened up
+/// and removed again. A failure is logged.
+pub(super) fn remove_tree_now(dir: &Path) {
+    let removed = match std::fs::remove_dir_all(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(_) => {
+            open_up(dir);
+            std::fs::remove_dir_all(dir)
         }
-        std::fs::remove_dir_all(&dir).map_err(|e| (dir, e))
-    })
-    .await;
-    if let Ok(Err((dir, e))) = removed {
+    };
+    if let Err(e) = removed {
         tracing::warn!(
             "could not remove the session directory {}: {e}",
             dir.display()

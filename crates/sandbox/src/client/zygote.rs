@@ -1,37 +1,34 @@
 //! The zygote (the Python fork server of `runtime/toolgate_zygote.py`) seen from the server: start
 //! it, fork sessions from it, and keep its control channel drained.
 //!
-//! Three tasks per zygote: a reader that dispatches `forked` / `exited` / `error` frames to
-//! whoever waits for them (it never blocks, so the zygote never stalls on a full socket), a writer
-//! that owns the sending side (a frame is never cut by a cancelled caller), and a watcher that owns
-//! the process (to name how it ended, and to kill it when the last handle goes).
+//! Three tasks per zygote (in `control.rs`): a reader that dispatches `forked` / `exited` /
+//! `error` frames to whoever waits for them (it never blocks, so the zygote never stalls on a full
+//! socket), a writer that owns the sending side (a frame is never cut by a cancelled caller), and
+//! a watcher that owns the process (to name how it ended, and to kill it when the last handle
+//! goes).
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice};
-use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::net::unix::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::process::{Child, ChildStderr, Command};
+use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::session::Session;
-use super::signal_name;
 use super::wire::{ControlFrame, ExitInfo, Hello};
-use crate::frame::{self, FrameError};
+use crate::frame;
 
+mod control;
 mod harden;
 
+use control::{describe_status, forward_stderr, read_control, watch_process, write_control};
 use harden::{HARDEN_TMP, HardenBase, prepare_workspace};
 
 /// How to start a zygote.
@@ -192,6 +189,9 @@ pub struct ForkOptions {
     /// The unprivileged host user (and group) id a hardened session runs as, through its own
     /// user namespace; the manager gives each live session its own.
     pub uid: u32,
+    /// The directory of every session's workspace: a hardened session's mount namespace keeps
+    /// no mount beneath it but its own workspace.
+    pub hide_mounts_below: Option<PathBuf>,
 }
 
 /// The host user id of a hardened session when the caller names none.
@@ -203,6 +203,7 @@ impl Default for ForkOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             cgroups: Vec::new(),
             uid: DEFAULT_SANDBOX_UID,
+            hide_mounts_below: None,
         }
     }
 }
@@ -358,6 +359,18 @@ impl Zygote {
         self.inner.hello.pid
     }
 
+    /// Whether forks carry a confinement spec (a hardening library is loaded): such a child is
+    /// in its cgroups before the zygote announces it.
+    pub(crate) fn is_hardened(&self) -> bool {
+        self.inner.harden.is_some()
+    }
+
+    /// Resolves once the zygote process has ended (been reaped).
+    pub(crate) async fn ended(&self) {
+        let mut status = self.inner.status.clone();
+        let _ = status.wait_for(Option::is_some).await;
+    }
+
     /// Whether the zygote is still there (its control channel open, its process not reaped).
     pub fn is_alive(&self) -> bool {
         self.inner.dispatch.lock().closed.is_none() && self.inner.status.borrow().is_none()
@@ -503,165 +516,5 @@ struct ForkWaiter<'a> {
 impl Drop for ForkWaiter<'_> {
     fn drop(&mut self) {
         self.dispatch.lock().forks.remove(self.tag);
-    }
-}
-
-/// Reads every control frame as it comes and hands it to its waiter; never waits on anyone.
-async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatch>) {
-    let why = loop {
-        let frame = match frame::nonblocking::read::<ControlFrame>(&mut input).await {
-            Ok(frame) => frame,
-            Err(FrameError::Malformed(e)) => {
-                // the whole body was read, so the channel is still in step
-                tracing::warn!("zygote sent a control frame this server cannot read: {e}");
-                continue;
-            }
-            Err(FrameError::Closed) => break "its control channel closed".to_owned(),
-            Err(e) => break format!("its control channel failed: {e}"),
-        };
-        let mut state = dispatch.lock();
-        match frame {
-            ControlFrame::Forked { session, pid } => {
-                // the exit slot exists before anyone learns the pid, so no `exited` is missed
-                let (exit_tx, exit) = watch::channel(None);
-                state.exits.insert(pid, exit_tx);
-                if let Some(waiter) = state.forks.remove(&session) {
-                    let _ = waiter.send(Ok(Forked { pid, exit }));
-                }
-            }
-            ControlFrame::Exited(info) => {
-                if let Some(slot) = state.exits.remove(&info.pid) {
-                    let _ = slot.send(Some(info));
-                }
-            }
-            ControlFrame::Error(error) => {
-                let waiter = error.session.as_ref().and_then(|s| state.forks.remove(s));
-                match waiter {
-                    Some(waiter) => {
-                        let _ = waiter.send(Err(ZygoteError::Refused {
-                            code: error.code,
-                            message: error.message,
-                        }));
-                    }
-                    None => tracing::warn!(
-                        code = %error.code,
-                        "zygote error frame: {}",
-                        error.message
-                    ),
-                }
-            }
-            ControlFrame::Hello(_) | ControlFrame::Pong | ControlFrame::Other => {}
-        }
-    };
-    let mut state = dispatch.lock();
-    state.closed = Some(why);
-    // waiters learn that the zygote is gone (their senders drop); sessions see their exit slot
-    // close, and their sockets reach end of file as the children die with the zygote
-    state.forks.clear();
-    state.exits.clear();
-}
-
-/// Sends frames in order. A fork frame's descriptor goes with its first byte, in one sendmsg.
-async fn write_control(
-    mut out: OwnedWriteHalf,
-    mut frames: mpsc::UnboundedReceiver<Outgoing>,
-    stop: CancellationToken,
-) {
-    loop {
-        let message = tokio::select! {
-            message = frames.recv() => message,
-            () = stop.cancelled() => None,
-        };
-        let Some(message) = message else { break };
-        if let Err(e) = send_frame(&mut out, &message.bytes, message.fd.as_ref()).await {
-            tracing::warn!("writing to the zygote failed: {e}");
-            break;
-        }
-    }
-    // dropping the write half shuts the socket down for writing: the zygote reads end of file
-    // and exits
-}
-
-async fn send_frame(
-    out: &mut OwnedWriteHalf,
-    bytes: &[u8],
-    fd: Option<&OwnedFd>,
-) -> io::Result<()> {
-    let mut sent = 0;
-    if let Some(fd) = fd {
-        let stream: &UnixStream = out.as_ref();
-        sent = stream
-            .async_io(tokio::io::Interest::WRITABLE, || {
-                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
-                let mut control = SendAncillaryBuffer::new(&mut space);
-                let fds = [fd.as_fd()];
-                if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-                    return Err(io::Error::other("no room for SCM_RIGHTS"));
-                }
-                let iov = [IoSlice::new(bytes)];
-                Ok(rustix::net::sendmsg(
-                    stream,
-                    &iov,
-                    &mut control,
-                    SendFlags::NOSIGNAL | SendFlags::DONTWAIT,
-                )?)
-            })
-            .await?;
-    }
-    // the rest of a frame the socket buffer could not take at once (no descriptor with it)
-    out.write_all(&bytes[sent..]).await?;
-    Ok(())
-}
-
-/// Owns the zygote process: records how it ended; on stop, gives it two seconds to exit on its
-/// own (it does, at end of file) and kills it otherwise.
-async fn watch_process(
-    mut child: Child,
-    status_tx: watch::Sender<Option<String>>,
-    stop: CancellationToken,
-) {
-    let status = tokio::select! {
-        status = child.wait() => status,
-        () = stop.cancelled() => {
-            match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
-                Ok(status) => status,
-                Err(_) => {
-                    let _ = child.start_kill();
-                    child.wait().await
-                }
-            }
-        }
-    };
-    let text = match status {
-        Ok(status) => describe_status(status),
-        Err(e) => format!("waiting for it failed: {e}"),
-    };
-    let _ = status_tx.send(Some(text));
-}
-
-fn describe_status(status: ExitStatus) -> String {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => format!("it exited with status {code}"),
-        (None, Some(signal)) => format!("it was killed by signal {}", signal_name(signal)),
-        _ => "it ended".to_owned(),
-    }
-}
-
-/// Passes the zygote's stderr on to the log, keeping the last few KiB for start-up errors.
-async fn forward_stderr(stderr: ChildStderr, tail: Arc<Mutex<String>>) {
-    const KEEP: usize = 4096;
-    let mut lines = BufReader::new(stderr).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
-        tracing::warn!(target: "toolgate::zygote", "{line}");
-        let mut tail = tail.lock().unwrap_or_else(|p| p.into_inner());
-        tail.push_str(&line);
-        tail.push('\n');
-        if tail.len() > KEEP {
-            let mut cut = tail.len() - KEEP;
-            while !tail.is_char_boundary(cut) {
-                cut += 1;
-            }
-            tail.drain(..cut);
-        }
     }
 }

@@ -80,6 +80,11 @@ impl HardenBase {
             "uid": options.uid,
             "cgroups": cgroups,
             "tmp_bytes": HARDEN_TMP_BYTES,
+            "hide_mounts_below": options
+                .hide_mounts_below
+                .as_deref()
+                .map(|root| std::path::absolute(root).map_err(ZygoteError::Io).and_then(|r| utf8(&r).map(str::to_owned)))
+                .transpose()?,
         }))
     }
 }
