@@ -27,7 +27,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// At most this many characters of a failed response are kept to describe it.
 const SNIPPET: usize = 160;
 
-type Sender = SendRequest<Full<Bytes>>;
+pub type Sender = SendRequest<Full<Bytes>>;
 
 /// Where the server listens.
 #[derive(Debug, Clone)]
@@ -54,13 +54,13 @@ pub struct Workload {
 }
 
 impl Workload {
-    pub fn post(path: &str, body: &'static str, needles: Vec<&'static [u8]>) -> Result<Self> {
+    pub fn post(path: &str, body: impl Into<Bytes>, needles: Vec<&'static [u8]>) -> Result<Self> {
         let uri: Uri = path
             .parse()
             .with_context(|| format!("bad request path {path:?}"))?;
         Ok(Self {
             uri,
-            body: Bytes::from_static(body.as_bytes()),
+            body: body.into(),
             needles,
         })
     }
@@ -144,7 +144,7 @@ impl ClientResult {
 }
 
 /// Opens one keep-alive connection with Nagle off (small requests must leave at once).
-async fn connect(endpoint: &Endpoint) -> Result<Sender> {
+pub async fn connect(endpoint: &Endpoint) -> Result<Sender> {
     let stream = TcpStream::connect(endpoint.addr)
         .await
         .with_context(|| format!("connect {}", endpoint.addr))?;
@@ -205,7 +205,7 @@ async fn one_request(
     sender: &mut Sender,
     endpoint: &Endpoint,
     workload: &Workload,
-) -> Result<(), Failure> {
+) -> Result<Bytes, Failure> {
     let request = workload.request(endpoint).map_err(|err| Failure {
         message: format!("cannot build request: {err}"),
         reconnect: false,
@@ -232,7 +232,14 @@ async fn one_request(
             reconnect: false,
         });
     }
-    Ok(())
+    Ok(body)
+}
+
+/// One request of `workload` on an open connection: the body of a 200 that holds every needle.
+pub async fn call(sender: &mut Sender, endpoint: &Endpoint, workload: &Workload) -> Result<Bytes> {
+    one_request(sender, endpoint, workload)
+        .await
+        .map_err(|failure| anyhow::anyhow!(failure.message))
 }
 
 async fn client(
@@ -260,7 +267,7 @@ async fn client(
                 }
             },
         };
-        let answer = one_request(live, &endpoint, &workload).await;
+        let answer = one_request(live, &endpoint, &workload).await.map(drop);
         // A failure that keeps the connection came with a response (a bad status or body).
         if answer
             .as_ref()

@@ -1,10 +1,12 @@
 //! `toolgate-bench`: starts the real `toolgate` binary on loopback and prints throughput, latency
 //! and memory figures for it, next to the project's targets. It reports figures, not pass/fail.
+//! With `--sandbox` it measures the sandbox's figures instead (see `sandbox/`).
 
 mod floor;
 mod load;
 mod proc;
 mod report;
+mod sandbox;
 mod server;
 
 use std::net::SocketAddr;
@@ -78,6 +80,8 @@ struct Args {
     /// Keep the temporary data directory and server logs, and print where they are
     #[arg(long)]
     keep_data: bool,
+    #[command(flatten)]
+    sandbox: sandbox::SandboxArgs,
 }
 
 fn main() -> ExitCode {
@@ -121,6 +125,9 @@ fn run(args: &Args) -> Result<()> {
             binary.display()
         );
     }
+    if args.sandbox.sandbox {
+        return sandbox::run(args, &binary);
+    }
     let dir = tempfile::Builder::new()
         .prefix("toolgate-bench-")
         .tempdir()
@@ -132,6 +139,8 @@ fn run(args: &Args) -> Result<()> {
     if let Some(mode) = &args.sqlite_synchronous {
         settings.push(("--sqlite-synchronous".to_owned(), mode.clone()));
     }
+    // the spine's figures: no zygote beside the server (`--sandbox` measures the sandbox)
+    settings.push(("--sandbox".to_owned(), "off".to_owned()));
     let toolgate = Toolgate {
         binary,
         data_dir: dir.path().join("data"),

@@ -1,0 +1,297 @@
+//! The figures through HTTP: the real release server with the sandbox on, `tools/call
+//! svc_write` on one keep-alive connection per figure, each call timed from send to the last
+//! byte of the answer.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use super::{Files, Timings};
+use crate::load::{self, Endpoint, Workload};
+use crate::server::{Server, Toolgate};
+use crate::{personal_path, progress, wait_for_quiet, wait_healthy};
+
+/// Untimed calls before the timed ones of the warm figures (session start, caches, imports).
+const WARMUP_CALLS: usize = 200;
+const WARMUP_PLOTS: usize = 3;
+/// New sessions started before the timed ones of the HTTP new-session figure.
+const WARMUP_SESSIONS: usize = 5;
+/// The code of the matplotlib figure, as the product brief gives it.
+const PLOT_CODE: &str = "import matplotlib.pyplot as plt\nplt.plot([1,2,3])\nNone";
+
+/// What one run of the server needs.
+#[derive(Debug)]
+pub struct Plan<'a> {
+    pub binary: &'a Path,
+    pub files: &'a Files,
+    pub dir: &'a Path,
+    pub sessions: usize,
+    /// Pause between two new sessions (untimed).
+    pub gap: Duration,
+    pub calls: usize,
+    pub plots: usize,
+    /// Given to the server as --sqlite-synchronous (metering commits once per call).
+    pub sqlite_synchronous: Option<&'a str>,
+    /// PostgreSQL instead of SQLite, as for the other figures.
+    pub database_url: Option<&'a str>,
+    pub quiet: Duration,
+}
+
+/// What was measured through HTTP.
+#[derive(Debug)]
+pub struct Http {
+    /// svc_write `1+1` with a new session_id.
+    pub new_session: Timings,
+    /// svc_write `1+1` in the warm session.
+    pub warm: Timings,
+    /// svc_write of the matplotlib figure in a warm session.
+    pub plot: Timings,
+    /// The decoded size of the figure's PNG.
+    pub png_bytes: usize,
+    /// The size of the whole HTTP answer carrying it (base64 inside JSON).
+    pub plot_answer_bytes: usize,
+}
+
+/// A `tools/call` of svc_write with `code` in session `session_id`.
+fn write_call(code: &str, session_id: &str) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 3,
+        "method": "tools/call",
+        "params": {
+            "name": "svc_write",
+            "arguments": {"code": code, "session_id": session_id},
+        },
+    })
+    .to_string()
+}
+
+/// Starts the server with the sandbox on, measures, and stops it whatever the outcome.
+pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Http> {
+    let path = |p: &Path| p.display().to_string();
+    let settings = [
+        // every svc_write call is metered: enough free calls that none is refused
+        ("--free-monthly-calls", "1000000000".to_owned()),
+        ("--sandbox", "on".to_owned()),
+        ("--sandbox-runtime", path(&plan.files.runtime)),
+        ("--sandbox-zygote", path(&plan.files.zygote)),
+        ("--sandbox-harden-lib", path(&plan.files.harden_lib)),
+        ("--sandbox-root", path(&plan.dir.join("server-sessions"))),
+        // the new-session figure cannot close sessions through HTTP: they stay until the end
+        (
+            "--sandbox-max-sessions",
+            (plan.sessions + WARMUP_SESSIONS + 10).to_string(),
+        ),
+    ];
+    let mut settings: Vec<(String, String)> = settings
+        .into_iter()
+        .map(|(flag, value)| (flag.to_owned(), value))
+        .collect();
+    if let Some(mode) = plan.sqlite_synchronous {
+        settings.push(("--sqlite-synchronous".to_owned(), mode.to_owned()));
+    }
+    let toolgate = Toolgate {
+        binary: plan.binary.to_owned(),
+        data_dir: plan.dir.join("data"),
+        database_url: plan.database_url.map(str::to_owned),
+        settings,
+    };
+    progress(&format!(
+        "starting {} serve with the sandbox on (TOOLGATE_LOG=warn)",
+        plan.binary.display()
+    ));
+    let mut server = toolgate.serve(Some("warn"), &plan.dir.join("serve.log"))?;
+    let outcome = figures(runtime, plan, &toolgate, &mut server);
+    if outcome.is_err() {
+        progress(&format!("server log ends:\n{}", server.log_tail(20)));
+    }
+    progress("stopping the server");
+    let stopped = server.stop();
+    let http = outcome?;
+    stopped?;
+    Ok(http)
+}
+
+fn figures(
+    runtime: &tokio::runtime::Runtime,
+    plan: &Plan<'_>,
+    toolgate: &Toolgate,
+    server: &mut Server,
+) -> Result<Http> {
+    let endpoint = Endpoint::new(server.addr)?;
+    wait_healthy(runtime, server, &endpoint)?;
+    let personal = personal_path(toolgate)?;
+
+    wait_for_quiet(plan.quiet);
+    progress(&format!(
+        "warm 1+1 through HTTP: {} calls after {WARMUP_CALLS} untimed, one keep-alive connection",
+        plan.calls
+    ));
+    let warm = Workload::post(
+        &personal,
+        write_call("1+1", "warm"),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm, _) = runtime.block_on(timed(&endpoint, &warm, WARMUP_CALLS, plan.calls))?;
+    server.check_running()?;
+    report("warm 1+1", &warm);
+
+    wait_for_quiet(plan.quiet);
+    progress(&format!(
+        "matplotlib figure through HTTP: {} calls after {WARMUP_PLOTS} untimed",
+        plan.plots
+    ));
+    let plot = Workload::post(
+        &personal,
+        write_call(PLOT_CODE, "plot"),
+        vec![b"\"isError\":false", b"\"image/png\""],
+    )?;
+    let (plot, answer) = runtime.block_on(timed(&endpoint, &plot, WARMUP_PLOTS, plan.plots))?;
+    server.check_running()?;
+    report("matplotlib", &plot);
+    let png_bytes = png_size(&answer).context("no PNG in the matplotlib answer")?;
+
+    wait_for_quiet(plan.quiet);
+    progress(&format!(
+        "new session → first result through HTTP: {} sessions after {WARMUP_SESSIONS} untimed, {} ms apart",
+        plan.sessions,
+        plan.gap.as_millis()
+    ));
+    let new_session =
+        runtime.block_on(new_sessions(&endpoint, &personal, plan.sessions, plan.gap))?;
+    server.check_running()?;
+    report("new session", &new_session);
+    Ok(Http {
+        new_session,
+        warm,
+        plot,
+        png_bytes,
+        plot_answer_bytes: answer.len(),
+    })
+}
+
+fn report(name: &str, timings: &Timings) {
+    progress(&format!(
+        "  {name}: p50 {:.3} ms, p99 {:.3} ms",
+        timings.percentile_ms(50.0).unwrap_or(0.0),
+        timings.percentile_ms(99.0).unwrap_or(0.0)
+    ));
+}
+
+/// `warmup` untimed calls, then `count` timed ones, back to back on one new connection; returns
+/// the timings and the last answer.
+async fn timed(
+    endpoint: &Endpoint,
+    workload: &Workload,
+    warmup: usize,
+    count: usize,
+) -> Result<(Timings, bytes::Bytes)> {
+    let mut sender = load::connect(endpoint).await?;
+    let mut last = bytes::Bytes::new();
+    for _ in 0..warmup {
+        last = load::call(&mut sender, endpoint, workload)
+            .await
+            .context("a warm-up call")?;
+    }
+    let mut timings = Timings::default();
+    for i in 0..count {
+        let started = Instant::now();
+        last = load::call(&mut sender, endpoint, workload)
+            .await
+            .with_context(|| format!("call {i} of {count}"))?;
+        timings.push(started.elapsed());
+    }
+    Ok((timings.sorted(), last))
+}
+
+/// `1+1` with a new session id each time, on one connection.
+async fn new_sessions(
+    endpoint: &Endpoint,
+    personal: &str,
+    count: usize,
+    gap: Duration,
+) -> Result<Timings> {
+    let mut sender = load::connect(endpoint).await?;
+    let mut timings = Timings::default();
+    for i in 0..WARMUP_SESSIONS + count {
+        tokio::time::sleep(gap).await;
+        let workload = Workload::post(
+            personal,
+            write_call("1+1", &format!("new-{i}")),
+            vec![b"\"isError\":false", b"\"fresh\":true", b"\"text\":\"2\""],
+        )?;
+        let started = Instant::now();
+        load::call(&mut sender, endpoint, &workload)
+            .await
+            .with_context(|| format!("new session {i}"))?;
+        if i >= WARMUP_SESSIONS {
+            timings.push(started.elapsed());
+        }
+    }
+    Ok(timings.sorted())
+}
+
+/// The decoded size of the first image in a `tools/call` answer (JSON, or one SSE event).
+fn png_size(answer: &[u8]) -> Result<usize> {
+    let text = std::str::from_utf8(answer).context("the answer is not UTF-8")?;
+    let message: Value = serde_json::from_str(text).or_else(|_| {
+        text.lines()
+            .find_map(|line| line.strip_prefix("data:"))
+            .map_or_else(
+                || Err(anyhow::anyhow!("neither JSON nor an SSE event")),
+                |data| Ok(serde_json::from_str(data.trim())?),
+            )
+    })?;
+    let content = message["result"]["content"]
+        .as_array()
+        .context("no result.content")?;
+    let image = content
+        .iter()
+        .find(|item| item["type"] == "image" && item["mimeType"] == "image/png")
+        .context("no image/png item")?;
+    let data = image["data"].as_str().context("the image has no data")?;
+    base64_decoded_len(data)
+}
+
+/// The number of bytes a padded base64 text decodes to.
+fn base64_decoded_len(data: &str) -> Result<usize> {
+    let data = data.trim();
+    if !data.len().is_multiple_of(4) {
+        bail!("base64 of {} characters is not padded", data.len());
+    }
+    let padding = data.bytes().rev().take_while(|b| *b == b'=').count();
+    Ok(data.len() / 4 * 3 - padding.min(2))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn base64_sizes() {
+        assert_eq!(base64_decoded_len("").unwrap(), 0);
+        assert_eq!(base64_decoded_len("YQ==").unwrap(), 1);
+        assert_eq!(base64_decoded_len("YWI=").unwrap(), 2);
+        assert_eq!(base64_decoded_len("YWJj").unwrap(), 3);
+        assert!(base64_decoded_len("YWJ").is_err());
+    }
+
+    #[test]
+    fn png_found_in_json_and_sse() {
+        let json = r#"{"jsonrpc":"2.0","id":3,"result":{"content":[{"type":"text","text":"x"},{"type":"image","mimeType":"image/png","data":"YWJj"}]}}"#;
+        assert_eq!(png_size(json.as_bytes()).unwrap(), 3);
+        let sse = format!("event: message\ndata: {json}\n\n");
+        assert_eq!(png_size(sse.as_bytes()).unwrap(), 3);
+        assert!(png_size(br#"{"result":{"content":[]}}"#).is_err());
+    }
+
+    #[test]
+    fn calls_carry_code_and_session() {
+        let body: Value = serde_json::from_str(&write_call(PLOT_CODE, "plot")).unwrap();
+        assert_eq!(body["params"]["arguments"]["code"], PLOT_CODE);
+        assert_eq!(body["params"]["arguments"]["session_id"], "plot");
+    }
+}

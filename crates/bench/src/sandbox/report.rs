@@ -1,0 +1,223 @@
+//! The sandbox figures as a table or JSON, with the product's targets and the brief's points of
+//! comparison beside them.
+
+use std::fmt::Write as _;
+
+use serde_json::{Value, json};
+
+use super::Timings;
+use super::direct::Direct;
+use super::http::Http;
+
+/// The product's targets (shown, not judged).
+const NEW_SESSION_P50_TARGET_MS: f64 = 5.0;
+const WARM_P50_TARGET_MS: f64 = 0.5;
+const WARM_P99_TARGET_MS: f64 = 2.0;
+const IDLE_PSS_TARGET_MIB: f64 = 5.0;
+/// The product brief's points of comparison.
+const JUPYTER_START_MS: (f64, f64) = (376.0, 561.0);
+const JUPYTER_CALL_MS: (f64, f64) = (7.0, 44.0);
+const PYTHON_SDK_CALL_MS: f64 = 0.86;
+
+#[derive(Debug)]
+pub struct SandboxReport {
+    pub binary: String,
+    /// The server's --sqlite-synchronous, if the run gave one (metering commits once per call).
+    pub sqlite_synchronous: Option<String>,
+    /// "sqlite" or "postgres": where the HTTP figures' metering commits.
+    pub backend: &'static str,
+    /// The pause between two new sessions, in milliseconds.
+    pub gap_ms: u64,
+    pub direct: Direct,
+    pub http: Http,
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+fn row(out: &mut String, name: &str, timings: &Timings, target: &str) {
+    let _ = writeln!(
+        out,
+        "{:<46} {:>6} {:>8} {:>8} {:>8}  {}",
+        name,
+        timings.len(),
+        ms(timings.percentile_ms(50.0)),
+        ms(timings.percentile_ms(99.0)),
+        ms(timings.percentile_ms(100.0)),
+        target
+    );
+}
+
+fn timings_json(timings: &Timings) -> Value {
+    json!({
+        "count": timings.len(),
+        "p50_ms": timings.percentile_ms(50.0),
+        "p90_ms": timings.percentile_ms(90.0),
+        "p99_ms": timings.percentile_ms(99.0),
+        "max_ms": timings.percentile_ms(100.0),
+        "mean_ms": timings.mean_ms(),
+    })
+}
+
+impl SandboxReport {
+    /// Where the HTTP figures' metering commits.
+    fn metering(&self) -> String {
+        match (self.backend, self.sqlite_synchronous.as_deref()) {
+            ("sqlite", mode) => format!("SQLite synchronous={}", mode.unwrap_or("server default")),
+            (backend, _) => backend.to_owned(),
+        }
+    }
+
+    /// The human table.
+    pub fn table(&self) -> String {
+        let (d, h) = (&self.direct, &self.http);
+        let m = &d.memory;
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "toolgate-bench --sandbox: confined sessions (harden library), cgroups {}, workspace tmpfs {}, metering on {}, {} cores",
+            d.isolation.cgroups,
+            if d.isolation.workspace_quota {
+                "yes"
+            } else {
+                "no"
+            },
+            self.metering(),
+            cores()
+        );
+        let _ = writeln!(
+            out,
+            "\n{:<46} {:>6} {:>8} {:>8} {:>8}  target",
+            "figure", "n", "p50 ms", "p99 ms", "max ms"
+        );
+        let new_target = format!("p50 ≤ {NEW_SESSION_P50_TARGET_MS} ms");
+        row(
+            &mut out,
+            "new session → first result, server side",
+            &d.new_session,
+            &new_target,
+        );
+        row(
+            &mut out,
+            "new session → first result, HTTP",
+            &h.new_session,
+            "(for comparison)",
+        );
+        row(
+            &mut out,
+            "warm 1+1 round trip, HTTP keep-alive",
+            &h.warm,
+            &format!("p50 ≤ {WARM_P50_TARGET_MS} ms, p99 ≤ {WARM_P99_TARGET_MS} ms"),
+        );
+        row(
+            &mut out,
+            "warm 1+1, server side (no HTTP, no metering)",
+            &d.warm,
+            "(the sandbox's share)",
+        );
+        row(
+            &mut out,
+            "matplotlib figure, HTTP, warm session",
+            &h.plot,
+            "—",
+        );
+        let _ = writeln!(
+            out,
+            "(new sessions {} ms apart; server side: SessionManager::exec in the bench process with serve's configuration, each session closed before the next; close took p50 {} ms)",
+            self.gap_ms,
+            ms(d.close.percentile_ms(50.0))
+        );
+        let _ = writeln!(
+            out,
+            "matplotlib PNG: {} bytes ({:.1} KiB); the whole answer {} bytes",
+            h.png_bytes,
+            h.png_bytes as f64 / 1024.0,
+            h.plot_answer_bytes
+        );
+        let _ = writeln!(
+            out,
+            "\nmemory at {} idle sessions (each ran 1+1): PSS {:.2} MiB per session (target ≤ {IDLE_PSS_TARGET_MIB} MiB); private {:.2} MiB, RSS {:.1} MiB per session",
+            m.sessions,
+            m.pss_per_session_mib(),
+            m.private_per_session_mib(),
+            m.rss_per_session_mib()
+        );
+        let _ = writeln!(
+            out,
+            "  {} process(es) summed, {} of {} sessions read from their cgroup; all sessions {:.1} MiB PSS; zygote PSS {} MiB (RSS {} MiB)",
+            m.processes,
+            m.from_cgroup,
+            m.sessions,
+            m.pss_kib as f64 / 1024.0,
+            m.zygote_pss_mib()
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}")),
+            m.zygote_rss_mib()
+                .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
+        );
+        if m.spare.0 > 0 {
+            let _ = writeln!(
+                out,
+                "  besides: {} pre-started session(s) not yet given out, {:.1} MiB PSS in all",
+                m.spare.0,
+                m.spare.1 as f64 / 1024.0
+            );
+        }
+        let _ = writeln!(
+            out,
+            "\nfor scale (product brief): a Jupyter kernel takes {:.0}–{:.0} ms to start and {:.0}–{:.0} ms per 1+1; the official Python SDK server, with no isolation, {PYTHON_SDK_CALL_MS} ms per call",
+            JUPYTER_START_MS.0, JUPYTER_START_MS.1, JUPYTER_CALL_MS.0, JUPYTER_CALL_MS.1
+        );
+        out
+    }
+
+    /// The same figures as JSON.
+    pub fn to_json(&self) -> Value {
+        let (d, h) = (&self.direct, &self.http);
+        let m = &d.memory;
+        json!({
+            "binary": self.binary,
+            "machine_cores": cores(),
+            "backend": self.backend,
+            "sqlite_synchronous": self.sqlite_synchronous,
+            "new_session_gap_ms": self.gap_ms,
+            "isolation": d.isolation,
+            "new_session_server_side": timings_json(&d.new_session),
+            "close_session_server_side": timings_json(&d.close),
+            "new_session_http": timings_json(&h.new_session),
+            "warm_1_plus_1_http": timings_json(&h.warm),
+            "warm_1_plus_1_server_side": timings_json(&d.warm),
+            "matplotlib_http": timings_json(&h.plot),
+            "matplotlib_png_bytes": h.png_bytes,
+            "matplotlib_answer_bytes": h.plot_answer_bytes,
+            "idle_sessions": {
+                "sessions": m.sessions,
+                "processes": m.processes,
+                "from_cgroup": m.from_cgroup,
+                "pss_mib_per_session": m.pss_per_session_mib(),
+                "private_mib_per_session": m.private_per_session_mib(),
+                "rss_mib_per_session": m.rss_per_session_mib(),
+                "pss_mib_total": m.pss_kib as f64 / 1024.0,
+                "zygote_pss_mib": m.zygote_pss_mib(),
+                "zygote_rss_mib": m.zygote_rss_mib(),
+                "spare_processes": m.spare.0,
+                "spare_pss_mib": m.spare.1 as f64 / 1024.0,
+            },
+            "targets": {
+                "new_session_p50_ms": NEW_SESSION_P50_TARGET_MS,
+                "warm_p50_ms": WARM_P50_TARGET_MS,
+                "warm_p99_ms": WARM_P99_TARGET_MS,
+                "idle_pss_mib_per_session": IDLE_PSS_TARGET_MIB,
+            },
+            "for_scale": {
+                "jupyter_kernel_start_ms": [JUPYTER_START_MS.0, JUPYTER_START_MS.1],
+                "jupyter_1_plus_1_ms": [JUPYTER_CALL_MS.0, JUPYTER_CALL_MS.1],
+                "python_sdk_call_ms": PYTHON_SDK_CALL_MS,
+            },
+        })
+    }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(0, usize::from)
+}
