@@ -38,7 +38,12 @@ pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionMa
         .unwrap_or_else(|| settings.data_dir().join("sessions"));
     let root =
         std::path::absolute(&root).with_context(|| format!("sandbox_root {}", root.display()))?;
+    if zygote.harden_lib.is_some() {
+        check_root(&root)?;
+    }
     let mut config = ManagerConfig::new(zygote, root);
+    // warm sessions are prepared with the operator's limits, so that every call can take one
+    config.warm_limits = limits.for_call(None)?;
     let idle = settings.sandbox_idle_minutes.unwrap_or(20);
     if idle == 0 {
         bail!("sandbox_idle_minutes must be at least 1");
@@ -116,7 +121,8 @@ fn harden_lib(settings: &Settings) -> Result<Option<PathBuf>> {
         if !path.is_file() {
             bail!("sandbox_harden_lib {} is not a file", path.display());
         }
-        return Ok(Some(path.clone()));
+        // the zygote runs elsewhere and loads it by name: never relative
+        return Ok(Some(std::path::absolute(path)?));
     }
     let beside = std::env::current_exe()
         .ok()
@@ -228,7 +234,7 @@ mod tests {
     fn unreachable_session_roots_are_refused_at_start() {
         let masked = check_root(Path::new("/tmp/x/sessions")).unwrap_err();
         assert!(format!("{masked:#}").contains("beneath /tmp"), "{masked:#}");
-        let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+        let dir = tempfile::tempdir_in("/var/tmp").unwrap();
         let closed = dir.path().join("closed");
         std::fs::create_dir(&closed).unwrap();
         use std::os::unix::fs::PermissionsExt;

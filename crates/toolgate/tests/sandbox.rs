@@ -85,6 +85,19 @@ async fn fixture() -> Fixture {
     }
 }
 
+impl Drop for Fixture {
+    /// Stops the server gracefully and checks that it left no workspace mount behind.
+    fn drop(&mut self) {
+        self.server.stop();
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let dir = self._dir.path().to_string_lossy().into_owned();
+        let left: Vec<&str> = table.lines().filter(|line| line.contains(&dir)).collect();
+        if !std::thread::panicking() {
+            assert!(left.is_empty(), "mounts left behind: {left:?}");
+        }
+    }
+}
+
 impl Fixture {
     async fn call(&self, who: &Account, tool: &str, args: Value) -> Value {
         let reply = post_personal(&self.http, &self.server, &who.key, &tool_call(tool, args)).await;

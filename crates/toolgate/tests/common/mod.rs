@@ -426,6 +426,28 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Stops the server as an operator does (SIGTERM: drain, then end every sandbox session with
+    /// its processes, mounts and cgroups), killing it only if it has not exited within 20 s.
+    pub fn stop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
