@@ -14,53 +14,10 @@
 mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::PathBuf;
 
-use common::{limits, manager, repo_root};
+use common::{harden_lib, limits, manager};
 use tempfile::TempDir;
 use toolgate_sandbox::client::{CallOutcome, ManagerError, SessionManager, ZygoteError};
-
-const LIBRARY: &str = "libtoolgate_sandbox_harden.so";
-
-fn harden_lib() -> PathBuf {
-    if let Some(lib) = std::env::var_os("TOOLGATE_HARDEN_LIB") {
-        let lib = PathBuf::from(lib);
-        assert!(
-            lib.is_file(),
-            "TOOLGATE_HARDEN_LIB={} is not a file: build it with \
-             `cargo build -p toolgate-sandbox-harden`",
-            lib.display()
-        );
-        return lib;
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
-    // this test's own executable lives in <target>/<profile>/deps, next to the library when the
-    // workspace was built together
-    let exe_dir = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(PathBuf::from));
-    let mut candidates = vec![
-        target.join("debug").join(LIBRARY),
-        target.join("debug/deps").join(LIBRARY),
-    ];
-    if let Some(deps) = exe_dir {
-        if let Some(profile) = deps.parent() {
-            candidates.push(profile.join(LIBRARY));
-        }
-        candidates.push(deps.join(LIBRARY));
-    }
-    candidates
-        .iter()
-        .find(|lib| lib.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "no hardening library ({LIBRARY}) in {candidates:?} and TOOLGATE_HARDEN_LIB is not \
-                 set: build it with `cargo build -p toolgate-sandbox-harden`"
-            )
-        })
-}
 
 async fn exec(m: &SessionManager, account: &str, id: &str, code: &str) -> CallOutcome {
     let call = m

@@ -12,39 +12,14 @@
 mod common;
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, limits, manager, process_gone, repo_root};
-use tempfile::TempDir;
+use common::{eventually, harden_lib, limits, manager, outside_tmp, process_gone};
+
 use toolgate_sandbox::client::{CallOutcome, CgroupMode, ManagerConfig, SessionManager};
-
-const LIBRARY: &str = "libtoolgate_sandbox_harden.so";
-
-/// `TOOLGATE_HARDEN_LIB`, else the library in `target/debug` (as hardened.rs finds it).
-fn harden_lib() -> PathBuf {
-    if let Some(lib) = std::env::var_os("TOOLGATE_HARDEN_LIB") {
-        return PathBuf::from(lib);
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
-    [
-        target.join("debug").join(LIBRARY),
-        target.join("debug/deps").join(LIBRARY),
-    ]
-    .into_iter()
-    .find(|lib| lib.is_file())
-    .expect("no hardening library: build it with `cargo build -p toolgate-sandbox-harden`")
-}
-
-/// A root outside `/tmp` (each session has its own empty `/tmp`), searchable by the sessions.
-fn workspace_root() -> TempDir {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    dir
-}
 
 async fn warm_manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SessionManager {
     let lib = harden_lib();
@@ -141,7 +116,7 @@ async fn pool_full(m: &SessionManager, size: usize) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_from_the_pool_is_confined_and_private_like_a_started_one() {
-    let root = workspace_root();
+    let root = outside_tmp();
     let m = warm_manager(root.path(), |_| {}).await;
     let warm = m.warm_pids();
     assert_eq!(warm.len(), 2, "start returns with the pool full");
@@ -217,7 +192,7 @@ async fn a_session_from_the_pool_is_confined_and_private_like_a_started_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_new_sessions_never_share_a_warm_one() {
-    let root = workspace_root();
+    let root = outside_tmp();
     let m = Arc::new(
         warm_manager(root.path(), |c| {
             c.warm_sessions = 4;
@@ -278,7 +253,7 @@ async fn concurrent_new_sessions_never_share_a_warm_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_the_zygote_dies_the_pool_refills_from_the_new_one() {
-    let root = workspace_root();
+    let root = outside_tmp();
     let m = warm_manager(root.path(), |_| {}).await;
     let old = m.current_zygote().await.unwrap();
     let before = m.warm_pids();
@@ -329,7 +304,7 @@ async fn after_the_zygote_dies_the_pool_refills_from_the_new_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_leaves_no_warm_process_mount_or_cgroup_behind() {
-    let root = workspace_root();
+    let root = outside_tmp();
     let m = warm_manager(root.path(), |_| {}).await;
     // one warm session taken and in use, one refilled: all of them must go
     let used = exec(&m, "acct", "s", "x = 1").await;
@@ -362,7 +337,7 @@ async fn shutdown_leaves_no_warm_process_mount_or_cgroup_behind() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_warm_sessions_every_session_is_started() {
-    let root = workspace_root();
+    let root = outside_tmp();
     let m = warm_manager(root.path(), |c| c.warm_sessions = 0).await;
     assert!(m.warm_pids().is_empty());
     let call = exec(&m, "acct", "s", "1+1").await;

@@ -6,7 +6,6 @@
 // Test code: a panic is how a helper reports failure; not every test binary uses every helper.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -16,56 +15,7 @@ use toolgate_sandbox::client::{
     CallOutcome, CgroupMode, ManagerConfig, ManagerError, SessionError, SessionManager,
 };
 
-use crate::common::{limits, repo_root, zygote_config};
-
-const LIBRARY: &str = "libtoolgate_sandbox_harden.so";
-
-/// The confinement library: `TOOLGATE_HARDEN_LIB`, else `target/debug` (as in hardened.rs).
-pub fn harden_lib() -> PathBuf {
-    if let Some(lib) = std::env::var_os("TOOLGATE_HARDEN_LIB") {
-        let lib = PathBuf::from(lib);
-        assert!(
-            lib.is_file(),
-            "TOOLGATE_HARDEN_LIB={} is not a file: build it with \
-             `cargo build -p toolgate-sandbox-harden`",
-            lib.display()
-        );
-        return lib;
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map_or_else(|| repo_root().join("target"), PathBuf::from);
-    let mut candidates = vec![
-        target.join("debug").join(LIBRARY),
-        target.join("debug/deps").join(LIBRARY),
-    ];
-    if let Some(deps) = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(PathBuf::from))
-    {
-        if let Some(profile) = deps.parent() {
-            candidates.push(profile.join(LIBRARY));
-        }
-        candidates.push(deps.join(LIBRARY));
-    }
-    candidates
-        .iter()
-        .find(|lib| lib.is_file())
-        .cloned()
-        .unwrap_or_else(|| {
-            panic!(
-                "no hardening library ({LIBRARY}) in {candidates:?} and TOOLGATE_HARDEN_LIB is \
-                 not set: build it with `cargo build -p toolgate-sandbox-harden`"
-            )
-        })
-}
-
-/// A directory outside `/tmp` (each session has its own empty `/tmp`) whose ancestors the
-/// sessions' uids may search.
-pub fn outside_tmp() -> TempDir {
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
-    dir
-}
+use crate::common::{harden_lib, limits, outside_tmp, zygote_config};
 
 /// A hardened manager (the production confinement) with cgroups required, its workspaces in
 /// a directory of its own; the directory goes when this is dropped.

@@ -2,8 +2,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+
 use std::time::{Duration, Instant};
+use tempfile::TempDir;
 
 use toolgate_sandbox::client::{ManagerConfig, SessionManager, ZygoteConfig};
 use toolgate_sandbox::{LimitSettings, Limits};
@@ -55,4 +58,53 @@ pub async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 pub fn process_gone(pid: i32) -> bool {
     // a zombie still has a /proc entry: "gone" means reaped by the zygote
     !Path::new(&format!("/proc/{pid}")).exists()
+}
+
+const LIBRARY: &str = "libtoolgate_sandbox_harden.so";
+
+/// The confinement library: `TOOLGATE_HARDEN_LIB`, else `target/debug` .
+pub fn harden_lib() -> PathBuf {
+    if let Some(lib) = std::env::var_os("TOOLGATE_HARDEN_LIB") {
+        let lib = PathBuf::from(lib);
+        assert!(
+            lib.is_file(),
+            "TOOLGATE_HARDEN_LIB={} is not a file: build it with \
+             `cargo build -p toolgate-sandbox-harden`",
+            lib.display()
+        );
+        return lib;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| repo_root().join("target"), PathBuf::from);
+    let mut candidates = vec![
+        target.join("debug").join(LIBRARY),
+        target.join("debug/deps").join(LIBRARY),
+    ];
+    if let Some(deps) = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(PathBuf::from))
+    {
+        if let Some(profile) = deps.parent() {
+            candidates.push(profile.join(LIBRARY));
+        }
+        candidates.push(deps.join(LIBRARY));
+    }
+    candidates
+        .iter()
+        .find(|lib| lib.is_file())
+        .cloned()
+        .unwrap_or_else(|| {
+            panic!(
+                "no hardening library ({LIBRARY}) in {candidates:?} and TOOLGATE_HARDEN_LIB is \
+                 not set: build it with `cargo build -p toolgate-sandbox-harden`"
+            )
+        })
+}
+
+/// A directory outside `/tmp` (each session has its own empty `/tmp`) whose ancestors the
+/// sessions' uids may search.
+pub fn outside_tmp() -> TempDir {
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+    dir
 }
