@@ -125,8 +125,15 @@ async fn host_files_outside_the_runtime_cannot_be_read() {
             "{name} was not refused: {value}"
         );
     };
+    // A checkout beneath /tmp has its runtime bound back into the session's own /tmp: listing
+    // the directories on the way shows that path, and nothing else of the repository.
+    let on_the_way = runtime_path_in_tmp();
     for (name, _) in targets.iter().chain(&dirs) {
-        refused(name);
+        match (name, &on_the_way) {
+            (&"ls_repo", Some(_)) => assert_eq!(seen[name], "ok:['.deps']", "{seen:#}"),
+            (&"ls_deps", Some(_)) => assert_eq!(seen[name], "ok:['python-runtime']", "{seen:#}"),
+            _ => refused(name),
+        }
     }
     for name in [
         "symlink_shadow",
@@ -387,12 +394,18 @@ async fn another_sessions_files_cannot_be_found() {
                 "{account}: {name} was not refused: {value}"
             );
         }
-        // its own /tmp and /dev/shm are empty, not A's
-        assert_eq!(seen["tmp"], "ok:[]", "{seen:#}");
+        // its own /tmp and /dev/shm are empty, not A's (but for the way to a runtime kept
+        // beneath /tmp, bound back into every session's /tmp)
+        let tmp_listing = match runtime_path_in_tmp() {
+            Some(first) => format!("ok:['{first}']"),
+            None => "ok:[]".to_owned(),
+        };
+        assert_eq!(seen["tmp"], tmp_listing.as_str(), "{seen:#}");
         assert_eq!(seen["shm"], "ok:[]", "{seen:#}");
         assert_eq!(seen["walk"], "ok:[]", "{seen:#}");
         let proc_roots = seen["proc_roots"].as_str().unwrap();
-        assert!(proc_roots.starts_with("ok:{'1/tmp': []"), "{proc_roots}");
+        let own_tmp = format!("ok:{{'1/tmp': {}", &tmp_listing[3..]);
+        assert!(proc_roots.starts_with(&own_tmp), "{proc_roots}");
 
         let call = s.bash(account, "b", &find, &limits).await.unwrap();
         assert!(!call.outcome.stdout.contains(&secret), "{:?}", call.outcome);
@@ -572,4 +585,15 @@ async fn one_account_cannot_open_too_many_sessions() {
     for t in &traced {
         t.assert_gone().await;
     }
+}
+
+/// When the checkout (and so the runtime) lives beneath `/tmp`: the first directory below
+/// `/tmp` on the way to it, which every session's own `/tmp` then shows.
+fn runtime_path_in_tmp() -> Option<String> {
+    let repo = repo_root();
+    let below = repo.strip_prefix("/tmp").ok()?;
+    below
+        .components()
+        .next()
+        .map(|first| first.as_os_str().to_string_lossy().into_owned())
 }
