@@ -15,7 +15,7 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use common::{harden_lib, limits, manager};
+use common::{harden_lib, limits, manager, tmp_skeleton};
 use tempfile::TempDir;
 use toolgate_sandbox::client::{CallOutcome, ManagerError, SessionManager, ZygoteError};
 
@@ -155,14 +155,23 @@ async fn a_hardened_session_is_pid_1_and_an_unprivileged_uid_with_its_own_tmp() 
     let root = workspace_root();
     let m = hardened_manager(root.path()).await;
     let probe = "import os, json\njson.dumps([os.getpid(), os.getuid(), os.getgid(), \
-                 sorted(p for p in os.listdir('/proc') if p.isdigit()), os.listdir('/tmp'), \
+                 sorted(p for p in os.listdir('/proc') if p.isdigit()), sorted(os.listdir('/tmp')), \
                  os.environ['HOME'], os.getcwd(), os.environ.get('TMPDIR')])";
     let first = exec(&m, "acct-a", "s1", probe).await;
     let seen: serde_json::Value = serde_json::from_str(text(&first).trim_matches('\'')).unwrap();
     let workspace = first.workspace.to_str().unwrap();
     assert_eq!(
         seen,
-        serde_json::json!([1, 1000, 1000, ["1"], [], workspace, workspace, "/tmp"])
+        serde_json::json!([
+            1,
+            1000,
+            1000,
+            ["1"],
+            tmp_skeleton(),
+            workspace,
+            workspace,
+            "/tmp"
+        ])
     );
     // The host sees the session's own host uid (the zygote's map: 1000 inside is it), and no
     // capability; the workspace belongs to that uid.
@@ -182,11 +191,18 @@ async fn a_hardened_session_is_pid_1_and_an_unprivileged_uid_with_its_own_tmp() 
 
     // /tmp is per session: what one writes there, the next one does not see.
     exec(&m, "acct-a", "s1", "open('/tmp/mine', 'w').write('x')").await;
-    let other = exec(&m, "acct-a", "s2", "import os\nos.listdir('/tmp')").await;
-    assert_eq!(text(&other), "[]");
+    let listing = "import os, json\njson.dumps(sorted(os.listdir('/tmp')))";
+    let other = exec(&m, "acct-a", "s2", listing).await;
+    let listed = |call: &CallOutcome| -> Vec<String> {
+        serde_json::from_str(text(call).trim_matches('\'')).unwrap()
+    };
+    assert_eq!(listed(&other), tmp_skeleton());
     assert_ne!(other.pid, first.pid);
-    let still = exec(&m, "acct-a", "s1", "import os\nos.listdir('/tmp')").await;
-    assert_eq!(text(&still), "['mine']");
+    let still = exec(&m, "acct-a", "s1", listing).await;
+    let mut mine = tmp_skeleton();
+    mine.push("mine".to_owned());
+    mine.sort();
+    assert_eq!(listed(&still), mine);
     m.shutdown().await;
 }
 

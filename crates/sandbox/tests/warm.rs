@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, harden_lib, limits, manager, outside_tmp, process_gone};
+use common::{eventually, harden_lib, limits, manager, outside_tmp, process_gone, tmp_skeleton};
 
 use toolgate_sandbox::client::{CallOutcome, CgroupMode, ManagerConfig, SessionManager};
 
@@ -122,7 +122,7 @@ async fn a_session_from_the_pool_is_confined_and_private_like_a_started_one() {
     assert_eq!(warm.len(), 2, "start returns with the pool full");
 
     let probe = "import os, json\njson.dumps([os.getpid(), os.getuid(), os.listdir('.'), \
-                 os.listdir('/tmp'), os.getcwd(), os.environ['HOME'], \
+                 sorted(os.listdir('/tmp')), os.getcwd(), os.environ['HOME'], \
                  sorted(p for p in os.listdir('/proc') if p.isdigit())])";
     let first = exec(&m, "acct-a", "s1", probe).await;
     assert!(warm.contains(&first.pid), "it took a warm session");
@@ -131,7 +131,7 @@ async fn a_session_from_the_pool_is_confined_and_private_like_a_started_one() {
     let workspace = first.workspace.to_str().unwrap();
     assert_eq!(
         json(&first),
-        serde_json::json!([1, 1000, [], [], workspace, workspace, ["1"]])
+        serde_json::json!([1, 1000, [], tmp_skeleton(), workspace, workspace, ["1"]])
     );
     // the workspace is the session's: private, its uid's, and where uploads and reads go
     let meta = std::fs::metadata(&first.workspace).unwrap();

@@ -108,3 +108,17 @@ pub fn outside_tmp() -> TempDir {
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
     dir
 }
+
+/// What a confined session's own `/tmp` holds before it writes anything: nothing, or, when the
+/// runtime lives beneath `/tmp` (a checkout there), the first directory on the way to it, bound
+/// back into every session's `/tmp`.
+pub fn tmp_skeleton() -> Vec<String> {
+    let runtime = zygote_config(None).runtime;
+    let runtime = runtime.canonicalize().unwrap_or(runtime);
+    runtime
+        .strip_prefix("/tmp")
+        .ok()
+        .and_then(|below| below.components().next())
+        .map(|first| vec![first.as_os_str().to_string_lossy().into_owned()])
+        .unwrap_or_default()
+}
