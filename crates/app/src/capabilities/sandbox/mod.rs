@@ -34,12 +34,19 @@ const MAX_SOURCE_BYTES: usize = 1024 * 1024;
 pub struct Sandbox {
     manager: Arc<SessionManager>,
     limits: LimitSettings,
+    /// `timeout_s` as `tools/list` shows it (it names the operator's limits).
+    timeout: Field,
 }
 
 impl Sandbox {
     /// Runs calls through `manager` under `limits`.
     pub fn new(manager: Arc<SessionManager>, limits: LimitSettings) -> Self {
-        Self { manager, limits }
+        let timeout = timeout_field(&limits);
+        Self {
+            manager,
+            limits,
+            timeout,
+        }
     }
 
     /// The four capabilities, in the order a call runs them: upload, python, bash, file.
@@ -69,7 +76,8 @@ fn session_id_field() -> Field {
     }
 }
 
-/// `timeout_s`, shared by `python` and `bash`.
+/// `timeout_s`, shared by `python` and `bash`. Made once per server: its description is leaked
+/// (a `Field` holds `'static` text), which must not happen per call.
 fn timeout_field(limits: &LimitSettings) -> Field {
     let description: &'static str = Box::leak(
         format!(

@@ -9,7 +9,7 @@ use toolgate_sandbox::client::{OutputChunk, OutputStream, Request};
 use super::render::{output_schema, render};
 use super::{
     Asked, MAX_SOURCE_BYTES, Sandbox, Scope, account_key, failure, files_field, session_id_field,
-    timeout_field, uploaded_files,
+    uploaded_files,
 };
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ProgressSink,
@@ -126,7 +126,7 @@ impl Capability for Runner {
         vec![
             own,
             session_id_field(),
-            timeout_field(&self.sandbox.limits),
+            self.sandbox.timeout.clone(),
             files_field(),
         ]
     }
