@@ -177,7 +177,7 @@ fn open_path(path: &Path) -> Result<File, HardenError> {
 fn hide_other_mounts(root: &Path, workspace: &Path) -> Result<(), HardenError> {
     let table =
         std::fs::read_to_string("/proc/self/mountinfo").map_err(HardenError::MountsHidden)?;
-    let mut others: Vec<PathBuf> = mount_points(&table)
+    let mut others: Vec<PathBuf> = toolgate_sandbox::mountinfo::mount_points(&table)
         .filter(|point| point.starts_with(root) && point != root)
         .filter(|point| !point.starts_with(workspace) && !workspace.starts_with(point))
         .collect();
@@ -193,42 +193,6 @@ fn hide_other_mounts(root: &Path, workspace: &Path) -> Result<(), HardenError> {
         }
     }
     Ok(())
-}
-
-/// The mount points of a `/proc/PID/mountinfo` text (field 5, with its octal escapes undone).
-pub(crate) fn mount_points(table: &str) -> impl Iterator<Item = PathBuf> + '_ {
-    table
-        .lines()
-        .filter_map(|line| line.split(' ').nth(4))
-        .map(|field| PathBuf::from(unescape_octal(field)))
-}
-
-/// `\040` → space, as the kernel escapes space, tab, newline and backslash in mountinfo.
-fn unescape_octal(field: &str) -> std::ffi::OsString {
-    use std::os::unix::ffi::OsStringExt;
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|d| bytes[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
-        match octal {
-            Some(digits) => {
-                out.push(
-                    digits
-                        .iter()
-                        .fold(0u8, |n, d| n.wrapping_mul(8).wrapping_add(d - b'0')),
-                );
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    std::ffi::OsString::from_vec(out)
 }
 
 /// Mounts a new filesystem of type `fstype` on `target`.
@@ -421,23 +385,4 @@ pub(crate) fn check_workspace_reachable(spec: &HardenSpec) -> Result<(), HardenE
         }
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod mountinfo_tests {
-    use super::*;
-
-    #[test]
-    fn mount_points_are_read_with_escapes_undone() {
-        let table = "36 35 98:0 /mnt1 /mnt/a\\040b rw,noatime master:1 - ext3 /dev/root rw\n\
-                     37 35 0:5 / /srv/sessions/acct/abc rw - tmpfs tmpfs rw,size=64k\n";
-        let points: Vec<PathBuf> = mount_points(table).collect();
-        assert_eq!(
-            points,
-            [
-                PathBuf::from("/mnt/a b"),
-                PathBuf::from("/srv/sessions/acct/abc")
-            ]
-        );
-    }
 }

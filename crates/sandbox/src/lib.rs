@@ -7,6 +7,7 @@
 #[cfg(feature = "client")]
 pub mod client;
 pub mod frame;
+pub mod mountinfo;
 pub mod policy;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};

@@ -35,7 +35,6 @@ use crate::policy::Limits;
 
 mod detect;
 
-pub(super) use detect::unescape;
 use detect::{
     find_v1, find_v2, make_instance, parse_mountinfo, parse_proc_cgroup, remove_stale_instances,
 };

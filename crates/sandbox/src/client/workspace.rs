@@ -245,7 +245,7 @@ pub(super) fn detach_stale_mounts(root: &Path) {
         let (Some(point), Some("tmpfs")) = (head.split(' ').nth(4), tail.split(' ').next()) else {
             continue;
         };
-        let point = PathBuf::from(super::cgroup::unescape(point));
+        let point = PathBuf::from(crate::mountinfo::unescape(point));
         let ours = point
             .strip_prefix(&root)
             .is_ok_and(|relative| relative.components().count() == 2);

@@ -2,6 +2,7 @@
 //! cgroup mount (from `/proc/self/mountinfo`), checked by membership, and for v2 the controllers
 //! handed down to it.
 
+use crate::mountinfo::unescape;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -62,39 +63,13 @@ pub(super) fn parse_mountinfo(text: &str) -> Vec<Mount> {
                 .map(str::to_owned)
                 .collect();
             Some(Mount {
-                root: unescape(head.get(3)?),
+                root: unescape(head.get(3)?).to_string_lossy().into_owned(),
                 point: PathBuf::from(unescape(head.get(4)?)),
                 fstype,
                 super_options,
             })
         })
         .collect()
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-pub(in crate::client) fn unescape(field: &str) -> String {
-    let bytes = field.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let octal = bytes
-            .get(i + 1..i + 4)
-            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|d| (b'0'..=b'7').contains(d)));
-        match octal {
-            Some(digits) => {
-                let value = digits
-                    .iter()
-                    .fold(0u32, |acc, d| acc * 8 + u32::from(d - b'0'));
-                out.push(u8::try_from(value).unwrap_or(b'?'));
-                i += 4;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The directory of our group `own` (as `/proc/self/cgroup` names it) under `mount`, if it is
