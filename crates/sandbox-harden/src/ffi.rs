@@ -81,13 +81,15 @@ pub unsafe extern "C" fn toolgate_zygote_init(err_buf: *mut u8, err_len: usize) 
 /// As [`toolgate_zygote_init`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn toolgate_before_session_fork(err_buf: *mut u8, err_len: usize) -> i32 {
-    let outcome = guarded(|| {
-        before_session_fork()
-            .map(|()| String::new())
-            .map_err(|error| format!("unshare(CLONE_NEWPID): {error}"))
-    });
     // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
-    unsafe { report(outcome, err_buf, err_len) }
+    unsafe {
+        zygote_step(
+            before_session_fork,
+            "unshare(CLONE_NEWPID)",
+            err_buf,
+            err_len,
+        )
+    }
 }
 
 /// In the zygote, right after `fork` (or its failure): its children's pid namespace is its own
@@ -98,13 +100,9 @@ pub unsafe extern "C" fn toolgate_before_session_fork(err_buf: *mut u8, err_len:
 /// As [`toolgate_zygote_init`].
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn toolgate_after_session_fork(err_buf: *mut u8, err_len: usize) -> i32 {
-    let outcome = guarded(|| {
-        after_session_fork()
-            .map(|()| String::new())
-            .map_err(|error| format!("setns(CLONE_NEWPID) back to the own namespace: {error}"))
-    });
+    let what = "setns(CLONE_NEWPID) back to the own namespace";
     // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
-    unsafe { report(outcome, err_buf, err_len) }
+    unsafe { zygote_step(after_session_fork, what, err_buf, err_len) }
 }
 
 /// In the zygote, after a successful fork: admits child `pid` as [`crate::admit_session`] does
@@ -212,6 +210,27 @@ fn guarded(body: impl FnOnce() -> Result<String, String>) -> Result<String, Stri
     // built from the payload (descriptors it owns are closed while unwinding).
     panic::catch_unwind(AssertUnwindSafe(body))
         .unwrap_or_else(|payload| Err(format!("internal panic: {}", panic_text(&*payload))))
+}
+
+/// Runs one of the zygote's own fork steps under [`guarded`] and reports it, its failure named
+/// by `what`.
+///
+/// # Safety
+///
+/// As [`report`].
+unsafe fn zygote_step(
+    step: fn() -> std::io::Result<()>,
+    what: &str,
+    buf: *mut u8,
+    len: usize,
+) -> i32 {
+    let outcome = guarded(|| {
+        step()
+            .map(|()| String::new())
+            .map_err(|error| format!("{what}: {error}"))
+    });
+    // SAFETY: passed on under this function's own contract.
+    unsafe { report(outcome, buf, len) }
 }
 
 /// Writes the outcome's message into the caller's buffer and returns 0 or -1.

@@ -15,30 +15,9 @@ mod common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
-use common::{harden_lib, limits, manager, tmp_skeleton};
+use common::{exec_ok as exec, harden_lib, limits, manager, text, tmp_skeleton};
 use tempfile::TempDir;
 use toolgate_sandbox::client::{CallOutcome, ManagerError, SessionManager, ZygoteError};
-
-async fn exec(m: &SessionManager, account: &str, id: &str, code: &str) -> CallOutcome {
-    let call = m
-        .exec(account, Some(id), code, &limits(60), &[], None)
-        .await
-        .unwrap();
-    assert!(
-        call.outcome.error.is_none(),
-        "{code:?} failed: {:?}\nstderr: {}",
-        call.outcome.error,
-        call.outcome.stderr
-    );
-    call
-}
-
-fn text(call: &CallOutcome) -> &str {
-    call.outcome
-        .result
-        .as_ref()
-        .map_or("", |value| value.text_plain.as_str())
-}
 
 /// What `statement` raises, by type name ('ok' when nothing).
 async fn raised(m: &SessionManager, account: &str, id: &str, statement: &str) -> String {

@@ -14,7 +14,7 @@ mod common;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use common::{eventually, limits, manager, process_gone};
+use common::{error_type, eventually, limits, manager, process_gone, text};
 use toolgate_sandbox::Limits;
 use toolgate_sandbox::client::{
     CallOutcome, CgroupMode, CgroupVersion, ManagerConfig, ManagerError, SessionError,
@@ -27,20 +27,6 @@ async fn confined(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> Sessio
         tweak(config);
     })
     .await
-}
-
-fn text(call: &CallOutcome) -> &str {
-    call.outcome
-        .result
-        .as_ref()
-        .map_or("", |value| value.text_plain.as_str())
-}
-
-fn error_type(call: &CallOutcome) -> &str {
-    call.outcome
-        .error
-        .as_ref()
-        .map_or("", |e| e.error_type.as_str())
 }
 
 fn limits_with(tweak: impl FnOnce(&mut Limits)) -> Limits {

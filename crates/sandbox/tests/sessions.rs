@@ -14,27 +14,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{eventually, limits, manager, process_gone, zygote_config};
+use common::{error_type, eventually, limits, manager, process_gone, text, zygote_config};
 
 use sha2::{Digest, Sha256};
 use toolgate_sandbox::client::{
     CallOutcome, Interruption, KillReason, ManagerConfig, ManagerError, OutputChunk, OutputStream,
     RequestKind, SessionError, SessionManager, ZygoteError,
 };
-
-fn text(call: &CallOutcome) -> &str {
-    call.outcome
-        .result
-        .as_ref()
-        .map_or("", |value| value.text_plain.as_str())
-}
-
-fn error_type(call: &CallOutcome) -> &str {
-    call.outcome
-        .error
-        .as_ref()
-        .map_or("", |e| e.error_type.as_str())
-}
 
 async fn exec(m: &SessionManager, account: &str, id: Option<&str>, code: &str) -> CallOutcome {
     m.exec(account, id, code, &limits(30), &[], None)

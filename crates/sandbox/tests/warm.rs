@@ -17,7 +17,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, harden_lib, limits, manager, outside_tmp, process_gone, tmp_skeleton};
+use common::{
+    eventually, exec_ok as exec, harden_lib, limits, manager, outside_tmp, process_gone, text,
+    tmp_skeleton,
+};
 
 use toolgate_sandbox::client::{CallOutcome, CgroupMode, ManagerConfig, SessionManager};
 
@@ -29,26 +32,6 @@ async fn warm_manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> Se
         tweak(config);
     })
     .await
-}
-
-async fn exec(m: &SessionManager, account: &str, id: &str, code: &str) -> CallOutcome {
-    let call = m
-        .exec(account, Some(id), code, &limits(30), &[], None)
-        .await
-        .unwrap();
-    assert!(
-        call.outcome.error.is_none(),
-        "{code:?} failed: {:?}",
-        call.outcome.error
-    );
-    call
-}
-
-fn text(call: &CallOutcome) -> &str {
-    call.outcome
-        .result
-        .as_ref()
-        .map_or("", |value| value.text_plain.as_str())
 }
 
 /// A `json.dumps(...)` result.

@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{limits, manager};
+use common::{limits, manager, text};
 use toolgate_sandbox::client::{
     CallOutcome, FileProblem, ManagerError, SessionManager, WorkspaceFile, WorkspaceRead,
 };
@@ -21,13 +21,6 @@ fn file(path: &str, content: &[u8]) -> WorkspaceFile {
         path: path.to_owned(),
         content: content.to_vec(),
     }
-}
-
-fn text(call: &CallOutcome) -> &str {
-    call.outcome
-        .result
-        .as_ref()
-        .map_or("", |value| value.text_plain.as_str())
 }
 
 async fn exec(m: &SessionManager, id: &str, code: &str, files: &[WorkspaceFile]) -> CallOutcome {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
-use toolgate_sandbox::client::{ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox::client::{CallOutcome, ManagerConfig, SessionManager, ZygoteConfig};
 use toolgate_sandbox::{LimitSettings, Limits};
 
 pub fn repo_root() -> PathBuf {
@@ -121,4 +121,35 @@ pub fn tmp_skeleton() -> Vec<String> {
         .and_then(|below| below.components().next())
         .map(|first| vec![first.as_os_str().to_string_lossy().into_owned()])
         .unwrap_or_default()
+}
+
+/// The text of a call's last value (empty without one).
+pub fn text(call: &CallOutcome) -> &str {
+    call.outcome
+        .result
+        .as_ref()
+        .map_or("", |value| value.text_plain.as_str())
+}
+
+/// The type of the exception a call raised (empty without one).
+pub fn error_type(call: &CallOutcome) -> &str {
+    call.outcome
+        .error
+        .as_ref()
+        .map_or("", |e| e.error_type.as_str())
+}
+
+/// Runs `code` in session `id`, failing the test if the call or the code fails.
+pub async fn exec_ok(m: &SessionManager, account: &str, id: &str, code: &str) -> CallOutcome {
+    let call = m
+        .exec(account, Some(id), code, &limits(60), &[], None)
+        .await
+        .unwrap();
+    assert!(
+        call.outcome.error.is_none(),
+        "{code:?} failed: {:?}\nstderr: {}",
+        call.outcome.error,
+        call.outcome.stderr
+    );
+    call
 }
