@@ -79,8 +79,11 @@ impl SqliteStore {
             .synchronous(synchronous)
             .foreign_keys(true)
             .busy_timeout(Duration::from_secs(10));
+        // A connection to a local file cannot drop, so the pool's ping before each acquire would
+        // be a wasted round trip to the connection's worker thread on every call.
         let writer = SqlitePoolOptions::new()
             .max_connections(1)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await
             .map_err(map_error)?;
@@ -90,6 +93,7 @@ impl SqliteStore {
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
         let reader = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options.read_only(true))
             .await
             .map_err(map_error)?;

@@ -219,7 +219,24 @@ async fn concurrent_calls_are_counted_exactly(store: Arc<dyn Store>, tag: &str) 
         let (store, id, month) = (store.clone(), account.id.clone(), month.clone());
         tokio::spawn(async move { store.admit_call(&charge(&id, &month, 10)).await.unwrap() })
     });
-    let outcomes = futures::future::join_all(tasks).await;
+    // Calls for an account that does not exist fail among them, and must fail alone: a backend
+    // that decides many calls in one transaction may not lose or double the others' rows.
+    let stranger = AccountId::generate();
+    let failing = (0..50).map(|_| {
+        let (store, id, month) = (store.clone(), stranger.clone(), month.clone());
+        tokio::spawn(async move { store.admit_call(&charge(&id, &month, 10)).await })
+    });
+    let (outcomes, failed) = futures::future::join(
+        futures::future::join_all(tasks),
+        futures::future::join_all(failing),
+    )
+    .await;
+    for outcome in failed {
+        assert!(
+            outcome.unwrap().is_err(),
+            "a call for an unknown account is an error"
+        );
+    }
     let admitted = outcomes
         .into_iter()
         .filter(|o| o.as_ref().unwrap().admitted())
