@@ -27,6 +27,7 @@ use std::fmt;
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal};
@@ -34,10 +35,13 @@ use rustix::process::{Pid, Signal};
 use crate::policy::Limits;
 
 mod detect;
+mod events;
 
 use detect::{
     find_v1, find_v2, make_instance, parse_mountinfo, parse_proc_cgroup, remove_stale_instances,
 };
+use events::EventFiles;
+pub(super) use events::MemoryEvents;
 
 /// Whether the manager puts sessions in cgroups.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -228,6 +232,7 @@ impl Cgroups {
             dirs: Vec::new(),
             memory_limit: limits.memory_bytes,
             removed: false,
+            counters: OnceLock::new(),
         };
         for (controller, base) in &self.bases {
             let dir = base.join(name);
@@ -238,6 +243,7 @@ impl Cgroups {
                         dirs: vec![(*controller, dir.clone())],
                         memory_limit: 0,
                         removed: false,
+                        counters: OnceLock::new(),
                     };
                     old.destroy()?;
                     fs::create_dir(&dir).map_err(io_error("creating the session's group"))?;
@@ -269,26 +275,6 @@ impl Drop for Cgroups {
     }
 }
 
-/// The OOM evidence of a session's memory group.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) struct MemoryEvents {
-    /// Processes the OOM killer killed (None: this kernel does not say).
-    pub oom_kills: Option<u64>,
-    /// Times the usage hit the limit (v1 `memory.failcnt`, v2 `memory.events` max).
-    pub limit_hits: u64,
-}
-
-impl MemoryEvents {
-    /// Whether the OOM killer struck between `self` and `later`: its count, or, on kernels
-    /// without one, the limit being hit.
-    pub(super) fn oom_since(&self, later: &Self) -> u64 {
-        match (self.oom_kills, later.oom_kills) {
-            (Some(before), Some(after)) => after.saturating_sub(before),
-            _ => u64::from(later.limit_hits > self.limit_hits),
-        }
-    }
-}
-
 /// One session's groups. Dropping it kills what is left in them and removes them (blocking);
 /// [`SessionCgroup::destroy`] does the same and says how it went.
 #[derive(Debug)]
@@ -297,6 +283,8 @@ pub(super) struct SessionCgroup {
     /// The memory limit it was made with, in bytes (0: none).
     memory_limit: u64,
     removed: bool,
+    /// The OOM counters, opened on first use.
+    counters: OnceLock<EventFiles>,
 }
 
 impl SessionCgroup {
@@ -324,28 +312,12 @@ impl SessionCgroup {
         Ok(())
     }
 
-    /// The OOM evidence so far (all zero without a memory controller).
+    /// The OOM evidence so far (all zero without a memory controller). The counter files are
+    /// opened once and read again from their start on every call, not looked up by path.
     pub(super) fn memory_events(&self) -> MemoryEvents {
-        let mut events = MemoryEvents::default();
-        for (controller, dir) in &self.dirs {
-            match controller {
-                Controller::Memory => {
-                    let control = fs::read_to_string(dir.join("memory.oom_control"));
-                    events.oom_kills = control.ok().and_then(|t| keyed(&t, "oom_kill"));
-                    events.limit_hits = fs::read_to_string(dir.join("memory.failcnt"))
-                        .ok()
-                        .and_then(|t| t.trim().parse().ok())
-                        .unwrap_or(0);
-                }
-                Controller::Unified => {
-                    let text = fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
-                    events.oom_kills = keyed(&text, "oom_kill");
-                    events.limit_hits = keyed(&text, "max").unwrap_or(0);
-                }
-                _ => {}
-            }
-        }
-        events
+        self.counters
+            .get_or_init(|| EventFiles::open(&self.dirs))
+            .read()
     }
 
     fn set_limits(
@@ -410,6 +382,8 @@ impl SessionCgroup {
         if self.removed {
             return Ok(());
         }
+        // handles on the group's files are let go before the group is removed
+        self.counters.take();
         let killed = self.kill_all();
         let deadline = Instant::now() + KILL_DEADLINE;
         let mut removed = Ok(());
@@ -527,44 +501,4 @@ fn freeze(dir: &Path) -> bool {
 fn write_file(dir: &Path, file: &str, value: &str) -> io::Result<()> {
     let mut handle = fs::OpenOptions::new().write(true).open(dir.join(file))?;
     handle.write_all(value.as_bytes())
-}
-
-/// The number after `key ` on a line of a flat-keyed cgroup file.
-fn keyed(text: &str, key: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let (name, value) = line.split_once(' ')?;
-        (name == key).then(|| value.trim().parse().ok()).flatten()
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn flat_keyed_files_give_the_oom_count() {
-        let v1 = "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n";
-        assert_eq!(keyed(v1, "oom_kill"), Some(3));
-        let v2 = "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n";
-        assert_eq!(keyed(v2, "oom_kill"), Some(1));
-        assert_eq!(keyed(v2, "max"), Some(12));
-        assert_eq!(keyed("oom_kill_disable 0\n", "oom_kill"), None);
-        let before = MemoryEvents {
-            oom_kills: Some(1),
-            limit_hits: 5,
-        };
-        let after = MemoryEvents {
-            oom_kills: Some(2),
-            limit_hits: 9,
-        };
-        assert_eq!(before.oom_since(&after), 1);
-        // without the counter, hitting the limit is the evidence
-        let old_kernel = |hits| MemoryEvents {
-            oom_kills: None,
-            limit_hits: hits,
-        };
-        assert_eq!(old_kernel(0).oom_since(&old_kernel(4)), 1);
-        assert_eq!(old_kernel(4).oom_since(&old_kernel(4)), 0);
-    }
 }

@@ -203,7 +203,7 @@ impl SessionManager {
             let (entry, slot) = loop {
                 match self.inner.admit(account, Name::Call(n), limits)? {
                     Admit::New(entry, slot, _) => break (entry, slot),
-                    Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), warm).await,
+                    Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
                     // a new name has no entry yet
                     Admit::Existing(_) | Admit::Expired(..) => return Err(ManagerError::ShutDown),
                 }
@@ -239,7 +239,7 @@ impl SessionManager {
                 Admit::Expired(entry, slot) => {
                     retire(Arc::clone(&self.inner), entry, slot, true).await;
                 }
-                Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), warm).await,
+                Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
             }
         }
     }

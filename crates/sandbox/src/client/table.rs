@@ -161,7 +161,7 @@ pub(super) enum Admit {
     Expired(Arc<Entry>, OwnedMutexGuard<Slot>),
     /// every uid is taken, some by a warm session of other limits: discard it (which gives its
     /// uid back), then admit again
-    Evict(Warm),
+    Evict(Box<Warm>),
 }
 
 impl Inner {
@@ -240,7 +240,7 @@ impl Inner {
                         table.accounts.remove(account);
                     }
                     return match table.pool.evict() {
-                        Some(warm) => Ok(Admit::Evict(warm)),
+                        Some(warm) => Ok(Admit::Evict(Box::new(warm))),
                         None => Err(ManagerError::NoFreeUid(self.config.uid_count)),
                     };
                 };

@@ -263,6 +263,7 @@ pub(super) fn remove_stale_instances(controller: Controller, top: &Path) {
                         dirs: vec![(controller, session.path())],
                         memory_limit: 0,
                         removed: false,
+                        counters: std::sync::OnceLock::new(),
                     };
                     let _ = stale.destroy();
                 }
@@ -345,6 +346,7 @@ mod tests {
             dirs: vec![(Controller::Unified, session.clone())],
             memory_limit: 1 << 30,
             removed: true, // a fake tree cannot be removed as cgroupfs would
+            counters: std::sync::OnceLock::new(),
         };
         let limits = crate::LimitSettings::default().for_call(None).unwrap();
         group.set_limits(&limits, Some(500)).unwrap();
