@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use toolgate_domain::Account;
 
-use crate::schema::FieldKind;
+pub use crate::schema::FieldKind;
 
 /// A JSON object, as tool arguments arrive.
 pub type JsonObject = Map<String, Value>;
@@ -147,6 +147,13 @@ pub trait Capability: Send + Sync {
     /// Checks what field types cannot (combinations, formats) before the call is metered.
     fn validate(&self, _args: &JsonObject) -> Result<(), String> {
         Ok(())
+    }
+
+    /// Whether it may run while the call's charge is still being made durable (the answer waits
+    /// for it either way). Work that reads metering state, which must include this very call,
+    /// keeps the default and runs only after the commit.
+    fn overlaps_commit(&self) -> bool {
+        false
     }
 
     /// Runs it. Only called after the call was admitted and metered.

@@ -22,6 +22,7 @@ pub use capability::{
 };
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
+pub use toolgate_store::{Decided, Recorded};
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
 #[derive(Clone)]

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
-use toolgate_domain::{Account, Admission, BillingStatus, MonthKey, Pricing};
-use toolgate_store::{CallCharge, Store, StoreError};
+use toolgate_domain::{Account, BillingStatus, MonthKey, Pricing};
+use toolgate_store::{CallCharge, Decided, Store, StoreError};
 
 /// Why metering could not answer.
 #[derive(Debug, thiserror::Error)]
@@ -42,8 +42,10 @@ impl Meter {
         &self.pricing
     }
 
-    /// Charges one call of `tool` to the current UTC month's allowance, else the wallet.
-    pub async fn admit(&self, account: &Account, tool: &str) -> Result<Admission, MeterError> {
+    /// Charges one call of `tool` to the current UTC month's allowance, else the wallet. The
+    /// answer may come before the charge is durable: the call may start at once, and its result
+    /// goes out only after [`Decided::recorded`] resolves.
+    pub async fn admit(&self, account: &Account, tool: &str) -> Result<Decided, MeterError> {
         let month = MonthKey::now();
         let charge = CallCharge {
             account: &account.id,
@@ -52,7 +54,7 @@ impl Meter {
             free_monthly_calls: self.pricing.free_monthly_calls,
             paid_call_cost: self.pricing.paid_call_cost,
         };
-        Ok(self.store.admit_call(&charge).await?)
+        Ok(self.store.decide_call(&charge).await?)
     }
 
     /// The billing status record as of now.

@@ -49,6 +49,14 @@ pub struct Plan {
     kind: ToolKind,
     selected: Vec<usize>,
     args: JsonObject,
+    overlaps_commit: bool,
+}
+
+impl Plan {
+    /// Whether every capability of the call may run while its charge is being committed.
+    pub fn overlaps_commit(&self) -> bool {
+        self.overlaps_commit
+    }
 }
 
 /// What the dispatcher returns: content, structured output, and whether any capability failed.
@@ -128,10 +136,16 @@ impl Registry {
                 accepted(&owned)
             )));
         }
+        let overlaps_commit = selected.iter().all(|&index| {
+            self.capabilities
+                .get(index)
+                .is_some_and(|cap| cap.overlaps_commit())
+        });
         Ok(Plan {
             kind,
             selected,
             args,
+            overlaps_commit,
         })
     }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+use futures::future::OptionFuture;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
@@ -16,7 +17,10 @@ use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolgate_app::{App, CallContext, ContentItem, ProgressSink, ToolOutcome as Outcome, ToolSpec};
+use toolgate_app::{
+    App, CallContext, ContentItem, Decided, ProgressSink, Recorded, ToolOutcome as Outcome,
+    ToolSpec,
+};
 use toolgate_domain::{Account, Admission};
 
 use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
@@ -119,8 +123,11 @@ impl McpHandler {
                 return (Ok(result), ToolOutcome::InvalidArguments);
             }
         };
-        match self.app.meter.admit(caller, &spec.name).await {
-            Ok(Admission::Refused) => {
+        let recorded = match self.app.meter.admit(caller, &spec.name).await {
+            Ok(Decided {
+                admission: Admission::Refused,
+                ..
+            }) => {
                 let message = self.app.meter.refusal_message();
                 return (
                     Err(McpError::new(
@@ -131,20 +138,21 @@ impl McpHandler {
                     ToolOutcome::Refused,
                 );
             }
-            Ok(_) => {}
+            Ok(decided) => decided.recorded,
             Err(err) => {
                 tracing::error!(error = %err, tool = %spec.name, "admission failed");
-                let message = "The service could not record this call, so it did not run and nothing was charged; please retry.";
-                return (
-                    Err(McpError::new(
-                        ErrorCode(INTERNAL_ERROR as i32),
-                        message,
-                        None,
-                    )),
-                    ToolOutcome::Internal,
-                );
+                return not_recorded();
             }
-        }
+        };
+        // Work that reads metering state must see this call's charge: it waits for the commit.
+        let recorded = if plan.overlaps_commit() {
+            Some(recorded)
+        } else if let Err(err) = recorded.wait().await {
+            tracing::error!(error = %err, tool = %spec.name, "admission failed");
+            return not_recorded();
+        } else {
+            None
+        };
         let progress = context
             .meta
             .get_progress_token()
@@ -157,6 +165,11 @@ impl McpHandler {
             cancel: Some(&context.ct),
         };
         let outcome = self.app.registry.run(&plan, &ctx).await;
+        // The charge's commit ran alongside the call; the answer waits for it. If it failed,
+        // the call has run all the same and goes uncharged: its output is still the caller's.
+        if let Some(Err(err)) = OptionFuture::from(recorded.map(Recorded::wait)).await {
+            tracing::error!(error = %err, tool = %spec.name, "a call ran but its charge could not be recorded; it is free");
+        }
         let label = if outcome.is_error {
             ToolOutcome::ToolError
         } else {
@@ -164,6 +177,19 @@ impl McpHandler {
         };
         (Ok(to_rmcp_result(outcome)), label)
     }
+}
+
+/// The answer to a call whose charge could not be recorded before it would have run.
+fn not_recorded() -> (Result<CallToolResult, McpError>, ToolOutcome) {
+    let message = "The service could not record this call, so it did not run and nothing was charged; please retry.";
+    (
+        Err(McpError::new(
+            ErrorCode(INTERNAL_ERROR as i32),
+            message,
+            None,
+        )),
+        ToolOutcome::Internal,
+    )
 }
 
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {
@@ -310,3 +336,7 @@ impl ServerHandler for McpHandler {
         Err(not_offered("resource templates"))
     }
 }
+
+#[cfg(test)]
+#[path = "handler_tests.rs"]
+mod tests;

@@ -1,17 +1,19 @@
 //! Group commit for call admissions: one writer task drains every admission waiting at the
-//! moment into one transaction, so the commit's fsync is shared, and answers each caller
-//! only after that commit is durable.
+//! moment into one transaction, so the commit's fsync is shared. Each caller hears its decision
+//! as soon as its statements have run, and separately when the commit is durable: the call's
+//! work overlaps the fsync, and the caller answers its client only after both.
 //!
 //! Each admission is one multi-statement SQL text, so it costs one round trip to the
 //! connection's worker thread; a call that finds the writer idle sends its transaction's
 //! `BEGIN` and `COMMIT` in that same text. Thread hops, not SQL, dominated the metered path.
 
+use futures::TryStreamExt;
 use sqlx::pool::PoolConnection;
-use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteArguments, SqliteRow};
+use sqlx::{Arguments, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 use toolgate_domain::{Admission, Micros};
-use toolgate_store::{CallCharge, StoreError, now_millis};
+use toolgate_store::{CallCharge, Decided, Recorded, StoreError, now_millis};
 
 use crate::rows::map_error;
 
@@ -64,43 +66,96 @@ const ALONE: &str = concat!("BEGIN IMMEDIATE;", admission!(), "COMMIT;");
 /// A call among others: a savepoint, so that its failure undoes only its own rows.
 const IN_BATCH: &str = concat!("SAVEPOINT admission;", admission!(), "RELEASE admission;");
 
-/// One call waiting to be admitted, with the channel its answer goes back on.
+/// One call waiting to be admitted, with the channels its two answers go back on.
 pub(crate) struct AdmitJob {
     account: String,
     month: String,
     tool: String,
     free_monthly_calls: i64,
     paid_call_cost: i64,
-    reply: oneshot::Sender<Result<Admission, StoreError>>,
+    decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
+    recorded: oneshot::Sender<Result<(), StoreError>>,
+}
+
+/// What the caller of [`AdmitJob::new`] waits on.
+pub(crate) struct Answers {
+    decided: oneshot::Receiver<Result<Admission, StoreError>>,
+    recorded: oneshot::Receiver<Result<(), StoreError>>,
+}
+
+impl Answers {
+    /// The decision, and the durability still to come.
+    pub(crate) async fn decided(self) -> Result<Decided, StoreError> {
+        let stopped = || StoreError::Unavailable("the metering writer dropped a call".to_owned());
+        let admission = self.decided.await.map_err(|_| stopped())??;
+        let recorded = self.recorded;
+        Ok(Decided {
+            admission,
+            recorded: Recorded::when(async move { recorded.await.map_err(|_| stopped())? }),
+        })
+    }
 }
 
 impl AdmitJob {
-    pub(crate) fn new(
-        charge: &CallCharge<'_>,
-        reply: oneshot::Sender<Result<Admission, StoreError>>,
-    ) -> Self {
-        Self {
+    pub(crate) fn new(charge: &CallCharge<'_>) -> (Self, Answers) {
+        let (decided, decided_rx) = oneshot::channel();
+        let (recorded, recorded_rx) = oneshot::channel();
+        let job = Self {
             account: charge.account.as_str().to_owned(),
             month: charge.month.as_str().to_owned(),
             tool: charge.tool.to_owned(),
             free_monthly_calls: charge.free_monthly_calls,
             paid_call_cost: charge.paid_call_cost.0,
-            reply,
+            decided: Some(decided),
+            recorded,
+        };
+        let answers = Answers {
+            decided: decided_rx,
+            recorded: recorded_rx,
+        };
+        (job, answers)
+    }
+
+    fn arguments(&self) -> Result<SqliteArguments, sqlx::Error> {
+        let mut args = SqliteArguments::default();
+        args.add(self.account.clone())
+            .map_err(sqlx::Error::Encode)?;
+        args.add(self.month.clone()).map_err(sqlx::Error::Encode)?;
+        args.add(self.tool.clone()).map_err(sqlx::Error::Encode)?;
+        args.add(self.free_monthly_calls)
+            .map_err(sqlx::Error::Encode)?;
+        args.add(self.paid_call_cost).map_err(sqlx::Error::Encode)?;
+        args.add(now_millis()).map_err(sqlx::Error::Encode)?;
+        Ok(args)
+    }
+
+    /// Passes the decision on (once; later calls are ignored).
+    fn decide(&mut self, outcome: Result<Admission, StoreError>) {
+        if let Some(decided) = self.decided.take() {
+            // A caller that went away no longer needs its answer; its ledger row stands.
+            let _ = decided.send(outcome);
         }
     }
 
-    async fn run(&self, conn: &mut SqliteConnection, sql: &'static str) -> sqlx::Result<Admission> {
-        let rows = sqlx::query(sql)
-            .bind(&self.account)
-            .bind(&self.month)
-            .bind(&self.tool)
-            .bind(self.free_monthly_calls)
-            .bind(self.paid_call_cost)
-            .bind(now_millis())
-            .fetch_all(conn)
-            .await?;
-        rows.first()
-            .map_or(Ok(Admission::Refused), admission_from_row)
+    /// Passes on whether the decision is durable, deciding "refused" if nothing paid.
+    fn record(mut self, outcome: Result<(), StoreError>) {
+        match &outcome {
+            Ok(()) => self.decide(Ok(Admission::Refused)),
+            Err(error) => self.decide(Err(StoreError::Unavailable(error.to_string()))),
+        }
+        let _ = self.recorded.send(outcome);
+    }
+
+    /// Runs the job's statements in `sql`, passing on the decision as soon as its row arrives;
+    /// the text may go on (with a `COMMIT`) after that row.
+    async fn run(&mut self, conn: &mut SqliteConnection, sql: &'static str) -> sqlx::Result<()> {
+        let arguments = self.arguments()?;
+        let mut rows = sqlx::query_with(sql, arguments).fetch(conn);
+        while let Some(row) = rows.try_next().await? {
+            let admission = admission_from_row(&row)?;
+            self.decide(Ok(admission));
+        }
+        Ok(())
     }
 }
 
@@ -126,63 +181,63 @@ pub(crate) fn spawn_writer(pool: SqlitePool) -> mpsc::Sender<AdmitJob> {
 async fn run_writer(pool: SqlitePool, mut receiver: mpsc::Receiver<AdmitJob>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while receiver.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        let decided = match pool.acquire().await {
-            Ok(mut conn) => decide(&mut conn, &batch).await,
-            Err(error) => fail_all(batch.len(), &map_error(error)),
-        };
-        for (job, outcome) in batch.drain(..).zip(decided) {
-            // A caller that went away no longer needs its answer; its ledger row stands.
-            let _ = job.reply.send(outcome);
+        match pool.acquire().await {
+            Ok(mut conn) => decide(&mut conn, &mut batch).await,
+            Err(error) => {
+                let error = map_error(error);
+                for job in batch.drain(..) {
+                    job.record(Err(StoreError::Unavailable(error.to_string())));
+                }
+            }
         }
     }
 }
 
-async fn decide(
-    conn: &mut PoolConnection<Sqlite>,
-    batch: &[AdmitJob],
-) -> Vec<Result<Admission, StoreError>> {
-    if let [job] = batch {
+/// Decides and records every job of `batch`, emptying it.
+async fn decide(conn: &mut PoolConnection<Sqlite>, batch: &mut Vec<AdmitJob>) {
+    if batch.len() == 1
+        && let Some(mut job) = batch.pop()
+    {
         let outcome = job.run(conn, ALONE).await;
         if outcome.is_err() {
             // Whatever failed may have left the transaction open; it must not stay so.
             let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
         }
-        return vec![outcome.map_err(map_error)];
+        job.record(outcome.map_err(map_error));
+        return;
     }
-    decide_batch(conn, batch).await
+    decide_batch(conn, batch).await;
 }
 
 /// Decides every job in one transaction; if the commit fails, every job fails with it.
-async fn decide_batch(
-    conn: &mut SqliteConnection,
-    batch: &[AdmitJob],
-) -> Vec<Result<Admission, StoreError>> {
+async fn decide_batch(conn: &mut SqliteConnection, batch: &mut Vec<AdmitJob>) {
     if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-        return fail_all(batch.len(), &map_error(error));
+        return record_all(batch, &Err(map_error(error)));
     }
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for job in batch {
-        let outcome = job.run(conn, IN_BATCH).await;
-        if outcome.is_err() {
+    for job in batch.iter_mut() {
+        if let Err(error) = job.run(conn, IN_BATCH).await {
             let _ = sqlx::query("ROLLBACK TO admission; RELEASE admission")
                 .execute(&mut *conn)
                 .await;
+            job.decide(Err(map_error(error)));
         }
-        outcomes.push(outcome.map_err(map_error));
     }
     match sqlx::query("COMMIT").execute(&mut *conn).await {
-        Ok(_) => outcomes,
+        Ok(_) => record_all(batch, &Ok(())),
         Err(error) => {
             tracing::error!(%error, calls = batch.len(), "metering commit failed");
             let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            fail_all(batch.len(), &map_error(error))
+            record_all(batch, &Err(map_error(error)));
         }
     }
 }
 
-fn fail_all(count: usize, error: &StoreError) -> Vec<Result<Admission, StoreError>> {
-    let text = error.to_string();
-    (0..count)
-        .map(|_| Err(StoreError::Unavailable(text.clone())))
-        .collect()
+fn record_all(batch: &mut Vec<AdmitJob>, outcome: &Result<(), StoreError>) {
+    for job in batch.drain(..) {
+        let outcome = match outcome {
+            Ok(()) => Ok(()),
+            Err(error) => Err(StoreError::Unavailable(error.to_string())),
+        };
+        job.record(outcome);
+    }
 }

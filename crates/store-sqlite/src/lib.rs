@@ -16,12 +16,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::SqlitePool;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use toolgate_domain::{
     Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
 };
 use toolgate_store::{
-    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns,
+    Accounts, CallCharge, Decided, Metering, NewAccount, StoreError, account_from_columns,
     key_hash_from_column, now_millis,
 };
 
@@ -203,15 +203,18 @@ impl SqliteStore {
 #[async_trait]
 impl Metering for SqliteStore {
     async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {
-        let (reply, answer) = oneshot::channel();
-        let job = AdmitJob::new(charge, reply);
+        let decided = self.decide_call(charge).await?;
+        decided.recorded.wait().await?;
+        Ok(decided.admission)
+    }
+
+    async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
+        let (job, answers) = AdmitJob::new(charge);
         self.admissions
             .send(job)
             .await
             .map_err(|_| StoreError::Unavailable("the metering writer has stopped".to_owned()))?;
-        answer
-            .await
-            .map_err(|_| StoreError::Unavailable("the metering writer dropped a call".to_owned()))?
+        answers.decided().await
     }
 
     async fn credit_wallet(

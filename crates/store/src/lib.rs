@@ -3,6 +3,9 @@
 //! Backends (`toolgate-store-sqlite`, `toolgate-store-postgres`) implement [`Store`]; the
 //! binary picks one at start-up and hands the rest of the service an `Arc<dyn Store>`.
 
+use std::future::Future;
+use std::pin::Pin;
+
 use async_trait::async_trait;
 use toolgate_domain::{
     Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
@@ -51,6 +54,53 @@ pub struct CallCharge<'a> {
     pub paid_call_cost: Micros,
 }
 
+/// The answer to one admission as soon as it is decided; its ledger row may still be on its way
+/// to disk, so a caller may start the call's work at once but answers only after `recorded`.
+#[derive(Debug)]
+pub struct Decided {
+    /// Who paid, or the refusal.
+    pub admission: Admission,
+    /// Resolves once the admission is durable (at once for a refusal).
+    pub recorded: Recorded,
+}
+
+/// Whether a decided admission has been made durable; see [`Decided`].
+#[must_use = "an admitted call must not be answered before its record is durable"]
+pub struct Recorded(Option<PendingCommit>);
+
+/// A commit on its way to disk, as the backend reports it.
+type PendingCommit = Pin<Box<dyn Future<Output = Result<(), StoreError>> + Send>>;
+
+impl Recorded {
+    /// Durable already: the backend decided and committed together.
+    pub fn already() -> Self {
+        Self(None)
+    }
+
+    /// Durable when `commit` resolves.
+    pub fn when(commit: impl Future<Output = Result<(), StoreError>> + Send + 'static) -> Self {
+        Self(Some(Box::pin(commit)))
+    }
+
+    /// Waits until the admission is durable; an error means it never will be (it was undone).
+    pub async fn wait(self) -> Result<(), StoreError> {
+        match self.0 {
+            Some(commit) => commit.await,
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Recorded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Recorded(pending)"
+        } else {
+            "Recorded(done)"
+        })
+    }
+}
+
 /// Accounts and their keys.
 #[async_trait]
 pub trait Accounts: Send + Sync {
@@ -84,6 +134,17 @@ pub trait Metering: Send + Sync {
     /// transaction. An admitted call's ledger row is durable when this returns; a refused
     /// call changes nothing. Concurrent calls never overdraw or double-count.
     async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError>;
+
+    /// Decides one call exactly as [`Metering::admit_call`] does, but may answer before the
+    /// decision is durable, so that the call's work overlaps the commit. Backends that cannot
+    /// split the two answer after the commit.
+    async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
+        let admission = self.admit_call(charge).await?;
+        Ok(Decided {
+            admission,
+            recorded: Recorded::already(),
+        })
+    }
 
     /// Adds `amount` to the wallet and records the credit under `reference`, at most once per
     /// reference. Returns the new balance and whether this call applied the credit.

@@ -395,3 +395,104 @@ async fn too_many_sessions_is_a_clear_error_and_others_keep_working() {
     let again = f.write(json!({"code": "7", "session_id": "a"})).await;
     assert_eq!(text(&again), "7");
 }
+
+/// Session work starts while its charge is still being committed; the answer must wait for the
+/// commit all the same. Killed mid-burst, the server may have admitted calls it never answered,
+/// but every answer a client saw is in the ledger, and the restarted server cleans up after the
+/// dead sessions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answered_session_call_is_in_the_ledger_after_a_kill() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    const CONNECTIONS: usize = 3; // one session each, the fixture's cap
+    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "alice@example.org");
+    credit(&storage, "alice@example.org", "5.00");
+    let mut flags = sandbox_flags(dir.path());
+    flags.extend(["--free-monthly-calls".to_owned(), "5".to_owned()]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut server = Server::start(&storage, &flags).await;
+
+    let answered = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut loops = Vec::new();
+    for n in 0..CONNECTIONS {
+        let (url, answered, stop) = (server.personal(&alice.key), answered.clone(), stop.clone());
+        let body = tool_call(
+            "svc_write",
+            json!({"code": "1+1", "session_id": format!("s{n}")}),
+        );
+        loops.push(tokio::spawn(async move {
+            let http = client();
+            while !stop.load(Ordering::SeqCst) {
+                let Ok(reply) = http.post(&url).json(&body).send().await else {
+                    return; // killed
+                };
+                let Ok(text) = reply.text().await else {
+                    return;
+                };
+                let parsed: Value = serde_json::from_str(&text).unwrap_or_default();
+                if parsed["result"]["structuredContent"]["python"]["result"]["text"] == "2" {
+                    answered.fetch_add(1, Ordering::SeqCst);
+                } else if !text.is_empty() {
+                    panic!("unexpected answer before the kill: {text}");
+                }
+            }
+        }));
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while answered.load(Ordering::SeqCst) < 150 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "150 answers did not come in 60 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    server.kill();
+    stop.store(true, Ordering::SeqCst);
+    for task in loops {
+        task.await.unwrap();
+    }
+    let seen = i64::try_from(answered.load(Ordering::SeqCst)).unwrap();
+
+    let (free, paid) = storage.ledger_counts(&alice.id).await;
+    assert!(
+        free + paid >= seen,
+        "every answer is in the ledger: ledger {free} free + {paid} paid, answers {seen}"
+    );
+    assert!(
+        free + paid <= seen + CONNECTIONS as i64,
+        "at most one unanswered call per connection was admitted: ledger {}, answers {seen}",
+        free + paid
+    );
+    assert_eq!(free, 5, "the allowance was used first");
+
+    // the next start finds the dead run's mounts and groups and removes them
+    let mut server = Server::start(&storage, &flags).await;
+    let http = client();
+    let again = post_personal(
+        &http,
+        &server,
+        &alice.key,
+        &tool_call("svc_write", json!({"code": "40 + 2", "session_id": "s0"})),
+    )
+    .await
+    .result();
+    assert_eq!(text(&again), "42", "{again}");
+    assert_eq!(
+        again["structuredContent"]["python"]["session"]["fresh"],
+        true
+    );
+    server.stop();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let root = dir.path().to_string_lossy().into_owned();
+    let left: Vec<&str> = table.lines().filter(|l| l.contains(&root)).collect();
+    assert!(left.is_empty(), "mounts left behind: {left:?}");
+}

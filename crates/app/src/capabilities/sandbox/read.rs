@@ -64,6 +64,11 @@ impl Capability for ReadFile {
         }, "required": ["path", "size", "encoding", "mime_type", "content"]})
     }
 
+    /// Session work does not read metering state, so it starts while the charge commits.
+    fn overlaps_commit(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("path")
     }

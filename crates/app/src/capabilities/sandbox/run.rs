@@ -135,6 +135,11 @@ impl Capability for Runner {
         output_schema()
     }
 
+    /// Session work does not read metering state, so it starts while the charge commits.
+    fn overlaps_commit(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key(self.field())
     }
@@ -241,6 +246,11 @@ impl Capability for Upload {
                 "path": {"type": "string"}, "bytes": {"type": "integer"}}}},
             "session": {"type": "object"},
         }, "required": ["files"]})
+    }
+
+    /// Session work does not read metering state, so it starts while the charge commits.
+    fn overlaps_commit(&self) -> bool {
+        true
     }
 
     fn wants(&self, args: &JsonObject) -> bool {
