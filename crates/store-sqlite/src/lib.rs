@@ -6,11 +6,14 @@
 //! answer only after its ledger row is durable.
 
 mod admit;
+mod allowance;
 mod epoch;
 mod rows;
 
-use std::path::Path;
+use std::fs::{File, TryLockError};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -26,6 +29,7 @@ use toolgate_store::{
 };
 
 use crate::admit::AdmitJob;
+use crate::allowance::{Mirror, Submitted};
 use crate::epoch::KeyEpoch;
 use crate::rows::map_error;
 
@@ -57,7 +61,11 @@ pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
     admissions: mpsc::Sender<AdmitJob>,
-    key_epoch: std::sync::Arc<KeyEpoch>,
+    mirror: Arc<Mirror>,
+    key_epoch: Arc<KeyEpoch>,
+    /// Held while this process serves: see [`SqliteStore::serve_exclusively`].
+    serving: Arc<OnceLock<File>>,
+    path: PathBuf,
 }
 
 impl SqliteStore {
@@ -97,7 +105,8 @@ impl SqliteStore {
             .connect_with(options.read_only(true))
             .await
             .map_err(map_error)?;
-        let admissions = admit::spawn_writer(writer.clone());
+        let mirror = Arc::new(Mirror::default());
+        let admissions = admit::spawn_writer(writer.clone(), Arc::clone(&mirror));
         let key_epoch = KeyEpoch::beside(path).map_err(|e| {
             StoreError::Unavailable(format!("cannot create the key epoch file: {e}"))
         })?;
@@ -105,8 +114,42 @@ impl SqliteStore {
             writer,
             reader,
             admissions,
-            key_epoch: std::sync::Arc::new(key_epoch),
+            mirror,
+            key_epoch: Arc::new(key_epoch),
+            serving: Arc::new(OnceLock::new()),
+            path: path.to_owned(),
         })
+    }
+
+    /// Claims the database for this process's `serve`, for as long as the store lives: a
+    /// second server on the same file is refused rather than left to double-spend allowances.
+    /// With the claim, calls certain to be admitted (see `allowance`) start without waiting
+    /// for the database; they are still decided and recorded there before they are answered.
+    pub fn serve_exclusively(&self) -> Result<(), StoreError> {
+        let mut name = self.path.as_os_str().to_owned();
+        name.push("-serve.lock");
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(PathBuf::from(name))
+            .map_err(|e| StoreError::Unavailable(format!("cannot open the serve lock: {e}")))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => {
+                return Err(StoreError::Conflict(
+                    "another toolgate serve is using this database",
+                ));
+            }
+            Err(TryLockError::Error(e)) => {
+                return Err(StoreError::Unavailable(format!(
+                    "cannot lock the serve lock: {e}"
+                )));
+            }
+        }
+        let _ = self.serving.set(file);
+        self.mirror.enable();
+        Ok(())
     }
 }
 
@@ -210,10 +253,18 @@ impl Metering for SqliteStore {
 
     async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
         let (job, answers) = AdmitJob::new(charge);
-        self.admissions
-            .send(job)
-            .await
-            .map_err(|_| StoreError::Unavailable("the metering writer has stopped".to_owned()))?;
+        match self.mirror.submit(job, &self.admissions) {
+            Submitted::Predicted(admission) => {
+                return Ok(Decided {
+                    admission,
+                    recorded: answers.recorded(),
+                });
+            }
+            Submitted::Queued => {}
+            Submitted::Send(job) => self.admissions.send(job).await.map_err(|_| {
+                StoreError::Unavailable("the metering writer has stopped".to_owned())
+            })?,
+        }
         answers.decided().await
     }
 

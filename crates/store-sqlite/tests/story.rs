@@ -40,3 +40,33 @@ async fn reopening_keeps_data_and_migrations_are_idempotent() {
             .is_some()
     );
 }
+
+/// The same story with the admission mirror of a serving process on: every answer must be the
+/// one the database gives without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_storage_story_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("toolgate.db"), Durability::Full)
+        .await
+        .unwrap();
+    store.serve_exclusively().unwrap();
+    toolgate_store::testkit::run_story(Arc::new(store), "sqlite-serving").await;
+}
+
+#[tokio::test]
+async fn a_second_server_on_the_same_file_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.db");
+    let first = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    first.serve_exclusively().unwrap();
+    let second = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    let refused = second.serve_exclusively().unwrap_err();
+    assert!(
+        refused.to_string().contains("another toolgate serve"),
+        "{refused}"
+    );
+    drop(first);
+    second
+        .serve_exclusively()
+        .expect("the claim ends with the first server");
+}

@@ -35,7 +35,8 @@ pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
     allowance_then_wallet_then_refusal(&*store, tag).await;
     credits_apply_once_per_reference(&*store, tag).await;
     months_are_counted_apart(&*store, tag).await;
-    concurrent_calls_are_counted_exactly(store, tag).await;
+    concurrent_calls_are_counted_exactly(store.clone(), tag).await;
+    decided_calls_are_counted_exactly(store, tag).await;
 }
 
 async fn accounts_and_keys(store: &dyn Store, tag: &str) {
@@ -248,4 +249,55 @@ async fn concurrent_calls_are_counted_exactly(store: Arc<dyn Store>, tag: &str) 
         store.ledger_counts(&account.id, &month).await.unwrap(),
         (10, 625)
     );
+}
+
+/// Calls decided early (before their record is durable) follow the same rules: after a first
+/// call, a burst of 100 gets the 9 free calls left and 10 paid ones, and nothing else.
+async fn decided_calls_are_counted_exactly(store: Arc<dyn Store>, tag: &str) {
+    let (account, _) = new_account(&format!("decided-{tag}@example.org"));
+    store.create_account(&account).await.unwrap();
+    store
+        .credit_wallet(&account.id, Micros(80_000), &format!("decided-{tag}"))
+        .await
+        .unwrap();
+    let month = MonthKey::now();
+    let first = store.decide_call(&charge(&account.id, &month, 10)).await;
+    let first = first.unwrap();
+    first.recorded.wait().await.unwrap();
+    assert_eq!(first.admission, Admission::Free { free_used: 1 });
+    let tasks = (0..100).map(|_| {
+        let (store, id, month) = (store.clone(), account.id.clone(), month.clone());
+        tokio::spawn(async move {
+            let decided = store.decide_call(&charge(&id, &month, 10)).await.unwrap();
+            decided.recorded.wait().await.unwrap();
+            decided.admission
+        })
+    });
+    let outcomes: Vec<Admission> = futures::future::join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let free = outcomes
+        .iter()
+        .filter(|a| matches!(a, Admission::Free { .. }))
+        .count();
+    let paid: Vec<i64> = outcomes
+        .iter()
+        .filter_map(|a| match a {
+            Admission::Paid { balance_after } => Some(balance_after.0),
+            _ => None,
+        })
+        .collect();
+    assert_eq!((free, paid.len()), (9, 10), "{outcomes:?}");
+    let mut balances = paid;
+    balances.sort_unstable();
+    let expected: Vec<i64> = (0..10).map(|n| n * 8_000).collect();
+    assert_eq!(balances, expected, "each paid call saw its own balance");
+    assert_eq!(
+        store.ledger_counts(&account.id, &month).await.unwrap(),
+        (10, 10)
+    );
+    let usage = store.usage(&account.id, &month).await.unwrap();
+    assert_eq!((usage.free_used, usage.wallet), (10, Micros::ZERO));
 }

@@ -12,8 +12,17 @@ use crate::config::Settings;
 /// The SQLite file's name inside the data directory.
 pub const SQLITE_FILE: &str = "toolgate.db";
 
+/// Who opens the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opener {
+    /// `serve`: the one process admitting calls (on SQLite, it claims the file for its life).
+    Server,
+    /// An operator command, which may run beside a server.
+    Command,
+}
+
 /// Opens PostgreSQL when `database_url` is set, else the SQLite file in the data directory.
-pub async fn open(settings: &Settings) -> Result<Arc<dyn Store>> {
+pub async fn open(settings: &Settings, opener: Opener) -> Result<Arc<dyn Store>> {
     match settings.database_url.as_deref() {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             let store = PgStore::connect(url)
@@ -35,6 +44,11 @@ pub async fn open(settings: &Settings) -> Result<Arc<dyn Store>> {
             let store = SqliteStore::open(&path, durability)
                 .await
                 .with_context(|| format!("cannot open the SQLite database {}", path.display()))?;
+            if opener == Opener::Server {
+                store
+                    .serve_exclusively()
+                    .with_context(|| format!("cannot serve from {}", path.display()))?;
+            }
             Ok(Arc::new(store))
         }
     }

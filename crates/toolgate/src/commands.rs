@@ -7,7 +7,7 @@ use toolgate_app::App;
 use crate::config::Settings;
 
 async fn app(settings: &Settings) -> Result<App> {
-    let store = crate::backend::open(settings).await?;
+    let store = crate::backend::open(settings, crate::backend::Opener::Command).await?;
     Ok(App::new(
         store,
         settings.brand()?,

@@ -40,7 +40,7 @@ pub fn init_logging(
 
 /// Runs the service.
 pub async fn run(settings: &Settings) -> Result<()> {
-    let store = crate::backend::open(settings).await?;
+    let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
     let public_url = settings.public_url()?;
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {

@@ -470,3 +470,26 @@ fn serve_refuses_unusable_settings_at_once() {
         );
     }
 }
+
+/// One server per SQLite file: a second is refused at once, by name, while the first keeps
+/// serving; operator commands still work beside it.
+#[tokio::test]
+async fn a_second_serve_on_the_same_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let account = create_account(&storage, "first@example.org");
+    let server = Server::start(&storage, &[]).await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let out = cli(Some(&storage), &["serve", "--listen", &listen], &[]);
+    assert_fails(&out, "a second serve on the same database");
+    assert!(
+        out.stderr
+            .contains("another toolgate serve is using this database"),
+        "{out:?}"
+    );
+    credit(&storage, "first@example.org", "5.00");
+    assert_eq!(
+        server.billing(&account.key).await["wallet_balance_usd"],
+        "5.00"
+    );
+}

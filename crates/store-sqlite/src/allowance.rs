@@ -1,0 +1,170 @@
+//! A mirror of each busy account's allowance and wallet as they will stand once every queued
+//! admission is applied, so that a call certain to be admitted starts without waiting for the
+//! database. The database stays the authority: every call is still decided and recorded there,
+//! and its answer still waits for that record. The mirror only predicts, and only when it can
+//! be certain:
+//!
+//! - it is enabled only for the one process that serves (`serve` holds a lock on the database
+//!   for its life), so no other process admits calls; other processes may only credit wallets,
+//!   which makes the database more generous than the mirror, never less;
+//! - a prediction is made and the job queued under one lock, so the mirror applies jobs in the
+//!   order the writer does;
+//! - anything it cannot know (a job it did not predict, a refusal, a failed commit) makes the
+//!   account's entry unknown until every queued job of it is settled; then the standing the
+//!   database reported after the last one seeds it again;
+//! - should the database ever decide otherwise than predicted, something else is changing it:
+//!   the mirror switches itself off for good and says so.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tokio::sync::mpsc::{self, error::TrySendError};
+use toolgate_domain::{Admission, Micros};
+
+use crate::admit::AdmitJob;
+
+/// Entries kept before idle ones (nothing queued) are dropped.
+const MAX_ENTRIES: usize = 100_000;
+
+/// An account in one month: `(account id, month)`.
+pub(crate) type Key = (String, String);
+
+/// What the database holds for an account in a month.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Standing {
+    /// Free calls used in the month.
+    pub free_used: i64,
+    /// Wallet balance in micro-dollars.
+    pub wallet: i64,
+}
+
+impl Standing {
+    /// The admission the database will make for a call at `limit` free calls and `price`, and
+    /// the standing after it; `None` for a refusal (which the mirror never predicts).
+    fn admit(self, limit: i64, price: i64) -> Option<(Admission, Standing)> {
+        if limit > 0 && self.free_used < limit {
+            let free_used = self.free_used + 1;
+            let after = Standing { free_used, ..self };
+            return Some((Admission::Free { free_used }, after));
+        }
+        (self.wallet >= price).then(|| {
+            let wallet = self.wallet - price;
+            let after = Standing { wallet, ..self };
+            let paid = Admission::Paid {
+                balance_after: Micros(wallet),
+            };
+            (paid, after)
+        })
+    }
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    /// The standing once every queued job is applied, when certain.
+    known: Option<Standing>,
+    /// Jobs queued and not yet settled.
+    in_flight: u32,
+}
+
+/// What [`Mirror::submit`] did with a job.
+pub(crate) enum Submitted {
+    /// Queued; the database will admit it thus.
+    Predicted(Admission),
+    /// Queued without a prediction: wait for the database's decision.
+    Queued,
+    /// Not queued (the queue is full or closed): send it, then wait for the decision.
+    Send(AdmitJob),
+}
+
+/// The mirror of one database; see the module documentation.
+#[derive(Debug, Default)]
+pub(crate) struct Mirror {
+    enabled: AtomicBool,
+    entries: Mutex<HashMap<Key, Entry>>,
+}
+
+impl Mirror {
+    /// Lets it predict; only for the one process that admits calls on the database.
+    pub(crate) fn enable(&self) {
+        self.enabled.store(true, Ordering::SeqCst);
+    }
+
+    /// Queues `job` behind every job submitted before it, predicting its admission if certain.
+    pub(crate) fn submit(&self, mut job: AdmitJob, queue: &mpsc::Sender<AdmitJob>) -> Submitted {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return Submitted::Send(job);
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = entries.entry(job.key()).or_default();
+        let prediction = entry
+            .known
+            .and_then(|standing| standing.admit(job.free_limit(), job.price()));
+        job.predicted = prediction.map(|(admission, _)| admission);
+        match queue.try_send(job) {
+            Ok(()) => {
+                entry.in_flight += 1;
+                entry.known = prediction.map(|(_, after)| after);
+                match prediction {
+                    Some((admission, _)) => Submitted::Predicted(admission),
+                    None => Submitted::Queued,
+                }
+            }
+            Err(TrySendError::Full(mut job)) => {
+                // queued later, behind jobs submitted after it: its effect is unknown to them
+                job.predicted = None;
+                entry.in_flight += 1;
+                entry.known = None;
+                Submitted::Send(job)
+            }
+            Err(TrySendError::Closed(mut job)) => {
+                job.predicted = None;
+                Submitted::Send(job)
+            }
+        }
+    }
+
+    /// Settles one queued job once its commit is known: `outcome` is the database's decision
+    /// and the standing right after it, or `None` if it failed or was undone.
+    pub(crate) fn settle(
+        &self,
+        key: &Key,
+        predicted: Option<&Admission>,
+        outcome: Option<(&Admission, Option<Standing>)>,
+    ) {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(predicted), Some((decided, _))) = (predicted, outcome)
+            && std::mem::discriminant(predicted) != std::mem::discriminant(decided)
+        {
+            tracing::error!(
+                ?predicted,
+                ?decided,
+                "another process is admitting calls on this database; admissions now wait for it"
+            );
+            self.enabled.store(false, Ordering::SeqCst);
+            entries.clear();
+            return;
+        }
+        let Some(entry) = entries.get_mut(key) else {
+            return;
+        };
+        entry.in_flight = entry.in_flight.saturating_sub(1);
+        match outcome {
+            None => entry.known = None,
+            Some((_, after)) if entry.known.is_none() && entry.in_flight == 0 => {
+                entry.known = after;
+            }
+            Some(_) => {}
+        }
+        if entry.in_flight == 0 && entries.len() > MAX_ENTRIES {
+            entries.retain(|_, e| e.in_flight > 0);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "allowance_tests.rs"]
+mod tests;
