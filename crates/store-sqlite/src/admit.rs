@@ -199,6 +199,14 @@ impl AdmitJob {
             _ => None,
         };
         mirror.settle(&self.key(), self.predicted.as_ref(), settled);
+        let unpaid = self.predicted.is_some() && self.decision == Some(Admission::Refused);
+        let outcome = match outcome {
+            // the call started on the prediction; the books must not pretend it was charged
+            Ok(()) if unpaid => Err(StoreError::Unavailable(
+                "the database refused a call predicted to be admitted".to_owned(),
+            )),
+            other => other,
+        };
         let _ = self.recorded.send(outcome);
     }
 

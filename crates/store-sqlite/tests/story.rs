@@ -70,3 +70,52 @@ async fn a_second_server_on_the_same_file_is_refused() {
         .serve_exclusively()
         .expect("the claim ends with the first server");
 }
+
+/// Should another process admit calls on the file anyway (bypassing `serve`'s claim), a call
+/// started on a prediction the database then refuses is reported as not recorded, and the
+/// mirror stops predicting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_prediction_is_reported_and_switches_the_mirror_off() {
+    use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey};
+    use toolgate_store::{Accounts, CallCharge, Metering, NewAccount};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.db");
+    let serving = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    serving.serve_exclusively().unwrap();
+    let intruder = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    let account = NewAccount {
+        id: AccountId::generate(),
+        email: Email::parse("twice@example.org").unwrap(),
+        key_hash: ApiKey::generate(&Brand::parse("svc").unwrap())
+            .unwrap()
+            .hash(),
+    };
+    serving.create_account(&account).await.unwrap();
+    let month = MonthKey::now();
+    let charge = CallCharge {
+        account: &account.id,
+        month: &month,
+        tool: "svc_write",
+        free_monthly_calls: 2,
+        paid_call_cost: Micros(8_000),
+    };
+    assert_eq!(
+        serving.admit_call(&charge).await.unwrap(),
+        Admission::Free { free_used: 1 }
+    );
+    assert_eq!(
+        intruder.admit_call(&charge).await.unwrap(),
+        Admission::Free { free_used: 2 }
+    );
+    let predicted = serving.decide_call(&charge).await.unwrap();
+    assert_eq!(predicted.admission, Admission::Free { free_used: 2 });
+    let recorded = predicted.recorded.wait().await;
+    assert!(recorded.is_err(), "the database refused it: {recorded:?}");
+    let next = serving.decide_call(&charge).await.unwrap();
+    assert_eq!(next.admission, Admission::Refused, "no prediction any more");
+    assert_eq!(
+        serving.ledger_counts(&account.id, &month).await.unwrap(),
+        (2, 0)
+    );
+}
