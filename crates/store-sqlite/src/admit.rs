@@ -1,77 +1,47 @@
-//! Group commit for call admissions: one writer task drains every admission waiting at the
-//! moment into one transaction, so the commit's fsync is shared. Each caller hears its decision
-//! as soon as its statements have run, and separately when the commit is durable: the call's
-//! work overlaps the fsync, and the caller answers its client only after both.
+//! Call admissions, decided and recorded by one thread with its own connection.
 //!
-//! Each admission is one multi-statement SQL text, so it costs one round trip to the
-//! connection's worker thread; a call that finds the writer idle sends its transaction's
-//! `BEGIN` and `COMMIT` in that same text. Thread hops, not SQL, dominated the metered path.
+//! The thread drains every admission waiting at the moment into one transaction (group commit,
+//! so the commit's fsync is shared) with a savepoint per call, so a failing call is undone
+//! alone. Each caller hears its decision as soon as its statements have run, and separately when
+//! the commit is durable: the call's work overlaps the fsync, and the caller answers its client
+//! only after both. A blocking thread, not sqlx's asynchronous driver, because on the metered path
+//! every thread wake-up counts: here a call costs one (the thread picking it up) where the driver
+//! added a task and a worker-thread round trip per statement. The other writes (accounts,
+//! credits, keys) stay on sqlx; SQLite serialises the two connections (`busy_timeout` 10 s).
 
-use futures::TryStreamExt;
-use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteArguments, SqliteRow};
-use sqlx::{Arguments, Row, Sqlite, SqliteConnection, SqlitePool};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::{mpsc, oneshot};
 use toolgate_domain::{Admission, Micros};
 use toolgate_store::{CallCharge, Decided, Recorded, StoreError, now_millis};
 
-use std::sync::Arc;
-
+use crate::Durability;
 use crate::allowance::{Key, Mirror, Standing};
-use crate::rows::map_error;
 
 /// Most admissions decided in one transaction.
 const MAX_BATCH: usize = 512;
 /// Admissions that may wait for the writer before senders feel back-pressure.
 const QUEUE_DEPTH: usize = 4096;
 
-/// Who pays for the call, from the rows as they stand: the allowance while it lasts, then the
-/// wallet if it covers the price, else nobody (NULL). Parameters: ?1 account, ?2 month,
-/// ?4 free calls a month, ?5 price.
-macro_rules! payer {
-    () => {
-        "(SELECT CASE
-            WHEN ?4 > 0 AND coalesce((SELECT free_used FROM monthly_usage
-                                      WHERE account_id = ?1 AND month = ?2), 0) < ?4 THEN 'free'
-            WHEN (SELECT wallet_micros FROM accounts WHERE id = ?1) >= ?5 THEN 'wallet'
-         END)"
-    };
-}
-
-/// One admission; ?3 is the tool and ?6 the time. Each statement derives the payer afresh, so
-/// their order matters: the ledger row is written first (it changes no input of the payer), the
-/// wallet debit before the allowance bump (a debit cannot turn 'free' into anything else, while
-/// a bump could turn 'free' into 'wallet'). The statement that pays returns what it left; the
-/// last one reports the standing after the call, for the mirror (see `allowance`).
-macro_rules! admission {
-    () => {
-        concat!(
-            "INSERT INTO call_ledger (account_id, month, tool, paid_from, cost_micros, created_at)
-             SELECT ?1, ?2, ?3, payer, iif(payer = 'wallet', ?5, 0), ?6
-             FROM (SELECT ",
-            payer!(),
-            " AS payer) WHERE payer IS NOT NULL;
-             UPDATE accounts SET wallet_micros = wallet_micros - ?5
-             WHERE id = ?1 AND ",
-            payer!(),
-            " = 'wallet' RETURNING 'wallet', wallet_micros;
-             INSERT INTO monthly_usage (account_id, month, free_used)
-             SELECT ?1, ?2, 1 WHERE ",
-            payer!(),
-            " = 'free'
-             ON CONFLICT (account_id, month) DO UPDATE SET free_used = free_used + 1
-             RETURNING 'free', free_used;
-             SELECT 'after', coalesce((SELECT free_used FROM monthly_usage
-                                       WHERE account_id = ?1 AND month = ?2), 0),
-                    (SELECT wallet_micros FROM accounts WHERE id = ?1);"
-        )
-    };
-}
-
-/// A call that finds the writer idle: its own transaction, in one round trip.
-const ALONE: &str = concat!("BEGIN IMMEDIATE;", admission!(), "COMMIT;");
-/// A call among others: a savepoint, so that its failure undoes only its own rows.
-const IN_BATCH: &str = concat!("SAVEPOINT admission;", admission!(), "RELEASE admission;");
+/// The allowance, while it lasts; returns the count with this call.
+const TAKE_FREE: &str =
+    "INSERT INTO monthly_usage (account_id, month, free_used) VALUES (?1, ?2, 1)
+     ON CONFLICT (account_id, month) DO UPDATE SET free_used = free_used + 1
+     WHERE monthly_usage.free_used < ?3
+     RETURNING free_used";
+/// The wallet, if it covers the price; returns what is left.
+const DEBIT: &str = "UPDATE accounts SET wallet_micros = wallet_micros - ?1
+     WHERE id = ?2 AND wallet_micros >= ?1 RETURNING wallet_micros";
+const LEDGER: &str =
+    "INSERT INTO call_ledger (account_id, month, tool, paid_from, cost_micros, created_at)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+/// The standing after a call, for the mirror; the wallet is NULL when the account is gone.
+const STANDING: &str = "SELECT coalesce((SELECT free_used FROM monthly_usage
+                                 WHERE account_id = ?1 AND month = ?2), 0),
+            (SELECT wallet_micros FROM accounts WHERE id = ?1)";
 
 /// One call waiting to be admitted, with the channels its two answers go back on.
 pub(crate) struct AdmitJob {
@@ -157,19 +127,6 @@ impl AdmitJob {
         self.paid_call_cost
     }
 
-    fn arguments(&self) -> Result<SqliteArguments, sqlx::Error> {
-        let mut args = SqliteArguments::default();
-        args.add(self.account.clone())
-            .map_err(sqlx::Error::Encode)?;
-        args.add(self.month.clone()).map_err(sqlx::Error::Encode)?;
-        args.add(self.tool.clone()).map_err(sqlx::Error::Encode)?;
-        args.add(self.free_monthly_calls)
-            .map_err(sqlx::Error::Encode)?;
-        args.add(self.paid_call_cost).map_err(sqlx::Error::Encode)?;
-        args.add(now_millis()).map_err(sqlx::Error::Encode)?;
-        Ok(args)
-    }
-
     /// Passes the decision on (once; later calls are ignored).
     fn decide(&mut self, outcome: Result<Admission, StoreError>) {
         if let Ok(admission) = &outcome {
@@ -210,91 +167,138 @@ impl AdmitJob {
         let _ = self.recorded.send(outcome);
     }
 
-    /// Runs the job's statements in `sql`, passing on the decision as soon as its row arrives;
-    /// the text may go on (with a `COMMIT`) after that row.
-    async fn run(&mut self, conn: &mut SqliteConnection, sql: &'static str) -> sqlx::Result<()> {
-        let arguments = self.arguments()?;
-        let mut rows = sqlx::query_with(sql, arguments).fetch(conn);
-        while let Some(row) = rows.try_next().await? {
-            let label: String = row.try_get(0)?;
-            if label == "after" {
-                self.after = standing_from_row(&row)?;
-            } else {
-                let value: i64 = row.try_get(1)?;
-                self.decide(Ok(if label == "free" {
-                    Admission::Free { free_used: value }
-                } else {
-                    Admission::Paid {
-                        balance_after: Micros(value),
-                    }
-                }));
+    /// Decides the job inside the open transaction: the allowance first, then the wallet, then
+    /// refusal; an admitted call gets its ledger row. The decision goes out at once.
+    fn run(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+        let free_used = if self.free_monthly_calls > 0 {
+            conn.prepare_cached(TAKE_FREE)?
+                .query_row(
+                    params![self.account, self.month, self.free_monthly_calls],
+                    |row| row.get::<_, i64>(0),
+                )
+                .optional()?
+        } else {
+            None
+        };
+        let admission = match free_used {
+            Some(free_used) => {
+                self.ledger(conn, "free", 0)?;
+                Admission::Free { free_used }
             }
-        }
+            None => {
+                let balance = conn
+                    .prepare_cached(DEBIT)?
+                    .query_row(params![self.paid_call_cost, self.account], |row| {
+                        row.get::<_, i64>(0)
+                    })
+                    .optional()?;
+                match balance {
+                    Some(balance) => {
+                        self.ledger(conn, "wallet", self.paid_call_cost)?;
+                        Admission::Paid {
+                            balance_after: Micros(balance),
+                        }
+                    }
+                    None => Admission::Refused,
+                }
+            }
+        };
+        self.after =
+            conn.prepare_cached(STANDING)?
+                .query_row(params![self.account, self.month], |row| {
+                    let wallet: Option<i64> = row.get(1)?;
+                    Ok(wallet.map(|wallet| Standing {
+                        free_used: row.get(0).unwrap_or(0),
+                        wallet,
+                    }))
+                })?;
+        self.decide(Ok(admission));
+        Ok(())
+    }
+
+    fn ledger(&self, conn: &Connection, paid_from: &str, cost: i64) -> rusqlite::Result<()> {
+        conn.prepare_cached(LEDGER)?.execute(params![
+            self.account,
+            self.month,
+            self.tool,
+            paid_from,
+            cost,
+            now_millis()
+        ])?;
         Ok(())
     }
 }
 
-/// The standing after a job; `None` when the account is gone.
-fn standing_from_row(row: &SqliteRow) -> sqlx::Result<Option<Standing>> {
-    let free_used: i64 = row.try_get(1)?;
-    let wallet: Option<i64> = row.try_get(2)?;
-    Ok(wallet.map(|wallet| Standing { free_used, wallet }))
-}
-
-/// Starts the writer task; it ends when every sender is dropped.
-pub(crate) fn spawn_writer(pool: SqlitePool, mirror: Arc<Mirror>) -> mpsc::Sender<AdmitJob> {
+/// Opens the writer's connection and starts its thread; the thread ends when every sender is
+/// dropped.
+pub(crate) fn spawn_writer(
+    path: &Path,
+    durability: Durability,
+    mirror: Arc<Mirror>,
+) -> Result<mpsc::Sender<AdmitJob>, StoreError> {
+    let conn = open_connection(path, durability).map_err(unavailable)?;
     let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
-    tokio::spawn(run_writer(pool, receiver, mirror));
-    sender
+    std::thread::Builder::new()
+        .name("toolgate-admissions".to_owned())
+        .spawn(move || run_writer(&conn, receiver, &mirror))
+        .map_err(|e| StoreError::Unavailable(format!("cannot start the metering writer: {e}")))?;
+    Ok(sender)
 }
 
-async fn run_writer(pool: SqlitePool, mut receiver: mpsc::Receiver<AdmitJob>, mirror: Arc<Mirror>) {
+fn open_connection(path: &Path, durability: Durability) -> rusqlite::Result<Connection> {
+    // WAL mode is a property of the file, set by the pool that created it.
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "foreign_keys", true)?;
+    let synchronous = match durability {
+        Durability::Full => "FULL",
+        Durability::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)?;
+    Ok(conn)
+}
+
+fn unavailable(error: rusqlite::Error) -> StoreError {
+    StoreError::Unavailable(error.to_string())
+}
+
+fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<AdmitJob>, mirror: &Mirror) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while receiver.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match pool.acquire().await {
-            Ok(mut conn) => decide(&mut conn, &mut batch, &mirror).await,
-            Err(error) => record_all(&mut batch, &Err(map_error(error)), &mirror),
+    while let Some(job) = receiver.blocking_recv() {
+        batch.push(job);
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
         }
+        decide_batch(conn, &mut batch, mirror);
     }
-}
-
-/// Decides and records every job of `batch`, emptying it.
-async fn decide(conn: &mut PoolConnection<Sqlite>, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
-    if batch.len() == 1
-        && let Some(mut job) = batch.pop()
-    {
-        let outcome = job.run(conn, ALONE).await;
-        if outcome.is_err() {
-            // Whatever failed may have left the transaction open; it must not stay so.
-            let _ = sqlx::query("ROLLBACK").execute(&mut **conn).await;
-        }
-        job.record(outcome.map_err(map_error), mirror);
-        return;
-    }
-    decide_batch(conn, batch, mirror).await;
 }
 
 /// Decides every job in one transaction; if the commit fails, every job fails with it.
-async fn decide_batch(conn: &mut SqliteConnection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
-    if let Err(error) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-        return record_all(batch, &Err(map_error(error)), mirror);
+fn decide_batch(conn: &Connection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        return record_all(batch, &Err(unavailable(error)), mirror);
     }
     for job in batch.iter_mut() {
-        if let Err(error) = job.run(conn, IN_BATCH).await {
-            let _ = sqlx::query("ROLLBACK TO admission; RELEASE admission")
-                .execute(&mut *conn)
-                .await;
+        let outcome = conn
+            .execute_batch("SAVEPOINT admission")
+            .and_then(|()| job.run(conn))
+            .and_then(|()| conn.execute_batch("RELEASE admission"));
+        if let Err(error) = outcome {
+            let _ = conn.execute_batch("ROLLBACK TO admission; RELEASE admission");
             // its decision may be out already; its record must now say it was undone
-            job.decide(Err(map_error(error)));
+            job.decide(Err(unavailable(error)));
             job.undone = true;
         }
     }
-    match sqlx::query("COMMIT").execute(&mut *conn).await {
-        Ok(_) => record_all(batch, &Ok(()), mirror),
+    match conn.execute_batch("COMMIT") {
+        Ok(()) => record_all(batch, &Ok(()), mirror),
         Err(error) => {
             tracing::error!(%error, calls = batch.len(), "metering commit failed");
-            let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-            record_all(batch, &Err(map_error(error)), mirror);
+            let _ = conn.execute_batch("ROLLBACK");
+            record_all(batch, &Err(unavailable(error)), mirror);
         }
     }
 }

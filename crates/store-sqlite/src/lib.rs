@@ -1,9 +1,10 @@
 //! The embedded default backend: one SQLite file in WAL mode.
 //!
-//! Writes go through a single connection, so SQLite never answers "database is locked";
-//! call admissions are batched by one writer task into shared transactions (group commit),
-//! so each commit's fsync is paid once for many calls while each call still gets its own
-//! answer only after its ledger row is durable.
+//! Call admissions are decided by one thread with its own connection, batched into shared
+//! transactions (group commit), so each commit's fsync is paid once for many calls while each
+//! call still gets its own answer only after its ledger row is durable (see `admit`). Other
+//! writes go through a single sqlx connection; SQLite serialises the two, and `busy_timeout`
+//! (10 s) makes either wait for the other rather than answer "database is locked".
 
 mod admit;
 mod allowance;
@@ -106,7 +107,7 @@ impl SqliteStore {
             .await
             .map_err(map_error)?;
         let mirror = Arc::new(Mirror::default());
-        let admissions = admit::spawn_writer(writer.clone(), Arc::clone(&mirror));
+        let admissions = admit::spawn_writer(path, durability, Arc::clone(&mirror))?;
         let key_epoch = KeyEpoch::beside(path).map_err(|e| {
             StoreError::Unavailable(format!("cannot create the key epoch file: {e}"))
         })?;
@@ -274,7 +275,13 @@ impl Metering for SqliteStore {
         amount: Micros,
         reference: &str,
     ) -> Result<(Micros, bool), StoreError> {
-        let mut tx = self.writer.begin().await.map_err(map_error)?;
+        // IMMEDIATE: the admissions thread writes through its own connection, and a deferred
+        // transaction that read before it wrote would fail at once (no busy wait) on its commits.
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
         let balance: Option<i64> =
             sqlx::query_scalar("SELECT wallet_micros FROM accounts WHERE id = ?1")
                 .bind(account.as_str())

@@ -119,3 +119,76 @@ async fn a_refused_prediction_is_reported_and_switches_the_mirror_off() {
         (2, 0)
     );
 }
+
+/// Admissions (their own thread and connection) and wallet credits (the pool's writer) write
+/// the same rows at once: neither may fail with "database is locked", and the books add up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn credits_and_admissions_at_once_both_succeed() {
+    use toolgate_domain::{AccountId, ApiKey, Brand, Email, Micros, MonthKey};
+    use toolgate_store::{Accounts, CallCharge, Metering, NewAccount};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("toolgate.db"), Durability::Normal)
+        .await
+        .unwrap();
+    store.serve_exclusively().unwrap();
+    let account = NewAccount {
+        id: AccountId::generate(),
+        email: Email::parse("both@example.org").unwrap(),
+        key_hash: ApiKey::generate(&Brand::parse("svc").unwrap())
+            .unwrap()
+            .hash(),
+    };
+    store.create_account(&account).await.unwrap();
+    store
+        .credit_wallet(&account.id, Micros(800_000), "start")
+        .await
+        .unwrap();
+    let month = MonthKey::now();
+    let calls = (0..300).map(|_| {
+        let (store, id, month) = (store.clone(), account.id.clone(), month.clone());
+        tokio::spawn(async move {
+            let charge = CallCharge {
+                account: &id,
+                month: &month,
+                tool: "svc_write",
+                free_monthly_calls: 0,
+                paid_call_cost: Micros(8_000),
+            };
+            store.admit_call(&charge).await.unwrap().admitted()
+        })
+    });
+    let credits = (0..50).map(|n| {
+        let (store, id) = (store.clone(), account.id.clone());
+        tokio::spawn(async move {
+            store
+                .credit_wallet(&id, Micros(8_000), &format!("credit-{n}"))
+                .await
+                .unwrap()
+        })
+    });
+    let (calls, credits) = futures::future::join(
+        futures::future::join_all(calls),
+        futures::future::join_all(credits),
+    )
+    .await;
+    let admitted = calls.into_iter().filter(|c| *c.as_ref().unwrap()).count();
+    assert!(
+        credits.iter().all(|c| c.as_ref().unwrap().1),
+        "every credit applied"
+    );
+    let usage = store.usage(&account.id, &month).await.unwrap();
+    // 1,200,000 credited in all; every admitted call took 8,000 of it
+    assert_eq!(
+        usage.wallet.0,
+        1_200_000 - 8_000 * i64::try_from(admitted).unwrap()
+    );
+    assert!(
+        admitted >= 100,
+        "the first 800,000 paid for 100 calls: {admitted}"
+    );
+    assert_eq!(
+        store.ledger_counts(&account.id, &month).await.unwrap(),
+        (0, i64::try_from(admitted).unwrap())
+    );
+}
