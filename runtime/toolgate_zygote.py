@@ -219,6 +219,7 @@ import linecache        # noqa: E402
 import platform         # noqa: E402
 import select           # noqa: E402
 import signal           # noqa: E402
+import _signal          # noqa: E402  (getsignal without the enum lookup, per cell)
 import socket           # noqa: E402
 import stat             # noqa: E402
 import subprocess       # noqa: E402
@@ -829,11 +830,12 @@ class _Stream:
         self.name = name
         self.reset()
 
-    def reset(self):
+    def reset(self, streaming=False):
         self.buf = bytearray()
         self.total = 0
         self.truncated = False
-        self.decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        # only streamed output is decoded as it comes
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if streaming else None
 
 
 class Capture:
@@ -867,6 +869,9 @@ class Capture:
                 f.reconfigure(line_buffering=True)
             except Exception:
                 pass
+        self.ready = select.poll()
+        for r in self.read_fds:
+            self.ready.register(r, select.POLLIN)
         self.thread = None
 
     def start(self):
@@ -888,6 +893,11 @@ class Capture:
                         poller.unregister(fd)
                         continue
                     self._drain(fd, 256 << 10)
+
+    def _drain_ready(self):
+        """Drains the pipes that have data (one poll, rather than a failing read per pipe)."""
+        for fd, _ in self.ready.poll(0):
+            self._drain(fd, 4 << 20)
 
     def _drain(self, fd, budget):
         """Reads fd until it is empty or budget bytes were read. Caller holds self.lock."""
@@ -933,18 +943,16 @@ class Capture:
             if not ok:
                 os.dup2(self.keep_w[target], target)
         with self.lock:
-            for fd in self.read_fds:
-                self._drain(fd, 4 << 20)           # what was written between requests: dropped
+            self._drain_ready()                    # what was written between requests: dropped
             for st in self.streams.values():
-                st.reset()
+                st.reset(stream)
             self.stream_id = rid if stream else None
             self.active = True
 
     def end(self):
         _flush_std()
         with self.lock:
-            for fd in self.read_fds:
-                self._drain(fd, 4 << 20)
+            self._drain_ready()
             self.active = False
             self.stream_id = None
             out = {}
@@ -1031,8 +1039,9 @@ class ImageSink:
 def collect_figures(sink):
     """Every open pyplot figure as a PNG into sink, then closes them all."""
     plt = sys.modules.get("matplotlib.pyplot")
-    if plt is None:
-        return
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if plt is None or helpers is None or not getattr(helpers.Gcf, "figs", True):
+        return                          # no figure open: nothing to render or close
     try:
         from matplotlib._pylab_helpers import Gcf
         managers = sorted(Gcf.get_all_fig_managers(), key=lambda m: m.num)
@@ -1055,8 +1064,13 @@ def notebook_show(*args, **kwargs):
         collect_figures(STATE.images)
 
 
+_PLAIN_TYPES = (int, float, complex, bool, str, bytes)
+
+
 def display_data(value):
     """The MIME bundle of a cell's value."""
+    if type(value) in _PLAIN_TYPES:      # nothing richer to show than its repr
+        return {"text/plain": _bounded_text(repr(value))}
     data = {}
     pd = sys.modules.get("pandas")
     mfig = sys.modules.get("matplotlib.figure")
@@ -1269,7 +1283,7 @@ class Session:
         self.capture.begin(rid, stream)
         result = error = None
         STATE.images = sink
-        if signal.getsignal(signal.SIGINT) is not on_sigint:
+        if _signal.getsignal(signal.SIGINT) is not on_sigint:
             signal.signal(signal.SIGINT, on_sigint)   # a cell may have replaced it
         try:
             try:
@@ -1344,7 +1358,7 @@ class Session:
         self.capture.begin(rid, stream)
         proc = error = None
         timed_out = interrupted = False
-        if signal.getsignal(signal.SIGINT) is not on_sigint:
+        if _signal.getsignal(signal.SIGINT) is not on_sigint:
             signal.signal(signal.SIGINT, on_sigint)
         try:
             try:
