@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use futures::future::OptionFuture;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
@@ -18,8 +17,7 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_app::{
-    App, CallContext, ContentItem, Decided, ProgressSink, Recorded, ToolOutcome as Outcome,
-    ToolSpec,
+    App, CallContext, ContentItem, Decided, ProgressSink, ToolOutcome as Outcome, ToolSpec,
 };
 use toolgate_domain::{Account, Admission};
 
@@ -167,7 +165,9 @@ impl McpHandler {
         let outcome = self.app.registry.run(&plan, &ctx).await;
         // The charge's commit ran alongside the call; the answer waits for it. If it failed,
         // the call has run all the same and goes uncharged: its output is still the caller's.
-        if let Some(Err(err)) = OptionFuture::from(recorded.map(Recorded::wait)).await {
+        if let Some(recorded) = recorded
+            && let Err(err) = recorded.wait().await
+        {
             tracing::error!(error = %err, tool = %spec.name, "a call ran but its charge could not be recorded; it is free");
         }
         let label = if outcome.is_error {

@@ -72,23 +72,21 @@ impl Answers {
     /// Durability alone, for a job whose admission was predicted.
     pub(crate) fn recorded(self) -> Recorded {
         let recorded = self.recorded;
-        Recorded::when(async move {
-            recorded.await.map_err(|_| {
-                StoreError::Unavailable("the metering writer dropped a call".to_owned())
-            })?
-        })
+        Recorded::when(async move { recorded.await.map_err(|_| dropped())? })
     }
 
     /// The decision, and the durability still to come.
-    pub(crate) async fn decided(self) -> Result<Decided, StoreError> {
-        let stopped = || StoreError::Unavailable("the metering writer dropped a call".to_owned());
-        let admission = self.decided.await.map_err(|_| stopped())??;
-        let recorded = self.recorded;
+    pub(crate) async fn decided(mut self) -> Result<Decided, StoreError> {
+        let admission = (&mut self.decided).await.map_err(|_| dropped())??;
         Ok(Decided {
             admission,
-            recorded: Recorded::when(async move { recorded.await.map_err(|_| stopped())? }),
+            recorded: self.recorded(),
         })
     }
+}
+
+fn dropped() -> StoreError {
+    StoreError::Unavailable("the metering writer dropped a call".to_owned())
 }
 
 impl AdmitJob {
@@ -168,8 +166,9 @@ impl AdmitJob {
     }
 
     /// Decides the job inside the open transaction: the allowance first, then the wallet, then
-    /// refusal; an admitted call gets its ledger row. The decision goes out at once.
-    fn run(&mut self, conn: &Connection) -> rusqlite::Result<()> {
+    /// refusal; an admitted call gets its ledger row. The decision goes out at once. The
+    /// standing after it is read only while the mirror has to learn the account.
+    fn run(&mut self, conn: &Connection, mirror: &Mirror) -> rusqlite::Result<()> {
         let free_used = if self.free_monthly_calls > 0 {
             conn.prepare_cached(TAKE_FREE)?
                 .query_row(
@@ -203,15 +202,16 @@ impl AdmitJob {
                 }
             }
         };
-        self.after =
-            conn.prepare_cached(STANDING)?
-                .query_row(params![self.account, self.month], |row| {
+        if mirror.needs_standing(&self.key()) {
+            self.after = conn.prepare_cached(STANDING)?.query_row(
+                params![self.account, self.month],
+                |row| {
                     let wallet: Option<i64> = row.get(1)?;
-                    Ok(wallet.map(|wallet| Standing {
-                        free_used: row.get(0).unwrap_or(0),
-                        wallet,
-                    }))
-                })?;
+                    let free_used: i64 = row.get(0)?;
+                    Ok(wallet.map(|wallet| Standing { free_used, wallet }))
+                },
+            )?;
+        }
         self.decide(Ok(admission));
         Ok(())
     }
@@ -284,7 +284,7 @@ fn decide_batch(conn: &Connection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
     for job in batch.iter_mut() {
         let outcome = conn
             .execute_batch("SAVEPOINT admission")
-            .and_then(|()| job.run(conn))
+            .and_then(|()| job.run(conn, mirror))
             .and_then(|()| conn.execute_batch("RELEASE admission"));
         if let Err(error) = outcome {
             let _ = conn.execute_batch("ROLLBACK TO admission; RELEASE admission");

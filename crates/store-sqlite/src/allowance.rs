@@ -124,6 +124,16 @@ impl Mirror {
         }
     }
 
+    /// Whether the writer should report the standing after a job of `key`: only while the mirror
+    /// is on and does not know the account (the standing is what seeds it again).
+    pub(crate) fn needs_standing(&self, key: &Key) -> bool {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return false;
+        }
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(key).is_none_or(|entry| entry.known.is_none())
+    }
+
     /// Settles one queued job once its commit is known: `outcome` is the database's decision
     /// and the standing right after it, or `None` if it failed or was undone.
     pub(crate) fn settle(

@@ -203,3 +203,17 @@ fn off_by_default_and_a_full_queue_sends_later_without_a_prediction() {
     r.settle(Some(Admission::Free { free_used: 2 }), standing(2, 0));
     assert!(matches!(r.submit(), Submitted::Queued));
 }
+
+#[test]
+fn the_standing_is_wanted_only_while_an_account_is_unknown() {
+    let mut r = rig(16);
+    let key = (r.account.as_str().to_owned(), r.month.as_str().to_owned());
+    assert!(r.mirror.needs_standing(&key), "never seen");
+    assert!(matches!(r.submit(), Submitted::Queued));
+    r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
+    assert!(!r.mirror.needs_standing(&key), "known again");
+    assert!(matches!(r.submit(), Submitted::Predicted(_)));
+    assert!(matches!(r.submit(), Submitted::Queued), "a refusal");
+    assert!(r.mirror.needs_standing(&key), "unknown after the refusal");
+    assert!(!Mirror::default().needs_standing(&key), "off: never wanted");
+}
