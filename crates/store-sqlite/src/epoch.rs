@@ -2,7 +2,7 @@
 //! a key changes. The server reads it (one `pread`, no query) before trusting a cached key, so a
 //! rotation by another process — the CLI — takes effect on the very next request.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -21,12 +21,7 @@ impl KeyEpoch {
         let mut name = database.as_os_str().to_owned();
         name.push("-keys-epoch");
         let path = PathBuf::from(name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let file = crate::private::open(&path)?;
         let epoch = Self { file };
         if epoch.current().is_none() {
             epoch.bump()?;

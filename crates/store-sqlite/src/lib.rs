@@ -9,6 +9,7 @@
 mod admit;
 mod allowance;
 mod epoch;
+mod private;
 mod rows;
 
 use std::fs::{File, TryLockError};
@@ -73,8 +74,21 @@ impl SqliteStore {
     /// Opens (creating and migrating when needed) the database file at `path`.
     pub async fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
+            private::create_dir(parent).map_err(|e| {
                 StoreError::Unavailable(format!("cannot create {}: {e}", parent.display()))
+            })?;
+        }
+        // SQLite gives its -wal and -shm files the database's own mode: create that one 0600
+        private::open(path)
+            .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
+        for companion in ["-wal", "-shm"] {
+            let mut name = path.as_os_str().to_owned();
+            name.push(companion);
+            private::narrow_if_present(Path::new(&name)).map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "cannot restrict {}{companion}: {e}",
+                    path.display()
+                ))
             })?;
         }
         let synchronous = match durability {
@@ -129,11 +143,7 @@ impl SqliteStore {
     pub fn serve_exclusively(&self) -> Result<(), StoreError> {
         let mut name = self.path.as_os_str().to_owned();
         name.push("-serve.lock");
-        let file = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(PathBuf::from(name))
+        let file = private::open(Path::new(&name))
             .map_err(|e| StoreError::Unavailable(format!("cannot open the serve lock: {e}")))?;
         match file.try_lock() {
             Ok(()) => {}
