@@ -40,31 +40,55 @@ fn query_key(query: &str) -> Option<String> {
         .filter(|value| !value.is_empty())
 }
 
-/// A path or query with every key replaced by `…`, for logs.
+/// A path or query with every key-shaped token replaced, for logs. A key may arrive anywhere a
+/// client puts it (`/u/…`, `/mcp/u/…`, `?api_key=…`, an unrouted path, a query *name*), so
+/// every run of 16 or more key characters is hidden, wherever it sits; a brand prefix
+/// (`svck_`) stays visible, as it tells which service the key was for.
 pub fn redact(path: &str, query: Option<&str>) -> String {
-    let mut shown = match path.strip_prefix("/u/") {
-        Some(rest) => {
-            let prefix: String = rest.chars().take_while(|c| *c != '_').collect();
-            if rest.contains('_') {
-                format!("/u/{prefix}_…")
-            } else {
-                "/u/…".to_owned()
-            }
-        }
-        None => path.to_owned(),
-    };
+    let mut shown = hide_tokens(path);
     if let Some(query) = query {
-        let parts: Vec<String> = query
-            .split('&')
-            .map(|pair| match pair.split_once('=') {
-                Some(("key", _)) => "key=…".to_owned(),
-                _ => pair.to_owned(),
-            })
-            .collect();
         shown.push('?');
-        shown.push_str(&parts.join("&"));
+        shown.push_str(&hide_tokens(query));
     }
     shown
+}
+
+/// Shorter runs are route names and ordinary values; keys are 64 hex digits after a prefix.
+const KEY_LIKE_RUN: usize = 16;
+
+fn hide_tokens(text: &str) -> String {
+    let mut shown = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        let run = rest.find(|c: char| !is_key_char(c)).unwrap_or(rest.len());
+        if run == 0 {
+            let separator = rest.chars().next().map_or(1, char::len_utf8);
+            shown.push_str(&rest[..separator]);
+            rest = &rest[separator..];
+            continue;
+        }
+        let token = &rest[..run];
+        if token.len() >= KEY_LIKE_RUN {
+            shown.push_str(visible_prefix(token));
+            shown.push('…');
+        } else {
+            shown.push_str(token);
+        }
+        rest = &rest[run..];
+    }
+    shown
+}
+
+fn is_key_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '%' | '.' | '~' | '+')
+}
+
+/// `svck_` of `svck_0123…`: a short prefix ending in `_`, never part of the secret.
+fn visible_prefix(token: &str) -> &str {
+    match token.find('_') {
+        Some(end) if end < 12 => &token[..=end],
+        _ => "",
+    }
 }
 
 #[cfg(test)]
@@ -100,9 +124,26 @@ mod tests {
 
     #[test]
     fn redaction_hides_keys() {
-        assert_eq!(redact("/u/svck_0123abcd", None), "/u/svck_…");
-        assert_eq!(redact("/u/garbage", None), "/u/…");
-        assert_eq!(redact("/", Some("x=1&key=svck_00")), "/?x=1&key=…");
-        assert_eq!(redact("/healthz", None), "/healthz");
+        let key = format!("svck_{}", "0123456789abcdef".repeat(4));
+        let shown = |path: &str, query: Option<&str>| {
+            let shown = redact(path, query);
+            assert!(!shown.contains("0123456789"), "{shown}");
+            shown
+        };
+        assert_eq!(shown(&format!("/u/{key}"), None), "/u/svck_…");
+        assert_eq!(shown(&format!("/mcp/u/{key}"), None), "/mcp/u/svck_…");
+        assert_eq!(
+            shown(&format!("/anything/{key}/x"), None),
+            "/anything/svck_…/x"
+        );
+        assert_eq!(shown("/u/garbage-but-long-enough", None), "/u/…");
+        let query = format!("x=1&key={key}");
+        assert_eq!(shown("/", Some(&query)), "/?x=1&key=svck_…");
+        let query = format!("api_key={key}&{key}=1");
+        assert_eq!(shown("/", Some(&query)), "/?api_key=svck_…&svck_…=1");
+        let truncated = format!("token=%20{}", &key[5..30]);
+        assert_eq!(shown("/", Some(&truncated)), "/?token=…");
+        assert_eq!(redact("/healthz", Some("a=b")), "/healthz?a=b");
+        assert_eq!(redact("/billing/status", None), "/billing/status");
     }
 }
