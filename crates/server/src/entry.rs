@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
@@ -14,9 +15,8 @@ use toolgate_domain::Account;
 
 use crate::handler::Caller;
 use crate::jsonrpc::{INTERNAL_ERROR, INVALID_REQUEST, UNAUTHENTICATED, error_response};
+use crate::legacy::{self, SESSION_HEADER};
 use crate::{Shared, carriers, sse};
-
-const SESSION_HEADER: &str = "mcp-session-id";
 
 /// `POST|GET|DELETE /u/{api_key}`: the personal URL.
 pub async fn personal(
@@ -65,75 +65,70 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
         Ok(account) => Arc::new(account),
         Err(err) => return refuse(state, &err),
     };
-    let session = parts
-        .headers
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    if let Some(id) = &session
-        && !state.sessions.permits(id, &account.id)
-    {
-        // Indistinguishable from an unknown session, so ids cannot be probed across accounts.
-        return error_response(
-            StatusCode::NOT_FOUND,
-            INVALID_REQUEST,
-            "Session not found",
-            None,
-        );
+    let session = match parts.headers.get(SESSION_HEADER) {
+        None => None,
+        Some(value) => match value.to_str() {
+            Ok(id) if state.sessions.touch(id, &account.id) => Some(id.to_owned()),
+            // Another account's session looks exactly like an unknown one: ids cannot be probed.
+            _ => return session_not_found(),
+        },
+    };
+    if parts.method != Method::POST {
+        return match &session {
+            Some(id) => legacy::other(state, &account, id, &parts.method),
+            None => forward(state, &account, parts, body, sse::Accepts { sse: true }).await,
+        };
     }
-    let mut accepts = sse::Accepts { sse: true };
-    let (body, in_session) = if parts.method == Method::POST {
-        let bytes = match read_limited(body, state.max_body).await {
-            Ok(bytes) => bytes,
-            Err(response) => return response,
-        };
-        let info = match crate::jsonrpc::check_message(&bytes) {
-            Ok(info) => info,
-            Err(rejection) => {
-                state.metrics.rpc_error(rejection.code());
-                return rejection.into_response();
-            }
-        };
-        // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
-        parts.headers.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        );
-        accepts = sse::negotiate(&mut parts.headers);
-        (Body::from(bytes), session.is_some() || info.opens_session())
-    } else {
-        (body, session.is_some())
+    let bytes = match read_limited(body, state.max_body).await {
+        Ok(bytes) => bytes,
+        Err(response) => return response,
     };
-    parts.extensions.insert(Caller(account.clone()));
-    let forward = Request::from_parts(parts, body);
-    let is_delete = forward.method() == Method::DELETE;
-    let response = if in_session {
-        state.session_mcp.handle(forward).await.map(Body::new)
-    } else {
-        state.stateless_mcp.handle(forward).await.map(Body::new)
+    let info = match crate::jsonrpc::check_message(&bytes) {
+        Ok(info) => info,
+        Err(rejection) => {
+            state.metrics.rpc_error(rejection.code());
+            return rejection.into_response();
+        }
     };
-    track_session(state, &account, session.as_deref(), is_delete, &response);
-    let response = as_jsonrpc_error(response).await;
-    sse::inline_if_needed(response, accepts).await
+    // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let accepts = sse::negotiate(&mut parts.headers);
+    match session {
+        Some(id) => legacy::post(state, &account, &id, parts, bytes, &info, accepts).await,
+        None if info.opens_session() => legacy::open(state, &account, parts, bytes, accepts).await,
+        None => forward(state, &account, parts, Body::from(bytes), accepts).await,
+    }
 }
 
-fn track_session(
+fn session_not_found() -> Response {
+    error_response(
+        StatusCode::NOT_FOUND,
+        INVALID_REQUEST,
+        "Session not found: it was closed or expired; send initialize again",
+        None,
+    )
+}
+
+/// Hands a request to rmcp's stateless service, as `account`, and shapes its answer for the
+/// caller (a JSON-RPC error body for transport refusals; inline JSON for JSON-only callers).
+pub async fn forward(
     state: &Shared,
-    account: &Account,
-    sent: Option<&str>,
-    is_delete: bool,
-    response: &Response,
-) {
-    if let (Some(id), true) = (sent, is_delete && response.status().is_success()) {
-        state.sessions.forget(id);
-    }
-    let opened = response
-        .headers()
-        .get(SESSION_HEADER)
-        .and_then(|v| v.to_str().ok());
-    if let (Some(id), None) = (opened, sent) {
-        state.sessions.record(id, &account.id);
-    }
+    account: &Arc<Account>,
+    mut parts: Parts,
+    body: Body,
+    accepts: sse::Accepts,
+) -> Response {
+    parts.extensions.insert(Caller(account.clone()));
+    let response = state
+        .mcp
+        .handle(Request::from_parts(parts, body))
+        .await
+        .map(Body::new);
+    let response = as_jsonrpc_error(response).await;
+    sse::inline_if_needed(response, accepts).await
 }
 
 /// rmcp answers transport refusals (unknown session, missing session id, wrong Host) in plain

@@ -21,7 +21,10 @@ use toolgate_app::{
 };
 use toolgate_domain::{Account, Admission};
 
+use tokio_util::sync::{CancellationToken, DropGuard};
+
 use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
+use crate::legacy::CallCancel;
 use crate::metrics::{Metrics, ToolOutcome};
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.
@@ -155,12 +158,13 @@ impl McpHandler {
             .meta
             .get_progress_token()
             .map(|token| ProgressRelay::start(context.peer.clone(), token));
+        let (cancel, _watch) = cancellation_of(context);
         let ctx = CallContext {
             account: caller,
             tool: &spec.name,
             call_id: NEXT_CALL.fetch_add(1, Ordering::Relaxed),
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
-            cancel: Some(&context.ct),
+            cancel: Some(&cancel),
         };
         let outcome = self.app.registry.run(&plan, &ctx).await;
         // The charge's commit ran alongside the call; the answer waits for it. If it failed,
@@ -190,6 +194,27 @@ fn not_recorded() -> (Result<CallToolResult, McpError>, ToolOutcome) {
         )),
         ToolOutcome::Internal,
     )
+}
+
+/// What a call obeys: rmcp's token (its client went away) and, in a legacy session, the
+/// client's `notifications/cancelled`. The guard ends the watcher joining the two.
+fn cancellation_of(ctx: &RequestContext<RoleServer>) -> (CancellationToken, Option<DropGuard>) {
+    let own = ctx
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<CallCancel>());
+    let Some(CallCancel(by_client)) = own else {
+        return (ctx.ct.clone(), None);
+    };
+    let merged = by_client.child_token();
+    let (transport, watched) = (ctx.ct.clone(), merged.clone());
+    tokio::spawn(async move {
+        tokio::select! {
+            () = transport.cancelled() => watched.cancel(),
+            () = watched.cancelled() => {}
+        }
+    });
+    (merged.clone(), Some(merged.drop_guard()))
 }
 
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {

@@ -189,6 +189,7 @@ async fn rig() -> Rig {
         allowed_origins: Vec::new(),
         allowed_hosts: Vec::new(),
         max_request_bytes: 1 << 20,
+        sessions: crate::SessionLimits::default(),
     };
     let routes = router(
         app,

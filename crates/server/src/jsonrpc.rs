@@ -77,6 +77,10 @@ pub struct MessageInfo {
     pub method: Option<String>,
     /// It carries a per-request protocol version (the 2026-07-28 stateless generation).
     pub per_request_version: bool,
+    /// The request's id; `None` for notifications.
+    pub id: Option<Value>,
+    /// For `notifications/cancelled`: the id of the request it cancels.
+    pub cancels: Option<Value>,
 }
 
 impl MessageInfo {
@@ -128,7 +132,8 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
         Some(Value::String(method)) if !method.is_empty() => match object.get("params") {
             None => Ok(MessageInfo {
                 method: Some(method.clone()),
-                per_request_version: false,
+                id,
+                ..MessageInfo::default()
             }),
             Some(Value::Object(params)) => Ok(MessageInfo {
                 method: Some(method.clone()),
@@ -136,6 +141,8 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
                     .get("_meta")
                     .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
                     .is_some(),
+                cancels: params.get("requestId").cloned().filter(|_| id.is_none()),
+                id,
             }),
             Some(_) => Err(Rejection::NotJsonRpc("`params` must be an object", id)),
         },

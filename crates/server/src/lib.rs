@@ -2,19 +2,20 @@
 //! the rmcp handler over the capability registry, metrics and a redacted access log.
 
 mod carriers;
+mod connections;
 mod entry;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;
 mod handler;
 pub mod jsonrpc;
+mod legacy;
+mod mcp_sessions;
 pub mod metrics;
 mod origin;
 mod routes;
-mod sessions;
 mod sse;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Router;
 use axum::routing::{any, get};
@@ -23,7 +24,9 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 use toolgate_app::App;
 
+pub use connections::{ConnectionLimits, serve};
 pub use handler::{Caller, McpHandler};
+pub use mcp_sessions::SessionLimits;
 pub use metrics::Metrics;
 pub use origin::Origins;
 
@@ -38,10 +41,9 @@ pub struct HttpSettings {
     pub allowed_hosts: Vec<String>,
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
+    /// Legacy MCP sessions: how many, and for how long idle.
+    pub sessions: SessionLimits,
 }
-
-/// Idle legacy sessions are closed after this long, by rmcp and by the owner map alike.
-const SESSION_IDLE: Duration = Duration::from_secs(300);
 
 /// State shared by every handler.
 #[derive(Clone)]
@@ -53,9 +55,9 @@ pub(crate) struct Inner {
     origins: Origins,
     public_url: String,
     max_body: usize,
-    sessions: sessions::SessionOwners,
-    session_mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
-    stateless_mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
+    sessions: Arc<mcp_sessions::McpSessions>,
+    /// rmcp in stateless mode answers every request; legacy sessions are ours (see `legacy`).
+    mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
 }
 
 impl std::ops::Deref for Shared {
@@ -74,12 +76,13 @@ pub fn router(
 ) -> Router {
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
     let handler = McpHandler::new(app.clone(), metrics.clone());
-    let base = rmcp_config(settings, &origins, shutdown);
-    let session_mcp = mcp_service(handler.clone(), base.clone().with_legacy_session_mode(true));
-    let stateless_mcp = mcp_service(
-        handler,
-        base.with_legacy_session_mode(false)
-            .with_json_response(true),
+    let config = rmcp_config(settings, &origins, shutdown)
+        .with_legacy_session_mode(false)
+        .with_json_response(true);
+    let mcp = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
     );
     let shared = Shared(Arc::new(Inner {
         app,
@@ -87,9 +90,8 @@ pub fn router(
         origins,
         public_url: settings.public_url.trim_end_matches('/').to_owned(),
         max_body: settings.max_request_bytes,
-        sessions: sessions::SessionOwners::new(SESSION_IDLE),
-        session_mcp,
-        stateless_mcp,
+        sessions: mcp_sessions::McpSessions::new(settings.sessions),
+        mcp,
     }));
     Router::new()
         .route("/u/{api_key}", any(entry::personal))
@@ -124,13 +126,4 @@ fn rmcp_config(
         .with_allowed_origins(origins.list().to_vec())
         .with_max_request_body_bytes(settings.max_request_bytes)
         .with_cancellation_token(shutdown)
-}
-
-fn mcp_service(
-    handler: McpHandler,
-    config: StreamableHttpServerConfig,
-) -> StreamableHttpService<McpHandler, LocalSessionManager> {
-    let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(SESSION_IDLE);
-    StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config)
 }

@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde::Deserialize;
 use toolgate_domain::{Brand, Micros, Pricing};
+use toolgate_server::SessionLimits;
 
 /// Options every command reads. `Option` everywhere so that "not given" can fall through to the
 /// file and then to the default.
@@ -79,6 +80,21 @@ pub struct Settings {
     /// Largest request body accepted, in bytes [default: 10485760]
     #[arg(long, env = "TOOLGATE_MAX_REQUEST_BYTES", global = true)]
     pub max_request_bytes: Option<usize>,
+
+    /// Open HTTP connections at most; at the limit the longest-idle one is closed to make room
+    /// [default: three quarters of the open-file limit, raised to its hard limit at start]
+    #[arg(long, env = "TOOLGATE_MAX_CONNECTIONS", global = true)]
+    pub max_connections: Option<usize>,
+
+    /// Open legacy MCP sessions (2025-11-25 handshake) per key's account; at the limit its
+    /// longest-idle session is closed for a new one [default: 64]
+    #[arg(long, env = "TOOLGATE_MAX_MCP_SESSIONS_PER_ACCOUNT", global = true)]
+    pub max_mcp_sessions_per_account: Option<usize>,
+
+    /// Open legacy MCP sessions on this server; beyond it `initialize` is refused (503)
+    /// [default: 100000]
+    #[arg(long, env = "TOOLGATE_MAX_MCP_SESSIONS", global = true)]
+    pub max_mcp_sessions: Option<usize>,
 
     /// SQLite commit durability: `full` (fsync per commit) or `normal` (survives a killed
     /// process, not a power cut) [default: full]
@@ -174,6 +190,9 @@ impl Settings {
             allowed_origins,
             allowed_hosts,
             max_request_bytes,
+            max_connections,
+            max_mcp_sessions_per_account,
+            max_mcp_sessions,
             sqlite_synchronous,
             log,
             sandbox,
@@ -263,6 +282,22 @@ impl Settings {
             bail!("min_topup_usd must not exceed max_topup_usd");
         }
         Ok(pricing)
+    }
+
+    /// The limits of legacy MCP sessions.
+    pub fn mcp_session_limits(&self) -> Result<SessionLimits> {
+        let defaults = SessionLimits::default();
+        let limits = SessionLimits {
+            per_account: self
+                .max_mcp_sessions_per_account
+                .unwrap_or(defaults.per_account),
+            total: self.max_mcp_sessions.unwrap_or(defaults.total),
+            idle: defaults.idle,
+        };
+        if limits.per_account == 0 || limits.total == 0 {
+            bail!("max_mcp_sessions_per_account and max_mcp_sessions must be at least 1");
+        }
+        Ok(limits)
     }
 
     /// The body limit.

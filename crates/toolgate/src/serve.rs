@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
 use toolgate_app::App;
-use toolgate_server::{HttpSettings, Metrics};
+use toolgate_server::{ConnectionLimits, HttpSettings, Metrics};
 
 use crate::config::Settings;
 
@@ -59,6 +59,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
         allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
         allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
         max_request_bytes: settings.max_request_bytes()?,
+        sessions: settings.mcp_session_limits()?,
     };
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
@@ -73,11 +74,14 @@ pub async fn run(settings: &Settings) -> Result<()> {
         tracing::info!("shutting down: no new connections, draining requests");
         signal.cancel();
     });
-    let drained = shutdown.clone();
-    let server = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { drained.cancelled().await });
+    let server = toolgate_server::serve(
+        listener,
+        router,
+        connection_limits(settings),
+        shutdown.clone(),
+    );
     tokio::select! {
-        result = server => result.context("server failed")?,
+        () = server => {}
         () = async { shutdown.cancelled().await; tokio::time::sleep(DRAIN_LIMIT).await } => {
             tracing::warn!("requests still running after {DRAIN_LIMIT:?}; stopping anyway");
         }
@@ -87,6 +91,37 @@ pub async fn run(settings: &Settings) -> Result<()> {
         manager.shutdown().await;
     }
     Ok(())
+}
+
+/// The connection limit, after raising the soft open-file limit to the hard one: idle
+/// connections must not run the process out of descriptors before the limit is reached.
+fn connection_limits(settings: &Settings) -> ConnectionLimits {
+    let open_files = raise_open_file_limit();
+    let mut limits = ConnectionLimits::for_open_files(open_files);
+    if let Some(max) = settings.max_connections {
+        limits.max_connections = max;
+    }
+    tracing::info!(
+        open_files,
+        max_connections = limits.max_connections,
+        "connection limit"
+    );
+    limits
+}
+
+/// Raises `RLIMIT_NOFILE`'s soft limit to its hard limit; returns the soft limit in force.
+fn raise_open_file_limit() -> u64 {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    let before = limit.current.unwrap_or(u64::MAX);
+    if limit.current != limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            tracing::warn!(error = %err, "cannot raise the open-file limit");
+            return before;
+        }
+    }
+    limit.current.unwrap_or(u64::MAX).min(1 << 20)
 }
 
 async fn wait_for_signal() {

@@ -330,3 +330,35 @@ fn dechunk(mut rest: &str) -> String {
     }
     out
 }
+
+/// A POST as real clients send it in a legacy session: JSON, `Accept` both, the session header.
+pub fn in_session(
+    client: &reqwest::Client,
+    url: &str,
+    session: &str,
+    body: &Value,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream")
+        .header("Mcp-Session-Id", session)
+        .header("MCP-Protocol-Version", "2025-11-25")
+        .body(body.to_string())
+}
+
+/// `initialize` of the 2025-11-25 generation; the session id, or the refusal.
+pub async fn open_session(client: &reqwest::Client, url: &str) -> Result<String, Reply> {
+    let reply = send(
+        client
+            .post(url)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json, text/event-stream")
+            .body(initialize().to_string()),
+    )
+    .await;
+    match reply.header("mcp-session-id") {
+        Some(id) if reply.status == 200 => Ok(id),
+        _ => Err(reply),
+    }
+}

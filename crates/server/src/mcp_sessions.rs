@@ -1,0 +1,244 @@
+//! Legacy MCP sessions (the 2025-11-25 handshake), held by us rather than by rmcp's session
+//! manager: an entry is an owner, a last-use time and the calls in flight (for
+//! `notifications/cancelled`), a few hundred bytes instead of rmcp's worker task and channels
+//! (~70 KiB). The owner lives in the entry, so the owner check ends exactly when the session
+//! does. Sessions are capped per account (the account's longest-idle session makes room) and in
+//! total (a clear refusal).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use toolgate_domain::AccountId;
+
+/// How many legacy sessions may be open, and for how long idle.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// Open sessions of one account; its longest-idle session is closed for a new one.
+    pub per_account: usize,
+    /// Open sessions on this server; beyond it `initialize` is refused until some close.
+    pub total: usize,
+    /// A session without a request for this long is closed.
+    pub idle: Duration,
+}
+
+impl Default for SessionLimits {
+    fn default() -> Self {
+        Self {
+            per_account: 64,
+            total: 100_000,
+            idle: Duration::from_secs(300),
+        }
+    }
+}
+
+/// Calls in flight per session whose cancellation is tracked; more still run, uncancellable
+/// by notification (a client sending hundreds at once in one session is not a real client).
+const TRACKED_CALLS: usize = 256;
+
+/// Why a session could not be opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum OpenError {
+    /// Every session of the account is busy with a call.
+    #[error(
+        "this key already has {0} open MCP sessions, each with a call in flight; close one (DELETE) or wait for one to finish"
+    )]
+    AccountFull(usize),
+    /// The server holds its limit of sessions.
+    #[error("the server holds as many MCP sessions as it may ({0}); try again shortly")]
+    ServerFull(usize),
+}
+
+struct Session {
+    owner: AccountId,
+    last_used: Instant,
+    /// JSON text of a request id → the token its call obeys.
+    in_flight: HashMap<String, CancellationToken>,
+}
+
+#[derive(Default)]
+struct Table {
+    sessions: HashMap<String, Session>,
+    per_account: HashMap<AccountId, usize>,
+}
+
+/// The open legacy sessions.
+pub struct McpSessions {
+    table: Mutex<Table>,
+    limits: SessionLimits,
+}
+
+impl McpSessions {
+    /// An empty table with these limits.
+    pub fn new(limits: SessionLimits) -> Arc<Self> {
+        Arc::new(Self {
+            table: Mutex::new(Table::default()),
+            limits,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Opens a session for `owner`, returning its id.
+    pub fn open(&self, owner: &AccountId) -> Result<String, OpenError> {
+        let mut table = self.lock();
+        let now = Instant::now();
+        let count = table.per_account.get(owner).copied().unwrap_or(0);
+        if count >= self.limits.per_account {
+            let oldest = table
+                .sessions
+                .iter()
+                .filter(|(_, s)| &s.owner == owner && s.in_flight.is_empty())
+                .min_by_key(|(_, s)| s.last_used)
+                .map(|(id, _)| id.clone());
+            match oldest {
+                Some(id) => table.remove(&id),
+                None => return Err(OpenError::AccountFull(self.limits.per_account)),
+            }
+        }
+        if table.sessions.len() >= self.limits.total {
+            table.remove_expired(now, self.limits.idle);
+            if table.sessions.len() >= self.limits.total {
+                return Err(OpenError::ServerFull(self.limits.total));
+            }
+        }
+        let id = uuid::Uuid::new_v4().simple().to_string();
+        table.sessions.insert(
+            id.clone(),
+            Session {
+                owner: owner.clone(),
+                last_used: now,
+                in_flight: HashMap::new(),
+            },
+        );
+        *table.per_account.entry(owner.clone()).or_insert(0) += 1;
+        Ok(id)
+    }
+
+    /// `true` when `id` is open and `owner`'s; marks it used. Another account's session, an
+    /// expired one and an unknown one look alike, so ids cannot be probed.
+    pub fn touch(&self, id: &str, owner: &AccountId) -> bool {
+        let mut table = self.lock();
+        let now = Instant::now();
+        let Some(session) = table.sessions.get_mut(id) else {
+            return false;
+        };
+        if &session.owner != owner {
+            return false;
+        }
+        if session.in_flight.is_empty() && now.duration_since(session.last_used) >= self.limits.idle
+        {
+            table.remove(id);
+            return false;
+        }
+        session.last_used = now;
+        true
+    }
+
+    /// Closes `owner`'s session `id`; `false` if there was none.
+    pub fn close(&self, id: &str, owner: &AccountId) -> bool {
+        let mut table = self.lock();
+        if table.sessions.get(id).is_some_and(|s| &s.owner == owner) {
+            table.remove(id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Registers a call with `request_id` (its JSON text) in session `id`: the returned token is
+    /// cancelled by the client's `notifications/cancelled`; the guard unregisters it.
+    pub fn begin_call(self: &Arc<Self>, id: &str, request_id: String) -> Option<CallGuard> {
+        let mut table = self.lock();
+        let session = table.sessions.get_mut(id)?;
+        if session.in_flight.len() >= TRACKED_CALLS || session.in_flight.contains_key(&request_id) {
+            return None;
+        }
+        let token = CancellationToken::new();
+        session.in_flight.insert(request_id.clone(), token.clone());
+        Some(CallGuard {
+            sessions: self.clone(),
+            session: id.to_owned(),
+            request_id,
+            token,
+        })
+    }
+
+    /// Cancels the call `request_id` of `owner`'s session `id`, if it is in flight.
+    pub fn cancel(&self, id: &str, owner: &AccountId, request_id: &str) {
+        let table = self.lock();
+        if let Some(session) = table.sessions.get(id).filter(|s| &s.owner == owner)
+            && let Some(token) = session.in_flight.get(request_id)
+        {
+            token.cancel();
+        }
+    }
+
+    /// Open sessions.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.lock().sessions.len()
+    }
+}
+
+impl Table {
+    fn remove(&mut self, id: &str) {
+        let Some(session) = self.sessions.remove(id) else {
+            return;
+        };
+        for token in session.in_flight.values() {
+            token.cancel();
+        }
+        if let Some(count) = self.per_account.get_mut(&session.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.per_account.remove(&session.owner);
+            }
+        }
+    }
+
+    fn remove_expired(&mut self, now: Instant, idle: Duration) {
+        let expired: Vec<String> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.in_flight.is_empty() && now.duration_since(s.last_used) >= idle)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in expired {
+            self.remove(&id);
+        }
+    }
+}
+
+/// A call registered in its session; dropping it (the answer sent or abandoned) unregisters it.
+pub struct CallGuard {
+    sessions: Arc<McpSessions>,
+    session: String,
+    request_id: String,
+    token: CancellationToken,
+}
+
+impl CallGuard {
+    /// The token the call obeys.
+    pub fn token(&self) -> &CancellationToken {
+        &self.token
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        let mut table = self.sessions.lock();
+        let now = Instant::now();
+        if let Some(session) = table.sessions.get_mut(&self.session) {
+            session.in_flight.remove(&self.request_id);
+            session.last_used = now;
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "mcp_sessions_tests.rs"]
+mod tests;

@@ -1,0 +1,111 @@
+#![allow(clippy::unwrap_used)]
+use super::*;
+
+fn limits(per_account: usize, total: usize) -> SessionLimits {
+    SessionLimits {
+        per_account,
+        total,
+        idle: Duration::from_secs(60),
+    }
+}
+
+#[test]
+fn sessions_belong_to_their_opener_for_their_whole_life() {
+    let sessions = McpSessions::new(SessionLimits::default());
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let id = sessions.open(&alice).unwrap();
+    assert!(sessions.touch(&id, &alice));
+    assert!(!sessions.touch(&id, &bob));
+    assert!(
+        !sessions.close(&id, &bob),
+        "another account cannot close it"
+    );
+    assert!(sessions.close(&id, &alice));
+    assert!(!sessions.touch(&id, &alice));
+    assert!(!sessions.touch(&id, &bob), "a closed session is nobody's");
+    assert!(!sessions.touch("unknown", &bob));
+}
+
+#[test]
+fn an_account_at_its_limit_loses_its_longest_idle_session() {
+    let sessions = McpSessions::new(limits(3, 100));
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let ids: Vec<String> = (0..3).map(|_| sessions.open(&alice).unwrap()).collect();
+    let bobs = sessions.open(&bob).unwrap();
+    std::thread::sleep(Duration::from_millis(2));
+    assert!(sessions.touch(&ids[0], &alice));
+    let _busy = sessions.begin_call(&ids[1], "1".into()).unwrap();
+    let fourth = sessions.open(&alice).unwrap();
+    assert!(
+        !sessions.touch(&ids[2], &alice),
+        "the longest idle one made room"
+    );
+    assert!(sessions.touch(&ids[0], &alice) && sessions.touch(&ids[1], &alice));
+    assert!(sessions.touch(&bobs, &bob), "other accounts are untouched");
+    assert_eq!(sessions.len(), 4);
+    // every remaining one busy: a clear refusal, nothing closed
+    let _a = sessions.begin_call(&ids[0], "1".into()).unwrap();
+    let _b = sessions.begin_call(&fourth, "1".into()).unwrap();
+    assert_eq!(sessions.open(&alice), Err(OpenError::AccountFull(3)));
+    assert_eq!(sessions.len(), 4);
+}
+
+#[test]
+fn the_server_total_is_a_refusal_not_an_eviction() {
+    let sessions = McpSessions::new(limits(10, 3));
+    let accounts: Vec<AccountId> = (0..3).map(|_| AccountId::generate()).collect();
+    let ids: Vec<String> = accounts.iter().map(|a| sessions.open(a).unwrap()).collect();
+    let late = AccountId::generate();
+    assert_eq!(sessions.open(&late), Err(OpenError::ServerFull(3)));
+    assert!(sessions.touch(&ids[0], &accounts[0]));
+    assert!(sessions.close(&ids[1], &accounts[1]));
+    sessions.open(&late).unwrap();
+}
+
+#[test]
+fn idle_sessions_expire_unless_a_call_is_in_flight() {
+    let sessions = McpSessions::new(SessionLimits {
+        per_account: 10,
+        total: 2,
+        idle: Duration::from_millis(20),
+    });
+    let alice = AccountId::generate();
+    let idle = sessions.open(&alice).unwrap();
+    let busy = sessions.open(&alice).unwrap();
+    let call = sessions.begin_call(&busy, "7".into()).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    sessions.open(&alice).unwrap();
+    assert!(!sessions.touch(&idle, &alice), "expired and swept");
+    assert!(
+        sessions.touch(&busy, &alice),
+        "a long call keeps its session"
+    );
+    drop(call);
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(!sessions.touch(&busy, &alice));
+}
+
+#[test]
+fn cancellation_reaches_only_the_named_call_of_the_owner() {
+    let sessions = McpSessions::new(SessionLimits::default());
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let id = sessions.open(&alice).unwrap();
+    let one = sessions.begin_call(&id, "1".into()).unwrap();
+    let two = sessions.begin_call(&id, "\"two\"".into()).unwrap();
+    assert!(
+        sessions.begin_call(&id, "1".into()).is_none(),
+        "ids are unique in flight"
+    );
+    sessions.cancel(&id, &bob, "1");
+    assert!(!one.token().is_cancelled(), "another account cannot cancel");
+    sessions.cancel(&id, &alice, "1");
+    assert!(one.token().is_cancelled() && !two.token().is_cancelled());
+    drop(one);
+    let again = sessions.begin_call(&id, "1".into()).unwrap();
+    assert!(!again.token().is_cancelled(), "a reused id starts afresh");
+    assert!(sessions.close(&id, &alice));
+    assert!(
+        two.token().is_cancelled(),
+        "closing a session cancels its calls"
+    );
+}
