@@ -136,7 +136,7 @@ pub async fn serve(
             );
             continue;
         }
-        let _ = stream.set_nodelay(true);
+        prepare(&stream);
         let connection = Connection {
             table: table.clone(),
             router: router.clone(),
@@ -148,6 +148,14 @@ pub async fn serve(
     }
     drop(listener);
     while tasks.join_next().await.is_some() {}
+}
+
+/// Small writes go out at once: an SSE answer is several, and with Nagle's algorithm the
+/// second waited for the client's delayed ACK (~40 ms on every legacy-session request).
+fn prepare(stream: &TcpStream) {
+    if let Err(err) = stream.set_nodelay(true) {
+        tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+    }
 }
 
 struct Connection {
@@ -266,6 +274,20 @@ impl Drop for InFlight {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[tokio::test]
+    async fn accepted_sockets_send_small_writes_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(address).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(
+            !accepted.nodelay().unwrap(),
+            "the kernel's default is Nagle"
+        );
+        prepare(&accepted);
+        assert!(accepted.nodelay().unwrap());
+    }
 
     #[test]
     fn limits_leave_room_for_other_files() {

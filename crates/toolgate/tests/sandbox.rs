@@ -8,50 +8,8 @@
 
 mod common;
 
-use std::path::PathBuf;
-
 use common::*;
 use serde_json::{Value, json};
-
-fn checkout() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// Flags that turn the sandbox on with this checkout's runtime and confinement library.
-fn sandbox_flags(dir: &std::path::Path) -> Vec<String> {
-    let root = checkout();
-    let lib = std::env::var("TOOLGATE_HARDEN_LIB").map_or_else(
-        |_| root.join("target/debug/libtoolgate_sandbox_harden.so"),
-        PathBuf::from,
-    );
-    assert!(
-        lib.is_file(),
-        "no confinement library at {}: cargo build -p toolgate-sandbox-harden",
-        lib.display()
-    );
-    let runtime = root.join(".deps/python-runtime");
-    assert!(
-        runtime.is_dir(),
-        "no runtime at {}: scripts/python-runtime.sh .deps/python-runtime",
-        runtime.display()
-    );
-    [
-        "--sandbox",
-        "on",
-        "--sandbox-runtime",
-        runtime.to_str().unwrap(),
-        "--sandbox-zygote",
-        root.join("runtime/toolgate_zygote.py").to_str().unwrap(),
-        "--sandbox-harden-lib",
-        lib.to_str().unwrap(),
-        "--sandbox-root",
-        dir.join("sessions").to_str().unwrap(),
-        "--sandbox-max-sessions",
-        "3",
-    ]
-    .map(str::to_owned)
-    .to_vec()
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -62,14 +20,7 @@ struct Fixture {
 }
 
 async fn fixture() -> Fixture {
-    // not under /tmp (each session has its own empty /tmp), and searchable by the sessions' uids
-    // wherever the checkout lives
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o711),
-    )
-    .unwrap();
+    let dir = sandbox_dir();
     let storage = Storage::sqlite(dir.path());
     let alice = create_account(&storage, "alice@example.org");
     let bob = create_account(&storage, "bob@example.org");
@@ -407,12 +358,7 @@ async fn every_answered_session_call_is_in_the_ledger_after_a_kill() {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
     const CONNECTIONS: usize = 3; // one session each, the fixture's cap
-    let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    std::fs::set_permissions(
-        dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o711),
-    )
-    .unwrap();
+    let dir = sandbox_dir();
     let storage = Storage::sqlite(dir.path());
     let alice = create_account(&storage, "alice@example.org");
     credit(&storage, "alice@example.org", "5.00");

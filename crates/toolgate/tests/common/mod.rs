@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 mod rpc;
+mod sandboxed;
 
 use std::fs::File;
 use std::net::TcpListener;
@@ -20,6 +21,8 @@ use toolgate_store_sqlite::{Durability, SqliteStore};
 
 #[allow(unused_imports)]
 pub use rpc::*;
+#[allow(unused_imports)]
+pub use sandboxed::*;
 
 /// The binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
