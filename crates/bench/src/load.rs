@@ -51,6 +51,8 @@ pub struct Workload {
     body: Bytes,
     /// Every needle must occur in a 200 response's body for it to count as a success.
     needles: Vec<&'static [u8]>,
+    /// Headers of the client path measured (`Accept`, session, protocol version, …).
+    headers: Vec<(header::HeaderName, HeaderValue)>,
 }
 
 impl Workload {
@@ -62,11 +64,18 @@ impl Workload {
             uri,
             body: body.into(),
             needles,
+            headers: Vec::new(),
         })
     }
 
+    /// The same request with these headers (an `Accept` here replaces the default one).
+    pub fn with_headers(mut self, headers: Vec<(header::HeaderName, HeaderValue)>) -> Self {
+        self.headers = headers;
+        self
+    }
+
     fn request(&self, endpoint: &Endpoint) -> Result<Request<Full<Bytes>>> {
-        Ok(Request::builder()
+        let mut request = Request::builder()
             .method(Method::POST)
             .uri(self.uri.clone())
             .header(header::HOST, endpoint.host.clone())
@@ -74,11 +83,36 @@ impl Workload {
                 header::CONTENT_TYPE,
                 HeaderValue::from_static("application/json"),
             )
-            .header(
-                header::ACCEPT,
-                HeaderValue::from_static("application/json, text/event-stream"),
-            )
-            .body(Full::new(self.body.clone()))?)
+            .body(Full::new(self.body.clone()))?;
+        let headers = request.headers_mut();
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("application/json, text/event-stream"),
+        );
+        for (name, value) in &self.headers {
+            headers.insert(name.clone(), value.clone());
+        }
+        Ok(request)
+    }
+
+    /// Sends this request once on a fresh connection: the status, the response's headers and
+    /// its body, for setting up a client path (opening a session) and for probes.
+    pub async fn send_once(
+        &self,
+        endpoint: &Endpoint,
+    ) -> Result<(StatusCode, http::HeaderMap, Bytes)> {
+        let mut sender = connect(endpoint).await?;
+        let request = self.request(endpoint)?;
+        let send = async {
+            sender.ready().await?;
+            let response = sender.send_request(request).await?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((parts.status, parts.headers, body))
+        };
+        Ok(tokio::time::timeout(REQUEST_TIMEOUT, send)
+            .await
+            .context("request timed out")??)
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod floor;
 mod load;
+mod paths;
 mod proc;
 mod report;
 mod sandbox;
@@ -21,12 +22,12 @@ use clap::Parser;
 use http::{Method, StatusCode, Uri};
 
 use crate::load::{Endpoint, Workload};
+use crate::paths::{Ask, ClientPath};
 use crate::report::{METERED_TARGET, Memory, Phase, Report, TOOLS_LIST_TARGET};
 use crate::server::{STARTUP_LIMIT, Server, Toolgate};
 
 const EMAIL: &str = "bench@example.org";
 const TOOLS_LIST: &str = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-const METERED_CALL: &str = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"svc_read","arguments":{"billing":true}}}"#;
 
 /// Throughput, latency and memory of a real toolgate server, measured over loopback.
 #[derive(Debug, Parser)]
@@ -196,31 +197,29 @@ fn run(args: &Args) -> Result<()> {
     ));
 
     let list = Arc::new(Workload::post(&path, TOOLS_LIST, vec![b"\"svc_read\""])?);
-    let call = Arc::new(Workload::post(
-        &path,
-        METERED_CALL,
-        vec![b"\"isError\":false"],
-    )?);
-    show_probe(&runtime, &endpoint, &path, TOOLS_LIST)?;
-    show_probe(&runtime, &endpoint, &path, METERED_CALL)?;
-
     let loaded = |clients: usize, target: f64| (clients > 1).then_some(target);
-    let plan = [
-        ("tools/list", &list, 1, None),
+    let mut plan = Vec::new();
+    for (asks, target) in [
+        (&ClientPath::ALL[..], TOOLS_LIST_TARGET),
         (
-            "tools/list",
-            &list,
-            args.clients,
-            loaded(args.clients, TOOLS_LIST_TARGET),
+            &[ClientPath::LegacySse, ClientPath::Modern, ClientPath::Bare][..],
+            METERED_TARGET,
         ),
-        ("tools/call svc_read (metered)", &call, 1, None),
-        (
-            "tools/call svc_read (metered)",
-            &call,
-            args.clients,
-            loaded(args.clients, METERED_TARGET),
-        ),
-    ];
+    ] {
+        let ask = if target == TOOLS_LIST_TARGET {
+            Ask::ToolsList
+        } else {
+            Ask::Billing
+        };
+        for client_path in asks {
+            let workload = runtime.block_on(client_path.workload(&endpoint, &path, ask))?;
+            show_probe(&runtime, &endpoint, client_path.label(ask), &workload)?;
+            let workload = Arc::new(workload);
+            let name = client_path.label(ask);
+            plan.push((name, workload.clone(), 1, None));
+            plan.push((name, workload, args.clients, loaded(args.clients, target)));
+        }
+    }
     let bench = Bench {
         runtime: &runtime,
         warmup,
@@ -231,7 +230,7 @@ fn run(args: &Args) -> Result<()> {
         let phase = bench.phase(
             &mut server,
             &endpoint,
-            workload,
+            &workload,
             clients,
             (name, "warn"),
             target,
@@ -262,7 +261,7 @@ fn run(args: &Args) -> Result<()> {
                 &endpoint,
                 &list,
                 clients,
-                ("tools/list", "default"),
+                ("tools/list [bare POST]", "default"),
                 target,
             )?;
             answered += phase.outcome.answered;
@@ -437,22 +436,22 @@ fn personal_path(toolgate: &Toolgate) -> Result<String> {
     Ok(path)
 }
 
-/// Sends one request and shows what came back, so the report says what was actually measured.
+/// Sends one request of a workload and shows what came back, so the report says what was
+/// actually measured (JSON or SSE, how big).
 fn show_probe(
     runtime: &tokio::runtime::Runtime,
     endpoint: &Endpoint,
-    path: &str,
-    body: &'static str,
+    label: &str,
+    workload: &Workload,
 ) -> Result<()> {
-    let (status, kind, answer) = runtime.block_on(load::probe(
-        endpoint,
-        Method::POST,
-        path,
-        Bytes::from_static(body.as_bytes()),
-    ))?;
-    let shown: String = String::from_utf8_lossy(&answer).chars().take(200).collect();
+    let (status, headers, answer) = runtime.block_on(workload.send_once(endpoint))?;
+    let kind = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let shown: String = String::from_utf8_lossy(&answer).chars().take(120).collect();
     progress(&format!(
-        "probe {body}\n        -> HTTP {status}, {kind:?}, {} bytes: {shown}",
+        "probe {label}\n        -> HTTP {status}, {kind:?}, {} bytes: {shown}",
         answer.len()
     ));
     Ok(())

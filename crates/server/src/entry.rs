@@ -96,6 +96,13 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
         HeaderValue::from_static("application/json"),
     );
     let accepts = sse::negotiate(&mut parts.headers);
+    if let Some(answer) = state
+        .tools_list
+        .as_ref()
+        .and_then(|l| l.answer(&parts, &info))
+    {
+        return answer;
+    }
     match session {
         Some(id) => legacy::post(state, &account, &id, parts, bytes, &info, accepts).await,
         None if info.opens_session() => legacy::open(state, &account, parts, bytes, accepts).await,

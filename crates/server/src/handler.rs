@@ -93,6 +93,13 @@ impl McpHandler {
         }
     }
 
+    /// The `tools/list` result (the same for every caller).
+    pub fn tool_list(&self) -> ListToolsResult {
+        ListToolsResult::with_all_items((*self.tools).clone())
+            .with_ttl_ms(TOOL_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private)
+    }
+
     async fn call_registered(
         &self,
         spec: &ToolSpec,
@@ -285,9 +292,7 @@ impl ServerHandler for McpHandler {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items((*self.tools).clone())
-            .with_ttl_ms(TOOL_LIST_TTL_MS)
-            .with_cache_scope(CacheScope::Private))
+        Ok(self.tool_list())
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

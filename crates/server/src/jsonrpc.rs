@@ -81,6 +81,8 @@ pub struct MessageInfo {
     pub id: Option<Value>,
     /// For `notifications/cancelled`: the id of the request it cancels.
     pub cancels: Option<Value>,
+    /// `params` is absent or holds nothing but `_meta` (no cursor, no arguments).
+    pub plain_params: bool,
 }
 
 impl MessageInfo {
@@ -133,6 +135,7 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
             None => Ok(MessageInfo {
                 method: Some(method.clone()),
                 id,
+                plain_params: true,
                 ..MessageInfo::default()
             }),
             Some(Value::Object(params)) => Ok(MessageInfo {
@@ -142,6 +145,7 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
                     .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
                     .is_some(),
                 cancels: params.get("requestId").cloned().filter(|_| id.is_none()),
+                plain_params: params.keys().all(|key| key == "_meta"),
                 id,
             }),
             Some(_) => Err(Rejection::NotJsonRpc("`params` must be an object", id)),

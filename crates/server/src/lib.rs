@@ -4,6 +4,7 @@
 mod carriers;
 mod connections;
 mod entry;
+mod fast;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;
 mod handler;
@@ -56,6 +57,8 @@ pub(crate) struct Inner {
     public_url: String,
     max_body: usize,
     sessions: Arc<mcp_sessions::McpSessions>,
+    /// A plain legacy `tools/list`, answered without rmcp.
+    tools_list: Option<fast::ToolsList>,
     /// rmcp in stateless mode answers every request; legacy sessions are ours (see `legacy`).
     mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
 }
@@ -76,7 +79,9 @@ pub fn router(
 ) -> Router {
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
     let handler = McpHandler::new(app.clone(), metrics.clone());
-    let config = rmcp_config(settings, &origins, shutdown)
+    let config = rmcp_config(settings, &origins, shutdown);
+    let tools_list = fast::ToolsList::new(&handler, &config.allowed_hosts);
+    let config = config
         .with_legacy_session_mode(false)
         .with_json_response(true);
     let mcp = StreamableHttpService::new(
@@ -91,6 +96,7 @@ pub fn router(
         public_url: settings.public_url.trim_end_matches('/').to_owned(),
         max_body: settings.max_request_bytes,
         sessions: mcp_sessions::McpSessions::new(settings.sessions),
+        tools_list,
         mcp,
     }));
     Router::new()

@@ -235,3 +235,29 @@ async fn the_data_directory_is_the_owners_alone() {
         "the database, its WAL, SHM, key epoch and serve lock: {seen}"
     );
 }
+
+/// The plain legacy `tools/list` answered without rmcp is exactly rmcp's answer, and a request
+/// rmcp would refuse (a foreign Host) is still refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_list_without_rmcp_is_rmcps_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let account = create_account(&storage, "lister@example.org");
+    let server = Server::start(&storage, &[]).await;
+    let http = client();
+    let plain = post_personal(&http, &server, &account.key, &tools_list()).await;
+    let with_cursor = rpc(1, "tools/list", Some(serde_json::json!({"cursor": "c"})));
+    let through_rmcp = post_personal(&http, &server, &account.key, &with_cursor).await;
+    assert_eq!(plain.json(), through_rmcp.json());
+    assert!(plain.result()["tools"].as_array().unwrap().len() == 3);
+    let url = server.personal(&account.key);
+    let session = open_session(&http, &url).await.unwrap();
+    let in_it = send(in_session(&http, &url, &session, &tools_list())).await;
+    assert_eq!(in_it.json(), plain.json());
+    let head = format!(
+        "POST /u/{} HTTP/1.1\r\nHost: evil.example\r\nContent-Type: application/json",
+        account.key
+    );
+    let foreign = raw_http(server.port, &head, tools_list().to_string().as_bytes()).await;
+    assert_eq!(foreign.status, 403, "{foreign:?}");
+}

@@ -44,8 +44,12 @@ pub struct Plan<'a> {
 pub struct Http {
     /// svc_write `1+1` with a new session_id.
     pub new_session: Timings,
-    /// svc_write `1+1` in the warm session.
+    /// svc_write `1+1` in the warm session, bare POST (no MCP session).
     pub warm: Timings,
+    /// The same in a 2025-11-25 legacy session with SSE accepted (the path most clients take).
+    pub warm_legacy: Timings,
+    /// Three printed lines streamed as progress (an SSE answer), in a legacy session.
+    pub progress: Timings,
     /// svc_write of the matplotlib figure in a warm session.
     pub plot: Timings,
     /// The decoded size of the figure's PNG.
@@ -63,6 +67,22 @@ fn write_call(code: &str, session_id: &str) -> String {
         "params": {
             "name": "svc_write",
             "arguments": {"code": code, "session_id": session_id},
+        },
+    })
+    .to_string()
+}
+
+/// svc_write printing three lines with a progress token: the answer is an SSE stream of three
+/// `notifications/progress` and the result.
+fn progress_call() -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 4,
+        "method": "tools/call",
+        "params": {
+            "name": "svc_write",
+            "arguments": {"code": "for i in range(3):\n    print(i, flush=True)", "session_id": "warm"},
+            "_meta": {"progressToken": "bench"},
         },
     })
     .to_string()
@@ -139,6 +159,32 @@ fn figures(
     report("warm 1+1", &warm);
 
     wait_for_quiet(plan.quiet);
+    progress("warm 1+1 and a progress stream in a legacy session (SSE accepted)");
+    let session = runtime.block_on(crate::paths::legacy_session(&endpoint, &personal))?;
+    let in_session = |body: String, needles| -> Result<Workload> {
+        Ok(Workload::post(&personal, body, needles)?.with_headers(session.clone()))
+    };
+    let warm_legacy = in_session(
+        write_call("1+1", "warm"),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm_legacy, _) =
+        runtime.block_on(timed(&endpoint, &warm_legacy, WARMUP_CALLS, plan.calls))?;
+    report("warm 1+1 (legacy session)", &warm_legacy);
+    let streamed = in_session(
+        progress_call(),
+        vec![b"notifications/progress", b"\"isError\":false"],
+    )?;
+    let (progress_stream, _) = runtime.block_on(timed(
+        &endpoint,
+        &streamed,
+        WARMUP_CALLS / 10,
+        (plan.calls / 10).max(10),
+    ))?;
+    server.check_running()?;
+    report("progress stream", &progress_stream);
+
+    wait_for_quiet(plan.quiet);
     progress(&format!(
         "matplotlib figure through HTTP: {} calls after {WARMUP_PLOTS} untimed",
         plan.plots
@@ -166,6 +212,8 @@ fn figures(
     Ok(Http {
         new_session,
         warm,
+        warm_legacy,
+        progress: progress_stream,
         plot,
         png_bytes,
         plot_answer_bytes: answer.len(),

@@ -112,6 +112,18 @@ impl SandboxReport {
         );
         row(
             &mut out,
+            "warm 1+1, HTTP, legacy session + SSE accepted",
+            &h.warm_legacy,
+            "(the path most clients take)",
+        );
+        row(
+            &mut out,
+            "3 printed lines as a progress stream (SSE), legacy",
+            &h.progress,
+            "—",
+        );
+        row(
+            &mut out,
             "warm 1+1, server side (no HTTP, no metering)",
             &d.warm,
             "(the sandbox's share)",
@@ -186,6 +198,8 @@ impl SandboxReport {
             "close_session_server_side": timings_json(&d.close),
             "new_session_http": timings_json(&h.new_session),
             "warm_1_plus_1_http": timings_json(&h.warm),
+            "warm_1_plus_1_http_legacy_session": timings_json(&h.warm_legacy),
+            "progress_stream_http_legacy_session": timings_json(&h.progress),
             "warm_1_plus_1_server_side": timings_json(&d.warm),
             "matplotlib_http": timings_json(&h.plot),
             "matplotlib_png_bytes": h.png_bytes,
