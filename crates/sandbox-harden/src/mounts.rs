@@ -12,7 +12,9 @@
 //!   mediate before ABI 9;
 //! - masks: a read-only path whose ancestors the session's uid cannot search (a runtime under
 //!   `/root`, mode 0700) is bind-mounted at its own path beneath a read-only tmpfs laid over the
-//!   first such ancestor, so the session reaches that path and nothing else of the ancestor.
+//!   first such ancestor, so the session reaches that path and nothing else of the ancestor; the
+//!   directory holding the sessions root (the data directory by default) is masked the same way,
+//!   showing the session its own workspace and nothing else there.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -219,7 +221,7 @@ fn apply_mask(mask: Mask) -> Result<(), HardenError> {
         "tmpfs",
         &mask.point,
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        Some(&format!("size={MASK_BYTES},mode=0755")),
+        Some(&format!("size={MASK_BYTES},mode=0711")),
     )?;
     for (path, fd) in &mask.exposed {
         bind_back(&mask.point, path, fd)?;
@@ -254,7 +256,8 @@ fn mount_error<'a>(
 }
 
 /// Creates `path` (a directory, or an empty file when `original` is one) and the directories
-/// between `point` and it, each mode 0755 whatever the umask.
+/// between `point` and it, each mode 0711 whatever the umask: searchable, so the path resolves,
+/// but not listable, so a session learns nothing from them.
 fn make_mount_point(point: &Path, path: &Path, original: &File) -> io::Result<()> {
     let is_dir = original.metadata()?.is_dir();
     let Ok(relative) = path.strip_prefix(point) else {
@@ -272,7 +275,7 @@ fn make_mount_point(point: &Path, path: &Path, original: &File) -> io::Result<()
             File::create(&current)?;
         } else {
             std::fs::create_dir(&current)?;
-            std::fs::set_permissions(&current, std::fs::Permissions::from_mode(0o755))?;
+            std::fs::set_permissions(&current, std::fs::Permissions::from_mode(0o711))?;
         }
     }
     Ok(())
@@ -282,15 +285,25 @@ fn make_mount_point(point: &Path, path: &Path, original: &File) -> io::Result<()
 /// A path that does not exist is left to Landlock, which reports it.
 fn plan_masks(spec: &HardenSpec) -> Result<Vec<Mask>, HardenError> {
     let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
-    for path in &spec.read_only {
-        let Ok(path) = std::fs::canonicalize(path) else {
-            continue;
-        };
-        if path.starts_with(SHOWN_IN_TMP) {
-            continue; // shown inside the session's own /tmp instead
+    let read_only: Vec<PathBuf> = spec
+        .read_only
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        // shown inside the session's own /tmp instead
+        .filter(|path| !path.starts_with(SHOWN_IN_TMP))
+        .collect();
+    for path in &read_only {
+        if let Some(point) = first_unsearchable_ancestor(path, spec.uid)? {
+            pairs.push((point, path.clone()));
         }
-        if let Some(point) = first_unsearchable_ancestor(&path, spec.uid)? {
-            pairs.push((point, path));
+    }
+    if let Some(point) = around_the_sessions(spec) {
+        let workspace = std::fs::canonicalize(&spec.workspace).map_err(|error| {
+            HardenError::InvalidSpec(format!("workspace {}: {error}", spec.workspace.display()))
+        })?;
+        pairs.push((point.clone(), workspace));
+        for path in read_only.iter().filter(|path| path.starts_with(&point)) {
+            pairs.push((point.clone(), path.clone()));
         }
     }
     if pairs.is_empty() {
@@ -325,6 +338,17 @@ fn plan_masks(spec: &HardenSpec) -> Result<Vec<Mask>, HardenError> {
         masks.push(Mask { point, exposed });
     }
     Ok(masks)
+}
+
+/// The directory that holds the sessions root (the data directory by default), masked so that
+/// the session sees its own workspace there and nothing else: not the names, sizes or times of
+/// other sessions' workspaces (`.warm/<prefix>-N` are predictable), nor `toolgate.db` and its WAL
+/// beside them (the service's call volume). `stat` needs no read permission, so Landlock, which
+/// governs opening, could not hide them. `None` when the sessions root sits right under `/`.
+fn around_the_sessions(spec: &HardenSpec) -> Option<PathBuf> {
+    let root = std::fs::canonicalize(spec.hide_mounts_below.as_ref()?).ok()?;
+    let parent = root.parent()?;
+    (parent != Path::new("/")).then(|| parent.to_path_buf())
 }
 
 /// The first ancestor of `path` (from `/` down, `path` itself excluded) that `uid` (with group

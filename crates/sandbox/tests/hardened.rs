@@ -114,15 +114,17 @@ async fn hardened_sessions_are_confined_to_their_workspace() {
         denied
     );
 
-    // another session, of the same account or another one, cannot read this one's workspace
+    // another session, of the same account or another one, cannot even find this one's
+    // workspace: the directory around the sessions root shows each session only its own
     let note = first.workspace.join("note.txt");
     let read_note = format!("open({:?}).read()", note.to_str().unwrap());
+    let absent = "'FileNotFoundError'";
     for account in ["acct-a", "acct-b"] {
         let other = exec(&m, account, "s2", "1").await;
         assert_ne!(other.pid, first.pid);
-        assert_eq!(raised(&m, account, "s2", &read_note).await, denied);
+        assert_eq!(raised(&m, account, "s2", &read_note).await, absent);
         let list = format!("import os\n    os.listdir({:?})", first.workspace);
-        assert_eq!(raised(&m, account, "s2", &list).await, denied);
+        assert_eq!(raised(&m, account, "s2", &list).await, absent);
     }
     // while the first session still reads its own
     assert_eq!(raised(&m, "acct-a", "s1", &read_note).await, "'ok'");
