@@ -21,7 +21,7 @@ use toolgate_app::{
 };
 use toolgate_domain::{Account, Admission};
 
-use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::sync::CancellationToken;
 
 use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
 use crate::legacy::CallCancel;
@@ -165,7 +165,7 @@ impl McpHandler {
             .meta
             .get_progress_token()
             .map(|token| ProgressRelay::start(context.peer.clone(), token));
-        let (cancel, _watch) = cancellation_of(context);
+        let cancel = cancellation_of(context);
         let ctx = CallContext {
             account: caller,
             tool: &spec.name,
@@ -203,25 +203,14 @@ fn not_recorded() -> (Result<CallToolResult, McpError>, ToolOutcome) {
     )
 }
 
-/// What a call obeys: rmcp's token (its client went away) and, in a legacy session, the
-/// client's `notifications/cancelled`. The guard ends the watcher joining the two.
-fn cancellation_of(ctx: &RequestContext<RoleServer>) -> (CancellationToken, Option<DropGuard>) {
-    let own = ctx
-        .extensions
+/// What a call obeys: in a legacy session, our token, cancelled by the client's
+/// `notifications/cancelled` and when its request is dropped (the client went away); elsewhere
+/// rmcp's.
+fn cancellation_of(ctx: &RequestContext<RoleServer>) -> CancellationToken {
+    ctx.extensions
         .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<CallCancel>());
-    let Some(CallCancel(by_client)) = own else {
-        return (ctx.ct.clone(), None);
-    };
-    let merged = by_client.child_token();
-    let (transport, watched) = (ctx.ct.clone(), merged.clone());
-    tokio::spawn(async move {
-        tokio::select! {
-            () = transport.cancelled() => watched.cancel(),
-            () = watched.cancelled() => {}
-        }
-    });
-    (merged.clone(), Some(merged.drop_guard()))
+        .and_then(|parts| parts.extensions.get::<CallCancel>())
+        .map_or_else(|| ctx.ct.clone(), |CallCancel(token)| token.clone())
 }
 
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {

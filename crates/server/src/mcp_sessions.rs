@@ -229,7 +229,10 @@ impl CallGuard {
 }
 
 impl Drop for CallGuard {
+    /// Also cancels the call: the guard outlives the call's answer, so a call still running
+    /// here lost its request (the client went away) and has nobody left to answer.
     fn drop(&mut self) {
+        self.token.cancel();
         let mut table = self.sessions.lock();
         let now = Instant::now();
         if let Some(session) = table.sessions.get_mut(&self.session) {

@@ -101,6 +101,13 @@ fn cancellation_reaches_only_the_named_call_of_the_owner() {
     sessions.cancel(&id, &alice, "1");
     assert!(one.token().is_cancelled() && !two.token().is_cancelled());
     drop(one);
+    let dropped = sessions.begin_call(&id, "3".into()).unwrap();
+    let token = dropped.token().clone();
+    drop(dropped);
+    assert!(
+        token.is_cancelled(),
+        "a call whose request is gone is cancelled"
+    );
     let again = sessions.begin_call(&id, "1".into()).unwrap();
     assert!(!again.token().is_cancelled(), "a reused id starts afresh");
     assert!(sessions.close(&id, &alice));

@@ -186,3 +186,34 @@ async fn another_account_cannot_cancel_a_call() {
         "{reply:?}"
     );
 }
+
+/// A client that goes away mid-call (its connection closed) cancels the call as surely as one
+/// that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_its_call() {
+    let f = fixture().await;
+    let url = f.server.personal(&f.alice.key);
+    let session = open_session(&f.http, &url).await.unwrap();
+    send(in_session(
+        &f.http,
+        &url,
+        &session,
+        &write_call(1, "kept = 'still here'"),
+    ))
+    .await;
+    let sleeping = in_session(
+        &f.http,
+        &url,
+        &session,
+        &write_call(7, "import time\ntime.sleep(60)"),
+    );
+    let gone = tokio::time::timeout(Duration::from_millis(500), sleeping.send()).await;
+    assert!(gone.is_err(), "the sleep answered early: {gone:?}");
+    let started = Instant::now();
+    kept_after(&f, &session).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the abandoned code kept running: {:?}",
+        started.elapsed()
+    );
+}
