@@ -11,31 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{Value, json};
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: Server,
-    http: reqwest::Client,
-    alice: Account,
-    bob: Account,
-}
-
-async fn fixture() -> Fixture {
-    let dir = sandbox_dir();
-    let storage = Storage::sqlite(dir.path());
-    let alice = create_account(&storage, "alice@example.org");
-    let bob = create_account(&storage, "bob@example.org");
-    let flags = sandbox_flags(dir.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let server = Server::start(&storage, &flags).await;
-    Fixture {
-        _dir: dir,
-        server,
-        http: client(),
-        alice,
-        bob,
-    }
-}
-
 fn write_call(id: i64, code: &str) -> Value {
     rpc(
         id,
@@ -87,6 +62,21 @@ async fn sleep_then_cancel(
     (reply, started.elapsed())
 }
 
+/// A legacy session of alice's whose Python session "c" holds `kept`; its URL and id.
+async fn session_with_kept(f: &Fixture) -> (String, String) {
+    let url = f.server.personal(&f.alice.key);
+    let session = open_session(&f.http, &url).await.unwrap();
+    let set = send(in_session(
+        &f.http,
+        &url,
+        &session,
+        &write_call(1, "kept = 'still here'"),
+    ))
+    .await;
+    assert_eq!(set.status, 200, "{set:?}");
+    (url, session)
+}
+
 async fn kept_after(f: &Fixture, session: &str) {
     let url = f.server.personal(&f.alice.key);
     let after = send(in_session(&f.http, &url, session, &write_call(8, "kept"))).await;
@@ -100,16 +90,7 @@ async fn kept_after(f: &Fixture, session: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_sse_client_gets_no_answer_for_a_cancelled_call_and_goes_on() {
     let f = fixture().await;
-    let url = f.server.personal(&f.alice.key);
-    let session = open_session(&f.http, &url).await.unwrap();
-    let set = send(in_session(
-        &f.http,
-        &url,
-        &session,
-        &write_call(1, "kept = 'still here'"),
-    ))
-    .await;
-    assert_eq!(set.status, 200, "{set:?}");
+    let (_, session) = session_with_kept(&f).await;
     let (reply, took) = sleep_then_cancel(
         &f,
         &session,
@@ -139,15 +120,7 @@ async fn an_sse_client_gets_no_answer_for_a_cancelled_call_and_goes_on() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_only_client_still_gets_its_answer() {
     let f = fixture().await;
-    let url = f.server.personal(&f.alice.key);
-    let session = open_session(&f.http, &url).await.unwrap();
-    send(in_session(
-        &f.http,
-        &url,
-        &session,
-        &write_call(1, "kept = 'still here'"),
-    ))
-    .await;
+    let (_, session) = session_with_kept(&f).await;
     let (reply, took) = sleep_then_cancel(&f, &session, &f.alice, "application/json").await;
     assert!(
         took < Duration::from_secs(15),
@@ -192,15 +165,7 @@ async fn another_account_cannot_cancel_a_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_goes_away_cancels_its_call() {
     let f = fixture().await;
-    let url = f.server.personal(&f.alice.key);
-    let session = open_session(&f.http, &url).await.unwrap();
-    send(in_session(
-        &f.http,
-        &url,
-        &session,
-        &write_call(1, "kept = 'still here'"),
-    ))
-    .await;
+    let (url, session) = session_with_kept(&f).await;
     let sleeping = in_session(
         &f.http,
         &url,

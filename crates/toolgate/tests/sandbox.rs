@@ -11,55 +11,6 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 
-struct Fixture {
-    _dir: tempfile::TempDir,
-    server: Server,
-    http: reqwest::Client,
-    alice: Account,
-    bob: Account,
-}
-
-async fn fixture() -> Fixture {
-    let dir = sandbox_dir();
-    let storage = Storage::sqlite(dir.path());
-    let alice = create_account(&storage, "alice@example.org");
-    let bob = create_account(&storage, "bob@example.org");
-    let flags = sandbox_flags(dir.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let server = Server::start(&storage, &flags).await;
-    Fixture {
-        _dir: dir,
-        server,
-        http: client(),
-        alice,
-        bob,
-    }
-}
-
-impl Drop for Fixture {
-    /// Stops the server gracefully and checks that it left no workspace mount behind.
-    fn drop(&mut self) {
-        self.server.stop();
-        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-        let dir = self._dir.path().to_string_lossy().into_owned();
-        let left: Vec<&str> = table.lines().filter(|line| line.contains(&dir)).collect();
-        if !std::thread::panicking() {
-            assert!(left.is_empty(), "mounts left behind: {left:?}");
-        }
-    }
-}
-
-impl Fixture {
-    async fn call(&self, who: &Account, tool: &str, args: Value) -> Value {
-        let reply = post_personal(&self.http, &self.server, &who.key, &tool_call(tool, args)).await;
-        reply.result()
-    }
-
-    async fn write(&self, args: Value) -> Value {
-        self.call(&self.alice, "svc_write", args).await
-    }
-}
-
 /// Every text item of a result, joined.
 fn text(result: &Value) -> String {
     result["content"]

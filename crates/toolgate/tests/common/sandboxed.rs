@@ -3,6 +3,10 @@
 
 use std::path::PathBuf;
 
+use serde_json::Value;
+
+use super::*;
+
 /// The checkout's root.
 pub fn checkout() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -54,4 +58,58 @@ pub fn sandbox_dir() -> tempfile::TempDir {
     )
     .unwrap();
     dir
+}
+
+/// A server with the sandbox on and two accounts, stopped (and checked for left-behind mounts)
+/// when dropped.
+pub struct Fixture {
+    pub _dir: tempfile::TempDir,
+    pub server: Server,
+    pub http: reqwest::Client,
+    pub alice: Account,
+    pub bob: Account,
+}
+
+/// Starts the server of a [`Fixture`].
+pub async fn fixture() -> Fixture {
+    let dir = sandbox_dir();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "alice@example.org");
+    let bob = create_account(&storage, "bob@example.org");
+    let flags = sandbox_flags(dir.path());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = Server::start(&storage, &flags).await;
+    Fixture {
+        _dir: dir,
+        server,
+        http: client(),
+        alice,
+        bob,
+    }
+}
+
+impl Drop for Fixture {
+    /// Stops the server gracefully and checks that it left no workspace mount behind.
+    fn drop(&mut self) {
+        self.server.stop();
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let dir = self._dir.path().to_string_lossy().into_owned();
+        let left: Vec<&str> = table.lines().filter(|line| line.contains(&dir)).collect();
+        if !std::thread::panicking() {
+            assert!(left.is_empty(), "mounts left behind: {left:?}");
+        }
+    }
+}
+
+impl Fixture {
+    /// `tools/call` of `tool` as `who`; its result.
+    pub async fn call(&self, who: &Account, tool: &str, args: Value) -> Value {
+        let reply = post_personal(&self.http, &self.server, &who.key, &tool_call(tool, args)).await;
+        reply.result()
+    }
+
+    /// svc_write as alice; its result.
+    pub async fn write(&self, args: Value) -> Value {
+        self.call(&self.alice, "svc_write", args).await
+    }
 }
