@@ -29,6 +29,8 @@ use crate::{HttpSettings, Metrics, router};
 struct GatedStore {
     inner: SqliteStore,
     gate: watch::Receiver<bool>,
+    /// Told each time a call's durability is awaited at the gate.
+    reached: Arc<tokio::sync::Notify>,
 }
 
 #[async_trait]
@@ -60,10 +62,12 @@ impl Metering for GatedStore {
     async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
         let decided = self.inner.decide_call(charge).await?;
         let mut gate = self.gate.clone();
+        let reached = Arc::clone(&self.reached);
         let commit = decided.recorded;
         Ok(Decided {
             admission: decided.admission,
             recorded: Recorded::when(async move {
+                reached.notify_one();
                 let _ = gate.wait_for(|open| *open).await;
                 commit.wait().await
             }),
@@ -146,6 +150,7 @@ struct Rig {
     addr: std::net::SocketAddr,
     key: String,
     open_gate: watch::Sender<bool>,
+    reached_gate: Arc<tokio::sync::Notify>,
     overlapping: Arc<AtomicBool>,
     waiting: Arc<AtomicBool>,
     inner: SqliteStore,
@@ -158,9 +163,11 @@ async fn rig() -> Rig {
         .await
         .unwrap();
     let (open_gate, gate) = watch::channel(false);
+    let reached_gate = Arc::new(tokio::sync::Notify::new());
     let store: Arc<dyn Store> = Arc::new(GatedStore {
         inner: inner.clone(),
         gate,
+        reached: Arc::clone(&reached_gate),
     });
     let (brand, pricing) = (Brand::parse("svc").unwrap(), Pricing::default());
     let (overlapping, waiting) = (Arc::default(), Arc::default());
@@ -205,6 +212,7 @@ async fn rig() -> Rig {
         addr,
         key: issued.api_key,
         open_gate,
+        reached_gate,
         overlapping,
         waiting,
         inner,
@@ -269,6 +277,10 @@ async fn overlapping_work_starts_before_the_commit_but_answers_after_it() {
 async fn work_that_reads_metering_state_waits_for_the_commit() {
     let rig = rig().await;
     let answer = call(&rig, "waiting");
+    // the call is held at the gate now: had the work been started first, it would have run
+    tokio::time::timeout(Duration::from_secs(10), rig.reached_gate.notified())
+        .await
+        .expect("the call reached the gate");
     settle().await;
     assert!(
         !rig.waiting.load(Ordering::SeqCst),
