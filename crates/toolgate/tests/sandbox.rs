@@ -186,7 +186,22 @@ async fn files_go_in_and_come_back_but_never_from_outside() {
 
     f.write(json!({"session_id": "w", "code": "import os\nos.symlink('/etc', 'etc')"}))
         .await;
-    for path in ["../w/data/in.csv", "/etc/passwd", "etc/passwd", "nope.txt"] {
+    // a real sibling: another session of the same account, with a file in it
+    let sibling = f
+        .write(json!({"session_id": "v", "code": "import os\nopen('in.csv', 'w').write('sibling')\nos.path.basename(os.getcwd())"}))
+        .await;
+    let sibling = text(&sibling).trim_matches('\'').to_owned();
+    assert!(!sibling.is_empty() && sibling != "w", "{sibling}");
+    let refusals = [
+        (format!("../{sibling}/in.csv"), "must not contain '..'"),
+        (
+            "/etc/passwd".to_owned(),
+            "must be relative to the workspace",
+        ),
+        ("etc/passwd".to_owned(), "a symbolic link is in the way"),
+        ("nope.txt".to_owned(), "no such file in the workspace"),
+    ];
+    for (path, reason) in &refusals {
         let refused = f
             .call(
                 &f.alice,
@@ -195,7 +210,15 @@ async fn files_go_in_and_come_back_but_never_from_outside() {
             )
             .await;
         assert!(is_error(&refused), "{path}: {refused}");
-        assert!(!text(&refused).contains("root:"), "{path}: {refused}");
+        let shown = text(&refused);
+        assert!(
+            shown.contains(reason),
+            "{path}: the reason is not given: {shown}"
+        );
+        assert!(
+            !shown.contains("root:") && !shown.contains("sibling"),
+            "{path}: {refused}"
+        );
     }
     let other = f
         .call(
