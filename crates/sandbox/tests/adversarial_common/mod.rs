@@ -333,12 +333,14 @@ impl Traced {
     }
 
     /// `pids.current` of the session's group.
+    /// `pids.current` of the session's group; panics when it cannot be read, which would
+    /// otherwise read as 0 and pass every upper bound.
     pub fn pids_current(&self) -> u64 {
         self.groups
             .iter()
             .find_map(|g| std::fs::read_to_string(g.join("pids.current")).ok())
             .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0)
+            .unwrap_or_else(|| panic!("pids.current unreadable in {:?}", self.groups))
     }
 
     /// Within a few seconds, every process seen in the session's groups is gone (the groups
