@@ -122,6 +122,9 @@ async fn uploads_land_in_the_workspace_before_the_code_runs() {
 async fn bad_paths_are_refused_before_anything_runs() {
     let root = tempfile::tempdir().unwrap();
     let m = manager(root.path(), |_| {}).await;
+    // session "s" exists, so a refused read below is the path's, not "no such session";
+    // the refused uploads name session "t", which must never start
+    exec(&m, "s", "1", &[]).await;
     let cases: [(&str, FileProblem); 6] = [
         ("../escape", FileProblem::ParentDir),
         ("a/../../b", FileProblem::ParentDir),
@@ -134,7 +137,7 @@ async fn bad_paths_are_refused_before_anything_runs() {
         let result = m
             .exec(
                 "acct",
-                Some("s"),
+                Some("t"),
                 "1",
                 &limits(10),
                 &[file(path, b"x")],
@@ -143,11 +146,11 @@ async fn bad_paths_are_refused_before_anything_runs() {
             .await;
         assert_eq!(problem(result, root.path()), expected, "{path:?}");
         let read = m.read_file("acct", "s", path, 10).await;
-        assert!(read.is_err(), "{path:?}");
+        assert_eq!(problem(read, root.path()), expected, "reading {path:?}");
     }
     let many: Vec<WorkspaceFile> = (0..101).map(|i| file(&format!("f{i}"), b"")).collect();
     let result = m
-        .exec("acct", Some("s"), "1", &limits(10), &many, None)
+        .exec("acct", Some("t"), "1", &limits(10), &many, None)
         .await;
     assert!(
         matches!(result, Err(ManagerError::TooManyFiles { count: 101 })),
@@ -158,7 +161,7 @@ async fn bad_paths_are_refused_before_anything_runs() {
     let result = m
         .exec(
             "acct",
-            Some("s"),
+            Some("t"),
             "1",
             &small,
             &[file("big", &[0; 1001])],
@@ -175,8 +178,8 @@ async fn bad_paths_are_refused_before_anything_runs() {
         ),
         "{result:?}"
     );
-    // nothing was started for any of them
-    assert_eq!(m.live_sessions("acct"), 0);
+    // nothing was started for any of them: only "s" lives
+    assert_eq!(m.live_sessions("acct"), 1);
     assert!(!root.path().join("etc").exists() && !root.path().join("escape").exists());
     m.shutdown().await;
 }
