@@ -16,11 +16,11 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::session_error::{KillReason, SessionError};
-use super::wire::{
-    ErrorFrame, ExecOutcome, ExitInfo, FrameHead, FrameReader, Interruption, OutputChunk,
-    OutputFrame,
+use super::bounded::{
+    self, CallBudget, FrameId, SessionErrorFrame, SessionFrameHead, SessionOutputFrame,
 };
+use super::session_error::{KillReason, SessionError};
+use super::wire::{ExecOutcome, ExitInfo, FrameReader, Interruption, OutputChunk};
 use crate::frame::{self, FrameError};
 use crate::policy::Limits;
 
@@ -75,6 +75,7 @@ impl Session {
             exit_open: true,
             grace,
             next_id: 0,
+            violation: None,
             ended: Arc::clone(&ended),
         };
         let handle = tokio::spawn(driver.serve(jobs_rx));
@@ -219,6 +220,8 @@ struct Driver {
     exit_open: bool,
     grace: Duration,
     next_id: u64,
+    /// How the session broke the protocol, once it has (said in the call's error).
+    violation: Option<String>,
     /// Why the session ended; shared with the [`Session`] handle.
     ended: Arc<Mutex<Option<String>>>,
 }
@@ -253,10 +256,18 @@ impl Driver {
                         break "it was closed".to_owned();
                     }
                 },
-                frame = self.reader.next(&mut self.stream) => match frame {
-                    // nothing is due between calls; whatever comes is dropped
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => break self.settle(None, Duration::ZERO).await.to_string(),
+                // Nothing is due between calls: a byte that comes is not read into memory but ends
+                // the session (a thread of the last cell may be writing a frame without end).
+                readable = self.stream.readable() => {
+                    let mut byte = [0u8; 1];
+                    match (readable, self.stream.try_read(&mut byte)) {
+                        (Ok(()), Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                        (Ok(()), Ok(1..)) => {
+                            break self.violated("it wrote to its socket between calls".to_owned())
+                                .await;
+                        }
+                        _ => break self.settle(None, Duration::ZERO).await.to_string(),
+                    }
                 },
                 changed = self.exit.changed(), if self.exit_open => {
                     self.exit_open = changed.is_ok();
@@ -282,6 +293,7 @@ impl Driver {
         }
         self.next_id += 1;
         let id = self.next_id;
+        let mut budget = CallBudget::default();
         let stream_output = job.output.is_some();
         let limit = job.timeout;
         let mut interrupt_at = Instant::now() + limit;
@@ -334,8 +346,8 @@ impl Driver {
                 _ => None,
             };
             tokio::select! {
-                frame = self.reader.next(&mut self.stream) => match frame {
-                    Ok(Some(body)) => match self.on_frame(id, &body, &job) {
+                frame = self.reader.next(&mut self.stream, budget.frame_limit()) => match frame {
+                    Ok(Some(body)) => match self.on_frame(id, &body, &job, &mut budget) {
                         Step::Continue => {}
                         Step::Reply(mut outcome) => {
                             if let Phase::Interrupted(why) = phase {
@@ -347,6 +359,13 @@ impl Driver {
                                 let _ = job.reply.send(Ok(*outcome));
                                 return Some(self.settle(Some(reason), limit).await.to_string());
                             }
+                            if self.reader.has_pending() {
+                                // more came after the result, when nothing is due
+                                let why = "it sent more after its result".to_owned();
+                                self.mark_ended(&format!("it broke the protocol: {why}"));
+                                let _ = job.reply.send(Ok(*outcome));
+                                return Some(self.violated(why).await);
+                            }
                             let _ = job.reply.send(Ok(*outcome));
                             return None;
                         }
@@ -354,23 +373,20 @@ impl Driver {
                             let _ = job.reply.send(Err(e));
                             return None;
                         }
-                        Step::Broken(what) => {
-                            tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
-                            self.signal(Signal::KILL);
-                            let error = self.settle(Some(KillReason::Protocol), limit).await;
-                            return self.finish(job.reply, error);
-                        }
+                        Step::Broken(what) => return self.broken(job.reply, what, limit).await,
                     },
                     Ok(None) | Err(FrameError::Truncated | FrameError::Io(_) | FrameError::Closed) => {
                         let error = self.settle(killed, limit).await;
                         return self.finish(job.reply, error);
                     }
-                    Err(e) => {
-                        tracing::warn!(pid = self.pid, "session sent an unreadable frame: {e}");
-                        self.signal(Signal::KILL);
-                        let error = self.settle(Some(KillReason::Protocol), limit).await;
-                        return self.finish(job.reply, error);
+                    Err(FrameError::Oversized(len)) => {
+                        let what = format!(
+                            "a frame of {len} bytes, over the {} bytes left of the call's budget",
+                            budget.frame_limit()
+                        );
+                        return self.broken(job.reply, what, limit).await;
                     }
+                    Err(e) => return self.broken(job.reply, format!("{e}"), limit).await,
                 },
                 changed = self.exit.changed(), if self.exit_open => {
                     self.exit_open = changed.is_ok();
@@ -408,6 +424,30 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// The session broke the protocol during a call: it is killed, and the call fails saying how.
+    async fn broken(
+        &mut self,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        what: String,
+        limit: Duration,
+    ) -> Option<String> {
+        tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
+        self.violation = Some(what);
+        self.signal(Signal::KILL);
+        let error = self.settle(Some(KillReason::Protocol), limit).await;
+        self.finish(reply, error)
+    }
+
+    /// The session broke the protocol between calls: it is killed; returns why it ended.
+    async fn violated(&mut self, what: String) -> String {
+        tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
+        self.violation = Some(what);
+        self.signal(Signal::KILL);
+        self.settle(Some(KillReason::Protocol), Duration::ZERO)
+            .await
+            .to_string()
     }
 
     /// Replies to a call that ended without a result; returns why the session ended. The session
@@ -476,6 +516,10 @@ impl Driver {
                 reason,
                 limit,
                 grace: self.grace,
+                violation: self
+                    .violation
+                    .clone()
+                    .filter(|_| reason == KillReason::Protocol),
             },
             (None, Some(info)) => SessionError::Died(info),
             (None, None) => SessionError::Lost,
@@ -505,43 +549,47 @@ impl Driver {
         matches!(waited, Ok(Ok(_)))
     }
 
-    fn on_frame(&self, id: u64, body: &[u8], job: &Job) -> Step {
-        let head: FrameHead = match serde_json::from_slice(body) {
+    fn on_frame(&self, id: u64, body: &[u8], job: &Job, budget: &mut CallBudget) -> Step {
+        budget.charge_frame(body.len());
+        let head: SessionFrameHead = match serde_json::from_slice(body) {
             Ok(head) => head,
             Err(e) => return Step::Broken(format!("not a frame: {e}")),
         };
-        let ours = head.id.as_ref().and_then(serde_json::Value::as_u64) == Some(id);
-        match head.op.as_str() {
+        let ours = head.id == FrameId::Number(id);
+        match head.op.text.as_str() {
             "output" if ours => {
+                let frame = match serde_json::from_slice::<SessionOutputFrame>(body) {
+                    Ok(frame) => frame,
+                    Err(e) => return Step::Broken(format!("bad output frame: {e}")),
+                };
+                let chars = frame.data.text.chars().count();
+                if let Err(what) = budget.charge_output(body.len(), frame.stream, chars) {
+                    return Step::Broken(what);
+                }
                 if let Some(output) = &job.output {
-                    match serde_json::from_slice::<OutputFrame>(body) {
-                        Ok(frame) => {
-                            let _ = output.send(OutputChunk {
-                                stream: frame.stream,
-                                data: frame.data,
-                            });
-                        }
-                        Err(e) => return Step::Broken(format!("bad output frame: {e}")),
-                    }
+                    let _ = output.send(OutputChunk {
+                        stream: frame.stream,
+                        data: frame.data.into_string(),
+                    });
                 }
                 Step::Continue
             }
-            "result" if ours => match serde_json::from_slice::<ExecOutcome>(body) {
+            "result" if ours => match bounded::decode_result(body) {
                 Ok(outcome) => Step::Reply(Box::new(outcome)),
-                Err(e) => Step::Broken(format!("bad result frame: {e}")),
+                Err(e) => Step::Broken(e),
             },
             // an error about our request, or about a frame it could not place (id null)
-            "error" if ours || head.id.as_ref().is_none_or(serde_json::Value::is_null) => {
-                match serde_json::from_slice::<ErrorFrame>(body) {
+            "error" if ours || head.id == FrameId::Null => {
+                match serde_json::from_slice::<SessionErrorFrame>(body) {
                     Ok(e) => Step::Rejected(SessionError::Rejected {
-                        code: e.code,
-                        message: e.message,
+                        code: e.code.into_string(),
+                        message: e.message.into_string(),
                     }),
                     Err(e) => Step::Broken(format!("bad error frame: {e}")),
                 }
             }
             // frames of an earlier request (it cannot happen: each call waits for its result)
-            // or of ops this server does not know
+            // or of ops this server does not know: dropped, their bytes counted
             _ => Step::Continue,
         }
     }
