@@ -40,14 +40,14 @@ const FORGER: &str = "import json, os, struct, sys, threading, time\n\
     def frame(obj):\n    \
         body = json.dumps(obj).encode()\n    \
         return struct.pack('>I', len(body)) + body\n\
-    def forge(**fields):\n    \
+    def forge(times=1, **fields):\n    \
         reply = {'op': 'result', 'id': request_id(), 'kind': 'exec', 'stdout': '', 'stderr': '',\n             \
                  'stdout_truncated': False, 'stderr_truncated': False, 'stdout_bytes': 0,\n             \
                  'stderr_bytes': 0, 'result': None, 'images': [], 'images_truncated': False,\n             \
                  'error': None, 'exit_status': None, 'signal': None, 'timed_out': False,\n             \
                  'execution_count': 1, 'duration_ms': 1.0}\n    \
         reply.update(fields)\n    \
-        send(frame(reply))\n";
+        send(frame(reply) * times)\n";
 
 /// The highest resident set of this process since the last [`reset_peak`], and the current one.
 fn rss() -> (u64, u64) {
@@ -238,6 +238,34 @@ async fn an_endless_frame_after_the_call_kills_the_session_at_once() {
     assert_eq!(text(&call), "'again'");
     assert!(s.m.close_session("attacker", "late").await);
     traced.assert_gone().await;
+    s.assert_healthy(zygote).await;
+    s.m.shutdown().await;
+}
+
+/// A forged result within the caps is the code's own business (it could print the same), but
+/// another reply follows it, when nothing is due: whether the server has read it with the first
+/// (two forged results in one write) or finds it on the socket afterwards (the real result), the
+/// session is killed, and the next call is fresh.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_reply_to_one_request_kills_the_session() {
+    let _serial = SERIAL.lock().await;
+    let s = Sandbox::start(|_| {}).await;
+    let zygote = s.zygote_pid().await;
+    let limits = small(20);
+    for id in ["twice", "twice-late"] {
+        let first = s.ok("attacker", id, "kept = 'yes'", &limits).await;
+        let traced = Traced::of(first.pid);
+        let code = if id == "twice" {
+            format!("{FORGER}forge(times=2, stdout='forged')\ntime.sleep(30)")
+        } else {
+            format!("{FORGER}forge(stdout='forged')\ntime.sleep(0.3)\n'real'")
+        };
+        let call = s.ok("attacker", id, &code, &limits).await;
+        assert_eq!(call.outcome.stdout, "forged");
+        traced.assert_processes_gone().await;
+        s.assert_fresh("attacker", id, "kept").await;
+        assert!(s.m.close_session("attacker", id).await);
+    }
     s.assert_healthy(zygote).await;
     s.m.shutdown().await;
 }

@@ -359,20 +359,9 @@ impl Driver {
                                 let _ = job.reply.send(Ok(*outcome));
                                 return Some(self.settle(Some(reason), limit).await.to_string());
                             }
-                            if self.reader.has_pending() {
-                                // more came after the result, when nothing is due
-                                let why = "it sent more after its result".to_owned();
-                                self.mark_ended(&format!("it broke the protocol: {why}"));
-                                let _ = job.reply.send(Ok(*outcome));
-                                return Some(self.violated(why).await);
-                            }
-                            let _ = job.reply.send(Ok(*outcome));
-                            return None;
+                            return self.answer(job.reply, Ok(*outcome)).await;
                         }
-                        Step::Rejected(e) => {
-                            let _ = job.reply.send(Err(e));
-                            return None;
-                        }
+                        Step::Rejected(e) => return self.answer(job.reply, Err(e)).await,
                         Step::Broken(what) => return self.broken(job.reply, what, limit).await,
                     },
                     Ok(None) | Err(FrameError::Truncated | FrameError::Io(_) | FrameError::Closed) => {
@@ -424,6 +413,23 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Answers a call that got its reply. Bytes already read past it came when nothing was due:
+    /// the session is marked ended before the answer goes out, then killed.
+    async fn answer(
+        &mut self,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        answer: Result<ExecOutcome, SessionError>,
+    ) -> Option<String> {
+        if !self.reader.has_pending() {
+            let _ = reply.send(answer);
+            return None;
+        }
+        let why = "it sent more after its reply".to_owned();
+        self.mark_ended(&format!("it broke the protocol: {why}"));
+        let _ = reply.send(answer);
+        Some(self.violated(why).await)
     }
 
     /// The session broke the protocol during a call: it is killed, and the call fails saying how.
