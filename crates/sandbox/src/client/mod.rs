@@ -18,6 +18,7 @@ mod manager_types;
 mod pool;
 mod session;
 mod session_error;
+mod session_input;
 mod table;
 mod wire;
 mod workspace;

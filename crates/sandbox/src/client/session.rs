@@ -16,10 +16,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::bounded::{
-    self, CallBudget, FrameId, SessionErrorFrame, SessionFrameHead, SessionOutputFrame,
-};
+use super::bounded::CallBudget;
 use super::session_error::{KillReason, SessionError};
+use super::session_input::{Idle, Step, idle_input, on_frame};
 use super::wire::{ExecOutcome, ExitInfo, FrameReader, Interruption, OutputChunk};
 use crate::frame::{self, FrameError};
 use crate::policy::Limits;
@@ -256,17 +255,16 @@ impl Driver {
                         break "it was closed".to_owned();
                     }
                 },
-                // Nothing is due between calls: a byte that comes is not read into memory but ends
-                // the session (a thread of the last cell may be writing a frame without end).
-                readable = self.stream.readable() => {
-                    let mut byte = [0u8; 1];
-                    match (readable, self.stream.try_read(&mut byte)) {
-                        (Ok(()), Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                        (Ok(()), Ok(1..)) => {
+                // Nothing is due between calls: a byte that comes ends the session (a thread of
+                // the last cell may be writing a frame without end), without being read.
+                idle = idle_input(&mut self.reader, &mut self.stream, self.next_id == 0, self.pid) => {
+                    match idle {
+                        Idle::Quiet => {}
+                        Idle::Ended => break self.settle(None, Duration::ZERO).await.to_string(),
+                        Idle::Spoke => {
                             break self.violated("it wrote to its socket between calls".to_owned())
                                 .await;
                         }
-                        _ => break self.settle(None, Duration::ZERO).await.to_string(),
                     }
                 },
                 changed = self.exit.changed(), if self.exit_open => {
@@ -347,7 +345,7 @@ impl Driver {
             };
             tokio::select! {
                 frame = self.reader.next(&mut self.stream, budget.frame_limit()) => match frame {
-                    Ok(Some(body)) => match self.on_frame(id, &body, &job, &mut budget) {
+                    Ok(Some(body)) => match on_frame(id, &body, job.output.as_ref(), &mut budget) {
                         Step::Continue => {}
                         Step::Reply(mut outcome) => {
                             if let Phase::Interrupted(why) = phase {
@@ -554,56 +552,4 @@ impl Driver {
         let waited = tokio::time::timeout(SETTLE, self.exit.wait_for(Option::is_some)).await;
         matches!(waited, Ok(Ok(_)))
     }
-
-    fn on_frame(&self, id: u64, body: &[u8], job: &Job, budget: &mut CallBudget) -> Step {
-        budget.charge_frame(body.len());
-        let head: SessionFrameHead = match serde_json::from_slice(body) {
-            Ok(head) => head,
-            Err(e) => return Step::Broken(format!("not a frame: {e}")),
-        };
-        let ours = head.id == FrameId::Number(id);
-        match head.op.text.as_str() {
-            "output" if ours => {
-                let frame = match serde_json::from_slice::<SessionOutputFrame>(body) {
-                    Ok(frame) => frame,
-                    Err(e) => return Step::Broken(format!("bad output frame: {e}")),
-                };
-                let chars = frame.data.text.chars().count();
-                if let Err(what) = budget.charge_output(body.len(), frame.stream, chars) {
-                    return Step::Broken(what);
-                }
-                if let Some(output) = &job.output {
-                    let _ = output.send(OutputChunk {
-                        stream: frame.stream,
-                        data: frame.data.into_string(),
-                    });
-                }
-                Step::Continue
-            }
-            "result" if ours => match bounded::decode_result(body) {
-                Ok(outcome) => Step::Reply(Box::new(outcome)),
-                Err(e) => Step::Broken(e),
-            },
-            // an error about our request, or about a frame it could not place (id null)
-            "error" if ours || head.id == FrameId::Null => {
-                match serde_json::from_slice::<SessionErrorFrame>(body) {
-                    Ok(e) => Step::Rejected(SessionError::Rejected {
-                        code: e.code.into_string(),
-                        message: e.message.into_string(),
-                    }),
-                    Err(e) => Step::Broken(format!("bad error frame: {e}")),
-                }
-            }
-            // frames of an earlier request (it cannot happen: each call waits for its result)
-            // or of ops this server does not know: dropped, their bytes counted
-            _ => Step::Continue,
-        }
-    }
-}
-
-enum Step {
-    Continue,
-    Reply(Box<ExecOutcome>),
-    Rejected(SessionError),
-    Broken(String),
 }
