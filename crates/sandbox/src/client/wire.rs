@@ -267,6 +267,13 @@ impl FrameReader {
             self.buf.reserve_exact(total - self.buf.len());
             return Ok(None);
         }
+        if total < KEEP_CAPACITY {
+            // a small frame (most are): copied out, the buffer kept for the next ones
+            let body = self.buf[4..total].to_vec();
+            self.buf.drain(..total);
+            return Ok(Some(body));
+        }
+        // a large one is handed over whole rather than copied; what follows it gets a new buffer
         let rest = self.buf.get(total..).unwrap_or_default().to_vec();
         let mut body = std::mem::replace(&mut self.buf, rest);
         body.truncate(total);
