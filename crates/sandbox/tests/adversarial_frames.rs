@@ -14,7 +14,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use adversarial_common::{Sandbox, Traced, session_error, small, text, within};
-use toolgate_sandbox::client::{KillReason, OutputChunk, SessionError};
+use toolgate_sandbox::client::{KillReason, OUTPUT_QUEUE, OutputChunk, SessionError};
 
 /// The memory-measured cases run one at a time: they share this process's peak RSS.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -266,6 +266,54 @@ async fn a_second_reply_to_one_request_kills_the_session() {
         s.assert_fresh("attacker", id, "kept").await;
         assert!(s.m.close_session("attacker", id).await);
     }
+    s.assert_healthy(zygote).await;
+    s.m.shutdown().await;
+}
+
+/// 200,000 output frames of one character each (within the 1 MiB of stdout) while the caller's
+/// callback is stuck for two seconds: at most `OUTPUT_QUEUE` chunks wait for it, the rest are
+/// dropped, so the server does not pile up 200,000 chunks; the outcome still arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_tiny_output_frames_waits_in_a_bounded_queue() {
+    let _serial = SERIAL.lock().await;
+    let s = Sandbox::start(|_| {}).await;
+    let zygote = s.zygote_pid().await;
+    let limits = small(30);
+    s.ok("attacker", "tiny", "kept = 'yes'", &limits).await;
+    let code = format!(
+        "{FORGER}chunk = frame({{'op': 'output', 'id': request_id(), 'stream': 'stdout', \
+         'data': 'y'}})\nsend(chunk * 200_000)\n'sent'"
+    );
+    let mut received = 0usize;
+    let mut on_output = |_: OutputChunk| {
+        if received == 0 {
+            // the caller is stuck (this blocks its task) while the session sends on
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        received += 1;
+    };
+    reset_peak();
+    let (_, before) = rss();
+    let call =
+        s.m.exec(
+            "attacker",
+            Some("tiny"),
+            &code,
+            &limits,
+            &[],
+            Some(&mut on_output),
+        )
+        .await
+        .unwrap();
+    let (peak, _) = rss();
+    let grew = peak.saturating_sub(before);
+    assert_eq!(text(&call), "'sent'");
+    eprintln!(
+        "200,000 tiny output frames, caller stuck: {received} chunks passed on, peak RSS +{} KiB",
+        grew >> 10
+    );
+    assert!(received <= OUTPUT_QUEUE + 64, "{received}");
+    assert!(grew < 8 << 20, "the server grew by {} KiB", grew >> 10);
     s.assert_healthy(zygote).await;
     s.m.shutdown().await;
 }

@@ -37,7 +37,7 @@ pub use manager::SessionManager;
 pub use manager_types::{
     CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
 };
-pub use session::{Request, Session};
+pub use session::{OUTPUT_QUEUE, Request, Session};
 pub use session_error::{KillReason, SessionError};
 pub use wire::{
     DisplayData, ExecOutcome, ExitInfo, Hello, Interruption, OutputChunk, OutputStream, PyError,

@@ -52,7 +52,7 @@ pub struct Session {
 struct Job {
     request: Request,
     timeout: Duration,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    output: Option<mpsc::Sender<OutputChunk>>,
     cancel: Option<CancellationToken>,
     reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
 }
@@ -128,7 +128,9 @@ impl Session {
     }
 
     /// Runs one request. With `on_output`, output is streamed to it while the code runs (every
-    /// chunk before this returns). After `limits.timeout`, or when `cancel` fires or this future is
+    /// chunk before this returns; while [`OUTPUT_QUEUE`] chunks wait for it, newer ones are
+    /// dropped, so a session cannot pile up tiny chunks for a caller that is not keeping up —
+    /// the outcome still holds all of the output). After `limits.timeout`, or when `cancel` fires or this future is
     /// dropped, the code is interrupted (SIGINT: a KeyboardInterrupt, the session survives, and
     /// the outcome's `interrupted` says why); if no result comes within the grace period the
     /// session is killed and the call fails with [`SessionError::Killed`].
@@ -142,7 +144,7 @@ impl Session {
         let (reply, mut reply_rx) = oneshot::channel();
         let (output, mut output_rx) = match on_output {
             Some(_) => {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(OUTPUT_QUEUE);
                 (Some(tx), Some(rx))
             }
             None => (None, None),
@@ -195,7 +197,10 @@ impl Session {
     }
 }
 
-async fn next_chunk(rx: &mut Option<mpsc::UnboundedReceiver<OutputChunk>>) -> Option<OutputChunk> {
+/// Streamed output chunks that may wait for a caller; newer ones are dropped while they do.
+pub const OUTPUT_QUEUE: usize = 1024;
+
+async fn next_chunk(rx: &mut Option<mpsc::Receiver<OutputChunk>>) -> Option<OutputChunk> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,

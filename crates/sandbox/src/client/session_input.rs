@@ -72,7 +72,7 @@ pub(super) enum Step {
 pub(super) fn on_frame(
     id: u64,
     body: &[u8],
-    output: Option<&mpsc::UnboundedSender<OutputChunk>>,
+    output: Option<&mpsc::Sender<OutputChunk>>,
     budget: &mut CallBudget,
 ) -> Step {
     budget.charge_frame(body.len());
@@ -92,7 +92,8 @@ pub(super) fn on_frame(
                 return Step::Broken(what);
             }
             if let Some(output) = output {
-                let _ = output.send(OutputChunk {
+                // a full queue (the caller is not keeping up) drops the chunk, never waits
+                let _ = output.try_send(OutputChunk {
                     stream: frame.stream,
                     data: frame.data.into_string(),
                 });
