@@ -319,6 +319,19 @@ def test_sigint_interrupts_a_busy_loop_and_the_session_survives(zygote):
         s.close()
 
 
+def test_figures_and_exception_type_names_stay_within_the_servers_caps(zygote):
+    # the server refuses a reply with more than 64 images or a type name over 256 characters
+    s = zygote.fork("caps")
+    try:
+        r = s.run("import matplotlib.pyplot as plt\nfor i in range(70):\n    plt.figure(figsize=(0.2, 0.2))")
+        assert r["error"] is None
+        assert len(r["images"]) == 64 and r["images_truncated"] is True
+        r = s.run("raise type('E' * 1000, (Exception,), {})('m')")
+        assert r["error"]["type"] == "E" * 256
+    finally:
+        s.close()
+
+
 def test_matplotlib_figures_come_back_as_png(zygote):
     s = zygote.fork("plots")
     try:

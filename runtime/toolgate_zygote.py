@@ -89,7 +89,9 @@ Output is captured at the descriptor level (fds 1 and 2 are pipes, drained by a 
 extensions and subprocesses are captured too; each stream keeps its first 1 MiB per request and
 sets the *_truncated flag beyond. Output written while no request runs is dropped. "images" holds a
 PNG of every open matplotlib figure after the run (and of those shown by plt.show() during it),
-which are then closed. A pandas DataFrame value gets text/plain from to_string() and text/html
+which are then closed: at most 64 of them and 24 MiB of PNG, "images_truncated" beyond. The server
+checks every such limit again on what it reads (the code of a cell can write on this socket too) and
+kills a session whose frames break one, or that sends anything while no request runs. A pandas DataFrame value gets text/plain from to_string() and text/html
 from to_html(), both at most 60 rows and 30 columns. SIGINT sent to the child while a request runs
 raises KeyboardInterrupt there: error type "KeyboardInterrupt", the session and its variables
 survive; SIGINT at any other moment is ignored. bash: exit_status is the exit code, or 128+N with
@@ -141,6 +143,8 @@ MAX_FRAME = 64 << 20          # 64 MiB, both directions
 OUTPUT_LIMIT = 1 << 20        # per stream per request
 TEXT_LIMIT = 1 << 20          # a result's text/plain or text/html
 IMAGES_LIMIT = 24 << 20       # raw PNG bytes per reply (base64 keeps the frame under 64 MiB)
+IMAGES_COUNT = 64             # figures per reply (the server refuses more)
+ERROR_TYPE_LIMIT = 256        # characters of an exception's type name (the server refuses more)
 DF_ROWS, DF_COLS = 60, 30
 READ_CHUNK = 64 << 10         # below malloc's mmap threshold: reads reuse heap memory
 DEFAULT_PRELOAD = ("numpy", "pandas", "matplotlib.pyplot")
@@ -1012,7 +1016,7 @@ def format_error(e):
         message = str(e)
     except Exception:
         message = "(message could not be formatted)"
-    return {"type": type(e).__name__, "message": _bounded_tb(message), "traceback": _bounded_tb(text)}
+    return {"type": type(e).__name__[:ERROR_TYPE_LIMIT], "message": _bounded_tb(message), "traceback": _bounded_tb(text)}
 
 
 def render_png(fig):
@@ -1029,7 +1033,7 @@ class ImageSink:
         self.errors = []
 
     def add_png(self, png):
-        if self.bytes + len(png) > IMAGES_LIMIT:
+        if self.bytes + len(png) > IMAGES_LIMIT or len(self.images) >= IMAGES_COUNT:
             self.truncated = True
             return
         self.bytes += len(png)

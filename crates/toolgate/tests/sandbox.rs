@@ -417,3 +417,60 @@ async fn every_answered_session_call_is_in_the_ledger_after_a_kill() {
     let left: Vec<&str> = table.lines().filter(|l| l.contains(&root)).collect();
     assert!(left.is_empty(), "mounts left behind: {left:?}");
 }
+
+/// A cell that writes its own result frame on its session's socket (1.5 million images, or
+/// 4 MiB of stdout) gets a short tool error naming the violation, not a 75 MB answer; its
+/// session is killed and the next call with its id starts fresh.
+#[tokio::test]
+async fn a_forged_result_frame_is_a_short_tool_error_and_the_session_is_replaced() {
+    let f = fixture().await;
+    let forge = "import json, os, struct, sys\n\
+                 def link(fd):\n    \
+                 try:\n        return os.readlink(f'/proc/self/fd/{fd}')\n    \
+                 except OSError:\n        return ''\n\
+                 channel = [int(fd) for fd in os.listdir('/proc/self/fd') \
+                 if link(fd).startswith('socket:')][0]\n\
+                 f = sys._getframe()\n\
+                 while 'rid' not in f.f_locals:\n    f = f.f_back\n\
+                 reply = {'op': 'result', 'id': f.f_locals['rid'], 'kind': 'exec', 'stdout': '',\n    \
+                 'stderr': '', 'stdout_truncated': False, 'stderr_truncated': False,\n    \
+                 'stdout_bytes': 0, 'stderr_bytes': 0, 'result': None, 'images': [],\n    \
+                 'images_truncated': False, 'error': None, 'exit_status': None, 'signal': None,\n    \
+                 'timed_out': False, 'execution_count': 1, 'duration_ms': 1.0}\n";
+    for (field, value, named) in [
+        (
+            "images",
+            "[''] * 1_500_000",
+            "images has more than 64 entries",
+        ),
+        ("stdout", "'x' * (4 << 20)", "stdout is over its limit"),
+    ] {
+        let kept = f
+            .write(json!({"code": "kept = 1", "session_id": field}))
+            .await;
+        assert!(!is_error(&kept), "{kept}");
+        let code = format!(
+            "{forge}reply['{field}'] = {value}\nbody = json.dumps(reply).encode()\n\
+             view = memoryview(struct.pack('>I', len(body)) + body)\n\
+             while view:\n    view = view[os.write(channel, view):]\nimport time\ntime.sleep(30)"
+        );
+        let result = f.write(json!({"code": code, "session_id": field})).await;
+        assert!(is_error(&result), "{result}");
+        let shown = text(&result);
+        assert!(shown.contains("broke the server's protocol"), "{shown}");
+        assert!(shown.contains(named), "{shown}");
+        assert!(
+            result.to_string().len() < 4096,
+            "{} bytes",
+            result.to_string().len()
+        );
+        let next = f
+            .write(json!({"code": "'kept' in globals()", "session_id": field}))
+            .await;
+        assert_eq!(text(&next), "False", "{next}");
+        assert_eq!(
+            next["structuredContent"]["python"]["session"]["fresh"],
+            true
+        );
+    }
+}

@@ -9,6 +9,7 @@
 //!   (size-capped tmpfs when it may mount), a cgroup and a host uid per session, files in and
 //!   out of a workspace, and a few warm sessions started ahead of time for new ones to take.
 
+mod bounded;
 mod cgroup;
 mod files;
 mod live;
@@ -17,11 +18,16 @@ mod manager_types;
 mod pool;
 mod session;
 mod session_error;
+mod session_input;
 mod table;
 mod wire;
 mod workspace;
 mod zygote;
 
+pub use bounded::{
+    CALL_FRAME_BYTES, MAX_ERROR_CHARS, MAX_ERROR_TYPE_CHARS, MAX_IMAGES, MAX_IMAGES_CHARS,
+    MAX_OUTPUT_CHARS, MAX_PNG_CHARS, MAX_TEXT_CHARS,
+};
 pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
 pub use files::{
     FileError, FileProblem, MAX_UPLOAD_FILES, MAX_WORKSPACE_PATH_BYTES, WorkspaceFile,
@@ -31,7 +37,7 @@ pub use manager::SessionManager;
 pub use manager_types::{
     CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
 };
-pub use session::{Request, Session};
+pub use session::{OUTPUT_QUEUE, Request, Session};
 pub use session_error::{KillReason, SessionError};
 pub use wire::{
     DisplayData, ExecOutcome, ExitInfo, Hello, Interruption, OutputChunk, OutputStream, PyError,

@@ -16,11 +16,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::bounded::CallBudget;
 use super::session_error::{KillReason, SessionError};
-use super::wire::{
-    ErrorFrame, ExecOutcome, ExitInfo, FrameHead, FrameReader, Interruption, OutputChunk,
-    OutputFrame,
-};
+use super::session_input::{Idle, Step, idle_input, on_frame};
+use super::wire::{ExecOutcome, ExitInfo, FrameReader, Interruption, OutputChunk};
 use crate::frame::{self, FrameError};
 use crate::policy::Limits;
 
@@ -53,7 +52,7 @@ pub struct Session {
 struct Job {
     request: Request,
     timeout: Duration,
-    output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    output: Option<mpsc::Sender<OutputChunk>>,
     cancel: Option<CancellationToken>,
     reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
 }
@@ -75,6 +74,7 @@ impl Session {
             exit_open: true,
             grace,
             next_id: 0,
+            violation: None,
             ended: Arc::clone(&ended),
         };
         let handle = tokio::spawn(driver.serve(jobs_rx));
@@ -128,7 +128,9 @@ impl Session {
     }
 
     /// Runs one request. With `on_output`, output is streamed to it while the code runs (every
-    /// chunk before this returns). After `limits.timeout`, or when `cancel` fires or this future is
+    /// chunk before this returns; while [`OUTPUT_QUEUE`] chunks wait for it, newer ones are
+    /// dropped, so a session cannot pile up tiny chunks for a caller that is not keeping up —
+    /// the outcome still holds all of the output). After `limits.timeout`, or when `cancel` fires or this future is
     /// dropped, the code is interrupted (SIGINT: a KeyboardInterrupt, the session survives, and
     /// the outcome's `interrupted` says why); if no result comes within the grace period the
     /// session is killed and the call fails with [`SessionError::Killed`].
@@ -142,7 +144,7 @@ impl Session {
         let (reply, mut reply_rx) = oneshot::channel();
         let (output, mut output_rx) = match on_output {
             Some(_) => {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(OUTPUT_QUEUE);
                 (Some(tx), Some(rx))
             }
             None => (None, None),
@@ -195,7 +197,10 @@ impl Session {
     }
 }
 
-async fn next_chunk(rx: &mut Option<mpsc::UnboundedReceiver<OutputChunk>>) -> Option<OutputChunk> {
+/// Streamed output chunks that may wait for a caller; newer ones are dropped while they do.
+pub const OUTPUT_QUEUE: usize = 1024;
+
+async fn next_chunk(rx: &mut Option<mpsc::Receiver<OutputChunk>>) -> Option<OutputChunk> {
     match rx {
         Some(rx) => rx.recv().await,
         None => std::future::pending().await,
@@ -219,6 +224,8 @@ struct Driver {
     exit_open: bool,
     grace: Duration,
     next_id: u64,
+    /// How the session broke the protocol, once it has (said in the call's error).
+    violation: Option<String>,
     /// Why the session ended; shared with the [`Session`] handle.
     ended: Arc<Mutex<Option<String>>>,
 }
@@ -253,10 +260,17 @@ impl Driver {
                         break "it was closed".to_owned();
                     }
                 },
-                frame = self.reader.next(&mut self.stream) => match frame {
-                    // nothing is due between calls; whatever comes is dropped
-                    Ok(Some(_)) => {}
-                    Ok(None) | Err(_) => break self.settle(None, Duration::ZERO).await.to_string(),
+                // Nothing is due between calls: a byte that comes ends the session (a thread of
+                // the last cell may be writing a frame without end), without being read.
+                idle = idle_input(&mut self.reader, &mut self.stream, self.next_id == 0, self.pid) => {
+                    match idle {
+                        Idle::Quiet => {}
+                        Idle::Ended => break self.settle(None, Duration::ZERO).await.to_string(),
+                        Idle::Spoke => {
+                            break self.violated("it wrote to its socket between calls".to_owned())
+                                .await;
+                        }
+                    }
                 },
                 changed = self.exit.changed(), if self.exit_open => {
                     self.exit_open = changed.is_ok();
@@ -282,6 +296,7 @@ impl Driver {
         }
         self.next_id += 1;
         let id = self.next_id;
+        let mut budget = CallBudget::default();
         let stream_output = job.output.is_some();
         let limit = job.timeout;
         let mut interrupt_at = Instant::now() + limit;
@@ -334,8 +349,8 @@ impl Driver {
                 _ => None,
             };
             tokio::select! {
-                frame = self.reader.next(&mut self.stream) => match frame {
-                    Ok(Some(body)) => match self.on_frame(id, &body, &job) {
+                frame = self.reader.next(&mut self.stream, budget.frame_limit()) => match frame {
+                    Ok(Some(body)) => match on_frame(id, &body, job.output.as_ref(), &mut budget) {
                         Step::Continue => {}
                         Step::Reply(mut outcome) => {
                             if let Phase::Interrupted(why) = phase {
@@ -347,30 +362,23 @@ impl Driver {
                                 let _ = job.reply.send(Ok(*outcome));
                                 return Some(self.settle(Some(reason), limit).await.to_string());
                             }
-                            let _ = job.reply.send(Ok(*outcome));
-                            return None;
+                            return self.answer(job.reply, Ok(*outcome)).await;
                         }
-                        Step::Rejected(e) => {
-                            let _ = job.reply.send(Err(e));
-                            return None;
-                        }
-                        Step::Broken(what) => {
-                            tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
-                            self.signal(Signal::KILL);
-                            let error = self.settle(Some(KillReason::Protocol), limit).await;
-                            return self.finish(job.reply, error);
-                        }
+                        Step::Rejected(e) => return self.answer(job.reply, Err(e)).await,
+                        Step::Broken(what) => return self.broken(job.reply, what, limit).await,
                     },
                     Ok(None) | Err(FrameError::Truncated | FrameError::Io(_) | FrameError::Closed) => {
                         let error = self.settle(killed, limit).await;
                         return self.finish(job.reply, error);
                     }
-                    Err(e) => {
-                        tracing::warn!(pid = self.pid, "session sent an unreadable frame: {e}");
-                        self.signal(Signal::KILL);
-                        let error = self.settle(Some(KillReason::Protocol), limit).await;
-                        return self.finish(job.reply, error);
+                    Err(FrameError::Oversized(len)) => {
+                        let what = format!(
+                            "a frame of {len} bytes, over the {} bytes left of the call's budget",
+                            budget.frame_limit()
+                        );
+                        return self.broken(job.reply, what, limit).await;
                     }
+                    Err(e) => return self.broken(job.reply, format!("{e}"), limit).await,
                 },
                 changed = self.exit.changed(), if self.exit_open => {
                     self.exit_open = changed.is_ok();
@@ -408,6 +416,47 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Answers a call that got its reply. Bytes already read past it came when nothing was due:
+    /// the session is marked ended before the answer goes out, then killed.
+    async fn answer(
+        &mut self,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        answer: Result<ExecOutcome, SessionError>,
+    ) -> Option<String> {
+        if !self.reader.has_pending() {
+            let _ = reply.send(answer);
+            return None;
+        }
+        let why = "it sent more after its reply".to_owned();
+        self.mark_ended(&format!("it broke the protocol: {why}"));
+        let _ = reply.send(answer);
+        Some(self.violated(why).await)
+    }
+
+    /// The session broke the protocol during a call: it is killed, and the call fails saying how.
+    async fn broken(
+        &mut self,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        what: String,
+        limit: Duration,
+    ) -> Option<String> {
+        tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
+        self.violation = Some(what);
+        self.signal(Signal::KILL);
+        let error = self.settle(Some(KillReason::Protocol), limit).await;
+        self.finish(reply, error)
+    }
+
+    /// The session broke the protocol between calls: it is killed; returns why it ended.
+    async fn violated(&mut self, what: String) -> String {
+        tracing::warn!(pid = self.pid, "session broke the protocol: {what}");
+        self.violation = Some(what);
+        self.signal(Signal::KILL);
+        self.settle(Some(KillReason::Protocol), Duration::ZERO)
+            .await
+            .to_string()
     }
 
     /// Replies to a call that ended without a result; returns why the session ended. The session
@@ -476,6 +525,10 @@ impl Driver {
                 reason,
                 limit,
                 grace: self.grace,
+                violation: self
+                    .violation
+                    .clone()
+                    .filter(|_| reason == KillReason::Protocol),
             },
             (None, Some(info)) => SessionError::Died(info),
             (None, None) => SessionError::Lost,
@@ -504,52 +557,4 @@ impl Driver {
         let waited = tokio::time::timeout(SETTLE, self.exit.wait_for(Option::is_some)).await;
         matches!(waited, Ok(Ok(_)))
     }
-
-    fn on_frame(&self, id: u64, body: &[u8], job: &Job) -> Step {
-        let head: FrameHead = match serde_json::from_slice(body) {
-            Ok(head) => head,
-            Err(e) => return Step::Broken(format!("not a frame: {e}")),
-        };
-        let ours = head.id.as_ref().and_then(serde_json::Value::as_u64) == Some(id);
-        match head.op.as_str() {
-            "output" if ours => {
-                if let Some(output) = &job.output {
-                    match serde_json::from_slice::<OutputFrame>(body) {
-                        Ok(frame) => {
-                            let _ = output.send(OutputChunk {
-                                stream: frame.stream,
-                                data: frame.data,
-                            });
-                        }
-                        Err(e) => return Step::Broken(format!("bad output frame: {e}")),
-                    }
-                }
-                Step::Continue
-            }
-            "result" if ours => match serde_json::from_slice::<ExecOutcome>(body) {
-                Ok(outcome) => Step::Reply(Box::new(outcome)),
-                Err(e) => Step::Broken(format!("bad result frame: {e}")),
-            },
-            // an error about our request, or about a frame it could not place (id null)
-            "error" if ours || head.id.as_ref().is_none_or(serde_json::Value::is_null) => {
-                match serde_json::from_slice::<ErrorFrame>(body) {
-                    Ok(e) => Step::Rejected(SessionError::Rejected {
-                        code: e.code,
-                        message: e.message,
-                    }),
-                    Err(e) => Step::Broken(format!("bad error frame: {e}")),
-                }
-            }
-            // frames of an earlier request (it cannot happen: each call waits for its result)
-            // or of ops this server does not know
-            _ => Step::Continue,
-        }
-    }
-}
-
-enum Step {
-    Continue,
-    Reply(Box<ExecOutcome>),
-    Rejected(SessionError),
-    Broken(String),
 }

@@ -32,7 +32,7 @@ impl fmt::Display for KillReason {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SessionError {
     /// the server killed the session (SIGKILL) after the interrupt went unanswered
-    #[error("{}", killed_message(*.reason, .limit, .grace))]
+    #[error("{}", killed_message(*.reason, .limit, .grace, .violation.as_deref()))]
     Killed {
         /// why
         reason: KillReason,
@@ -40,6 +40,9 @@ pub enum SessionError {
         limit: Duration,
         /// how long the code had to answer the interrupt
         grace: Duration,
+        /// for a protocol violation, what the session did (a frame over a cap, bytes between
+        /// calls, …)
+        violation: Option<String>,
     },
     /// the kernel killed the session's interpreter when the session reached its memory limit
     /// (its cgroup's OOM count rose as it died). A `MemoryError` raised inside Python (an
@@ -80,7 +83,12 @@ pub enum SessionError {
     TooLarge(String),
 }
 
-fn killed_message(reason: KillReason, limit: &Duration, grace: &Duration) -> String {
+fn killed_message(
+    reason: KillReason,
+    limit: &Duration,
+    grace: &Duration,
+    violation: Option<&str>,
+) -> String {
     match reason {
         KillReason::Timeout => format!(
             "the code ran past its time limit of {} s and did not stop within {} s of being \
@@ -93,9 +101,13 @@ fn killed_message(reason: KillReason, limit: &Duration, grace: &Duration) -> Str
              so its session was killed (SIGKILL); its variables are lost",
             grace.as_secs_f64()
         ),
-        KillReason::Protocol => {
-            "the session broke the server's protocol and was killed (SIGKILL)".to_owned()
-        }
+        KillReason::Protocol => match violation {
+            Some(what) => format!(
+                "the session broke the server's protocol ({what}) and was killed (SIGKILL); its \
+                 variables are lost"
+            ),
+            None => "the session broke the server's protocol and was killed (SIGKILL)".to_owned(),
+        },
     }
 }
 

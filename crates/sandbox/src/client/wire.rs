@@ -99,22 +99,6 @@ pub(crate) struct ErrorFrame {
     pub session: Option<String>,
 }
 
-/// What a frame on a session socket is about: read first, so a frame for an earlier request (or
-/// of an op this server does not know) is skipped without decoding it in full.
-#[derive(Debug, Deserialize)]
-pub(crate) struct FrameHead {
-    pub op: String,
-    #[serde(default)]
-    pub id: Option<serde_json::Value>,
-}
-
-/// An `output` frame.
-#[derive(Debug, Deserialize)]
-pub(crate) struct OutputFrame {
-    pub stream: OutputStream,
-    pub data: String,
-}
-
 /// Which stream a piece of output was written to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -223,7 +207,11 @@ pub struct ExecOutcome {
 
 /// Splits a byte stream into frame bodies. Unlike `frame::nonblocking::read`, dropping a pending
 /// `next()` loses nothing (the bytes read so far stay in the buffer), so it can sit in a
-/// `select!` next to a deadline.
+/// `select!` next to a deadline. A frame's length, once checked against the caller's limit, is
+/// reserved at once: that is address space, whose pages become memory only as bytes arrive (a
+/// frame announced at 60 MiB whose bytes never come costs what came), and the buffer is never
+/// copied to grow (growing it by doubling cost the old and the new buffer at once: +100 MiB of
+/// peak memory for a 60 MiB frame, against +60 MiB).
 #[derive(Debug, Default)]
 pub(crate) struct FrameReader {
     buf: Vec<u8>,
@@ -234,17 +222,19 @@ pub(crate) struct FrameReader {
 const KEEP_CAPACITY: usize = 64 * 1024;
 
 impl FrameReader {
-    /// The next frame body; `Ok(None)` at a clean end of stream (between frames).
+    /// The next frame body, of at most `limit` bytes (a longer one is `Oversized`, refused from
+    /// its header); `Ok(None)` at a clean end of stream (between frames).
     pub(crate) async fn next(
         &mut self,
         input: &mut (impl AsyncRead + Unpin),
+        limit: u32,
     ) -> Result<Option<Vec<u8>>, FrameError> {
         loop {
-            if let Some(body) = self.take()? {
+            if let Some(body) = self.take(limit)? {
                 return Ok(Some(body));
             }
             if self.buf.capacity() - self.buf.len() < 4096 {
-                self.buf.reserve(KEEP_CAPACITY);
+                self.buf.reserve_exact(KEEP_CAPACITY);
             }
             // read_buf is cancel-safe: when it has not completed, no byte was consumed
             let n = input.read_buf(&mut self.buf).await?;
@@ -258,24 +248,38 @@ impl FrameReader {
         }
     }
 
-    fn take(&mut self) -> Result<Option<Vec<u8>>, FrameError> {
+    /// Whether bytes of a next frame were read already.
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.buf.is_empty()
+    }
+
+    fn take(&mut self, limit: u32) -> Result<Option<Vec<u8>>, FrameError> {
         let Some(header) = self.buf.first_chunk::<4>() else {
             return Ok(None);
         };
         let len = u32::from_be_bytes(*header);
-        if len > MAX_FRAME_BYTES {
-            // checked before reserving, so a forged length cannot make us allocate 4 GiB
+        if len > limit.min(MAX_FRAME_BYTES) {
+            // checked before reading on, so a forged length cannot make us allocate 4 GiB
             return Err(FrameError::Oversized(u64::from(len)));
         }
         let total = 4 + len as usize;
         if self.buf.len() < total {
-            self.buf.reserve(total - self.buf.len());
+            self.buf.reserve_exact(total - self.buf.len());
             return Ok(None);
         }
-        let body = self.buf[4..total].to_vec();
-        self.buf.drain(..total);
-        if self.buf.capacity() > 16 * KEEP_CAPACITY && self.buf.len() < KEEP_CAPACITY {
-            self.buf.shrink_to(KEEP_CAPACITY);
+        if total < KEEP_CAPACITY {
+            // a small frame (most are): copied out, the buffer kept for the next ones
+            let body = self.buf[4..total].to_vec();
+            self.buf.drain(..total);
+            return Ok(Some(body));
+        }
+        // a large one is handed over whole rather than copied; what follows it gets a new buffer
+        let rest = self.buf.get(total..).unwrap_or_default().to_vec();
+        let mut body = std::mem::replace(&mut self.buf, rest);
+        body.truncate(total);
+        body.drain(..4);
+        if self.buf.capacity() < KEEP_CAPACITY {
+            self.buf.reserve_exact(KEEP_CAPACITY - self.buf.len());
         }
         Ok(Some(body))
     }
@@ -295,23 +299,40 @@ mod tests {
         );
         let mut reader = FrameReader::default();
         let mut input = wire.as_slice();
-        let first: FrameHead =
-            serde_json::from_slice(&reader.next(&mut input).await.unwrap().unwrap()).unwrap();
-        assert_eq!(first.op, "pong");
-        let body = reader.next(&mut input).await.unwrap().unwrap();
-        let out: OutputFrame = serde_json::from_slice(&body).unwrap();
-        assert_eq!(out.stream, OutputStream::Stdout);
-        assert!(reader.next(&mut input).await.unwrap().is_none());
+        let first = reader
+            .next(&mut input, MAX_FRAME_BYTES)
+            .await
+            .unwrap()
+            .unwrap();
+        let first: serde_json::Value = serde_json::from_slice(&first).unwrap();
+        assert_eq!(first["op"], "pong");
+        // the second frame is longer than 16 bytes: refused from its header
+        assert!(matches!(
+            reader.next(&mut input, 16).await,
+            Err(FrameError::Oversized(_))
+        ));
+        let body = reader.next(&mut input, 64).await.unwrap().unwrap();
+        assert!(body.starts_with(b"{"));
+        assert!(!reader.has_pending());
+        assert!(
+            reader
+                .next(&mut input, MAX_FRAME_BYTES)
+                .await
+                .unwrap()
+                .is_none()
+        );
 
         let mut forged = FrameReader::default();
         let bytes = [0xffu8, 0xff, 0xff, 0xff, b'{'];
         assert!(matches!(
-            forged.next(&mut &bytes[..]).await,
+            forged.next(&mut &bytes[..], MAX_FRAME_BYTES).await,
             Err(FrameError::Oversized(_))
         ));
         let mut short = FrameReader::default();
         assert!(matches!(
-            short.next(&mut &[0u8, 0, 0, 5, b'{'][..]).await,
+            short
+                .next(&mut &[0u8, 0, 0, 5, b'{'][..], MAX_FRAME_BYTES)
+                .await,
             Err(FrameError::Truncated)
         ));
     }
