@@ -6,6 +6,7 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; the last of them closes it.
 
+mod permits;
 mod read;
 mod render;
 mod run;

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{Value, json};
 
+use super::permits::{self, ReadPermits};
 use super::{MAX_PATH_BYTES, Sandbox, account_key, failure, session_id_field};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
@@ -18,11 +19,15 @@ const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
 /// Reads a workspace file: text as text, images as image content, anything else as base64.
 pub struct ReadFile {
     sandbox: Arc<Sandbox>,
+    turns: ReadPermits,
 }
 
 impl ReadFile {
     pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
-        Self { sandbox }
+        Self {
+            sandbox,
+            turns: ReadPermits::new(permits::GLOBAL, permits::PER_ACCOUNT),
+        }
     }
 }
 
@@ -87,10 +92,13 @@ impl Capability for ReadFile {
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
         let (path, session_id) = (text("path"), text("session_id"));
+        let account = account_key(ctx);
+        // held until the answer is encoded: that is where a read costs the server most
+        let _turn = self.turns.turn(&account).await;
         let read = self
             .sandbox
             .manager
-            .read_file(&account_key(ctx), session_id, path, MAX_READ_BYTES)
+            .read_file(&account, session_id, path, MAX_READ_BYTES)
             .await
             .map_err(failure)?;
         Ok(describe(path, read.bytes, read.size))
