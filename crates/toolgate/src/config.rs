@@ -159,6 +159,21 @@ pub struct Settings {
     /// Processes and threads of one session [default: 256]
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_PROCESSES", global = true)]
     pub sandbox_max_processes: Option<u32>,
+
+    /// Memory of all live sessions together, in MiB; a new session beyond it is refused with
+    /// "the service is at capacity" [default: three quarters of the host's memory; 0: none]
+    #[arg(long, env = "TOOLGATE_SANDBOX_BUDGET_MEMORY_MIB", global = true)]
+    pub sandbox_budget_memory_mib: Option<u64>,
+
+    /// Processes and threads of all live sessions together [default: half the host's pid_max;
+    /// 0: none]
+    #[arg(long, env = "TOOLGATE_SANDBOX_BUDGET_PROCESSES", global = true)]
+    pub sandbox_budget_processes: Option<u64>,
+
+    /// Memory of one account's live sessions together, in MiB [default: a quarter of
+    /// sandbox_budget_memory_mib; 0: none]
+    #[arg(long, env = "TOOLGATE_SANDBOX_ACCOUNT_MEMORY_MIB", global = true)]
+    pub sandbox_account_memory_mib: Option<u64>,
 }
 
 macro_rules! fill {
@@ -207,7 +222,10 @@ impl Settings {
             sandbox_max_timeout_s,
             sandbox_memory_mib,
             sandbox_workspace_mib,
-            sandbox_max_processes
+            sandbox_max_processes,
+            sandbox_budget_memory_mib,
+            sandbox_budget_processes,
+            sandbox_account_memory_mib
         );
         Ok(self)
     }

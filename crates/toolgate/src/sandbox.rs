@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use toolgate_app::capabilities::Sandbox;
 use toolgate_sandbox::LimitSettings;
-use toolgate_sandbox::client::{ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox::client::{Budget, ManagerConfig, SessionManager, ZygoteConfig};
 
 use crate::config::Settings;
 
@@ -53,12 +53,31 @@ pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionMa
     if config.max_sessions_per_account == 0 {
         bail!("sandbox_max_sessions must be at least 1");
     }
+    config.budget = budget(settings);
+    tracing::info!(
+        memory_mib = config.budget.memory_bytes >> 20,
+        processes = config.budget.pids,
+        account_memory_mib = config.budget.account_memory_bytes >> 20,
+        "sessions' budget"
+    );
     let manager = Arc::new(
         SessionManager::start(config)
             .await
             .context("the sandbox could not start")?,
     );
     Ok(Some((Sandbox::new(Arc::clone(&manager), limits), manager)))
+}
+
+/// The budget of all sessions together: the operator's, else a share of this host.
+fn budget(settings: &Settings) -> Budget {
+    let host = Budget::default();
+    let mib = |value: Option<u64>, default: u64| value.map_or(default, |mib| mib << 20);
+    let memory = mib(settings.sandbox_budget_memory_mib, host.memory_bytes);
+    Budget {
+        memory_bytes: memory,
+        pids: settings.sandbox_budget_processes.unwrap_or(host.pids),
+        account_memory_bytes: mib(settings.sandbox_account_memory_mib, memory / 4),
+    }
 }
 
 /// The operator's limits, checked.

@@ -220,6 +220,36 @@ impl Cgroups {
         Ok(cgroups)
     }
 
+    /// Sets the budget of all sessions together on this manager's own groups, the parents of
+    /// every session's: the kernel then holds the total even if an admission were wrong. 0: no
+    /// limit. Blocking.
+    pub(super) fn limit_all(&self, memory_bytes: u64, pids: u64) -> Result<(), CgroupError> {
+        let set = |dir: &Path, file: &str, value: u64| {
+            write_file(dir, file, &value.to_string()).map_err(io_error(format!("writing {file}")))
+        };
+        for (controller, dir) in &self.bases {
+            match controller {
+                Controller::Memory if memory_bytes > 0 => {
+                    set(dir, "memory.limit_in_bytes", memory_bytes)?;
+                    if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        set(dir, "memory.memsw.limit_in_bytes", memory_bytes)?;
+                    }
+                }
+                Controller::Pids if pids > 0 => set(dir, "pids.max", pids)?,
+                Controller::Unified => {
+                    if memory_bytes > 0 {
+                        set(dir, "memory.max", memory_bytes)?;
+                    }
+                    if pids > 0 {
+                        set(dir, "pids.max", pids)?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
     /// v1 or v2.
     pub(super) fn version(&self) -> CgroupVersion {
         self.version

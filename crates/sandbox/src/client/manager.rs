@@ -78,8 +78,17 @@ impl SessionManager {
             call_prefix.clone(),
             config.uid_base,
         );
+        let budget = config.budget;
         let (cgroups, quota, give_away) = blocking(move || {
             let cgroups = Cgroups::detect(mode, &prefix, cpu)?;
+            if let Some(cgroups) = &cgroups
+                && let Err(e) = cgroups.limit_all(budget.memory_bytes, budget.pids)
+            {
+                // admissions still hold the budget; the kernel's back-stop is missing
+                tracing::warn!(
+                    "cannot set the sessions' total budget on their parent cgroups: {e}"
+                );
+            }
             let probe = format!(".probe-{prefix}");
             let quota = can_mount(&root, &probe);
             if quota {

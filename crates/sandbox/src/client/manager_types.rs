@@ -14,6 +14,52 @@ use crate::policy::{LimitSettings, Limits};
 /// The longest session id a caller may choose, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
 
+/// What all sessions together may reserve, and one account of that. A session reserves its
+/// memory limit (its workspace's pages count in it) and its process limit from its start to its
+/// end; a new session that would pass a budget is refused with a clear error instead of letting
+/// the host run out. The totals are also set on the manager's parent cgroups, so the kernel holds
+/// them even if a reservation were wrong. 0: no budget.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Budget {
+    /// Memory of all live sessions together, in bytes.
+    pub memory_bytes: u64,
+    /// Processes and threads of all live sessions together.
+    pub pids: u64,
+    /// Memory of one account's live sessions together, in bytes.
+    pub account_memory_bytes: u64,
+}
+
+impl Default for Budget {
+    /// Three quarters of the host's memory, a quarter of that per account, and half the host's
+    /// `pid_max` for processes (none where the host's figures cannot be read).
+    fn default() -> Self {
+        let memory = host_memory_bytes().map_or(0, |total| total / 4 * 3);
+        let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .ok()
+            .and_then(|text| text.trim().parse::<u64>().ok())
+            .map_or(0, |max| max / 2);
+        Self {
+            memory_bytes: memory,
+            pids,
+            account_memory_bytes: memory / 4,
+        }
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn host_memory_bytes() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = meminfo
+        .lines()
+        .find_map(|line| line.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
 /// The manager's settings.
 #[derive(Debug, Clone)]
 pub struct ManagerConfig {
@@ -43,6 +89,9 @@ pub struct ManagerConfig {
     /// start), and another is made in the background. 0: none. Each idle one costs a process
     /// (a few MiB of its own: the rest is shared with the zygote) and a uid.
     pub warm_sessions: usize,
+    /// What all sessions together may take of the host, and one account of that (see
+    /// [`Budget`]).
+    pub budget: Budget,
     /// The limits warm sessions are made with: a call takes one only when its `memory_bytes`,
     /// `max_pids` and `workspace_bytes` are these (its `timeout` and `output_bytes` do not
     /// matter). Set it to the server's own defaults ([`LimitSettings::for_call`]`(None)`).
@@ -67,6 +116,7 @@ impl ManagerConfig {
             uid_base: DEFAULT_SANDBOX_UID,
             uid_count: 65536,
             warm_sessions: 2,
+            budget: Budget::default(),
             warm_limits: Limits {
                 timeout: defaults.default_timeout,
                 memory_bytes: defaults.memory_bytes,
@@ -102,6 +152,23 @@ pub enum ManagerError {
         limit: usize,
         /// the idle time after which a session is closed
         idle_ttl: Duration,
+    },
+    /// the sessions of all accounts hold the service's budget
+    #[error(
+        "the service is at capacity: its sessions hold all the {what} it may give them; try again in a minute"
+    )]
+    AtCapacity {
+        /// "memory" or "processes"
+        what: &'static str,
+    },
+    /// the account's sessions hold its share of the service's memory
+    #[error(
+        "this account's live sessions hold its share of the service's memory ({}); close one, or wait until an idle one expires",
+        human_bytes(*.limit)
+    )]
+    AccountBudget {
+        /// the account's share, in bytes
+        limit: u64,
     },
     /// the session id is empty or too long
     #[error("session_id must be 1 to {MAX_SESSION_ID_BYTES} bytes long")]

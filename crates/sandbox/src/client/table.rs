@@ -182,6 +182,33 @@ impl Inner {
     /// Finds or makes the table entry of a session, enforcing the cap. A new one takes a warm
     /// session when the pool has one made with `limits` (its place, uid and process), else gets
     /// a uid and a place of its own.
+    /// Refuses a new session that would pass the budget: every live session reserves its
+    /// limits (sessions of one server share them, so a count times the new one's suffices).
+    fn check_budget(
+        &self,
+        table: &Table,
+        account: &str,
+        limits: &Limits,
+    ) -> Result<(), ManagerError> {
+        let budget = self.config.budget;
+        let live = table.accounts.values().map(HashMap::len).sum::<usize>() as u64 + 1;
+        let own = table.accounts.get(account).map_or(0, HashMap::len) as u64 + 1;
+        let over =
+            |limit: u64, each: u64, count: u64| limit > 0 && each.saturating_mul(count) > limit;
+        if over(budget.memory_bytes, limits.memory_bytes, live) {
+            return Err(ManagerError::AtCapacity { what: "memory" });
+        }
+        if over(budget.pids, u64::from(limits.max_pids), live) {
+            return Err(ManagerError::AtCapacity { what: "processes" });
+        }
+        if over(budget.account_memory_bytes, limits.memory_bytes, own) {
+            return Err(ManagerError::AccountBudget {
+                limit: budget.account_memory_bytes,
+            });
+        }
+        Ok(())
+    }
+
     pub(super) fn admit(
         self: &Arc<Self>,
         account: &str,
@@ -214,6 +241,7 @@ impl Inner {
                 idle_ttl: self.config.idle_ttl,
             });
         }
+        self.check_budget(table, account, limits)?;
         let (warm, unusable) = table.pool.take(limits, &self.config);
         self.discard_later(unusable);
         let (place, live) = match warm {
