@@ -170,8 +170,8 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_BUDGET_PROCESSES", global = true)]
     pub sandbox_budget_processes: Option<u64>,
 
-    /// Memory of one account's live sessions together, in MiB [default: a quarter of
-    /// sandbox_budget_memory_mib; 0: none]
+    /// Memory one account's live sessions may reserve together (each its sandbox_memory_mib),
+    /// in MiB [default: half of sandbox_budget_memory_mib; 0: none]
     #[arg(long, env = "TOOLGATE_SANDBOX_ACCOUNT_MEMORY_MIB", global = true)]
     pub sandbox_account_memory_mib: Option<u64>,
 }

@@ -76,7 +76,8 @@ fn budget(settings: &Settings) -> Budget {
     Budget {
         memory_bytes: memory,
         pids: settings.sandbox_budget_processes.unwrap_or(host.pids),
-        account_memory_bytes: mib(settings.sandbox_account_memory_mib, memory / 4),
+        // at least two accounts fit whatever one does
+        account_memory_bytes: mib(settings.sandbox_account_memory_mib, memory / 2),
     }
 }
 

@@ -99,6 +99,8 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Htt
         ("--sandbox-zygote", path(&plan.files.zygote)),
         ("--sandbox-harden-lib", path(&plan.files.harden_lib)),
         ("--sandbox-root", path(&plan.dir.join("server-sessions"))),
+        // hundreds of sessions of one account: no account share
+        ("--sandbox-account-memory-mib", "0".to_owned()),
         // the new-session figure cannot close sessions through HTTP: they stay until the end
         (
             "--sandbox-max-sessions",

@@ -250,6 +250,27 @@ impl Cgroups {
         Ok(())
     }
 
+    /// Memory and processes all sessions use now, read from this manager's own groups (`None`
+    /// for what cannot be read). Blocking (two small cgroupfs reads).
+    pub(super) fn in_use(&self) -> (Option<u64>, Option<u64>) {
+        let read = |dir: &Path, file: &str| -> Option<u64> {
+            fs::read_to_string(dir.join(file)).ok()?.trim().parse().ok()
+        };
+        let (mut memory, mut pids) = (None, None);
+        for (controller, dir) in &self.bases {
+            match controller {
+                Controller::Memory => memory = read(dir, "memory.usage_in_bytes"),
+                Controller::Pids => pids = read(dir, "pids.current"),
+                Controller::Unified => {
+                    memory = read(dir, "memory.current");
+                    pids = read(dir, "pids.current");
+                }
+                _ => {}
+            }
+        }
+        (memory, pids)
+    }
+
     /// v1 or v2.
     pub(super) fn version(&self) -> CgroupVersion {
         self.version
@@ -321,6 +342,15 @@ impl SessionCgroup {
     /// The directories a process joins (for `ForkOptions::cgroups`).
     pub(super) fn dirs(&self) -> Vec<PathBuf> {
         self.dirs.iter().map(|(_, dir)| dir.clone()).collect()
+    }
+
+    /// The group whose memory limit a process joining it is charged to: v1's memory group,
+    /// v2's unified one.
+    pub(super) fn memory_dir(&self) -> Option<PathBuf> {
+        self.dirs
+            .iter()
+            .find(|(controller, _)| matches!(controller, Controller::Memory | Controller::Unified))
+            .map(|(_, dir)| dir.clone())
     }
 
     /// The memory limit of the group, in bytes (0: none).

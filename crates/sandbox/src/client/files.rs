@@ -173,23 +173,56 @@ fn open_workspace(workspace: &Path) -> Result<OwnedFd, FileProblem> {
     .map_err(FileProblem::from_errno)
 }
 
+/// The program that copies an upload's bytes from inside the session's memory group.
+const COPIER: &str = "/bin/cat";
+
+/// Writes `content` to `fd`: from a `cat` that joined the memory group `charge` (the pages are
+/// charged to whoever allocates them, by process), else from this process.
+fn write_content(fd: OwnedFd, content: &[u8], charge: Option<&Path>) -> std::io::Result<()> {
+    let Some(group) = charge.filter(|_| !content.is_empty()) else {
+        return File::from(fd).write_all(content);
+    };
+    let mut copier = std::process::Command::new(COPIER)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::from(fd.try_clone()?))
+        .stderr(std::process::Stdio::null())
+        .env_clear()
+        .spawn()?;
+    // it blocks on its empty stdin until it has joined: every page it writes is the session's
+    let joined = std::fs::write(group.join("cgroup.procs"), copier.id().to_string());
+    let fed = match (&joined, copier.stdin.take()) {
+        (Ok(()), Some(mut stdin)) => stdin.write_all(content),
+        _ => Ok(()),
+    };
+    let status = copier.wait()?;
+    joined?;
+    fed?;
+    if !status.success() {
+        return Err(std::io::Error::other(format!("{COPIER} failed: {status}")));
+    }
+    Ok(())
+}
+
 /// Names for upload files before they are renamed into place.
 static NEXT_UPLOAD: AtomicU64 = AtomicU64::new(0);
 
 /// Writes the files into the workspace, in order, each 0600 and (with `owner`) owned by the
-/// session's user, as are the directories made for them. Blocking. Stops at the first failure
-/// (the files before it stay written).
+/// session's user, as are the directories made for them. With `charge` (the session's memory
+/// group) the bytes are written by a short-lived process in that group, so the tmpfs pages are
+/// the session's memory, not the server's. Blocking. Stops at the first failure (the files
+/// before it stay written).
 pub(super) fn write_files(
     workspace: &Path,
     files: &[WorkspaceFile],
     owner: Option<u32>,
+    charge: Option<&Path>,
 ) -> Result<(), FileError> {
     let root = open_workspace(workspace).map_err(|problem| FileError {
         path: String::new(),
         problem,
     })?;
     for file in files {
-        write_one(&root, file, owner).map_err(|problem| FileError {
+        write_one(&root, file, owner, charge).map_err(|problem| FileError {
             path: file.path.clone(),
             problem,
         })?;
@@ -197,7 +230,12 @@ pub(super) fn write_files(
     Ok(())
 }
 
-fn write_one(root: &OwnedFd, file: &WorkspaceFile, owner: Option<u32>) -> Result<(), FileProblem> {
+fn write_one(
+    root: &OwnedFd,
+    file: &WorkspaceFile,
+    owner: Option<u32>,
+    charge: Option<&Path>,
+) -> Result<(), FileProblem> {
     let parts = components(&file.path)?;
     let Some((name, dirs)) = parts.split_last() else {
         return Err(FileProblem::Empty);
@@ -253,8 +291,7 @@ fn write_one(root: &OwnedFd, file: &WorkspaceFile, owner: Option<u32>) -> Result
     let written = (|| {
         chown(fd.as_fd())?;
         rustix::fs::fchmod(&fd, Mode::from_raw_mode(0o600))?;
-        File::from(fd)
-            .write_all(&file.content)
+        write_content(fd, &file.content, charge)
             .map_err(|e| e.raw_os_error().map_or(Errno::IO, Errno::from_raw_os_error))?;
         rustix::fs::renameat(at, temp.as_str(), at, *name)
     })();
@@ -378,11 +415,11 @@ mod tests {
         std::os::unix::fs::symlink(&target, ws.path().join("link")).unwrap();
         std::os::unix::fs::symlink(outside.path(), ws.path().join("dir")).unwrap();
         // a link at the target is replaced by the file
-        write_files(ws.path(), &[file("link", b"new")], None).unwrap();
+        write_files(ws.path(), &[file("link", b"new")], None, None).unwrap();
         assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
         assert_eq!(std::fs::read(ws.path().join("link")).unwrap(), b"new");
         // a link on the way is refused
-        let refused = write_files(ws.path(), &[file("dir/x", b"no")], None).unwrap_err();
+        let refused = write_files(ws.path(), &[file("dir/x", b"no")], None, None).unwrap_err();
         assert_eq!(refused.problem, FileProblem::Symlink);
         assert!(!outside.path().join("x").exists());
         assert_eq!(
@@ -390,13 +427,13 @@ mod tests {
             "workspace file \"dir/x\": a symbolic link is in the way (links are not followed)"
         );
         // directories are made, files are 0600
-        write_files(ws.path(), &[file("a/b/c.txt", b"deep")], None).unwrap();
+        write_files(ws.path(), &[file("a/b/c.txt", b"deep")], None, None).unwrap();
         let meta = std::fs::metadata(ws.path().join("a/b/c.txt")).unwrap();
         assert_eq!(
             std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
             0o600
         );
-        let into_dir = write_files(ws.path(), &[file("a", b"x")], None).unwrap_err();
+        let into_dir = write_files(ws.path(), &[file("a", b"x")], None, None).unwrap_err();
         assert_eq!(into_dir.problem, FileProblem::IsDirectory);
         // no temporary file is left behind
         let names: Vec<_> = std::fs::read_dir(ws.path())

@@ -56,6 +56,11 @@ fn micros(took: Duration) -> u64 {
 }
 
 impl Live {
+    /// The group a process joins to charge what it writes to this session's memory.
+    pub(super) fn charge_dir(&self) -> Option<std::path::PathBuf> {
+        self.cgroup.as_ref()?.memory_dir()
+    }
+
     /// Prepares the workspace (a size-capped tmpfs when the manager may mount, else a plain
     /// directory given to the session's uid) and, side by side with it, the cgroups, then forks
     /// the session into them. With a hardening library the session is confined to its workspace

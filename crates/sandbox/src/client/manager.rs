@@ -289,7 +289,10 @@ impl SessionManager {
         if !call.files.is_empty() {
             let (workspace, files) = (entry.place.workspace.clone(), call.files.to_vec());
             let owner = self.inner.give_away.then_some(entry.place.uid);
-            blocking(move || files::write_files(&workspace, &files, owner)).await??;
+            // written by a process in the session's memory group: the session pays for its files
+            let charge = live.charge_dir();
+            blocking(move || files::write_files(&workspace, &files, owner, charge.as_deref()))
+                .await??;
         }
         let pid = live.session.pid();
         let before = live.memory_events();

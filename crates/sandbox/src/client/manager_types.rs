@@ -14,24 +14,24 @@ use crate::policy::{LimitSettings, Limits};
 /// The longest session id a caller may choose, in bytes.
 pub const MAX_SESSION_ID_BYTES: usize = 256;
 
-/// What all sessions together may reserve, and one account of that. A session reserves its
-/// memory limit (its workspace's pages count in it) and its process limit from its start to its
-/// end; a new session that would pass a budget is refused with a clear error instead of letting
-/// the host run out. The totals are also set on the manager's parent cgroups, so the kernel holds
-/// them even if a reservation were wrong. 0: no budget.
+/// What all sessions together may take of the host, and one account of that. A new session is
+/// refused with a clear error when what all sessions use now plus its full limits would pass the
+/// total, or when its account's sessions times their limit would pass the account's share; the
+/// totals are also the kernel's limits on the manager's parent cgroups, which hold them hard
+/// (a session that then runs the parent out of memory is the one the kernel kills). 0: none.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Budget {
     /// Memory of all live sessions together, in bytes.
     pub memory_bytes: u64,
     /// Processes and threads of all live sessions together.
     pub pids: u64,
-    /// Memory of one account's live sessions together, in bytes.
+    /// Memory one account's live sessions may reserve together (each its limit), in bytes.
     pub account_memory_bytes: u64,
 }
 
 impl Default for Budget {
-    /// Three quarters of the host's memory, a quarter of that per account, and half the host's
-    /// `pid_max` for processes (none where the host's figures cannot be read).
+    /// Three quarters of the host's memory, half the host's `pid_max` for processes (none where
+    /// the host's figures cannot be read), and no account share (the server sets one).
     fn default() -> Self {
         let memory = host_memory_bytes().map_or(0, |total| total / 4 * 3);
         let pids = std::fs::read_to_string("/proc/sys/kernel/pid_max")
@@ -41,7 +41,7 @@ impl Default for Budget {
         Self {
             memory_bytes: memory,
             pids,
-            account_memory_bytes: memory / 4,
+            account_memory_bytes: 0,
         }
     }
 }

@@ -182,8 +182,11 @@ impl Inner {
     /// Finds or makes the table entry of a session, enforcing the cap. A new one takes a warm
     /// session when the pool has one made with `limits` (its place, uid and process), else gets
     /// a uid and a place of its own.
-    /// Refuses a new session that would pass the budget: every live session reserves its
-    /// limits (sessions of one server share them, so a count times the new one's suffices).
+    /// Refuses a new session that would pass the budget. The service's total is judged by use
+    /// (what all sessions hold now, from the manager's groups, plus the new one's full limit):
+    /// idle sessions cost a few MiB, so reserving every limit would cap a host at a handful of
+    /// sessions; the kernel's limit on the parent groups holds the total hard. An account's
+    /// share is judged by reservation (its sessions times their limit).
     fn check_budget(
         &self,
         table: &Table,
@@ -191,17 +194,24 @@ impl Inner {
         limits: &Limits,
     ) -> Result<(), ManagerError> {
         let budget = self.config.budget;
-        let live = table.accounts.values().map(HashMap::len).sum::<usize>() as u64 + 1;
-        let own = table.accounts.get(account).map_or(0, HashMap::len) as u64 + 1;
-        let over =
-            |limit: u64, each: u64, count: u64| limit > 0 && each.saturating_mul(count) > limit;
-        if over(budget.memory_bytes, limits.memory_bytes, live) {
-            return Err(ManagerError::AtCapacity { what: "memory" });
+        let passes =
+            |limit: u64, used: u64, more: u64| limit > 0 && used.saturating_add(more) > limit;
+        if let Some(cgroups) = &self.cgroups {
+            let (memory, pids) = cgroups.in_use();
+            if passes(
+                budget.memory_bytes,
+                memory.unwrap_or(0),
+                limits.memory_bytes,
+            ) {
+                return Err(ManagerError::AtCapacity { what: "memory" });
+            }
+            if passes(budget.pids, pids.unwrap_or(0), u64::from(limits.max_pids)) {
+                return Err(ManagerError::AtCapacity { what: "processes" });
+            }
         }
-        if over(budget.pids, u64::from(limits.max_pids), live) {
-            return Err(ManagerError::AtCapacity { what: "processes" });
-        }
-        if over(budget.account_memory_bytes, limits.memory_bytes, own) {
+        let own = table.accounts.get(account).map_or(0, HashMap::len) as u64;
+        let reserved = limits.memory_bytes.saturating_mul(own);
+        if passes(budget.account_memory_bytes, reserved, limits.memory_bytes) {
             return Err(ManagerError::AccountBudget {
                 limit: budget.account_memory_bytes,
             });
