@@ -502,3 +502,19 @@ fn spawn_sleeper(
         .await
     })
 }
+
+/// Calls without a session id one after another: each one's session is cleaned up in the
+/// background once it has answered, and must not count against the account meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_off_calls_back_to_back_never_hit_the_session_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |c| c.max_sessions_per_account = 1).await;
+    for i in 0..20 {
+        let call = m
+            .exec("a", None, &format!("{i}"), &limits(30), &[], None)
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e}"));
+        assert_eq!(text(&call), i.to_string());
+    }
+    m.shutdown().await;
+}

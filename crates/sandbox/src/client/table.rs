@@ -10,7 +10,7 @@
 //! one, so a new session never shares a workspace path, cgroup or uid with one being torn down.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -132,6 +132,9 @@ pub(super) struct Entry {
     pub(super) place: Place,
     last_used: Mutex<Instant>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
+    /// A call's one-off session whose call has ended: it is being cleaned up in the background
+    /// and no longer counts against the account's sessions (its uid stays taken until it goes).
+    leaving: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -142,6 +145,11 @@ pub(super) struct Slot {
 }
 
 impl Entry {
+    /// Whether it counts against its account's limits.
+    fn counts(&self) -> bool {
+        !self.leaving.load(Ordering::Acquire)
+    }
+
     pub(super) fn touch(&self) {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
@@ -209,7 +217,9 @@ impl Inner {
                 return Err(ManagerError::AtCapacity { what: "processes" });
             }
         }
-        let own = table.accounts.get(account).map_or(0, HashMap::len) as u64;
+        let own = table.accounts.get(account).map_or(0, |sessions| {
+            sessions.values().filter(|e| e.counts()).count()
+        }) as u64;
         let reserved = limits.memory_bytes.saturating_mul(own);
         if passes(budget.account_memory_bytes, reserved, limits.memory_bytes) {
             return Err(ManagerError::AccountBudget {
@@ -242,7 +252,7 @@ impl Inner {
             return Ok(Admit::Existing(Arc::clone(entry)));
         }
         let limit = self.config.max_sessions_per_account;
-        if sessions.len() >= limit {
+        if sessions.values().filter(|e| e.counts()).count() >= limit {
             if sessions.is_empty() {
                 table.accounts.remove(account);
             }
@@ -295,6 +305,7 @@ impl Inner {
                 live,
                 closed: false,
             })),
+            leaving: AtomicBool::new(false),
         });
         let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned() else {
             table.uids.remove(&uid);
@@ -410,6 +421,8 @@ impl Drop for RetireOnDrop {
         else {
             return;
         };
+        // the caller has its answer: the next call must not find this one in its way
+        entry.leaving.store(true, Ordering::Release);
         let inner = Arc::clone(&self.inner);
         runtime.spawn(async move {
             let slot = Arc::clone(&entry.slot).lock_owned().await;
