@@ -39,8 +39,8 @@ async fn open(m: &SessionManager, account: &str, id: &str) -> Result<i32, Manage
         .map(|call| call.pid)
 }
 
-/// The parent of `pid`'s group for `controller` (v1), or of its unified group (v2).
-fn parent_group(pid: i32, controller: &str) -> PathBuf {
+/// `pid`'s group for `controller` (v1), or its unified group (v2).
+fn group_of(pid: i32, controller: &str) -> PathBuf {
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
     let path = text
         .lines()
@@ -57,7 +57,12 @@ fn parent_group(pid: i32, controller: &str) -> PathBuf {
             Some(format!("/sys/fs/cgroup{unified}"))
         })
         .unwrap();
-    PathBuf::from(path).parent().unwrap().to_owned()
+    PathBuf::from(path)
+}
+
+/// The manager's own group above `pid`'s.
+fn parent_group(pid: i32, controller: &str) -> PathBuf {
+    group_of(pid, controller).parent().unwrap().to_owned()
 }
 
 fn read_limit(dir: &std::path::Path, v1: &str, v2: &str) -> u64 {
@@ -157,23 +162,6 @@ async fn processes_have_a_budget_too() {
     m.shutdown().await;
 }
 
-/// The session's memory group, where its tmpfs pages are charged.
-fn memory_group(pid: i32) -> PathBuf {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let path = text
-        .lines()
-        .find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
-                .split(',')
-                .any(|c| c == "memory")
-                .then(|| format!("/sys/fs/cgroup/memory{path}"))
-        })
-        .expect("a v1 memory group (this host's)");
-    PathBuf::from(path)
-}
-
 /// Files the server writes into a session's workspace are the session's memory, not the
 /// server's: before, a 7 MiB upload added nothing to the session's group.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -181,7 +169,7 @@ async fn an_upload_is_charged_to_its_session() {
     let root = tempfile::tempdir().unwrap();
     let m = budgeted(root.path(), Budget::default()).await;
     let pid = open(&m, "acct-a", "s1").await.unwrap();
-    let group = memory_group(pid);
+    let group = group_of(pid, "memory");
     let usage = || read_limit(&group, "memory.usage_in_bytes", "memory.current");
     let before = usage();
     let upload = toolgate_sandbox::client::WorkspaceFile {
