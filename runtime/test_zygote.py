@@ -621,7 +621,8 @@ def workspace(root, owner=HARDEN_UID):
 
 def hardened_spec(ws, base, **overrides):
     spec = {"workspace": ws, "tmp": "/tmp", "hostname": "session-test", "network": False,
-            "read_only": [str(RUNTIME), base, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"],
+            "read_only": [str(RUNTIME), base, "/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache",
+                          "/etc/alternatives"],
             "max_open_files": 256, "max_file_bytes": 64 << 20, "uid": HARDEN_UID,
             "tmp_bytes": TMP_BYTES}
     spec.update(overrides)
@@ -630,7 +631,10 @@ def hardened_spec(ws, base, **overrides):
 
 def fork_hardened(z, name, root, base, **overrides):
     ws = workspace(root)
-    return z.fork(name, cwd=ws, tmpdir="/tmp", harden=hardened_spec(ws, base, **overrides))
+    # the session finds its workspace at /workspace, in a root of its own
+    s = z.fork(name, cwd="/workspace", tmpdir="/tmp", harden=hardened_spec(ws, base, **overrides))
+    s.host_workspace = ws
+    return s
 
 
 def fork_refused(z, name, **fields):
@@ -691,7 +695,7 @@ def test_real_hardening_confines_the_session(hardened, workspaces, base_prefix):
     other = workspace(workspaces)
     Path(other, "secret.txt").write_text("another session's file")
     s = fork_hardened(z, "confined", workspaces, base_prefix)
-    ws = Path(s.cwd)
+    ws = Path(s.host_workspace)
     try:
         assert s.value("1+1") == "2"
         assert s.value("import numpy\nint(numpy.arange(5).sum())") == "10"
@@ -930,7 +934,7 @@ def test_fifty_hardened_forks_in_a_row(hardened, workspaces, base_prefix, capsys
         ws = workspace(workspaces)
         mine, theirs = socket.socketpair()
         t0 = time.perf_counter()
-        z.send({"op": "fork", "session": f"h{i}", "cwd": ws, "tmpdir": "/tmp", "fd": theirs.fileno(),
+        z.send({"op": "fork", "session": f"h{i}", "cwd": "/workspace", "tmpdir": "/tmp", "fd": theirs.fileno(),
                 "harden": hardened_spec(ws, base_prefix)}, [theirs.fileno()])
         mine.sendall(frame({"op": "exec", "id": 1, "code": "import os\nos.getpid()"}))
         r = recv_frame(mine)

@@ -115,9 +115,11 @@ searchable by the uid, and the workspace itself should belong to it. A hardened 
             set-up below) and waits for the child's "U";
     child:  after setting up its descriptors, before chdir and before any thread starts, calls
             toolgate_harden_session(spec, status_w, release_r): new mount/net/ipc/uts namespaces,
-            a private /proc (its own pid namespace only), empty /tmp (tmp_bytes) and /dev/shm
-            (64 MiB) owned by the session's uid, empty read-only /run and /var/run, host name;
-            then its own user namespace, where it tells the zygote "U" and waits;
+            a root of its own (pivot_root) holding only the read_only paths at their own place,
+            the workspace at /workspace (the working directory; the fork request's "cwd" names
+            it so), a private /proc (its own pid namespace only), empty /tmp (tmp_bytes) and
+            /dev/shm (64 MiB) owned by the session's uid, a /dev of five nodes; host name; then
+            its own user namespace, where it tells the zygote "U" and waits;
     zygote: writes /proc/PID/setgroups "deny", uid_map and gid_map "1000 <uid> 1", releases the
             child ("G") and waits for its last word;
     child:  uid and gid 1000, no capability, no supplementary group, then rlimits,

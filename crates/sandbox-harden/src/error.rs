@@ -27,10 +27,7 @@ pub enum HardenError {
     /// Making every mount private (`MS_REC | MS_PRIVATE` on `/`) failed.
     #[error("step (b) make mounts private: {0}")]
     MountsPrivate(#[source] io::Error),
-    /// Detaching other sessions' workspace mounts from this mount namespace failed.
-    #[error("step (b) detach other sessions' mounts: {0}")]
-    MountsHidden(#[source] io::Error),
-    /// One of the session's own mounts (`/proc`, `/tmp`, `/dev/shm`, `/run`, a mask) failed.
+    /// One step of building the session's root (a mount, a mount point, `pivot_root`) failed.
     #[error("step (b) mount {what} on {}: {source}", target.display())]
     Mount {
         /// What was being mounted.

@@ -4,8 +4,8 @@
 //! scopes (signals to, and abstract UNIX sockets of, processes outside the domain), and, without
 //! network, TCP bind and connect. Granted: read and execute beneath each `read_only` path; read
 //! (files and directories, no execute) beneath the session's own `/proc`, which shows its pid
-//! namespace only; every right but creating device nodes beneath `workspace`, `tmp` and the
-//! session's `/dev/shm`. Nothing else: the host's files, other sessions' workspaces and the
+//! namespace only; every right but creating device nodes beneath the workspace, `tmp` and the
+//! session's `/dev/shm`; the device nodes of [`DEVICES`]. Nothing else: the host's files, other sessions' workspaces and the
 //! server's data directory are unreachable, whatever the process's uid or capabilities.
 
 use std::path::Path;
@@ -29,9 +29,10 @@ pub(crate) struct Enforced {
     pub(crate) abi: u32,
 }
 
-/// Device nodes a session may use, and how.
-const DEVICES: [(&str, &[AccessFs]); 4] = [
+/// Device nodes a session may use, and how; step (b) shows exactly these in its `/dev`.
+pub(crate) const DEVICES: [(&str, &[AccessFs]); 5] = [
     ("/dev/null", &[AccessFs::ReadFile, AccessFs::WriteFile]),
+    ("/dev/full", &[AccessFs::ReadFile, AccessFs::WriteFile]),
     ("/dev/zero", &[AccessFs::ReadFile]),
     ("/dev/urandom", &[AccessFs::ReadFile]),
     ("/dev/random", &[AccessFs::ReadFile]),
@@ -65,7 +66,7 @@ pub(crate) fn restrict_self(
         &mounts.proc,
         AccessFs::ReadFile | AccessFs::ReadDir,
     )?;
-    for path in spec.writable().into_iter().chain(mounts.shm.as_deref()) {
+    for path in [&mounts.workspace, &spec.tmp, &mounts.shm] {
         created = add_path(created, path, read_write)?;
     }
     // The character devices every shell and runtime expects: `> /dev/null` in bash, git and

@@ -16,23 +16,26 @@
 //! of its own pid namespace and as the host's root):
 //!
 //! 0. **Precondition**: the spec is valid (no path beneath a directory the session sees as its
-//!    own empty mount, uid not 0, `tmp_bytes` not 0), every ancestor of the workspace is
-//!    searchable by the session's uid, and the process has one thread (a user namespace, Landlock
-//!    and seccomp need or bind only the calling thread).
+//!    own empty mount, `tmp` the session's `/tmp` or `/dev/shm`, uid not 0, `tmp_bytes` not 0),
+//!    every ancestor of the workspace is searchable by the session's uid on the host (the
+//!    server reads and writes its files as that uid), and the process has one thread (a user
+//!    namespace, Landlock and seccomp need or bind only the calling thread).
 //! 1. **(a) Namespaces**: `unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)`,
 //!    without `CLONE_NEWNET` when the spec allows network. Nothing is brought up in a new network
 //!    namespace: its only interface, loopback, stays down (tested: no `::1` address), so there is
 //!    no route anywhere, not even to `127.0.0.1`. `AF_UNIX` sockets still work. (A profile that
 //!    needs loopback would set `IFF_UP` on `lo` with `ioctl(SIOCSIFFLAGS)` here.)
-//! 2. **(b) Mounts** (see `mounts`), made as the host's root in a mount namespace owned by the
-//!    host's user namespace: `MS_REC | MS_PRIVATE` on `/`; a fresh `proc` on `/proc` (nosuid,
-//!    nodev, noexec), which lists the session's pid namespace only; an empty tmpfs of `tmp_bytes`
-//!    on `/tmp` and of 64 MiB on `/dev/shm`, mode 0700, owned by the session's host uid (a full
-//!    `/tmp` is `ENOSPC`); an empty read-only tmpfs on `/run` and `/var/run` (when it is a
-//!    directory of its own), so the host's pathname UNIX sockets there and in `/tmp` are gone;
-//!    and a read-only mask over the first ancestor of a `read_only` path that the session's uid
-//!    cannot search (a runtime under `/root`, mode 0700): the path is bind-mounted at its own
-//!    place beneath it, nothing else of the ancestor is visible.
+//! 2. **(b) A minimal root** (see `mounts`), made as the host's root in a mount namespace owned
+//!    by the host's user namespace: `MS_REC | MS_PRIVATE` on `/`; then an empty tmpfs is filled
+//!    with each `read_only` path bound read-only (nosuid, nodev) at its own path, the host's
+//!    links in `/` that lead into them (`/bin` → `usr/bin`), the workspace at `/workspace`, a
+//!    fresh `proc` on `/proc` (nosuid, nodev, noexec; it lists the session's pid namespace
+//!    only), an empty tmpfs of `tmp_bytes` on `/tmp` and of 64 MiB on `/dev/shm`, mode 0700,
+//!    owned by the session's host uid (a full `/tmp` is `ENOSPC`), and a `/dev` of five nodes
+//!    (`null`, `zero`, `full`, `random`, `urandom`) and the `fd` links; made read-only;
+//!    `pivot_root` into it, the host's tree detached, and the working directory `/workspace`.
+//!    Nothing else of the host exists for the session: not other sessions' workspaces, not the
+//!    data directory, not a host's UNIX socket, not the host's mounts in `mountinfo`.
 //! 3. **(c) Host name** in the new UTS namespace.
 //! 4. **(d) User namespace** (see `identity`): `setgroups(0)` (root's supplementary groups would
 //!    otherwise survive, and after `deny` can never be dropped), `unshare(CLONE_NEWUSER)`, then
@@ -137,23 +140,16 @@
 //!
 //! ## What this crate does not do
 //!
-//! - Give the session a minimal root. It sees the host's file tree (through its own mount
-//!   namespace) minus the masked directories; Landlock decides what it may open in it, and the
-//!   session's unprivileged uid decides the rest (the host's files belong to users not mapped in
-//!   its user namespace: it may read only what "others" may). Pathname UNIX sockets outside
-//!   `/tmp` and `/run` stay reachable by path if the socket file lets others write to it:
-//!   Landlock mediates `connect` to them only from ABI 9 (`RESOLVE_UNIX`). `/sys` is mounted (the
-//!   host's) but not granted.
-//! - Hide the host's mounts from `/proc/self/mountinfo` (paths of bind mounts and tmpfs options,
-//!   the session's host uid among them, are readable), or the host's kernel-wide `/proc` files
-//!   (`/proc/cpuinfo`, `/proc/meminfo`, `/proc/sys` read-only). Writes to `/proc` are refused by
-//!   Landlock.
+//! - Hide the host's kernel-wide `/proc` files (`/proc/cpuinfo`, `/proc/meminfo`, `/proc/sys`
+//!   read-only), or the options of the session's own mounts in `/proc/self/mountinfo` (its host
+//!   uid among them, and the host paths of the read-only paths, which are shown at their own
+//!   place). Writes to `/proc` are refused by Landlock.
 //! - Reap orphaned zombies before the session ends (see "The session as pid 1").
 //! - Memory, process count and CPU: the cgroup's job; this crate only writes the child's pid
 //!   into the cgroups it is given, before the child runs anything.
 //! - Size-cap the workspace (the server mounts it), or make it reachable: its ancestors must be
-//!   searchable by the session's uid (checked, never changed here), and the server gives the
-//!   workspace to that uid.
+//!   searchable by the session's uid on the host (checked, never changed here), and the server
+//!   gives the workspace to that uid.
 
 mod admit;
 mod channel;
@@ -232,7 +228,8 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
     sys::unshare(namespace_flags(spec.network)).map_err(HardenError::Unshare)?;
     steps.lap("unshare");
 
-    // (b) Private propagation; the session's own /proc, /tmp, /dev/shm, /run; masks.
+    // (b) Private propagation; the session's own root: read-only paths, workspace, /proc, /tmp,
+    // /dev; pivot_root into it.
     let mounts = mounts::make_session_mounts(spec)?;
     steps.lap("mounts");
 

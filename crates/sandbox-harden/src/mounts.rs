@@ -1,20 +1,24 @@
-//! Step (b): the session's mount table, made while the child is still the host's root in a mount
-//! namespace owned by the host's user namespace. Once the child has its own user namespace
-//! (step (d)) it holds no capability over this mount namespace, so it can neither unmount nor
-//! change any of these mounts.
+//! Step (b): the session's file tree, a minimal root of its own, made while the child is still
+//! the host's root in a mount namespace owned by the host's user namespace. Once the child has
+//! its own user namespace (step (d)) it holds no capability over this mount namespace, so it
+//! can neither unmount nor change any of these mounts.
 //!
-//! - every mount private (no propagation either way);
+//! The root is an empty read-only tmpfs holding only:
+//! - each `read_only` path, bind-mounted read-only at its own path (the runtime must be found
+//!   where the forked interpreter already looks for it), with the directories leading to it
+//!   (empty, mode 0755); the host's symlinks in `/` that lead into them (`/bin` → `usr/bin`);
+//! - the workspace at [`WORKSPACE_INSIDE`], the process's working directory afterwards;
 //! - a fresh `proc` on `/proc`: it shows the session's pid namespace only;
-//! - an empty tmpfs of `tmp_bytes` on `/tmp` and one of 64 MiB on `/dev/shm`, mode 0700, owned by
-//!   the session's host uid;
-//! - an empty read-only tmpfs on `/run` (and `/var/run` when it is a directory of its own): the
-//!   host's pathname UNIX sockets there (and in `/tmp`) cannot be reached, which Landlock does not
-//!   mediate before ABI 9;
-//! - masks: a read-only path whose ancestors the session's uid cannot search (a runtime under
-//!   `/root`, mode 0700) is bind-mounted at its own path beneath a read-only tmpfs laid over the
-//!   first such ancestor, so the session reaches that path and nothing else of the ancestor; the
-//!   directory holding the sessions root (the data directory by default) is masked the same way,
-//!   showing the session its own workspace and nothing else there.
+//! - an empty tmpfs of `tmp_bytes` on `/tmp` and one of 64 MiB on `/dev/shm`, mode 0700, owned
+//!   by the session's host uid; a `read_only` path beneath the host's `/tmp` (a checkout there)
+//!   is bound back at its own place inside the session's `/tmp`;
+//! - `/dev` with `null`, `zero`, `full`, `random` and `urandom` (the host's nodes, bound) and the
+//!   `fd`, `stdin`, `stdout`, `stderr` links into `/proc/self/fd`.
+//!
+//! Then `pivot_root` into it, and the host's tree is detached: nothing else of the host can be
+//! opened, listed or even `stat`ed (not other sessions' workspaces, not the data directory and its
+//! database, not a host's world-writable UNIX socket, which Landlock does not mediate before ABI
+//! 9), and `/proc/self/mountinfo` lists this root's mounts only.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -23,48 +27,76 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::HardenError;
-use crate::spec::{HardenSpec, SHOWN_IN_TMP};
+use crate::landlock_domain::DEVICES;
+use crate::spec::{HardenSpec, SHOWN_IN_TMP, WORKSPACE_INSIDE};
 use crate::sys;
 
 /// The size of the session's `/dev/shm`.
 const SHM_BYTES: u64 = 64 << 20;
-/// The size of a read-only mask: it holds a few empty directories.
-const MASK_BYTES: u64 = 1 << 20;
+/// The size of the root: it holds a few empty directories, files and links.
+const ROOT_BYTES: u64 = 1 << 20;
+/// Where the new root is assembled before `pivot_root`: a directory every host has, covered
+/// only in this mount namespace (what lies beneath it was opened before).
+const STAGING: &str = "/tmp";
+/// Links in the session's `/dev`, as the host's udev makes them.
+const DEV_LINKS: [(&str, &str); 4] = [
+    ("fd", "/proc/self/fd"),
+    ("stdin", "/proc/self/fd/0"),
+    ("stdout", "/proc/self/fd/1"),
+    ("stderr", "/proc/self/fd/2"),
+];
 
-/// What step (b) mounted that Landlock must grant.
+/// What step (b) mounted that Landlock must grant, as paths inside the new root.
 pub(crate) struct SessionMounts {
     /// The session's own `/proc`: read-only.
     pub(crate) proc: PathBuf,
-    /// The session's `/dev/shm`, when the host has one: read-write.
-    pub(crate) shm: Option<PathBuf>,
+    /// The session's `/dev/shm`: read-write.
+    pub(crate) shm: PathBuf,
+    /// The workspace, [`WORKSPACE_INSIDE`]: read-write.
+    pub(crate) workspace: PathBuf,
 }
 
-/// A tmpfs laid over an ancestor the session cannot search, and the paths shown beneath it.
-struct Mask {
-    /// The ancestor (canonical).
-    point: PathBuf,
-    /// Canonical read-only paths beneath it, each with an `O_PATH` descriptor opened before the
-    /// mask hid it.
-    exposed: Vec<(PathBuf, File)>,
+/// A host path shown in the session, opened (`O_PATH`) before anything was mounted over it.
+struct Shown {
+    /// Its canonical host path, which is also its path inside.
+    path: PathBuf,
+    /// The descriptor that keeps naming it.
+    fd: File,
 }
 
-/// Step (b): every mount of the session, in order. The child is the host's root here.
+/// Step (b): every mount of the session, in order, then `pivot_root`. The child is the host's
+/// root here.
 pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, HardenError> {
-    let root = Path::new("/");
     // No mount event crosses between this mount namespace and the host's, in either direction.
-    sys::mount(None, root, None, libc::MS_REC | libc::MS_PRIVATE, None)
-        .map_err(HardenError::MountsPrivate)?;
+    sys::mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+    .map_err(HardenError::MountsPrivate)?;
 
-    // Other sessions' workspaces out of this namespace, while the host's /proc still lists them.
-    if let Some(root) = &spec.hide_mounts_below {
-        hide_other_mounts(root, &spec.workspace)?;
-    }
+    // Everything shown is opened before the staging tmpfs covers anything.
+    let (in_tmp, elsewhere) = open_read_only(spec)?;
+    let workspace = std::fs::canonicalize(&spec.workspace)
+        .and_then(|path| open_path(&path))
+        .map_err(mount_error("the workspace (open)", &spec.workspace))?;
+    let devices = open_devices()?;
+    let links = root_links(&elsewhere);
 
-    // Planned (and the exposed paths opened) before anything is mounted over them.
-    let masks = plan_masks(spec)?;
-    let in_tmp = open_read_only_in_tmp(spec)?;
+    let root = Path::new(STAGING);
+    mount_fs(
+        "the session's root (tmpfs)",
+        "tmpfs",
+        root,
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("size={ROOT_BYTES},mode=0755")),
+    )?;
+    let inside = |path: &str| root.join(path.trim_start_matches('/'));
 
-    let proc = PathBuf::from("/proc");
+    let proc = inside("/proc");
+    make_dir(&proc)?;
     mount_fs(
         "a private proc",
         "proc",
@@ -72,129 +104,205 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
         libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         None,
     )?;
+    for shown in &elsewhere {
+        bind_read_only(root, shown)?;
+    }
+    for (link, target) in &links {
+        std::os::unix::fs::symlink(target, inside(link))
+            .map_err(mount_error("a link to a read-only path", Path::new(link)))?;
+    }
     let owned = |bytes: u64| format!("size={bytes},mode=0700,uid={uid},gid={uid}", uid = spec.uid);
+    let tmp = inside("/tmp");
+    make_dir(&tmp)?;
     mount_fs(
         "an empty tmpfs",
         "tmpfs",
-        Path::new("/tmp"),
+        &tmp,
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&owned(spec.tmp_bytes)),
     )?;
-    for (path, fd) in &in_tmp {
-        bind_back(Path::new(SHOWN_IN_TMP), path, fd)?;
+    for shown in &in_tmp {
+        bind_read_only(root, shown)?;
     }
-    let shm = Path::new("/dev/shm");
-    let shm = if shm.is_dir() {
-        mount_fs(
-            "an empty tmpfs",
-            "tmpfs",
-            shm,
-            libc::MS_NOSUID | libc::MS_NODEV,
-            Some(&owned(SHM_BYTES)),
-        )?;
-        Some(shm.to_path_buf())
-    } else {
-        None
-    };
-    // `/var/run` is usually a link to `/run`: each directory once.
-    let mut runs: Vec<PathBuf> = Vec::new();
-    for run in ["/run", "/var/run"] {
-        if let Ok(run) = std::fs::canonicalize(run)
-            && run.is_dir()
-            && !runs.contains(&run)
-        {
-            runs.push(run);
-        }
-    }
-    for run in &runs {
-        mount_fs(
-            "an empty read-only tmpfs",
-            "tmpfs",
-            run,
-            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            Some("size=4096,mode=0755"),
-        )?;
-    }
-    for mask in masks {
-        apply_mask(mask)?;
-    }
-    Ok(SessionMounts { proc, shm })
-}
+    let shm = make_dev(root, &devices, &owned(SHM_BYTES))?;
+    let session_workspace = inside(WORKSPACE_INSIDE);
+    make_dir(&session_workspace)?;
+    bind(&workspace, &session_workspace)?;
 
-/// Shows the hidden original of `path` (opened as `fd` before `point` was covered) at its own
-/// path beneath `point`.
-fn bind_back(point: &Path, path: &Path, fd: &File) -> Result<(), HardenError> {
-    make_mount_point(point, path, fd)
-        .map_err(mount_error("a mount point for a read-only path", path))?;
-    // The descriptor's magic link names the hidden original; the session's /proc is mounted.
-    let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    // Nothing is created in the root after this.
     sys::mount(
-        Some(&source),
-        path,
         None,
-        libc::MS_BIND | libc::MS_REC,
+        root,
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
         None,
     )
-    .map_err(mount_error("a read-only path (bind)", path))
+    .map_err(mount_error("the session's root (read-only remount)", root))?;
+    // The descriptors name host paths; none may survive the detach below.
+    drop((in_tmp, elsewhere, workspace, devices));
+    enter_root(root)?;
+    Ok(SessionMounts {
+        proc: PathBuf::from("/proc"),
+        shm,
+        workspace: PathBuf::from(WORKSPACE_INSIDE),
+    })
 }
 
-/// The read-only paths beneath `/tmp` (a checkout or runtime kept there), opened before the
-/// session's own `/tmp` hides them; each outermost one once.
-fn open_read_only_in_tmp(spec: &HardenSpec) -> Result<Vec<(PathBuf, File)>, HardenError> {
-    let mut paths: Vec<PathBuf> = spec
-        .read_only
-        .iter()
-        .filter_map(|path| std::fs::canonicalize(path).ok())
-        .filter(|path| path.starts_with(SHOWN_IN_TMP) && path != Path::new(SHOWN_IN_TMP))
-        .collect();
-    paths.sort();
-    paths.dedup();
-    let mut opened: Vec<(PathBuf, File)> = Vec::new();
-    for path in paths {
-        if opened.iter().any(|(shown, _)| path.starts_with(shown)) {
-            continue;
+/// `pivot_root` into `root`, detaches the host's tree, and enters the workspace.
+fn enter_root(root: &Path) -> Result<(), HardenError> {
+    let failed = |what| mount_error(what, root);
+    let old_root = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open("/")
+        .map_err(failed("pivot_root (open the old root)"))?;
+    std::env::set_current_dir(root).map_err(failed("pivot_root (enter the new root)"))?;
+    // The old root ends up stacked on the new one (pivot_root(2), "new_root and put_old may be
+    // the same directory"); from inside it, `.` names the old root's mount, which is detached.
+    sys::pivot_root_here().map_err(failed("pivot_root"))?;
+    sys::fchdir(&old_root).map_err(failed("pivot_root (enter the old root)"))?;
+    sys::detach(Path::new(".")).map_err(failed("pivot_root (detach the old root)"))?;
+    drop(old_root);
+    std::env::set_current_dir(WORKSPACE_INSIDE).map_err(mount_error(
+        "the workspace (enter)",
+        Path::new(WORKSPACE_INSIDE),
+    ))
+}
+
+/// The session's `/dev`: the device nodes, the links into `/proc/self/fd`, and its own
+/// `/dev/shm` (a tmpfs with `options`), whose path is returned.
+fn make_dev(root: &Path, devices: &[(&str, File)], options: &str) -> Result<PathBuf, HardenError> {
+    let dev = root.join("dev");
+    make_dir(&dev)?;
+    for (name, fd) in devices {
+        let node = dev.join(name);
+        File::create(&node).map_err(mount_error("a device node (mount point)", &node))?;
+        bind(fd, &node)?;
+    }
+    for (name, target) in DEV_LINKS {
+        let link = dev.join(name);
+        std::os::unix::fs::symlink(target, &link).map_err(mount_error("a link in /dev", &link))?;
+    }
+    let shm = dev.join("shm");
+    make_dir(&shm)?;
+    mount_fs(
+        "an empty tmpfs",
+        "tmpfs",
+        &shm,
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(options),
+    )?;
+    Ok(PathBuf::from("/dev/shm"))
+}
+
+/// The host's device nodes that Landlock grants (`landlock_domain::DEVICES`) and that exist,
+/// opened, by name.
+fn open_devices() -> Result<Vec<(&'static str, File)>, HardenError> {
+    let mut opened = Vec::new();
+    for (device, _) in DEVICES {
+        let path = Path::new(device);
+        let name = device.trim_start_matches("/dev/");
+        if path.exists() {
+            let fd = open_path(path).map_err(mount_error("a device node (open)", path))?;
+            opened.push((name, fd));
         }
-        let fd = open_path(&path)?;
-        opened.push((path, fd));
     }
     Ok(opened)
 }
 
-/// An `O_PATH` descriptor of `path`, which keeps naming it after something is mounted over it.
-fn open_path(path: &Path) -> Result<File, HardenError> {
+/// The spec's read-only paths, canonical, each outermost one once, opened: those beneath the
+/// host's `/tmp` (shown inside the session's own `/tmp`), and the others. A path that does not
+/// exist is left out (Landlock reports it).
+fn open_read_only(spec: &HardenSpec) -> Result<(Vec<Shown>, Vec<Shown>), HardenError> {
+    let mut paths: Vec<PathBuf> = spec
+        .read_only
+        .iter()
+        .filter_map(|path| std::fs::canonicalize(path).ok())
+        .collect();
+    paths.sort();
+    paths.dedup();
+    let mut outermost: Vec<PathBuf> = Vec::new();
+    for path in paths {
+        if !outermost.iter().any(|shown| path.starts_with(shown)) {
+            outermost.push(path);
+        }
+    }
+    let (mut in_tmp, mut elsewhere) = (Vec::new(), Vec::new());
+    for path in outermost {
+        let fd = open_path(&path).map_err(mount_error("a read-only path (open)", &path))?;
+        let shown = Shown { path, fd };
+        if shown.path.starts_with(SHOWN_IN_TMP) {
+            in_tmp.push(shown);
+        } else {
+            elsewhere.push(shown);
+        }
+    }
+    Ok((in_tmp, elsewhere))
+}
+
+/// The host's symlinks in `/` that lead into a shown path (`/bin` → `usr/bin` on a merged
+/// `/usr`), as (path, link text): a program that names `/bin/bash` finds it.
+fn root_links(shown: &[Shown]) -> Vec<(String, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir("/") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter(|entry| entry.file_type().is_ok_and(|kind| kind.is_symlink()))
+        .filter_map(|entry| {
+            let path = entry.path();
+            let target = std::fs::canonicalize(&path).ok()?;
+            if !shown.iter().any(|shown| target.starts_with(&shown.path)) {
+                return None;
+            }
+            Some((path.to_str()?.to_owned(), std::fs::read_link(&path).ok()?))
+        })
+        .collect()
+}
+
+/// `path` (an `O_PATH` descriptor), which keeps naming it after something is mounted over it.
+fn open_path(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|source| HardenError::Mount {
-            what: "a read-only path (open)",
-            target: path.to_path_buf(),
-            source,
-        })
 }
 
-/// Detaches every mount strictly beneath `root` except `workspace` (and what lies beneath it),
-/// deepest first. Mounts merely covered by another would still be listed in mountinfo, so
-/// each is taken out, not hidden.
-fn hide_other_mounts(root: &Path, workspace: &Path) -> Result<(), HardenError> {
-    let table =
-        std::fs::read_to_string("/proc/self/mountinfo").map_err(HardenError::MountsHidden)?;
-    let mut others: Vec<PathBuf> = toolgate_sandbox::mountinfo::mount_points(&table)
-        .filter(|point| point.starts_with(root) && point != root)
-        .filter(|point| !point.starts_with(workspace) && !workspace.starts_with(point))
-        .collect();
-    others.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
-    others.dedup();
-    for point in others {
-        match sys::detach(&point) {
-            // already gone with a mount above it
-            Err(e)
-                if e.raw_os_error() == Some(libc::EINVAL)
-                    || e.raw_os_error() == Some(libc::ENOENT) => {}
-            other => other.map_err(HardenError::MountsHidden)?,
-        }
-    }
-    Ok(())
+/// Shows `shown` at its own path beneath `root`, read-only, without set-ID or device files.
+fn bind_read_only(root: &Path, shown: &Shown) -> Result<(), HardenError> {
+    let target = root.join(shown.path.strip_prefix("/").unwrap_or(&shown.path));
+    make_mount_point(root, &target, &shown.fd)
+        .map_err(mount_error("a mount point for a read-only path", &target))?;
+    bind(&shown.fd, &target)?;
+    // The flags the host's mount has that must survive the remount (it replaces them all).
+    let kept = sys::mount_flags(&target)
+        .map_err(mount_error("a read-only path (read its flags)", &target))?;
+    sys::mount(
+        None,
+        &target,
+        None,
+        kept | libc::MS_REMOUNT
+            | libc::MS_BIND
+            | libc::MS_RDONLY
+            | libc::MS_NOSUID
+            | libc::MS_NODEV,
+        None,
+    )
+    .map_err(mount_error("a read-only path (read-only remount)", &target))
+}
+
+/// Bind-mounts what `fd` names (with the mounts beneath it) on `target`.
+fn bind(fd: &File, target: &Path) -> Result<(), HardenError> {
+    // The descriptor's magic link names the original even where the staging root covers it.
+    let source = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+    sys::mount(
+        Some(&source),
+        target,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )
+    .map_err(mount_error("a bind mount", target))
 }
 
 /// Mounts a new filesystem of type `fstype` on `target`.
@@ -205,42 +313,15 @@ fn mount_fs(
     flags: libc::c_ulong,
     data: Option<&str>,
 ) -> Result<(), HardenError> {
-    sys::mount(Some(Path::new(fstype)), target, Some(fstype), flags, data).map_err(|source| {
-        HardenError::Mount {
-            what,
-            target: target.to_path_buf(),
-            source,
-        }
-    })
+    sys::mount(Some(Path::new(fstype)), target, Some(fstype), flags, data)
+        .map_err(mount_error(what, target))
 }
 
-/// Lays the tmpfs, shows each exposed path at its own place beneath it, then makes it read-only.
-fn apply_mask(mask: Mask) -> Result<(), HardenError> {
-    mount_fs(
-        "a mask (tmpfs)",
-        "tmpfs",
-        &mask.point,
-        libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        Some(&format!("size={MASK_BYTES},mode=0711")),
-    )?;
-    for (path, fd) in &mask.exposed {
-        bind_back(&mask.point, path, fd)?;
-    }
-    // The bind mounts stay as they are (Landlock grants them read and execute only, and their
-    // files belong to the host); the mask itself becomes read-only.
-    sys::mount(
-        None,
-        &mask.point,
-        None,
-        libc::MS_REMOUNT
-            | libc::MS_BIND
-            | libc::MS_RDONLY
-            | libc::MS_NOSUID
-            | libc::MS_NODEV
-            | libc::MS_NOEXEC,
-        None,
-    )
-    .map_err(mount_error("a mask (read-only remount)", &mask.point))
+/// A directory of the root (mode 0755 whatever the umask).
+fn make_dir(path: &Path) -> Result<(), HardenError> {
+    std::fs::create_dir(path)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)))
+        .map_err(mount_error("a directory of the root", path))
 }
 
 /// The error of a mount step on `target`.
@@ -256,14 +337,13 @@ fn mount_error<'a>(
 }
 
 /// Creates `path` (a directory, or an empty file when `original` is one) and the directories
-/// between `point` and it, each mode 0711 whatever the umask: searchable, so the path resolves,
-/// but not listable, so a session learns nothing from them.
-fn make_mount_point(point: &Path, path: &Path, original: &File) -> io::Result<()> {
+/// between `root` and it, each mode 0755: they hold nothing but the way to `path`.
+fn make_mount_point(root: &Path, path: &Path, original: &File) -> io::Result<()> {
     let is_dir = original.metadata()?.is_dir();
-    let Ok(relative) = path.strip_prefix(point) else {
-        return Err(io::Error::other("the path is not beneath its mask"));
+    let Ok(relative) = path.strip_prefix(root) else {
+        return Err(io::Error::other("the path is not beneath the root"));
     };
-    let mut current = point.to_path_buf();
+    let mut current = root.to_path_buf();
     let components: Vec<_> = relative.components().collect();
     for (index, component) in components.iter().enumerate() {
         current.push(component);
@@ -275,102 +355,10 @@ fn make_mount_point(point: &Path, path: &Path, original: &File) -> io::Result<()
             File::create(&current)?;
         } else {
             std::fs::create_dir(&current)?;
-            std::fs::set_permissions(&current, std::fs::Permissions::from_mode(0o711))?;
+            std::fs::set_permissions(&current, std::fs::Permissions::from_mode(0o755))?;
         }
     }
     Ok(())
-}
-
-/// The masks the spec's read-only paths need, their paths opened (`O_PATH`) while reachable.
-/// A path that does not exist is left to Landlock, which reports it.
-fn plan_masks(spec: &HardenSpec) -> Result<Vec<Mask>, HardenError> {
-    let mut pairs: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let read_only: Vec<PathBuf> = spec
-        .read_only
-        .iter()
-        .filter_map(|path| std::fs::canonicalize(path).ok())
-        // shown inside the session's own /tmp instead
-        .filter(|path| !path.starts_with(SHOWN_IN_TMP))
-        .collect();
-    for path in &read_only {
-        if let Some(point) = first_unsearchable_ancestor(path, spec.uid)? {
-            pairs.push((point, path.clone()));
-        }
-    }
-    if let Some(point) = around_the_sessions(spec) {
-        let workspace = std::fs::canonicalize(&spec.workspace).map_err(|error| {
-            HardenError::InvalidSpec(format!("workspace {}: {error}", spec.workspace.display()))
-        })?;
-        pairs.push((point.clone(), workspace));
-        for path in read_only.iter().filter(|path| path.starts_with(&point)) {
-            pairs.push((point.clone(), path.clone()));
-        }
-    }
-    if pairs.is_empty() {
-        return Ok(Vec::new());
-    }
-    // One mask per outermost point; a point beneath another is covered by the outer mask.
-    let mut points: Vec<PathBuf> = pairs.iter().map(|(point, _)| point.clone()).collect();
-    points.sort();
-    points.dedup();
-    let outer: Vec<PathBuf> = points
-        .iter()
-        .filter(|point| {
-            !points
-                .iter()
-                .any(|other| other != *point && point.starts_with(other))
-        })
-        .cloned()
-        .collect();
-    let mut paths: Vec<PathBuf> = pairs.into_iter().map(|(_, path)| path).collect();
-    paths.sort();
-    paths.dedup();
-    let mut masks = Vec::new();
-    for point in outer {
-        let mut exposed: Vec<(PathBuf, File)> = Vec::new();
-        for path in paths.iter().filter(|path| path.starts_with(&point)) {
-            // A path beneath one already shown comes with it.
-            if exposed.iter().any(|(shown, _)| path.starts_with(shown)) {
-                continue;
-            }
-            exposed.push((path.clone(), open_path(path)?));
-        }
-        masks.push(Mask { point, exposed });
-    }
-    Ok(masks)
-}
-
-/// The directory that holds the sessions root (the data directory by default), masked so that
-/// the session sees its own workspace there and nothing else: not the names, sizes or times of
-/// other sessions' workspaces (`.warm/<prefix>-N` are predictable), nor `toolgate.db` and its WAL
-/// beside them (the service's call volume). `stat` needs no read permission, so Landlock, which
-/// governs opening, could not hide them. `None` when the sessions root sits right under `/`.
-fn around_the_sessions(spec: &HardenSpec) -> Option<PathBuf> {
-    let root = std::fs::canonicalize(spec.hide_mounts_below.as_ref()?).ok()?;
-    let parent = root.parent()?;
-    (parent != Path::new("/")).then(|| parent.to_path_buf())
-}
-
-/// The first ancestor of `path` (from `/` down, `path` itself excluded) that `uid` (with group
-/// `uid` and no other group) may not search, by its mode bits. ACLs are not read: a directory
-/// that only an ACL opens gets a mask it does not need, which is harmless.
-fn first_unsearchable_ancestor(path: &Path, uid: u32) -> Result<Option<PathBuf>, HardenError> {
-    let mut ancestors: Vec<&Path> = path.ancestors().skip(1).collect();
-    ancestors.reverse();
-    for ancestor in ancestors {
-        let Ok(metadata) = std::fs::metadata(ancestor) else {
-            return Ok(None);
-        };
-        if !searchable(metadata.uid(), metadata.gid(), metadata.mode(), uid) {
-            if ancestor == Path::new("/") {
-                return Err(HardenError::InvalidSpec(format!(
-                    "/ is not searchable by uid {uid}"
-                )));
-            }
-            return Ok(Some(ancestor.to_path_buf()));
-        }
-    }
-    Ok(None)
 }
 
 /// Whether `uid` (group `uid`, no supplementary group) may search a directory of this owner,
@@ -386,8 +374,8 @@ pub(crate) fn searchable(owner: u32, group: u32, mode: u32, uid: u32) -> bool {
     mode & bit != 0
 }
 
-/// Refuses a workspace that the session's uid could not reach: every ancestor must be
-/// searchable (the server makes its directories so; this crate does not chmod the host's).
+/// Refuses a workspace that the session's uid could not reach on the host: the session reaches
+/// it through its own root, but the server reads and writes its files as that uid.
 pub(crate) fn check_workspace_reachable(spec: &HardenSpec) -> Result<(), HardenError> {
     let path = std::fs::canonicalize(&spec.workspace).map_err(|error| {
         HardenError::InvalidSpec(format!("workspace {}: {error}", spec.workspace.display()))

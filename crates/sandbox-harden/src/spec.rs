@@ -15,11 +15,15 @@ const HOST_NAME_MAX: usize = 64;
 /// The user and group id a session has inside its user namespace, mapped to [`HardenSpec::uid`].
 pub const SESSION_ID_INSIDE: u32 = 1000;
 
-/// Directories every session sees as its own empty mounts: a path beneath them (other than the
-/// directory itself) does not exist in the session.
-/// The masked directory beneath which read-only paths are still shown (bound back).
+/// Where a session finds its workspace (and starts, in it), whatever its path on the host.
+pub const WORKSPACE_INSIDE: &str = "/workspace";
+
+/// The directory a session sees as its own empty tmpfs, beneath which read-only paths of the
+/// host's `/tmp` are still shown (bound back).
 pub(crate) const SHOWN_IN_TMP: &str = "/tmp";
 
+/// Directories a session sees as its own (or not at all): a path of the host beneath them
+/// (other than the directory itself) cannot be shown there.
 pub(crate) const MASKED: [&str; 5] = ["/tmp", "/dev/shm", "/run", "/var/run", "/proc"];
 
 /// The confinement of one session child, as the zygote sends it (JSON).
@@ -29,17 +33,16 @@ pub(crate) const MASKED: [&str; 5] = ["/tmp", "/dev/shm", "/run", "/var/run", "/
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HardenSpec {
-    /// The session's workspace: full access (read, write, create, remove, execute), except
-    /// creating device nodes.
+    /// The session's workspace on the host, shown to the session at [`WORKSPACE_INSIDE`]: full
+    /// access (read, write, create, remove, execute), except creating device nodes.
     pub workspace: PathBuf,
-    /// The session's temporary directory, with the same access as the workspace: `/tmp`, which
-    /// is the session's own tmpfs (another directory is allowed, outside the masked ones).
+    /// The session's temporary directory, with the same access as the workspace: `/tmp` or
+    /// `/dev/shm`, both the session's own tmpfs (nothing else of the host is in its root).
     pub tmp: PathBuf,
     /// Read and execute only: the Python runtime, `/usr`, `/lib`, `/etc/ssl`, … Every path must
-    /// exist; a file grants access to that file, a directory to everything beneath it. The
-    /// session's own `/proc` is granted (read-only) without being listed. A path whose
-    /// ancestors the session's uid cannot search is shown to the session beneath a read-only
-    /// tmpfs over the first such ancestor (see the crate docs).
+    /// exist; a file grants access to that file, a directory to everything beneath it. Each is
+    /// shown (read-only) at its own path in the session's root, with nothing of its ancestors
+    /// but the way to it. The session's own `/proc` is granted (read-only) without being listed.
     pub read_only: Vec<PathBuf>,
     /// `RLIMIT_NOFILE`, soft and hard.
     pub max_open_files: u64,
@@ -59,11 +62,6 @@ pub struct HardenSpec {
     pub cgroups: Vec<PathBuf>,
     /// The size of the session's `/tmp` (a tmpfs), in bytes; at least 1.
     pub tmp_bytes: u64,
-    /// The directory of every session's workspace (the manager's root): mounts beneath it other
-    /// than this session's own workspace are detached from its mount namespace, so neither
-    /// other sessions' workspaces nor their names (in `/proc/self/mountinfo`) reach it.
-    #[serde(default)]
-    pub hide_mounts_below: Option<PathBuf>,
 }
 
 impl HardenSpec {
@@ -74,11 +72,6 @@ impl HardenSpec {
         for (field, path) in [("workspace", &self.workspace), ("tmp", &self.tmp)]
             .into_iter()
             .chain(self.read_only.iter().map(|path| ("read_only", path)))
-            .chain(
-                self.hide_mounts_below
-                    .iter()
-                    .map(|path| ("hide_mounts_below", path)),
-            )
         {
             if !path.is_absolute() {
                 return invalid(format!("{field} path {} is not absolute", path.display()));
@@ -123,23 +116,33 @@ impl HardenSpec {
                 ));
             }
         }
-        // Full access to /proc or /run themselves would be a grant nobody meant; the session's
-        // own /tmp and /dev/shm are fine as its temporary directory.
-        if MASKED.iter().any(|mask| self.workspace == Path::new(mask))
-            || ["/proc", "/run", "/var/run"]
-                .iter()
-                .any(|mask| self.tmp == Path::new(mask))
-        {
+        if MASKED.iter().any(|mask| self.workspace == Path::new(mask)) {
             return invalid(
-                "workspace or tmp names a directory the session gets its own mount of".to_owned(),
+                "workspace names a directory the session gets its own mount of".to_owned(),
             );
         }
+        // Only the session's own tmpfs mounts exist in its root to be written to.
+        if !["/tmp", "/dev/shm"]
+            .iter()
+            .any(|own| self.tmp == Path::new(own))
+        {
+            return invalid(format!(
+                "tmp {} is neither /tmp nor /dev/shm, the session's own",
+                self.tmp.display()
+            ));
+        }
+        // The root, /dev and the workspace's place are the session's own too.
+        if let Some(path) = self.read_only.iter().find(|path| {
+            path.parent().is_none()
+                || path.starts_with("/dev")
+                || path.starts_with(WORKSPACE_INSIDE)
+        }) {
+            return invalid(format!(
+                "read_only path {} would cover the session's own root, /dev or {WORKSPACE_INSIDE}",
+                path.display()
+            ));
+        }
         Ok(())
-    }
-
-    /// The directories the session may write to.
-    pub(crate) fn writable(&self) -> [&Path; 2] {
-        [&self.workspace, &self.tmp]
     }
 }
 

@@ -79,6 +79,50 @@ pub(crate) fn detach(target: &Path) -> io::Result<()> {
     check(unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) })
 }
 
+/// `pivot_root(".", ".")`: the current directory becomes the root of this mount namespace,
+/// and the old root is mounted on top of it (to be detached).
+pub(crate) fn pivot_root_here() -> io::Result<()> {
+    let here = c".";
+    // SAFETY: both arguments point to the same NUL-terminated static string, which the kernel
+    // only reads; pivot_root(2) has no libc wrapper.
+    let rc = unsafe { libc::syscall(libc::SYS_pivot_root, here.as_ptr(), here.as_ptr()) };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `fchdir(2)`: enters the directory `dir` names.
+pub(crate) fn fchdir(dir: &impl AsRawFd) -> io::Result<()> {
+    // SAFETY: the descriptor is borrowed for the whole call; fchdir(2) reads no memory.
+    check(unsafe { libc::fchdir(dir.as_raw_fd()) })
+}
+
+/// The per-mount flags of the mount `path` is on, which a bind remount must repeat (it
+/// replaces them): `MS_NOEXEC` and the access-time flags, from `statvfs(3)`.
+pub(crate) fn mount_flags(path: &Path) -> io::Result<libc::c_ulong> {
+    let path = c_string(path.as_os_str().as_bytes())?;
+    let mut stats = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated CString alive for the call; `stats` is a properly
+    // sized and aligned buffer the kernel fills completely on success, read only then.
+    check(unsafe { libc::statvfs(path.as_ptr(), stats.as_mut_ptr()) })?;
+    // SAFETY: statvfs returned 0, so it wrote the whole struct.
+    let flags = unsafe { stats.assume_init() }.f_flag;
+    let mut kept = 0;
+    for (st, ms) in [
+        (libc::ST_NOEXEC, libc::MS_NOEXEC),
+        (libc::ST_NOATIME, libc::MS_NOATIME),
+        (libc::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (libc::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if flags & st != 0 {
+            kept |= ms;
+        }
+    }
+    Ok(kept)
+}
+
 /// `sethostname(2)` in the current UTS namespace.
 pub(crate) fn set_hostname(name: &str) -> io::Result<()> {
     // SAFETY: the pointer and length describe the bytes of a live `&str`; sethostname(2) copies

@@ -108,7 +108,19 @@ fn invalid_specs_are_refused_before_any_step() {
             ..good.clone()
         },
         HardenSpec {
-            hide_mounts_below: Some("relative/sessions".into()),
+            tmp: "/var/tmp".into(),
+            ..good.clone()
+        },
+        HardenSpec {
+            read_only: vec!["/".into()],
+            ..good.clone()
+        },
+        HardenSpec {
+            read_only: vec!["/dev/pts".into()],
+            ..good.clone()
+        },
+        HardenSpec {
+            read_only: vec!["/workspace/tools".into()],
             ..good.clone()
         },
         HardenSpec {

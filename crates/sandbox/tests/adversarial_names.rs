@@ -2,8 +2,8 @@
 //! opening, not looking up, so before the sessions root's directory was masked a session could
 //! `stat` the warm workspaces beside its own (`.warm/<prefix>-N`: which exist, their owners and
 //! times) and the database beside the sessions root (its size and times: the service's call
-//! volume). Now the directory holding the sessions root shows the session its own workspace and
-//! nothing else.
+//! volume). Now a session has a root of its own, where the workspace is `/workspace` and none of
+//! the host's directories exists.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -37,6 +37,8 @@ async fn neighbours_and_the_database_cannot_even_be_stat() {
     targets.push(neighbour.workspace.display().to_string());
     targets.push(database.display().to_string());
     targets.push(s.root.display().to_string());
+    // the session's own host path too: nothing of the host's tree is around its workspace
+    targets.push(own.workspace.display().to_string());
     let code = format!(
         "{PROBE}\
          for i, path in enumerate({targets:?}):\n    \
@@ -45,28 +47,23 @@ async fn neighbours_and_the_database_cannot_even_be_stat() {
          attempt('own', lambda: os.stat({own:?}).st_mode)\n\
          json.dumps(seen)",
         data = s.dir.path().display().to_string(),
-        own = own.workspace.display().to_string(),
+        own = "/workspace",
     );
+    assert!(own.workspace.exists() && s.dir.path().exists());
     let seen = json(&s.ok("acct-a", "a", &code, &limits).await);
     println!("{seen:#}");
     for (i, path) in targets.iter().enumerate() {
         let value = seen[format!("stat{i}")].as_str().unwrap();
-        let sessions_root = i + 1 == targets.len();
-        if sessions_root {
-            // the way to its own workspace exists, but shows nothing
-            assert!(value.starts_with("ok:"), "{path}: {value}");
-        } else {
-            assert!(
-                value.starts_with("FileNotFoundError:"),
-                "{path} could be looked up: {value}"
-            );
-        }
+        assert!(
+            value.starts_with("FileNotFoundError:"),
+            "{path} could be looked up: {value}"
+        );
     }
     assert!(
         seen["data_dir"]
             .as_str()
             .unwrap()
-            .starts_with("PermissionError:"),
+            .starts_with("FileNotFoundError:"),
         "{seen:#}"
     );
     assert!(seen["own"].as_str().unwrap().starts_with("ok:"), "{seen:#}");

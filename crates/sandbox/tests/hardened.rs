@@ -93,14 +93,17 @@ async fn hardened_sessions_are_confined_to_their_workspace() {
         bash.outcome
     );
 
+    // the host's files are not in the session's root at all, world-readable ones included
+    let absent = "'FileNotFoundError'";
+    for host_file in ["/etc/shadow", "/etc/passwd"] {
+        assert!(std::path::Path::new(host_file).exists());
+        let read = format!("open({host_file:?}).read()");
+        assert_eq!(raised(&m, "acct-a", "s1", &read).await, absent);
+    }
+    // and what is there but not granted stays refused by Landlock: the root's listing
     let denied = "'PermissionError'";
     assert_eq!(
-        raised(&m, "acct-a", "s1", "open('/etc/shadow').read()").await,
-        denied
-    );
-    // world-readable, but outside what the session may read
-    assert_eq!(
-        raised(&m, "acct-a", "s1", "open('/etc/passwd').read()").await,
+        raised(&m, "acct-a", "s1", "import os\n    os.listdir('/')").await,
         denied
     );
     assert_eq!(
@@ -115,10 +118,9 @@ async fn hardened_sessions_are_confined_to_their_workspace() {
     );
 
     // another session, of the same account or another one, cannot even find this one's
-    // workspace: the directory around the sessions root shows each session only its own
+    // workspace: its own root holds nothing of the host's sessions root
     let note = first.workspace.join("note.txt");
     let read_note = format!("open({:?}).read()", note.to_str().unwrap());
-    let absent = "'FileNotFoundError'";
     for account in ["acct-a", "acct-b"] {
         let other = exec(&m, account, "s2", "1").await;
         assert_ne!(other.pid, first.pid);
@@ -126,8 +128,10 @@ async fn hardened_sessions_are_confined_to_their_workspace() {
         let list = format!("import os\n    os.listdir({:?})", first.workspace);
         assert_eq!(raised(&m, account, "s2", &list).await, absent);
     }
-    // while the first session still reads its own
-    assert_eq!(raised(&m, "acct-a", "s1", &read_note).await, "'ok'");
+    // while the first session still reads its own, at /workspace (its host path is not there)
+    assert_eq!(raised(&m, "acct-a", "s1", &read_note).await, absent);
+    let own_note = "open('/workspace/note.txt').read()";
+    assert_eq!(raised(&m, "acct-a", "s1", own_note).await, "'ok'");
     m.shutdown().await;
 }
 
@@ -140,7 +144,7 @@ async fn a_hardened_session_is_pid_1_and_an_unprivileged_uid_with_its_own_tmp() 
                  os.environ['HOME'], os.getcwd(), os.environ.get('TMPDIR')])";
     let first = exec(&m, "acct-a", "s1", probe).await;
     let seen: serde_json::Value = serde_json::from_str(text(&first).trim_matches('\'')).unwrap();
-    let workspace = first.workspace.to_str().unwrap();
+    // the workspace is at a fixed path in the session's own root, whatever its host path
     assert_eq!(
         seen,
         serde_json::json!([
@@ -149,8 +153,8 @@ async fn a_hardened_session_is_pid_1_and_an_unprivileged_uid_with_its_own_tmp() 
             1000,
             ["1"],
             tmp_skeleton(),
-            workspace,
-            workspace,
+            "/workspace",
+            "/workspace",
             "/tmp"
         ])
     );

@@ -187,11 +187,10 @@ async fn files_go_in_and_come_back_but_never_from_outside() {
     f.write(json!({"session_id": "w", "code": "import os\nos.symlink('/etc', 'etc')"}))
         .await;
     // a real sibling: another session of the same account, with a file in it
-    let sibling = f
-        .write(json!({"session_id": "v", "code": "import os\nopen('in.csv', 'w').write('sibling')\nos.path.basename(os.getcwd())"}))
+    f.write(json!({"session_id": "v", "code": "open('in.csv', 'w').write('sibling')"}))
         .await;
-    let sibling = text(&sibling).trim_matches('\'').to_owned();
-    assert!(!sibling.is_empty() && sibling != "w", "{sibling}");
+    // its directory's name on the host (the session itself sees only /workspace)
+    let sibling = sibling_holding(&f.sessions_root(), "in.csv");
     let refusals = [
         (format!("../{sibling}/in.csv"), "must not contain '..'"),
         (
@@ -473,4 +472,19 @@ async fn a_forged_result_frame_is_a_short_tool_error_and_the_session_is_replaced
             true
         );
     }
+}
+
+/// The name of the one workspace beneath `root` (`<account>/<workspace>`) that holds `file`.
+fn sibling_holding(root: &std::path::Path, file: &str) -> String {
+    let found: Vec<String> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .filter_map(|account| std::fs::read_dir(account.path()).ok())
+        .flatten()
+        .flatten()
+        .filter(|workspace| workspace.path().join(file).is_file())
+        .map(|workspace| workspace.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(found.len(), 1, "workspaces holding {file}: {found:?}");
+    found[0].clone()
 }

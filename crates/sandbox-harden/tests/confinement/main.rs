@@ -6,8 +6,8 @@
 //! reason unrelated to the hardening has a control: the same action succeeding without it.
 //!
 //! The machine runs the tests as root (as the zygote does here): namespaces, id maps and mounts
-//! need it. Workspaces live in `/var/tmp`, not `/tmp`, which each session sees as its
-//! own empty tmpfs.
+//! need it. Workspaces live in `/var/tmp` on the host; a session sees its own at
+//! [`INSIDE`], in a root of its own where nothing else of the host exists.
 //!
 //! `cargo test -p toolgate-sandbox-harden -- --nocapture` shows the timing of a hardened fork.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -54,7 +54,25 @@ def expect_permission_error(what, action):
     except OSError as error:
         raise AssertionError(f"{what}: expected PermissionError, got {error!r}")
     raise AssertionError(f"{what}: succeeded, expected PermissionError")
+def expect_absent(what, action):
+    try:
+        action()
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise AssertionError(f"{what}: expected FileNotFoundError, got {error!r}")
+    raise AssertionError(f"{what}: succeeded, expected FileNotFoundError")
+def expect_unwritable(what, action):
+    try:
+        action()
+    except OSError as error:
+        if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return
+        raise AssertionError(f"{what}: expected EACCES, EPERM or EROFS, got {error!r}")
+    raise AssertionError(f"{what}: succeeded, expected a refusal")
 "#;
+/// The workspace's path inside a session (`WORKSPACE_INSIDE`).
+const INSIDE: &str = "/workspace";
 
 /// The real Python interpreter behind `python3` on PATH (pyenv puts a shell-script shim first,
 /// which would need bash and pyenv's tree inside the sandbox).
@@ -111,10 +129,17 @@ impl Session {
     fn spec_with(&self, network: bool, extra_read_only: &[&Path]) -> Value {
         let mut read_only: Vec<PathBuf> = vec![python().prefix.clone()];
         read_only.extend(
-            ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"]
-                .iter()
-                .map(PathBuf::from)
-                .filter(|path| path.exists()),
+            [
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/etc/ld.so.cache",
+                "/etc/alternatives",
+            ]
+            .iter()
+            .map(PathBuf::from)
+            .filter(|path| path.exists()),
         );
         read_only.extend(extra_read_only.iter().map(|path| path.to_path_buf()));
         json!({

@@ -1,5 +1,5 @@
-//! The session's own pid and user namespaces, its own `/proc`, `/tmp`, `/dev/shm` and `/run`,
-//! and the masks that show a read-only path beneath a directory its uid cannot search.
+//! The session's own pid and user namespaces, its own root with its own `/proc`, `/tmp`,
+//! `/dev/shm` and `/dev`, and nothing of the host's tree but the read-only paths it is given.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
@@ -50,7 +50,7 @@ print(open("/proc/self/uid_map").read().split())
 }
 
 #[test]
-fn tmp_and_dev_shm_are_private_empty_and_capped_and_run_is_empty() {
+fn tmp_and_dev_shm_are_private_empty_and_capped_and_run_is_absent() {
     let first = Session::new();
     let second = Session::new();
     // What the first session leaves in its /tmp, the second must not see, nor the host.
@@ -74,9 +74,8 @@ with open("/tmp/big", "wb", buffering=0) as f:
 assert error == errno.ENOSPC, (error, written)
 assert written <= P["tmp_bytes"], written
 os.remove("/tmp/big")
-# /run is an empty read-only tmpfs (and not granted by Landlock either)
-mounts = open("/proc/self/mountinfo").read()
-assert " /run ro," in mounts, mounts
+# the host's /run is not in the session's root at all
+assert not os.path.exists("/run")
 print("ok")
 "#;
     let marker = format!("toolgate-tmp-marker-{}", std::process::id());
@@ -89,13 +88,16 @@ print("ok")
 
 #[test]
 fn unix_sockets_the_host_bound_under_run_and_tmp_are_unreachable() {
-    // Landlock (ABI 7) does not mediate connect(2) to pathname sockets: the session's empty
-    // /run and /tmp are what hides them. The sockets are world-writable, so that DAC would not
-    // be what stops the session either.
+    // Landlock (ABI 7) does not mediate connect(2) to pathname sockets: the session's own
+    // root, which holds none of the host's directories, is what hides them (in /run, /tmp, and
+    // anywhere else, like /var/tmp). The sockets are world-writable, so that DAC would not be
+    // what stops the session either.
     let name = format!("toolgate-harden-test-{}.sock", std::process::id());
+    let elsewhere = shared_dir();
     let paths = [
         std::path::Path::new("/run").join(&name),
         std::path::Path::new("/tmp").join(&name),
+        elsewhere.path().join(&name),
     ];
     let _listeners: Vec<(UnixListener, RemovedOnDrop)> = paths
         .iter()
@@ -113,14 +115,14 @@ for path in P["paths"]:
     try:
         client.connect(path)
         raise AssertionError(f"connected to {path}")
-    except (FileNotFoundError, PermissionError):
+    except FileNotFoundError:
         pass
 print("ok")
 "#;
     let params = json!({"paths": paths});
     let session = Session::new();
     succeeded(run_hardened(&session.spec(false), code, &params));
-    // Control: unconfined, both connect.
+    // Control: unconfined, all three connect.
     let control = r#"
 for path in P["paths"]:
     socket.socket(socket.AF_UNIX).connect(path)
@@ -209,7 +211,7 @@ fn processes_with(marker: &str) -> Vec<u32> {
 #[test]
 fn a_read_only_path_beneath_an_unsearchable_directory_is_shown_alone() {
     // `locked` (0700, the host's root) holds `runtime` (0755) and a secret: the session's uid
-    // could not pass `locked`, so the library lays a read-only tmpfs over it that shows only
+    // could not pass `locked`, but the session's root has its own `locked` that holds only
     // `runtime`. The Python of these tests is found the same way when it lives in /root.
     let outer = shared_dir();
     let locked = outer.path().join("locked");
@@ -221,8 +223,9 @@ fn a_read_only_path_beneath_an_unsearchable_directory_is_shown_alone() {
     let code = r#"
 assert open(os.path.join(P["runtime"], "module.txt")).read() == "shared"
 mounts = open("/proc/self/mountinfo").read()
-assert f" {P['locked']} ro," in mounts, mounts
+assert f" {P['runtime']} ro," in mounts, mounts
 assert not os.path.exists(os.path.join(P["locked"], "secret.txt"))
+assert os.stat(P["locked"]).st_mode & 0o7777 == 0o755
 print("ok")
 "#;
     let params = json!({"runtime": runtime, "locked": locked});
@@ -241,5 +244,71 @@ except PermissionError:
     succeeded(run_plain(
         control,
         &json!({"runtime": runtime, "uid": SESSION_UID}),
+    ));
+}
+
+#[test]
+fn the_root_holds_nothing_of_the_host_but_what_the_session_is_given() {
+    // Paths of the host that exist here, none of them given to the session.
+    let host_only: Vec<&str> = [
+        "/var",
+        "/home",
+        "/sys",
+        "/boot",
+        "/srv",
+        "/opt",
+        "/etc/hostname",
+    ]
+    .into_iter()
+    .filter(|path| std::path::Path::new(path).exists())
+    .collect();
+    assert!(
+        host_only.len() >= 3,
+        "too few host paths to look for: {host_only:?}"
+    );
+    let session = Session::new();
+    let spec = session.spec(false);
+    let code = r#"
+assert os.getcwd() == "/workspace", os.getcwd()
+for path in P["host_only"]:
+    try:
+        os.stat(path)
+        raise AssertionError(f"{path} exists in the session")
+    except FileNotFoundError:
+        pass
+# the mount table is the session's root and what it holds, nothing of the host's
+points = {line.split()[4] for line in open("/proc/self/mountinfo")}
+given = {"/", "/proc", "/tmp", "/dev/shm", "/workspace"}
+given |= {"/dev/" + name for name in ("null", "zero", "full", "random", "urandom")}
+given |= set(P["read_only"])
+assert points <= given, points - given
+assert {"/", "/proc", "/tmp", "/workspace"} <= points, points
+# the root itself is read-only
+try:
+    os.mkdir("/planted")
+    raise AssertionError("wrote into the root")
+except OSError as error:
+    assert error.errno in (errno.EACCES, errno.EROFS), error
+open("/dev/null", "w").write("x")
+assert os.readlink("/dev/fd") == "/proc/self/fd"
+print("ok")
+"#;
+    let read_only: Vec<String> = spec["read_only"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|path| {
+            std::fs::canonicalize(path.as_str().unwrap())
+                .unwrap()
+                .display()
+                .to_string()
+        })
+        .collect();
+    let params = json!({"host_only": host_only, "read_only": read_only});
+    succeeded(run_hardened(&spec, code, &params));
+    // Control: unconfined, every one of them exists.
+    succeeded(run_plain(
+        "assert all(os.path.exists(p) for p in P['host_only'])",
+        &params,
     ));
 }

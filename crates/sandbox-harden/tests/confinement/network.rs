@@ -6,7 +6,7 @@ use std::net::TcpListener;
 
 use serde_json::json;
 
-use crate::{Session, run_hardened, run_plain, succeeded};
+use crate::{INSIDE, Session, run_hardened, run_plain, succeeded};
 
 #[test]
 fn without_network_only_unix_sockets_can_be_created() {
@@ -29,7 +29,7 @@ client = socket.socket(socket.AF_UNIX); client.connect(path)
 peer, _ = server.accept(); client.sendall(b"pong"); assert peer.recv(4) == b"pong"
 print("ok")
 "#;
-    let params = json!({"workspace": session.workspace()});
+    let params = json!({"workspace": INSIDE});
     succeeded(run_hardened(&session.spec(false), code, &params));
 }
 

@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::{
-    MAX_FILE_BYTES, MAX_OPEN_FILES, PROBE, SESSION_UID, Session, hardened_command, is_root, python,
-    run_hardened, run_plain, session_pid, shared_dir, succeeded,
+    INSIDE, MAX_FILE_BYTES, MAX_OPEN_FILES, PROBE, SESSION_UID, Session, hardened_command, is_root,
+    python, run_hardened, run_plain, session_pid, shared_dir, succeeded,
 };
 
 #[test]
@@ -76,7 +76,7 @@ print("ok")
     let params = json!({
         "files": MAX_OPEN_FILES,
         "bytes": MAX_FILE_BYTES,
-        "workspace": session.workspace(),
+        "workspace": INSIDE,
     });
     succeeded(run_hardened(&session.spec(false), code, &params));
 }

@@ -134,7 +134,6 @@ impl Live {
             max_file_bytes: size,
             cgroups: cgroup.as_ref().map(SessionCgroup::dirs).unwrap_or_default(),
             uid: place.uid,
-            hide_mounts_below: Some(inner.config.root.clone()),
         };
         let fork = |zygote: Zygote| {
             let options = &options;

@@ -29,7 +29,7 @@ mod control;
 mod harden;
 
 use control::{describe_status, forward_stderr, read_control, watch_process, write_control};
-use harden::{HARDEN_TMP, HardenBase, prepare_workspace};
+use harden::{HARDEN_TMP, HARDEN_WORKSPACE, HardenBase, prepare_workspace};
 
 /// How to start a zygote.
 #[derive(Debug, Clone)]
@@ -189,9 +189,6 @@ pub struct ForkOptions {
     /// The unprivileged host user (and group) id a hardened session runs as, through its own
     /// user namespace; the manager gives each live session its own.
     pub uid: u32,
-    /// The directory of every session's workspace: a hardened session's mount namespace keeps
-    /// no mount beneath it but its own workspace.
-    pub hide_mounts_below: Option<PathBuf>,
 }
 
 /// The host user id of a hardened session when the caller names none.
@@ -203,7 +200,6 @@ impl Default for ForkOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             cgroups: Vec::new(),
             uid: DEFAULT_SANDBOX_UID,
-            hide_mounts_below: None,
         }
     }
 }
@@ -414,7 +410,9 @@ impl Zygote {
     /// `options.cgroups` before it runs anything; write access to `cwd` and to its own empty
     /// `/tmp` (256 MiB, also its `TMPDIR`: `tmpdir` is not used) and `/dev/shm`;
     /// read access to its own `/proc`; read and execute access to the runtime, the base
-    /// interpreter and `/usr`, `/lib`, `/lib64`, `/bin`, `/etc/ld.so.cache` (those that exist);
+    /// interpreter and `/usr`, `/lib`, `/lib64`, `/bin`, `/etc/ld.so.cache`, `/etc/alternatives`
+    /// (those that exist), each at its own path in a root of its own, the workspace at
+    /// `/workspace` (its working directory);
     /// 1024 open files, `options.max_file_bytes` per file, host name "sandbox", no network.
     /// Right before the fork `cwd` is given to `options.uid`, and every ancestor of it must be
     /// searchable by others (o+x), else [`ZygoteError::WorkspaceNotTraversable`]. Without a
@@ -426,7 +424,7 @@ impl Zygote {
         tmpdir: Option<&Path>,
         options: &ForkOptions,
     ) -> Result<Session, ZygoteError> {
-        let cwd_text = utf8(cwd)?;
+        let mut cwd_text = utf8(cwd)?;
         let mut tmp_text = tmpdir.map(utf8).transpose()?;
         let harden = self
             .inner
@@ -436,6 +434,7 @@ impl Zygote {
             .transpose()?;
         if harden.is_some() {
             prepare_workspace(cwd, options.uid)?;
+            cwd_text = HARDEN_WORKSPACE;
             tmp_text = Some(HARDEN_TMP);
         }
         let n = self.inner.next_fork.fetch_add(1, Ordering::Relaxed);

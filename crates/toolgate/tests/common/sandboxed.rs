@@ -88,6 +88,14 @@ pub async fn fixture() -> Fixture {
     }
 }
 
+impl Fixture {
+    /// The host directory holding every session's workspace (`<account>/<hash of the id>`).
+    #[allow(dead_code)]
+    pub fn sessions_root(&self) -> PathBuf {
+        self._dir.path().join("sessions")
+    }
+}
+
 impl Drop for Fixture {
     /// Stops the server gracefully and checks that it left no workspace mount behind.
     fn drop(&mut self) {

@@ -19,13 +19,24 @@ pub(super) struct HardenBase {
 pub(super) const HARDEN_TMP_BYTES: u64 = 256 * 1024 * 1024;
 /// A hardened session's temporary directory: its own empty tmpfs, mounted by the library.
 pub(super) const HARDEN_TMP: &str = "/tmp";
+/// Where a hardened session finds its workspace, and starts (`WORKSPACE_INSIDE` of
+/// crates/sandbox-harden): its own root shows nothing of the host's path.
+pub(super) const HARDEN_WORKSPACE: &str = "/workspace";
 /// `RLIMIT_NOFILE` of a hardened session.
 const HARDEN_MAX_OPEN_FILES: u64 = 1024;
 /// The host name a hardened session sees.
 const HARDEN_HOSTNAME: &str = "sandbox";
-/// System paths a session reads (shared libraries, the dynamic loader's cache, `/bin/bash`),
-/// where they exist. Not `/proc` of the host, not `/etc` as a whole.
-const SYSTEM_READ_ONLY: [&str; 5] = ["/usr", "/lib", "/lib64", "/bin", "/etc/ld.so.cache"];
+/// System paths a session reads (shared libraries, the dynamic loader's cache, `/bin/bash`,
+/// and the links Debian's alternatives put behind `awk`, `editor` and the like), where they
+/// exist. Not `/proc` of the host, not `/etc` as a whole.
+const SYSTEM_READ_ONLY: [&str; 6] = [
+    "/usr",
+    "/lib",
+    "/lib64",
+    "/bin",
+    "/etc/ld.so.cache",
+    "/etc/alternatives",
+];
 
 impl HardenBase {
     /// The runtime directory, the interpreter's prefix and base prefix, and the system paths:
@@ -80,11 +91,6 @@ impl HardenBase {
             "uid": options.uid,
             "cgroups": cgroups,
             "tmp_bytes": HARDEN_TMP_BYTES,
-            "hide_mounts_below": options
-                .hide_mounts_below
-                .as_deref()
-                .map(|root| std::path::absolute(root).map_err(ZygoteError::Io).and_then(|r| utf8(&r).map(str::to_owned)))
-                .transpose()?,
         }))
     }
 }
