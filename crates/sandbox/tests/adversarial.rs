@@ -23,11 +23,11 @@
 mod adversarial_common;
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use adversarial_common::{
     KillMarked, Sandbox, Traced, Watch, assert_no_marker, error_type, json, marker, session_error,
-    small, text, with_marker,
+    small, text, with_marker, within,
 };
 use toolgate_sandbox::client::SessionError;
 
@@ -42,7 +42,6 @@ async fn a_python_fork_bomb_is_held_by_the_pids_limit() {
     let first = s.ok("attacker", "bomb", "kept = 'yes'", &limits).await;
     let mut traced = Traced::of(first.pid);
     let watch = Watch::start(&traced);
-    let start = Instant::now();
     let call = s
         .exec(
             "attacker",
@@ -54,13 +53,8 @@ async fn a_python_fork_bomb_is_held_by_the_pids_limit() {
         .unwrap();
     let watched = watch.stop();
     traced.add(&watched);
-    // (b) fork's own error, at once (not at the time limit)
+    // (b) fork's own error, not the time limit (which would interrupt the call)
     assert_eq!(error_type(&call), "BlockingIOError", "{:?}", call.outcome);
-    assert!(
-        start.elapsed() < Duration::from_secs(8),
-        "{:?}",
-        start.elapsed()
-    );
     assert_eq!(call.outcome.interrupted, None);
     // (a) the group held it, and nothing of the namespace was outside the group; the bomb
     // did reach the limit (a lower bound: a group that counted nothing would pass the upper one)
@@ -111,8 +105,13 @@ async fn a_bash_fork_bomb_is_held_by_the_pids_limit_and_dies_with_the_session() 
     let watch = Watch::start(&traced);
     let bomb = format!(":(){{ :|:& }};: # {tag}");
     let call = s.bash("attacker", "bomb", &bomb, &limits).await;
-    // let it run against the limit for a while
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // until it pressed against the limit (64), whatever the machine's speed
+    within(
+        Duration::from_secs(30),
+        "the bomb near the pids limit",
+        || traced.pids_current() >= 48,
+    )
+    .await;
     let watched = watch.stop();
     traced.add(&watched);
     // (b) bash reports how it ended (or its time limit does)
@@ -125,7 +124,7 @@ async fn a_bash_fork_bomb_is_held_by_the_pids_limit_and_dies_with_the_session() 
     // (a)
     assert!(watched.max_pids <= 64, "{watched:?}");
     assert!(
-        watched.max_pids >= 8,
+        watched.max_pids >= 48,
         "the bomb did not go off: {watched:?}"
     );
     assert!(watched.outside_group.is_empty(), "{watched:?}");
