@@ -5,7 +5,7 @@ use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use toolgate_domain::{Account, ApiKey, Brand, KeyHash};
-use toolgate_store::Store;
+use toolgate_store::{Store, StoreError};
 
 /// Why a caller was not authenticated. Messages never repeat the presented key.
 #[derive(Debug, thiserror::Error)]
@@ -25,9 +25,9 @@ pub enum AuthError {
         "invalid API key: it is unknown, revoked or was rotated; copy the current personal URL from the dashboard"
     )]
     Rejected,
-    /// storage failed; the caller may retry
+    /// storage failed; the caller may retry (the source is for logs only)
     #[error("authentication is temporarily unavailable, please retry")]
-    Unavailable(String),
+    Unavailable(#[source] StoreError),
 }
 
 /// Resolves keys against storage, remembering recent answers only while the store's key epoch
@@ -81,7 +81,7 @@ impl Authenticator {
                 Ok(account)
             }
             Ok(_) => Err(AuthError::Rejected),
-            Err(err) => Err(AuthError::Unavailable(err.to_string())),
+            Err(err) => Err(AuthError::Unavailable(err)),
         }
     }
 

@@ -1,9 +1,11 @@
-//! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), what a call costs
-//! ([`metering`]), what operators do ([`admin`]), and which capabilities the three tools offer
-//! ([`registry`], [`capability`], [`capabilities`]).
+//! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), one tool call
+//! from start to finish ([`calls`]), what a call costs ([`metering`]), what operators do
+//! ([`admin`]), and which capabilities the three tools offer ([`registry`], [`capability`],
+//! [`capabilities`]).
 
 pub mod admin;
 pub mod auth;
+pub mod calls;
 pub mod capabilities;
 pub mod capability;
 pub mod metering;
@@ -17,24 +19,21 @@ use toolgate_store::Store;
 
 pub use admin::{Admin, AdminError, IssuedKey};
 pub use auth::{AuthError, Authenticator};
+pub use calls::{Answer, CallError, CallIo, ToolCalls};
 pub use capability::{
     CallContext, Capability, ContentItem, Failure, Output, ProgressSink, ToolKind,
 };
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
-pub use toolgate_store::{Decided, Recorded};
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
 #[derive(Clone)]
 pub struct App {
-    /// Resolves presented keys to accounts.
-    pub auth: Arc<Authenticator>,
-    /// Admits calls and reports billing status.
-    pub meter: Arc<Meter>,
-    /// The three tools and their capabilities.
-    pub registry: Arc<Registry>,
-    /// Operator commands.
-    pub admin: Arc<Admin>,
+    auth: Arc<Authenticator>,
+    meter: Arc<Meter>,
+    registry: Arc<Registry>,
+    calls: Arc<ToolCalls>,
+    admin: Arc<Admin>,
 }
 
 impl App {
@@ -49,11 +48,61 @@ impl App {
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
         let capabilities = capabilities::builtin(meter.clone(), sandbox);
+        Self::assemble(store, brand, pricing, public_url, meter, capabilities)
+    }
+
+    /// Wires the use cases over one store with the given capabilities only (tests, fixtures).
+    pub fn with_capabilities(
+        store: Arc<dyn Store>,
+        brand: Brand,
+        pricing: Pricing,
+        public_url: &str,
+        capabilities: Vec<Arc<dyn Capability>>,
+    ) -> Self {
+        let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
+        Self::assemble(store, brand, pricing, public_url, meter, capabilities)
+    }
+
+    fn assemble(
+        store: Arc<dyn Store>,
+        brand: Brand,
+        pricing: Pricing,
+        public_url: &str,
+        meter: Arc<Meter>,
+        capabilities: Vec<Arc<dyn Capability>>,
+    ) -> Self {
+        let registry = Arc::new(Registry::new(&brand, capabilities));
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            registry: Arc::new(Registry::new(&brand, capabilities)),
+            calls: Arc::new(ToolCalls::new(meter.clone(), registry.clone())),
             admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
+            registry,
             meter,
         }
+    }
+
+    /// Resolves presented keys to accounts.
+    pub fn auth(&self) -> &Authenticator {
+        &self.auth
+    }
+
+    /// The three tools, as `tools/list` shows them.
+    pub fn tools(&self) -> &[ToolSpec] {
+        self.registry.tools()
+    }
+
+    /// Makes tool calls.
+    pub fn calls(&self) -> &ToolCalls {
+        &self.calls
+    }
+
+    /// Admits calls and reports billing status.
+    pub fn meter(&self) -> &Meter {
+        &self.meter
+    }
+
+    /// Operator commands.
+    pub fn admin(&self) -> &Admin {
+        &self.admin
     }
 }

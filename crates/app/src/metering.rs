@@ -11,16 +11,16 @@ pub enum MeterError {
     /// the account disappeared between authentication and metering
     #[error("the account no longer exists")]
     NoAccount,
-    /// storage failed; the detail is for logs only
-    #[error("metering is temporarily unavailable: {0}")]
-    Unavailable(String),
+    /// storage failed; the source is for logs only
+    #[error("metering is temporarily unavailable")]
+    Unavailable(#[source] StoreError),
 }
 
 impl From<StoreError> for MeterError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::NotFound => Self::NoAccount,
-            other => Self::Unavailable(other.to_string()),
+            other => Self::Unavailable(other),
         }
     }
 }

@@ -7,16 +7,15 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::extract::{Path, Request, State};
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, Method, header};
 use axum::response::Response;
 use http_body_util::BodyExt;
-use toolgate_app::AuthError;
 use toolgate_domain::Account;
 
+use crate::error::EdgeError;
 use crate::handler::Caller;
-use crate::jsonrpc::{INTERNAL_ERROR, INVALID_REQUEST, UNAUTHENTICATED, error_response};
 use crate::legacy::{self, SESSION_HEADER};
-use crate::{Shared, carriers, sse};
+use crate::{Metrics, Shared, carriers, sse};
 
 /// `POST|GET|DELETE /u/{api_key}`: the personal URL.
 pub async fn personal(
@@ -35,42 +34,26 @@ pub async fn base(State(state): State<Shared>, request: Request) -> Response {
 /// `/mcp`: reserved for OAuth access tokens; until OAuth exists every request is refused
 /// with the challenge that tells a client to use its personal URL.
 pub async fn oauth(State(state): State<Shared>) -> Response {
-    state.metrics.rpc_error(UNAUTHENTICATED);
-    let message = format!(
-        "OAuth sign-in is not available on this server yet: connect with your personal URL ({}/u/<api_key>) instead",
-        state.public_url
-    );
-    let mut response = error_response(StatusCode::UNAUTHORIZED, UNAUTHENTICATED, &message, None);
-    let challenge = r#"Bearer realm="toolgate", error="invalid_token", error_description="use the personal URL""#;
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static(challenge),
-    );
-    response
+    let public_url = state.public_url.clone();
+    EdgeError::OAuthNotYet { public_url }.respond(&state.metrics)
 }
 
 async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     if !state.origins.permits(&parts.headers) {
-        state.metrics.rpc_error(INVALID_REQUEST);
-        return error_response(
-            StatusCode::FORBIDDEN,
-            INVALID_REQUEST,
-            "Forbidden: this Origin may not call the service (add it to the allowed_origins setting)",
-            None,
-        );
+        return EdgeError::ForbiddenOrigin.respond(&state.metrics);
     }
     let presented = carriers::presented_key(path_key, &parts.headers, parts.uri.query());
-    let account = match state.app.auth.authenticate(presented.as_deref()).await {
+    let account = match state.app.auth().authenticate(presented.as_deref()).await {
         Ok(account) => Arc::new(account),
-        Err(err) => return refuse(state, &err),
+        Err(err) => return EdgeError::from(err).respond(&state.metrics),
     };
     let session = match parts.headers.get(SESSION_HEADER) {
         None => None,
         Some(value) => match value.to_str() {
             Ok(id) if state.sessions.touch(id, &account.id) => Some(id.to_owned()),
             // Another account's session looks exactly like an unknown one: ids cannot be probed.
-            _ => return session_not_found(),
+            _ => return EdgeError::SessionNotFound.respond(&state.metrics),
         },
     };
     if parts.method != Method::POST {
@@ -81,14 +64,11 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
     }
     let bytes = match read_limited(body, state.max_body).await {
         Ok(bytes) => bytes,
-        Err(response) => return response,
+        Err(err) => return err.respond(&state.metrics),
     };
     let info = match crate::jsonrpc::check_message(&bytes) {
         Ok(info) => info,
-        Err(rejection) => {
-            state.metrics.rpc_error(rejection.code());
-            return rejection.into_response();
-        }
+        Err(rejection) => return EdgeError::from(rejection).respond(&state.metrics),
     };
     // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
     parts.headers.insert(
@@ -110,15 +90,6 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
     }
 }
 
-fn session_not_found() -> Response {
-    error_response(
-        StatusCode::NOT_FOUND,
-        INVALID_REQUEST,
-        "Session not found: it was closed or expired; send initialize again",
-        None,
-    )
-}
-
 /// Hands a request to rmcp's stateless service, as `account`, and shapes its answer for the
 /// caller (a JSON-RPC error body for transport refusals; inline JSON for JSON-only callers).
 pub async fn forward(
@@ -134,13 +105,13 @@ pub async fn forward(
         .handle(Request::from_parts(parts, body))
         .await
         .map(Body::new);
-    let response = as_jsonrpc_error(response).await;
+    let response = as_jsonrpc_error(response, &state.metrics).await;
     sse::inline_if_needed(response, accepts).await
 }
 
 /// rmcp answers transport refusals (unknown session, missing session id, wrong Host) in plain
 /// text; callers get the same JSON-RPC error body as for every other refusal, status unchanged.
-async fn as_jsonrpc_error(response: Response) -> Response {
+async fn as_jsonrpc_error(response: Response, metrics: &Metrics) -> Response {
     let plain = response
         .headers()
         .get(header::CONTENT_TYPE)
@@ -162,46 +133,15 @@ async fn as_jsonrpc_error(response: Response) -> Response {
     } else {
         text
     };
-    error_response(status, INVALID_REQUEST, &message, None)
+    EdgeError::Transport { status, message }.respond(metrics)
 }
 
-/// The contract's answer to a failed authentication: 401 and -32001, or 503 if storage failed.
-pub fn refuse(state: &Shared, err: &AuthError) -> Response {
-    if let AuthError::Unavailable(detail) = err {
-        tracing::error!(error = %detail, "authentication storage failure");
-        state.metrics.rpc_error(INTERNAL_ERROR);
-        return error_response(
-            StatusCode::SERVICE_UNAVAILABLE,
-            INTERNAL_ERROR,
-            &err.to_string(),
-            None,
-        );
-    }
-    state.metrics.rpc_error(UNAUTHENTICATED);
-    error_response(
-        StatusCode::UNAUTHORIZED,
-        UNAUTHENTICATED,
-        &err.to_string(),
-        None,
-    )
-}
-
-async fn read_limited(body: Body, limit: usize) -> Result<Bytes, Response> {
+async fn read_limited(body: Body, limit: usize) -> Result<Bytes, EdgeError> {
     match http_body_util::Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.is::<http_body_util::LengthLimitError>() => Err(error_response(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            INVALID_REQUEST,
-            &format!(
-                "Request body too large: the limit is {limit} bytes (setting max_request_bytes)"
-            ),
-            None,
-        )),
-        Err(_) => Err(error_response(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            "the request body could not be read",
-            None,
-        )),
+        Err(err) if err.is::<http_body_util::LengthLimitError>() => {
+            Err(EdgeError::TooLarge { limit })
+        }
+        Err(_) => Err(EdgeError::UnreadableBody),
     }
 }

@@ -3,11 +3,10 @@
 //! by the authentication step in front of rmcp; nothing in the JSON-RPC message is trusted for it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
     Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
     ToolAnnotations,
@@ -17,15 +16,15 @@ use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
 use toolgate_app::{
-    App, CallContext, ContentItem, Decided, ProgressSink, ToolOutcome as Outcome, ToolSpec,
+    Answer, App, CallError, CallIo, ContentItem, ProgressSink, ToolOutcome, ToolSpec,
 };
-use toolgate_domain::{Account, Admission};
+use toolgate_domain::Account;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::jsonrpc::{INTERNAL_ERROR, METHOD_NOT_FOUND, PAYMENT_REQUIRED};
+use crate::error::{RpcCode, call_error, mcp_error};
 use crate::legacy::CallCancel;
-use crate::metrics::{Metrics, ToolOutcome};
+use crate::metrics::{CallLabel, Metrics};
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.
 #[derive(Clone, Debug)]
@@ -41,9 +40,6 @@ pub struct McpHandler {
 }
 
 const TOOL_LIST_TTL_MS: u64 = 300_000;
-
-/// Numbers calls, so capabilities of one call can share state (a call-scoped session).
-static NEXT_CALL: AtomicU64 = AtomicU64::new(1);
 
 /// Progress notifications queued per call before newer ones are dropped: progress is advisory,
 /// and a flood of output must not grow memory without bound.
@@ -81,7 +77,7 @@ impl McpHandler {
     /// Builds the handler and renders the tool list once.
     pub fn new(app: App, metrics: Arc<Metrics>) -> Self {
         #[allow(unused_mut)] // extended only with conformance fixtures
-        let mut tools: Vec<Tool> = app.registry.tools().iter().map(to_rmcp_tool).collect();
+        let mut tools: Vec<Tool> = app.tools().iter().map(to_rmcp_tool).collect();
         let names: Vec<String> = tools.iter().map(|t| format!("`{}`", t.name)).collect();
         #[cfg(feature = "conformance-fixtures")]
         tools.extend(crate::fixtures::tools());
@@ -100,107 +96,95 @@ impl McpHandler {
             .with_cache_scope(CacheScope::Private)
     }
 
-    async fn call_registered(
+    /// Makes the call through the app and translates its answer; counts it.
+    async fn call_tool_of(
         &self,
-        spec: &ToolSpec,
         request: CallToolRequestParams,
         caller: &Account,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
+        if !self
+            .app
+            .tools()
+            .iter()
+            .any(|tool| tool.name == request.name)
+        {
+            return self.unknown_tool(&request, context).await;
+        }
         let started = Instant::now();
-        let (result, outcome) = self.admit_and_run(spec, request, caller, context).await;
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| ProgressRelay::start(context.peer.clone(), token));
+        let cancel = cancellation_of(context);
+        let io = CallIo {
+            progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
+            cancel: Some(&cancel),
+        };
+        let answer = self
+            .app
+            .calls()
+            .call(caller, &request.name, request.arguments, io)
+            .await;
+        let (result, label) = match answer {
+            Ok(Answer::Ran(outcome)) => {
+                let label = if outcome.is_error {
+                    CallLabel::ToolError
+                } else {
+                    CallLabel::Ok
+                };
+                (Ok(to_rmcp_result(outcome)), label)
+            }
+            Ok(Answer::InvalidArguments(outcome)) => {
+                let content = outcome.content.into_iter().map(to_rmcp_content).collect();
+                (
+                    Ok(CallToolResult::error(content)),
+                    CallLabel::InvalidArguments,
+                )
+            }
+            Err(err) => {
+                let label = match err {
+                    CallError::Refused(_) => CallLabel::Refused,
+                    CallError::UnknownTool | CallError::NotRecorded(_) => CallLabel::Internal,
+                };
+                (Err(call_error(&err)), label)
+            }
+        };
         self.metrics
-            .tool_call(&spec.name, outcome, started.elapsed().as_secs_f64());
+            .tool_call(&request.name, label, started.elapsed().as_secs_f64());
         if let Err(err) = &result {
             self.metrics.rpc_error(i64::from(err.code.0));
         }
         result
     }
 
-    async fn admit_and_run(
+    /// A name no tool has: a conformance fixture's, or an error naming the real tools.
+    #[allow(clippy::unused_async)] // awaits only with the conformance fixtures
+    async fn unknown_tool(
         &self,
-        spec: &ToolSpec,
-        request: CallToolRequestParams,
-        caller: &Account,
-        context: &RequestContext<RoleServer>,
-    ) -> (Result<CallToolResult, McpError>, ToolOutcome) {
-        let plan = match self.app.registry.plan(spec.kind, request.arguments) {
-            Ok(plan) => plan,
-            Err(failure) => {
-                let result = CallToolResult::error(vec![ContentBlock::text(failure.message)]);
-                return (Ok(result), ToolOutcome::InvalidArguments);
-            }
-        };
-        let recorded = match self.app.meter.admit(caller, &spec.name).await {
-            Ok(Decided {
-                admission: Admission::Refused,
-                ..
-            }) => {
-                let message = self.app.meter.refusal_message();
-                return (
-                    Err(McpError::new(
-                        ErrorCode(PAYMENT_REQUIRED as i32),
-                        message,
-                        None,
-                    )),
-                    ToolOutcome::Refused,
-                );
-            }
-            Ok(decided) => decided.recorded,
-            Err(err) => {
-                tracing::error!(error = %err, tool = %spec.name, "admission failed");
-                return not_recorded();
-            }
-        };
-        // Work that reads metering state must see this call's charge: it waits for the commit.
-        let recorded = if plan.overlaps_commit() {
-            Some(recorded)
-        } else if let Err(err) = recorded.wait().await {
-            tracing::error!(error = %err, tool = %spec.name, "admission failed");
-            return not_recorded();
-        } else {
-            None
-        };
-        let progress = context
-            .meta
-            .get_progress_token()
-            .map(|token| ProgressRelay::start(context.peer.clone(), token));
-        let cancel = cancellation_of(context);
-        let ctx = CallContext {
-            account: caller,
-            tool: &spec.name,
-            call_id: NEXT_CALL.fetch_add(1, Ordering::Relaxed),
-            progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
-            cancel: Some(&cancel),
-        };
-        let outcome = self.app.registry.run(&plan, &ctx).await;
-        // The charge's commit ran alongside the call; the answer waits for it. If it failed,
-        // the call has run all the same and goes uncharged: its output is still the caller's.
-        if let Some(recorded) = recorded
-            && let Err(err) = recorded.wait().await
-        {
-            tracing::error!(error = %err, tool = %spec.name, "a call ran but its charge could not be recorded; it is free");
+        request: &CallToolRequestParams,
+        #[allow(unused_variables)] context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, McpError> {
+        #[cfg(feature = "conformance-fixtures")]
+        if let Some(result) = crate::fixtures::call(request, context).await {
+            return Ok(result);
         }
-        let label = if outcome.is_error {
-            ToolOutcome::ToolError
-        } else {
-            ToolOutcome::Ok
-        };
-        (Ok(to_rmcp_result(outcome)), label)
+        let shown: String = request
+            .name
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect();
+        let err = mcp_error(
+            RpcCode::MethodNotFound,
+            format!(
+                "unknown tool `{shown}`; this server's tools are {}",
+                self.tool_names
+            ),
+        );
+        self.metrics.rpc_error(i64::from(err.code.0));
+        Err(err)
     }
-}
-
-/// The answer to a call whose charge could not be recorded before it would have run.
-fn not_recorded() -> (Result<CallToolResult, McpError>, ToolOutcome) {
-    let message = "The service could not record this call, so it did not run and nothing was charged; please retry.";
-    (
-        Err(McpError::new(
-            ErrorCode(INTERNAL_ERROR as i32),
-            message,
-            None,
-        )),
-        ToolOutcome::Internal,
-    )
 }
 
 /// What a call obeys: in a legacy session, our token, cancelled by the client's
@@ -238,15 +222,15 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     tool
 }
 
-fn to_rmcp_result(outcome: Outcome) -> CallToolResult {
-    let content = outcome
-        .content
-        .into_iter()
-        .map(|item| match item {
-            ContentItem::Text(text) => ContentBlock::text(text),
-            ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
-        })
-        .collect();
+fn to_rmcp_content(item: ContentItem) -> ContentBlock {
+    match item {
+        ContentItem::Text(text) => ContentBlock::text(text),
+        ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+    }
+}
+
+fn to_rmcp_result(outcome: ToolOutcome) -> CallToolResult {
+    let content = outcome.content.into_iter().map(to_rmcp_content).collect();
     let mut result = if outcome.is_error {
         CallToolResult::error(content)
     } else {
@@ -257,10 +241,9 @@ fn to_rmcp_result(outcome: Outcome) -> CallToolResult {
 }
 
 fn not_offered(what: &str) -> McpError {
-    McpError::new(
-        ErrorCode::METHOD_NOT_FOUND,
+    mcp_error(
+        RpcCode::MethodNotFound,
         format!("this server offers no {what}; it offers tools only"),
-        None,
     )
 }
 
@@ -295,40 +278,14 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let Some(caller) = caller_of(&context) else {
             tracing::error!("tools/call reached the MCP handler without an authenticated caller");
-            return Err(McpError::new(
-                ErrorCode(INTERNAL_ERROR as i32),
+            return Err(mcp_error(
+                RpcCode::InternalError,
                 "internal error: no caller",
-                None,
             ));
         };
-        let spec = self.app.registry.tool(&request.name).cloned();
-        match spec {
-            Some(spec) => self
-                .call_registered(&spec, request, &caller, &context)
-                .await
-                .map(Into::into),
-            None => {
-                #[cfg(feature = "conformance-fixtures")]
-                if let Some(result) = crate::fixtures::call(&request, &context).await {
-                    return Ok(result.into());
-                }
-                self.metrics.rpc_error(METHOD_NOT_FOUND);
-                let shown: String = request
-                    .name
-                    .chars()
-                    .filter(|c| !c.is_control())
-                    .take(64)
-                    .collect();
-                Err(McpError::new(
-                    ErrorCode::METHOD_NOT_FOUND,
-                    format!(
-                        "unknown tool `{shown}`; this server's tools are {}",
-                        self.tool_names
-                    ),
-                    None,
-                ))
-            }
-        }
+        self.call_tool_of(request, &caller, &context)
+            .await
+            .map(Into::into)
     }
 
     async fn list_prompts(
@@ -355,7 +312,3 @@ impl ServerHandler for McpHandler {
         Err(not_offered("resource templates"))
     }
 }
-
-#[cfg(test)]
-#[path = "handler_tests.rs"]
-mod tests;

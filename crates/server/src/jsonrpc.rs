@@ -1,73 +1,17 @@
-//! JSON-RPC error responses produced before a request reaches rmcp, and the shape check that
-//! decides between -32700, -32600 and "pass it on".
+//! The shape check that decides between -32700, -32600 and "pass it on" before a request
+//! reaches rmcp.
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// The body is not JSON.
-pub const PARSE_ERROR: i64 = -32700;
-/// JSON, but not a JSON-RPC message.
-pub const INVALID_REQUEST: i64 = -32600;
-/// No valid key.
-pub const UNAUTHENTICATED: i64 = -32001;
-/// Allowance used up and the wallet cannot pay.
-pub const PAYMENT_REQUIRED: i64 = -32002;
-/// Not one of the three tools.
-pub const METHOD_NOT_FOUND: i64 = -32601;
-/// Something on our side failed.
-pub const INTERNAL_ERROR: i64 = -32603;
-
-/// A JSON-RPC error response with its HTTP status; `id` is echoed when it could be read.
-pub fn error_response(status: StatusCode, code: i64, message: &str, id: Option<Value>) -> Response {
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": id.unwrap_or(Value::Null),
-        "error": {"code": code, "message": message},
-    });
-    let mut response = (status, body.to_string()).into_response();
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-}
-
-/// Why a body cannot go on to the MCP layer.
-#[derive(Debug, PartialEq)]
+/// Why a body cannot go on to the MCP layer (answered 400 by `crate::error`).
+#[derive(Debug, PartialEq, thiserror::Error)]
 pub enum Rejection {
     /// not JSON at all (including invalid UTF-8)
+    #[error("Parse error: the request body is not valid JSON ({0})")]
     NotJson(String),
     /// JSON of the wrong shape; the id is echoed when it was readable
+    #[error("Invalid Request: {0}")]
     NotJsonRpc(&'static str, Option<Value>),
-}
-
-impl Rejection {
-    /// The JSON-RPC error code this rejection maps to.
-    pub fn code(&self) -> i64 {
-        match self {
-            Rejection::NotJson(_) => PARSE_ERROR,
-            Rejection::NotJsonRpc(..) => INVALID_REQUEST,
-        }
-    }
-
-    /// The 400 response.
-    pub fn into_response(self) -> Response {
-        match self {
-            Rejection::NotJson(detail) => error_response(
-                StatusCode::BAD_REQUEST,
-                PARSE_ERROR,
-                &format!("Parse error: the request body is not valid JSON ({detail})"),
-                None,
-            ),
-            Rejection::NotJsonRpc(reason, id) => error_response(
-                StatusCode::BAD_REQUEST,
-                INVALID_REQUEST,
-                &format!("Invalid Request: {reason}"),
-                id,
-            ),
-        }
-    }
 }
 
 /// What the entry needs to know about a message to route it.
@@ -170,9 +114,16 @@ fn describe_parse_error(err: &serde_json::Error) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::error::{EdgeError, RpcCode};
+    use serde_json::json;
 
-    fn code(body: &[u8]) -> Option<i64> {
-        check_message(body).err().map(|r| r.code())
+    const PARSE_ERROR: RpcCode = RpcCode::ParseError;
+    const INVALID_REQUEST: RpcCode = RpcCode::InvalidRequest;
+
+    fn code(body: &[u8]) -> Option<RpcCode> {
+        check_message(body)
+            .err()
+            .map(|r| EdgeError::Rejected(r).code())
     }
 
     #[test]

@@ -14,8 +14,9 @@ use axum::response::Response;
 use futures::StreamExt;
 use toolgate_domain::Account;
 
-use crate::jsonrpc::{INVALID_REQUEST, MessageInfo, error_response};
-use crate::mcp_sessions::{CallGuard, OpenError};
+use crate::error::EdgeError;
+use crate::jsonrpc::MessageInfo;
+use crate::mcp_sessions::CallGuard;
 use crate::sse::Accepts;
 use crate::{Shared, entry};
 
@@ -36,7 +37,7 @@ pub async fn open(
 ) -> Response {
     let id = match state.sessions.open(&account.id) {
         Ok(id) => id,
-        Err(err) => return refused(state, err),
+        Err(err) => return EdgeError::from(err).respond(&state.metrics),
     };
     let mut response = entry::forward(state, account, parts, Body::from(body), accepts).await;
     match HeaderValue::from_str(&id) {
@@ -48,15 +49,6 @@ pub async fn open(
         }
     }
     response
-}
-
-fn refused(state: &Shared, err: OpenError) -> Response {
-    state.metrics.rpc_error(INVALID_REQUEST);
-    let status = match err {
-        OpenError::AccountFull(_) => StatusCode::TOO_MANY_REQUESTS,
-        OpenError::ServerFull(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error_response(status, INVALID_REQUEST, &err.to_string(), None)
 }
 
 /// A POST in session `id` (already known to be the caller's).
@@ -143,14 +135,5 @@ pub fn other(state: &Shared, account: &Account, id: &str, method: &Method) -> Re
         state.sessions.close(id, &account.id);
         return Response::new(Body::empty());
     }
-    let mut response = error_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        INVALID_REQUEST,
-        "Method Not Allowed: this server sends no unsolicited messages, so it offers no GET stream; answers arrive on each POST",
-        None,
-    );
-    response
-        .headers_mut()
-        .insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));
-    response
+    EdgeError::NoGetStream.respond(&state.metrics)
 }

@@ -4,6 +4,7 @@
 mod carriers;
 mod connections;
 mod entry;
+mod error;
 mod fast;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;

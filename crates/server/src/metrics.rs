@@ -54,7 +54,7 @@ pub struct Metrics {
 
 /// What happened to one `tools/call`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ToolOutcome {
+pub enum CallLabel {
     /// ran and succeeded
     Ok,
     /// ran and reported `isError`
@@ -67,14 +67,14 @@ pub enum ToolOutcome {
     Internal,
 }
 
-impl ToolOutcome {
+impl CallLabel {
     fn label(self) -> &'static str {
         match self {
-            ToolOutcome::Ok => "ok",
-            ToolOutcome::ToolError => "tool_error",
-            ToolOutcome::InvalidArguments => "invalid_arguments",
-            ToolOutcome::Refused => "refused",
-            ToolOutcome::Internal => "internal_error",
+            CallLabel::Ok => "ok",
+            CallLabel::ToolError => "tool_error",
+            CallLabel::InvalidArguments => "invalid_arguments",
+            CallLabel::Refused => "refused",
+            CallLabel::Internal => "internal_error",
         }
     }
 }
@@ -145,7 +145,7 @@ impl Metrics {
 
     /// Counts one tool call.
     /// `tool` must be one of the registry's names, never caller-supplied text.
-    pub fn tool_call(&self, tool: &str, outcome: ToolOutcome, seconds: f64) {
+    pub fn tool_call(&self, tool: &str, outcome: CallLabel, seconds: f64) {
         let labels = ToolLabels {
             tool: tool.to_owned(),
             outcome: outcome.label(),
@@ -179,7 +179,7 @@ mod tests {
     fn renders_what_was_counted() {
         let metrics = Metrics::new();
         metrics.request("/u/{api_key}", "POST", 200, 0.001);
-        metrics.tool_call("svc_read", ToolOutcome::Refused, 0.002);
+        metrics.tool_call("svc_read", CallLabel::Refused, 0.002);
         metrics.rpc_error(-32002);
         let text = metrics.render();
         assert!(

@@ -7,28 +7,20 @@ use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::jsonrpc::{INTERNAL_ERROR, error_response};
-use crate::{Shared, carriers, entry};
+use crate::error::EdgeError;
+use crate::{Shared, carriers};
 
 /// `GET /billing/status` with the key in `Authorization`, `X-Api-Key` or `?key=`.
 pub async fn billing_status(State(state): State<Shared>, request: Request) -> Response {
     let presented = carriers::presented_key(None, request.headers(), request.uri().query());
-    let account = match state.app.auth.authenticate(presented.as_deref()).await {
+    let account = match state.app.auth().authenticate(presented.as_deref()).await {
         Ok(account) => account,
-        Err(err) => return entry::refuse(&state, &err),
+        Err(err) => return EdgeError::from(err).respond(&state.metrics),
     };
-    match state.app.meter.status(&account).await {
+    match state.app.meter().status(&account).await {
         // axum answers 500 itself if serialising ever failed, rather than an empty 200.
         Ok(status) => axum::Json(status).into_response(),
-        Err(err) => {
-            tracing::error!(error = %err, "billing status failed");
-            error_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                INTERNAL_ERROR,
-                "billing status is temporarily unavailable; please retry",
-                None,
-            )
-        }
+        Err(err) => EdgeError::BillingStatus(err).respond(&state.metrics),
     }
 }
 

@@ -24,13 +24,13 @@ fn print_json(value: &impl Serialize) -> Result<()> {
 
 /// `account create --email E`.
 pub async fn create_account(settings: &Settings, email: &str) -> Result<()> {
-    let issued = app(settings).await?.admin.create_account(email).await?;
+    let issued = app(settings).await?.admin().create_account(email).await?;
     print_json(&issued)
 }
 
 /// `account rotate-key --email E`.
 pub async fn rotate_key(settings: &Settings, email: &str) -> Result<()> {
-    let issued = app(settings).await?.admin.rotate_key(email).await?;
+    let issued = app(settings).await?.admin().rotate_key(email).await?;
     print_json(&issued)
 }
 
@@ -43,7 +43,7 @@ pub async fn credit_wallet(
 ) -> Result<()> {
     let status = app(settings)
         .await?
-        .admin
+        .admin()
         .credit_wallet(email, usd, reference)
         .await?;
     print_json(&status)
