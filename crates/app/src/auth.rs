@@ -22,7 +22,7 @@ pub enum AuthError {
     Malformed(String),
     /// well-formed but unknown, revoked or rotated
     #[error(
-        "invalid API key: it is unknown, revoked or was rotated; copy the current personal URL from the dashboard"
+        "invalid API key: it is unknown, revoked or was rotated; use the current personal URL (a rotation issues a new one)"
     )]
     Rejected,
     /// storage failed; the caller may retry (the source is for logs only)

@@ -301,7 +301,7 @@ async fn a_refused_call_never_runs() {
         let Err(CallError::Refused(message)) = &refused else {
             panic!("expected a refusal, got {refused:?}");
         };
-        assert!(message.contains("Top up the wallet"), "{message}");
+        assert!(message.contains("top up your wallet"), "{message}");
     }
     assert!(!rig.ran.load(Ordering::SeqCst), "a refused call ran");
     assert_eq!(rig.charged().await, (0, 0));

@@ -63,11 +63,12 @@ impl Meter {
         Ok(BillingStatus::new(&account.tier, usage, &self.pricing))
     }
 
-    /// The message a refused caller reads: what happened and how to continue.
+    /// The message a refused caller reads: what happened and how to continue. (It names the
+    /// operator, who can credit a wallet today; the dashboard's top-up is not built yet.)
     pub fn refusal_message(&self) -> String {
         format!(
             "The monthly free allowance of {} calls is used up and the wallet cannot pay for this call \
-             ({} USD per call). Top up the wallet from the dashboard (Billing → Add funds, {} to {} USD); \
+             ({} USD per call). Ask the service's operator to top up your wallet ({} to {} USD); \
              the allowance renews on the 1st of next month (UTC).",
             self.pricing.free_monthly_calls,
             self.pricing.paid_call_cost.to_usd_price_string(),

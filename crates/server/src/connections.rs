@@ -71,7 +71,7 @@ impl Table {
     }
 
     /// Makes room for one more connection: `false` when every open one is busy.
-    fn admit(&self, limit: usize) -> bool {
+    fn make_room(&self, limit: usize) -> bool {
         let open = self.lock();
         if open.len() < limit {
             return true;
@@ -129,7 +129,7 @@ pub async fn serve(
                 continue;
             }
         };
-        if !table.admit(limits.max_connections) {
+        if !table.make_room(limits.max_connections) {
             tracing::warn!(
                 limit = limits.max_connections,
                 "connection refused: every open connection is busy"
@@ -322,13 +322,13 @@ mod tests {
         let busy = add(1, 1, 0);
         let recent = add(2, 0, 50);
         let oldest = add(3, 0, 10);
-        assert!(table.admit(4), "below the limit");
-        assert!(table.admit(3));
+        assert!(table.make_room(4), "below the limit");
+        assert!(table.make_room(3));
         assert!(oldest.is_cancelled() && !recent.is_cancelled() && !busy.is_cancelled());
-        assert!(table.admit(3), "an evicted connection no longer counts");
+        assert!(table.make_room(3), "an evicted connection no longer counts");
         table.lock().remove(&3);
         let _newest = add(4, 0, 70);
-        assert!(table.admit(3));
+        assert!(table.make_room(3));
         assert!(recent.is_cancelled() && !busy.is_cancelled());
         table.lock().remove(&2);
         let _busy_too = add(5, 2, 0);
@@ -338,6 +338,6 @@ mod tests {
             .unwrap()
             .in_flight
             .store(1, Ordering::Release);
-        assert!(!table.admit(3), "only busy connections are left");
+        assert!(!table.make_room(3), "only busy connections are left");
     }
 }

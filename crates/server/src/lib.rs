@@ -49,9 +49,9 @@ pub struct HttpSettings {
 
 /// State shared by every handler.
 #[derive(Clone)]
-pub(crate) struct Shared(Arc<Inner>);
+pub(crate) struct Shared(Arc<ServerState>);
 
-pub(crate) struct Inner {
+pub(crate) struct ServerState {
     app: App,
     metrics: Arc<Metrics>,
     origins: Origins,
@@ -65,8 +65,8 @@ pub(crate) struct Inner {
 }
 
 impl std::ops::Deref for Shared {
-    type Target = Inner;
-    fn deref(&self) -> &Inner {
+    type Target = ServerState;
+    fn deref(&self) -> &ServerState {
         &self.0
     }
 }
@@ -90,7 +90,7 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let shared = Shared(Arc::new(Inner {
+    let shared = Shared(Arc::new(ServerState {
         app,
         metrics,
         origins,

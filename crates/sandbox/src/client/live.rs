@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::cgroup::{MemoryEvents, SessionCgroup};
 use super::manager_types::ManagerError;
 use super::session::Session;
-use super::table::Inner;
+use super::table::ManagerState;
 use super::workspace::{QuotaMounts, prepare_workspace};
 use super::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
 use crate::policy::Limits;
@@ -69,7 +69,7 @@ impl Live {
     ///
     /// Emits a `toolgate_sandbox::timing` debug event with the time of each step.
     pub(super) async fn open(
-        inner: &Arc<Inner>,
+        inner: &Arc<ManagerState>,
         place: &Place,
         limits: &Limits,
     ) -> Result<Self, ManagerError> {
@@ -210,7 +210,7 @@ impl Live {
     }
 }
 
-impl Inner {
+impl ManagerState {
     /// Makes sure a zygote runs, starting a new one if the last one died. Sessions forked from a
     /// dead zygote died with it; their next call starts fresh.
     pub(super) async fn zygote(&self) -> Result<Zygote, ManagerError> {

@@ -21,7 +21,9 @@ use super::manager_types::{
 use super::pool::{self, WARM_DIR};
 use super::session::Request;
 use super::session_error::SessionError;
-use super::table::{Admit, Entry, Inner, Name, RetireOnDrop, Slot, Table, retire, sweep_loop};
+use super::table::{
+    Claim, Entry, ManagerState, Name, RetireOnDrop, Slot, Table, retire, sweep_loop,
+};
 use super::wire::OutputChunk;
 use super::workspace::{
     can_give_away, can_mount, detach_stale_mounts, remove_tree, remove_tree_now,
@@ -32,7 +34,7 @@ use crate::policy::Limits;
 /// Sessions of every account, forked from one zygote (restarted when it dies).
 #[derive(Debug)]
 pub struct SessionManager {
-    inner: Arc<Inner>,
+    inner: Arc<ManagerState>,
     sweeper: JoinHandle<()>,
     /// The pool's filler; taken (and awaited) by shutdown.
     filler: Mutex<Option<JoinHandle<()>>>,
@@ -108,7 +110,7 @@ impl SessionManager {
         };
         let period =
             (config.idle_ttl / 4).clamp(Duration::from_millis(20), Duration::from_secs(30));
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(ManagerState {
             config,
             zygote: tokio::sync::Mutex::new(Some(zygote)),
             table: std::sync::Mutex::new(Table::default()),
@@ -140,6 +142,11 @@ impl SessionManager {
     /// workspaces are size-capped.
     pub fn isolation(&self) -> Isolation {
         self.inner.isolation
+    }
+
+    /// How long a session may sit idle before it expires (the operator's setting).
+    pub fn idle_ttl(&self) -> std::time::Duration {
+        self.inner.config.idle_ttl
     }
 
     /// Runs Python code; see [`SessionManager::run`].
@@ -210,11 +217,11 @@ impl SessionManager {
         let Some(id) = session_id else {
             let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
             let (entry, slot) = loop {
-                match self.inner.admit(account, Name::Call(n), limits)? {
-                    Admit::New(entry, slot, _) => break (entry, slot),
-                    Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
+                match self.inner.claim(account, Name::Call(n), limits)? {
+                    Claim::New(entry, slot, _) => break (entry, slot),
+                    Claim::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
                     // a new name has no entry yet
-                    Admit::Existing(_) | Admit::Expired(..) => return Err(ManagerError::ShutDown),
+                    Claim::Existing(_) | Claim::Expired(..) => return Err(ManagerError::ShutDown),
                 }
             };
             // retired in the background when this call ends, however it ends
@@ -231,9 +238,9 @@ impl SessionManager {
         loop {
             match self
                 .inner
-                .admit(account, Name::Caller(id.to_owned()), limits)?
+                .claim(account, Name::Caller(id.to_owned()), limits)?
             {
-                Admit::Existing(entry) => {
+                Claim::Existing(entry) => {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
                     if slot.closed {
                         continue; // retired while we waited: look up again
@@ -241,14 +248,14 @@ impl SessionManager {
                     let call = call.take().ok_or(ManagerError::ShutDown)?;
                     return self.call_in(entry, slot, false, false, call).await;
                 }
-                Admit::New(entry, slot, expired) => {
+                Claim::New(entry, slot, expired) => {
                     let call = call.take().ok_or(ManagerError::ShutDown)?;
                     return self.call_in(entry, slot, true, expired, call).await;
                 }
-                Admit::Expired(entry, slot) => {
+                Claim::Expired(entry, slot) => {
                     retire(Arc::clone(&self.inner), entry, slot, true).await;
                 }
-                Admit::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
+                Claim::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
             }
         }
     }

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::live::{Live, Place};
 use super::manager_types::{ManagerConfig, ManagerError};
-use super::table::Inner;
+use super::table::ManagerState;
 use super::workspace::remove_tree;
 use super::zygote::Zygote;
 use crate::policy::Limits;
@@ -148,13 +148,13 @@ impl Pool {
 
 /// Closes a warm session (its processes, cgroups and mounts), removes its directories, and only
 /// then gives its uid back.
-pub(super) async fn discard(inner: Arc<Inner>, warm: Warm) {
+pub(super) async fn discard(inner: Arc<ManagerState>, warm: Warm) {
     warm.live.close().await;
     forget_place(&inner, &warm.place).await;
 }
 
 /// Removes a warm session's directories, then gives its uid back.
-async fn forget_place(inner: &Inner, place: &Place) {
+async fn forget_place(inner: &ManagerState, place: &Place) {
     for dir in [&place.workspace, &place.tmpdir] {
         remove_tree(dir).await;
     }
@@ -165,7 +165,7 @@ async fn forget_place(inner: &Inner, place: &Place) {
 /// one at a time (the zygote forks one at a time anyway, and a burst would only compete with
 /// the calls being served). Stops early, without an error, when no uid is free; fails with the
 /// first session that cannot be made.
-pub(super) async fn top_up(inner: &Arc<Inner>) -> Result<(), ManagerError> {
+pub(super) async fn top_up(inner: &Arc<ManagerState>) -> Result<(), ManagerError> {
     loop {
         if inner.shut.load(Ordering::Acquire) {
             return Ok(());
@@ -223,7 +223,7 @@ pub(super) async fn top_up(inner: &Arc<Inner>) -> Result<(), ManagerError> {
 }
 
 /// The place of warm session `n`.
-fn warm_place(inner: &Inner, n: u64, uid: u32) -> Place {
+fn warm_place(inner: &ManagerState, n: u64, uid: u32) -> Place {
     let dir = inner.config.root.join(WARM_DIR);
     let name = format!("{}-{n}", inner.call_prefix);
     Place {
@@ -240,7 +240,7 @@ fn warm_place(inner: &Inner, n: u64, uid: u32) -> Place {
 /// ends (its warm sessions died with it; the top-up starts a new zygote). After a failure it
 /// waits before trying again, longer each time. Ends with the manager (its stop token, or the
 /// last strong reference gone).
-pub(super) async fn fill_loop(inner: Weak<Inner>) {
+pub(super) async fn fill_loop(inner: Weak<ManagerState>) {
     let mut backoff = Duration::ZERO;
     // the zygote whose end was already handled (a dead one is not waited for again)
     let mut handled_end: Option<i32> = None;
@@ -284,7 +284,7 @@ pub(super) async fn fill_loop(inner: Weak<Inner>) {
 }
 
 /// One top-up; the backoff before the next attempt (zero after a success).
-async fn top_up_logged(inner: &Arc<Inner>, backoff: Duration) -> Duration {
+async fn top_up_logged(inner: &Arc<ManagerState>, backoff: Duration) -> Duration {
     match top_up(inner).await {
         Ok(()) => Duration::ZERO,
         Err(e) => {
@@ -302,7 +302,7 @@ async fn top_up_logged(inner: &Arc<Inner>, backoff: Duration) -> Duration {
 }
 
 /// Closes every ready warm session (shutdown, after the filler has stopped).
-pub(super) async fn close_all(inner: &Arc<Inner>) {
+pub(super) async fn close_all(inner: &Arc<ManagerState>) {
     let ready = inner.table().pool.drain();
     inner.discard_later(ready);
     inner.background_done().await;

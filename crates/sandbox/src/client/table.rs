@@ -34,7 +34,7 @@ const REFILL_AFTER: Duration = Duration::from_millis(100);
 
 /// What the manager's handle, its calls and its background tasks share.
 #[derive(Debug)]
-pub(super) struct Inner {
+pub(super) struct ManagerState {
     pub(super) config: ManagerConfig,
     pub(super) zygote: tokio::sync::Mutex<Option<Zygote>>,
     pub(super) table: Mutex<Table>,
@@ -159,7 +159,8 @@ impl Entry {
     }
 }
 
-pub(super) enum Admit {
+/// What looking up (or making) a session's entry found.
+pub(super) enum Claim {
     /// a live entry: lock its slot and use it
     Existing(Arc<Entry>),
     /// a new entry, its slot already locked by us (holding a warm session when one was taken);
@@ -172,7 +173,7 @@ pub(super) enum Admit {
     Evict(Box<Warm>),
 }
 
-impl Inner {
+impl ManagerState {
     pub(super) fn table(&self) -> MutexGuard<'_, Table> {
         // every change to the table is a single insert or remove: still consistent after a panic
         self.table.lock().unwrap_or_else(|p| p.into_inner())
@@ -229,12 +230,13 @@ impl Inner {
         Ok(())
     }
 
-    pub(super) fn admit(
+    /// Finds `name`'s entry of `account`, or makes one within the caps and the budget.
+    pub(super) fn claim(
         self: &Arc<Self>,
         account: &str,
         name: Name,
         limits: &Limits,
-    ) -> Result<Admit, ManagerError> {
+    ) -> Result<Claim, ManagerError> {
         let now = Instant::now();
         let mut guard = self.table();
         let table = &mut *guard;
@@ -245,11 +247,11 @@ impl Inner {
                 && let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
                 && !slot.closed
             {
-                return Ok(Admit::Expired(Arc::clone(entry), slot));
+                return Ok(Claim::Expired(Arc::clone(entry), slot));
             }
             // in use (or being retired, which the caller finds out under its lock)
             entry.touch();
-            return Ok(Admit::Existing(Arc::clone(entry)));
+            return Ok(Claim::Existing(Arc::clone(entry)));
         }
         let limit = self.config.max_sessions_per_account;
         if sessions.values().filter(|e| e.counts()).count() >= limit {
@@ -288,7 +290,7 @@ impl Inner {
                         table.accounts.remove(account);
                     }
                     return match table.pool.evict() {
-                        Some(warm) => Ok(Admit::Evict(Box::new(warm))),
+                        Some(warm) => Ok(Claim::Evict(Box::new(warm))),
                         None => Err(ManagerError::NoFreeUid(self.config.uid_count)),
                     };
                 };
@@ -320,7 +322,7 @@ impl Inner {
             Name::Caller(id) => table.tombstones.remove(&(account.to_owned(), id)).is_some(),
             Name::Call(_) => false,
         };
-        Ok(Admit::New(entry, slot, expired))
+        Ok(Claim::New(entry, slot, expired))
     }
 
     /// The place of a session made for its entry: `<root>/<account>/<name>` and its `.tmp`.
@@ -354,7 +356,7 @@ impl Inner {
         }
     }
 
-    /// Waits for the discards started by [`Inner::discard_later`] (and any they started).
+    /// Waits for the discards started by [`ManagerState::discard_later`] (and any they started).
     pub(super) async fn background_done(&self) {
         loop {
             let tasks =
@@ -373,7 +375,7 @@ impl Inner {
 /// takes it out of the table and frees its uid (so the same id cannot get a new session on
 /// these paths before they are gone). `tombstone`: remember that the id expired.
 pub(super) async fn retire(
-    inner: Arc<Inner>,
+    inner: Arc<ManagerState>,
     entry: Arc<Entry>,
     mut slot: OwnedMutexGuard<Slot>,
     tombstone: bool,
@@ -411,7 +413,7 @@ pub(super) async fn retire(
 
 /// Retires a call's one-off session when the call ends, also when its future is dropped.
 pub(super) struct RetireOnDrop {
-    pub(super) inner: Arc<Inner>,
+    pub(super) inner: Arc<ManagerState>,
     pub(super) entry: Option<Arc<Entry>>,
 }
 
@@ -433,7 +435,7 @@ impl Drop for RetireOnDrop {
     }
 }
 
-pub(super) async fn sweep_loop(inner: Weak<Inner>, period: Duration) {
+pub(super) async fn sweep_loop(inner: Weak<ManagerState>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -444,7 +446,7 @@ pub(super) async fn sweep_loop(inner: Weak<Inner>, period: Duration) {
 }
 
 /// Retires every session idle for longer than the time-to-live (busy ones are skipped).
-fn sweep(inner: &Arc<Inner>) {
+fn sweep(inner: &Arc<ManagerState>) {
     let now = Instant::now();
     let ttl = inner.config.idle_ttl;
     let mut due = Vec::new();

@@ -37,16 +37,20 @@ pub struct Sandbox {
     limits: LimitSettings,
     /// `timeout_s` as `tools/list` shows it (it names the operator's limits).
     timeout: Field,
+    /// `session_id` as `tools/list` shows it (it names the operator's idle expiry).
+    session_id: Field,
 }
 
 impl Sandbox {
     /// Runs calls through `manager` under `limits`.
     pub fn new(manager: Arc<SessionManager>, limits: LimitSettings) -> Self {
         let timeout = timeout_field(&limits);
+        let session_id = session_id_field(manager.idle_ttl());
         Self {
             manager,
             limits,
             timeout,
+            session_id,
         }
     }
 
@@ -62,18 +66,35 @@ impl Sandbox {
     }
 }
 
-/// `session_id`, shared by every sandbox capability.
-fn session_id_field() -> Field {
+/// `session_id`, shared by every sandbox capability. Made once per server, like `timeout_s`.
+fn session_id_field(idle_ttl: std::time::Duration) -> Field {
+    let description: &'static str = Box::leak(
+        format!(
+            "your name for a session (1 to 256 bytes, no control characters): Python variables, \
+             imports and workspace files persist between calls with the same id; ids are \
+             private to your account. A session idle for {} expires (the result then says so). \
+             Without it, the call runs in a fresh interpreter that ends with the call.",
+            idle_span(idle_ttl)
+        )
+        .into_boxed_str(),
+    );
     Field {
         name: "session_id",
         kind: FieldKind::Name {
             max_len: MAX_SESSION_ID_BYTES,
         },
-        description: "your name for a session (1 to 256 bytes, no control characters): Python \
-                      variables, imports and workspace files persist between calls with the same \
-                      id; ids are private to your account. A session idle for 20 minutes expires \
-                      (the result then says so). Without it, the call runs in a fresh \
-                      interpreter that ends with the call.",
+        description,
+    }
+}
+
+/// An idle expiry in the words a description uses: "20 minutes", "1 minute", "90 seconds".
+fn idle_span(ttl: std::time::Duration) -> String {
+    let seconds = ttl.as_secs();
+    match (seconds / 60, seconds % 60) {
+        (1, 0) => "1 minute".to_owned(),
+        (minutes, 0) if minutes > 0 => format!("{minutes} minutes"),
+        _ if seconds == 1 => "1 second".to_owned(),
+        _ => format!("{seconds} seconds"),
     }
 }
 
@@ -239,6 +260,20 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolgate_domain::{Account, AccountId, Email};
+
+    #[test]
+    fn the_session_description_names_the_operators_idle_expiry() {
+        use std::time::Duration;
+        assert_eq!(idle_span(Duration::from_secs(20 * 60)), "20 minutes");
+        assert_eq!(idle_span(Duration::from_secs(60)), "1 minute");
+        assert_eq!(idle_span(Duration::from_secs(90)), "90 seconds");
+        let field = session_id_field(Duration::from_secs(5 * 60));
+        assert!(
+            field.description.contains("idle for 5 minutes expires"),
+            "{}",
+            field.description
+        );
+    }
 
     fn scope(args: Value, who: usize) -> Scope {
         let account = Account {

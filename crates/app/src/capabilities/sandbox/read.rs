@@ -7,7 +7,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::permits::{self, ReadPermits};
-use super::{MAX_PATH_BYTES, Sandbox, account_key, failure, session_id_field};
+use super::{MAX_PATH_BYTES, Sandbox, account_key, failure};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
@@ -56,7 +56,7 @@ impl Capability for ReadFile {
                 },
                 description: "a file's path relative to the session's workspace",
             },
-            session_id_field(),
+            self.sandbox.session_id.clone(),
         ]
     }
 

@@ -8,8 +8,7 @@ use toolgate_sandbox::client::{OutputChunk, OutputStream, Request};
 
 use super::render::{output_schema, render};
 use super::{
-    Asked, MAX_SOURCE_BYTES, Sandbox, Scope, account_key, failure, files_field, session_id_field,
-    uploaded_files,
+    Asked, MAX_SOURCE_BYTES, Sandbox, Scope, account_key, failure, files_field, uploaded_files,
 };
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ProgressSink,
@@ -125,7 +124,7 @@ impl Capability for Runner {
         };
         vec![
             own,
-            session_id_field(),
+            self.sandbox.session_id.clone(),
             self.sandbox.timeout.clone(),
             files_field(),
         ]
@@ -167,7 +166,7 @@ impl Capability for Runner {
             Vec::new()
         };
         let account = account_key(ctx);
-        let mut relay = ctx.progress.map(ProgressRelay::new);
+        let mut relay = ctx.progress.map(OutputProgress::new);
         let mut forward = |chunk: OutputChunk| {
             if let Some(relay) = relay.as_mut() {
                 relay.relay(&chunk);
@@ -199,12 +198,12 @@ impl Capability for Runner {
 }
 
 /// Passes streamed output on as progress notifications.
-struct ProgressRelay<'a> {
+struct OutputProgress<'a> {
     sink: &'a dyn ProgressSink,
     bytes: u64,
 }
 
-impl<'a> ProgressRelay<'a> {
+impl<'a> OutputProgress<'a> {
     fn new(sink: &'a dyn ProgressSink) -> Self {
         Self { sink, bytes: 0 }
     }
@@ -237,7 +236,7 @@ impl Capability for Upload {
     }
 
     fn fields(&self) -> Vec<Field> {
-        vec![files_field(), session_id_field()]
+        vec![files_field(), self.sandbox.session_id.clone()]
     }
 
     fn output_schema(&self) -> Value {
@@ -324,7 +323,7 @@ fn cut(text: &str, max: usize) -> &str {
     &text[..end]
 }
 
-impl ProgressRelay<'_> {
+impl OutputProgress<'_> {
     fn relay(&mut self, chunk: &OutputChunk) {
         self.bytes += chunk.data.len() as u64;
         let shown = cut(&chunk.data, MAX_PROGRESS_MESSAGE);
