@@ -1,6 +1,22 @@
 //! Where a caller's key may travel: the path, `Authorization: Bearer`, `X-Api-Key`, `?key=`.
 
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, header};
+use toolgate_app::App;
+use toolgate_domain::Account;
+
+use crate::error::EdgeError;
+
+/// The one way every route learns who calls: the key from its carrier (`path_key` first on
+/// the personal URL), resolved by the app. A refusal is the error map's to answer.
+pub async fn authenticate(
+    app: &App,
+    path_key: Option<String>,
+    parts: &Parts,
+) -> Result<Account, EdgeError> {
+    let presented = presented_key(path_key, &parts.headers, parts.uri.query());
+    Ok(app.auth().authenticate(presented.as_deref()).await?)
+}
 
 /// The presented key, taken from the first carrier that holds one, in the order
 /// path, `Authorization`, `X-Api-Key`, query. Later carriers are ignored, not compared.

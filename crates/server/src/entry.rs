@@ -43,10 +43,9 @@ async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Re
     if !state.origins.permits(&parts.headers) {
         return EdgeError::ForbiddenOrigin.respond(&state.metrics);
     }
-    let presented = carriers::presented_key(path_key, &parts.headers, parts.uri.query());
-    let account = match state.app.auth().authenticate(presented.as_deref()).await {
+    let account = match carriers::authenticate(&state.app, path_key, &parts).await {
         Ok(account) => Arc::new(account),
-        Err(err) => return EdgeError::from(err).respond(&state.metrics),
+        Err(err) => return err.respond(&state.metrics),
     };
     let session = match parts.headers.get(SESSION_HEADER) {
         None => None,

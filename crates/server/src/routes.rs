@@ -12,10 +12,10 @@ use crate::{Shared, carriers};
 
 /// `GET /billing/status` with the key in `Authorization`, `X-Api-Key` or `?key=`.
 pub async fn billing_status(State(state): State<Shared>, request: Request) -> Response {
-    let presented = carriers::presented_key(None, request.headers(), request.uri().query());
-    let account = match state.app.auth().authenticate(presented.as_deref()).await {
+    let (parts, _) = request.into_parts();
+    let account = match carriers::authenticate(&state.app, None, &parts).await {
         Ok(account) => account,
-        Err(err) => return EdgeError::from(err).respond(&state.metrics),
+        Err(err) => return err.respond(&state.metrics),
     };
     match state.app.meter().status(&account).await {
         // axum answers 500 itself if serialising ever failed, rather than an empty 200.

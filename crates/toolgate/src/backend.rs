@@ -7,7 +7,7 @@ use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
-use crate::config::Settings;
+use crate::config::{Secret, Settings};
 
 /// The SQLite file's name inside the data directory.
 pub const SQLITE_FILE: &str = "toolgate.db";
@@ -23,7 +23,7 @@ pub enum Opener {
 
 /// Opens PostgreSQL when `database_url` is set, else the SQLite file in the data directory.
 pub async fn open(settings: &Settings, opener: Opener) -> Result<Arc<dyn Store>> {
-    match settings.database_url.as_deref() {
+    match settings.database_url.as_ref().map(Secret::expose) {
         Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
             let store = PgStore::connect(url)
                 .await

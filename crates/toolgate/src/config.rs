@@ -10,6 +10,33 @@ use serde::Deserialize;
 use toolgate_domain::{Brand, Micros, Pricing};
 use toolgate_server::SessionLimits;
 
+/// A setting that holds a credential (a database URL with its password): its `Debug` shows
+/// nothing of it, so no log line or error built from the settings can leak it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The value itself, for the one place that uses it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
+}
+
+impl std::str::FromStr for Secret {
+    type Err = std::convert::Infallible;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(Self(value.to_owned()))
+    }
+}
+
 /// Options every command reads. `Option` everywhere so that "not given" can fall through to the
 /// file and then to the default.
 #[derive(Debug, Default, Clone, Args, Deserialize)]
@@ -26,7 +53,7 @@ pub struct Settings {
         global = true,
         hide_env_values = true
     )]
-    pub database_url: Option<String>,
+    pub database_url: Option<Secret>,
 
     /// The URL clients reach this server at; personal URLs and the allowed Origin derive from it
     /// [default: http://127.0.0.1:8080]
@@ -355,6 +382,17 @@ mod tests {
         );
         assert_eq!(merged.pricing().unwrap().free_monthly_calls, 3);
         assert_eq!(merged.listen().to_string(), "127.0.0.1:8080");
+    }
+
+    #[test]
+    fn the_database_url_never_shows_in_debug() {
+        let settings = Settings {
+            database_url: Some("postgres://u:hunter2@db/x".parse().unwrap()),
+            ..Settings::default()
+        };
+        let shown = format!("{settings:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
     }
 
     #[test]
