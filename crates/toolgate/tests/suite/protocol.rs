@@ -3,9 +3,7 @@
 //! Origin check. None of the refusals is metered.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 async fn setup(email: &str, extra: &[&str]) -> (tempfile::TempDir, Account, Server) {

@@ -90,7 +90,6 @@ pub async fn fixture() -> Fixture {
 
 impl Fixture {
     /// The host directory holding every session's workspace (`<account>/<hash of the id>`).
-    #[allow(dead_code)]
     pub fn sessions_root(&self) -> PathBuf {
         self._dir.path().join("sessions")
     }

@@ -4,9 +4,7 @@
 //! the server hold is bounded: ~100 MiB here, however many it sends.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// The server's peak resident memory since the last reset, in KiB.

@@ -2,9 +2,7 @@
 //! refused with -32001 / 401, including rotation, `/mcp` and `/billing/status`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 const TOOL_NAMES: [&str; 3] = ["svc_read", "svc_write", "svc_ai"];

@@ -6,9 +6,7 @@
 //! target/debug (`cargo build -p toolgate-sandbox-harden`); scripts/test.sh makes both.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// Every text item of a result, joined.

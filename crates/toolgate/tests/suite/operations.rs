@@ -2,9 +2,7 @@
 //! key, and a server that answers a concurrent mix of hostile and valid requests correctly.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::json;
 
 /// The value of the sample line that starts with `series ` (exact labels), if present.

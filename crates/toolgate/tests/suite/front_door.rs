@@ -3,14 +3,12 @@
 //! owner's alone, and sessions closed as the SDKs' own servers close them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::io::Write;
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// One key opening thousands of sessions holds at most its cap, and the server barely grows:
 /// before, each session was an rmcp worker (~70 KiB), 3,000 of them +206 MiB.

@@ -3,13 +3,11 @@
 //! SIGKILLed mid-burst. The concurrency and crash stories run on SQLite and on PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::json;
 use toolgate_store_postgres::testkit::with_fresh_database;
 

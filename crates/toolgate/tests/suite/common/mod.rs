@@ -19,9 +19,7 @@ use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
-#[allow(unused_imports)]
 pub use rpc::*;
-#[allow(unused_imports)]
 pub use sandboxed::*;
 
 /// The binary under test.

@@ -4,11 +4,9 @@
 //! Python session go on, and nobody else can cancel it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 fn write_call(id: i64, code: &str) -> Value {

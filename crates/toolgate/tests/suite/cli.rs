@@ -2,9 +2,7 @@
 //! message on stderr, nothing on stdout), and settings from flags, `TOOLGATE_*` and `--config`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn assert_fails(out: &CliOutput, what: &str) {

@@ -1,0 +1,17 @@
+//! toolgate's integration tests, one binary: each module was a test binary of its own, and on a
+//! 2-core machine every binary is linked separately. Modules share `common` (the server, its
+//! storage, clients) and nothing else.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+mod architecture;
+mod cancellation;
+mod carriers;
+mod cli;
+mod front_door;
+mod metering;
+mod operations;
+mod protocol;
+mod reads;
+mod sandbox;
