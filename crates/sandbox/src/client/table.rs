@@ -179,6 +179,14 @@ impl ManagerState {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Whether `name` of `account` has an entry now.
+    fn has_entry(&self, account: &str, name: &Name) -> bool {
+        self.table()
+            .accounts
+            .get(account)
+            .is_some_and(|sessions| sessions.contains_key(name))
+    }
+
     /// The entry of an account's session id, if it is in the table.
     pub(super) fn lookup(&self, account: &str, session_id: &str) -> Option<Arc<Entry>> {
         self.table()
@@ -196,17 +204,20 @@ impl ManagerState {
     /// idle sessions cost a few MiB, so reserving every limit would cap a host at a handful of
     /// sessions; the kernel's limit on the parent groups holds the total hard. An account's
     /// share is judged by reservation (its sessions times their limit).
+    /// `usage`: what sessions use, read before the table was locked; read here (under the
+    /// lock) only in the rare race where the entry went away in between.
     fn check_budget(
         &self,
         table: &Table,
         account: &str,
         limits: &Limits,
+        usage: Option<(Option<u64>, Option<u64>)>,
     ) -> Result<(), ManagerError> {
         let budget = self.config.budget;
         let passes =
             |limit: u64, used: u64, more: u64| limit > 0 && used.saturating_add(more) > limit;
         if let Some(cgroups) = &self.cgroups {
-            let (memory, pids) = cgroups.in_use();
+            let (memory, pids) = usage.unwrap_or_else(|| cgroups.in_use());
             if passes(
                 budget.memory_bytes,
                 memory.unwrap_or(0),
@@ -237,6 +248,11 @@ impl ManagerState {
         name: Name,
         limits: &Limits,
     ) -> Result<Claim, ManagerError> {
+        // What sessions use now is read before the table is locked (two cgroupfs reads), and
+        // only when a new session is likely: a warm call finds its entry and reads nothing.
+        let usage = (!self.has_entry(account, &name))
+            .then(|| self.cgroups.as_ref().map(|cgroups| cgroups.in_use()))
+            .flatten();
         let now = Instant::now();
         let mut guard = self.table();
         let table = &mut *guard;
@@ -263,7 +279,7 @@ impl ManagerState {
                 idle_ttl: self.config.idle_ttl,
             });
         }
-        self.check_budget(table, account, limits)?;
+        self.check_budget(table, account, limits, usage)?;
         let (warm, unusable) = table.pool.take(limits, &self.config);
         self.discard_later(unusable);
         let (place, live) = match warm {
