@@ -6,6 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
 use toolgate_app::App;
+use toolgate_domain::{Brand, Pricing};
 use toolgate_server::{ConnectionLimits, HttpSettings, Metrics};
 
 use crate::config::Settings;
@@ -38,29 +39,49 @@ pub fn init_logging(
     guard
 }
 
+/// What `serve` needs from the settings, parsed and validated once, before anything is opened,
+/// bound or started: a bad value is refused by name with nothing left behind.
+struct ServeConfig {
+    brand: Brand,
+    pricing: Pricing,
+    http: HttpSettings,
+}
+
+impl ServeConfig {
+    fn from_settings(settings: &Settings) -> Result<Self> {
+        let public_url = settings.public_url()?;
+        Ok(Self {
+            brand: settings.brand()?,
+            pricing: settings.pricing()?,
+            http: HttpSettings {
+                public_url,
+                allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
+                allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
+                max_request_bytes: settings.max_request_bytes()?,
+                sessions: settings.mcp_session_limits()?,
+            },
+        })
+    }
+}
+
 /// Runs the service.
 pub async fn run(settings: &Settings) -> Result<()> {
+    let config = ServeConfig::from_settings(settings)?;
     let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
-    let public_url = settings.public_url()?;
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
         None => (None, None),
     };
+    let public_url = config.http.public_url.clone();
     let app = App::new(
         store,
-        settings.brand()?,
-        settings.pricing()?,
+        config.brand,
+        config.pricing,
         &public_url,
         capabilities,
     );
-    let http = HttpSettings {
-        public_url: public_url.clone(),
-        allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
-        allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
-        max_request_bytes: settings.max_request_bytes()?,
-        sessions: settings.mcp_session_limits()?,
-    };
+    let http = config.http;
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     let listen = settings.listen();

@@ -451,11 +451,13 @@ fn serve_refuses_unusable_settings_at_once() {
     let storage = Storage::sqlite(dir.path());
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--database-url", "mysql://localhost/x"], "database_url"),
         (&["--public-url", "ftp://example.org"], "public_url"),
         (&["--max-request-bytes", "10"], "max_request_bytes"),
         (&["--sqlite-synchronous", "sometimes"], "sometimes"),
+        (&["--brand", "Not A Brand!"], "brand"),
+        (&["--paid-call-cost-usd", "lots"], "paid_call_cost_usd"),
     ];
     for (flags, named) in cases {
         let mut args = vec!["serve", "--listen", &listen];
@@ -465,6 +467,16 @@ fn serve_refuses_unusable_settings_at_once() {
         assert!(
             out.stderr.contains(named),
             "serve {flags:?}: the message names {named}: {out:?}"
+        );
+        // refused before anything was opened: no database file, no sessions directory
+        let left: Vec<_> = std::fs::read_dir(&storage.data_dir)
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        assert!(
+            !left
+                .iter()
+                .any(|name| name == "toolgate.db" || name == "sessions"),
+            "serve {flags:?} left {left:?} behind"
         );
     }
 }
