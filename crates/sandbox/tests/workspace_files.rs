@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::{limits, manager, text};
 use toolgate_sandbox::client::{
-    CallOutcome, FileProblem, ManagerError, OutputChunk, SessionManager, WorkspaceFile,
+    CallOutcome, FileProblem, ManagerError, OutputChunk, RunRequest, SessionManager, WorkspaceFile,
     WorkspaceRead,
 };
 
@@ -101,17 +101,14 @@ async fn uploads_land_in_the_workspace_before_the_code_runs() {
     .await;
     assert_eq!(text(&call), "'new'");
     // an upload without code, as the `upload` capability does it
-    m.run(
-        "acct",
-        Some("s"),
-        toolgate_sandbox::client::Request::Exec {
-            code: String::new(),
-        },
-        &limits(10),
-        &[file("later.txt", b"for later")],
-        None,
-        None,
-    )
+    let (ten, later) = (limits(10), [file("later.txt", b"for later")]);
+    let upload = toolgate_sandbox::client::Request::Exec {
+        code: String::new(),
+    };
+    m.run(RunRequest {
+        files: &later,
+        ..RunRequest::new("acct", Some("s"), upload, &ten)
+    })
     .await
     .unwrap();
     let read = m.read_file("acct", "s", "later.txt", 1024).await.unwrap();

@@ -16,7 +16,7 @@ use super::cgroup::{CgroupVersion, Cgroups};
 use super::files::{self, MAX_UPLOAD_FILES, WorkspaceFile, WorkspaceRead};
 use super::live::{Live, blocking};
 use super::manager_types::{
-    CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
+    CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError, RunRequest,
 };
 use super::pool::{self, WARM_DIR};
 use super::session::Request;
@@ -150,37 +150,45 @@ impl SessionManager {
     }
 
     /// Runs Python code; see [`SessionManager::run`].
-    pub async fn exec(
+    pub async fn exec<'a>(
         &self,
-        account: &str,
-        session_id: Option<&str>,
+        account: &'a str,
+        session_id: Option<&'a str>,
         code: &str,
-        limits: &Limits,
-        files: &[WorkspaceFile],
-        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+        limits: &'a Limits,
+        files: &'a [WorkspaceFile],
+        on_output: Option<&'a mut (dyn FnMut(OutputChunk) + Send + 'a)>,
     ) -> Result<CallOutcome, ManagerError> {
-        let request = Request::Exec {
+        let work = Request::Exec {
             code: code.to_owned(),
         };
-        self.run(account, session_id, request, limits, files, on_output, None)
-            .await
+        self.run(RunRequest {
+            files,
+            on_output,
+            ..RunRequest::new(account, session_id, work, limits)
+        })
+        .await
     }
 
     /// Runs a bash command line; see [`SessionManager::run`].
-    pub async fn bash(
+    pub async fn bash<'a>(
         &self,
-        account: &str,
-        session_id: Option<&str>,
+        account: &'a str,
+        session_id: Option<&'a str>,
         command: &str,
-        limits: &Limits,
-        files: &[WorkspaceFile],
-        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+        limits: &'a Limits,
+        files: &'a [WorkspaceFile],
+        on_output: Option<&'a mut (dyn FnMut(OutputChunk) + Send + 'a)>,
     ) -> Result<CallOutcome, ManagerError> {
-        let request = Request::Bash {
+        let work = Request::Bash {
             command: command.to_owned(),
         };
-        self.run(account, session_id, request, limits, files, on_output, None)
-            .await
+        self.run(RunRequest {
+            files,
+            on_output,
+            ..RunRequest::new(account, session_id, work, limits)
+        })
+        .await
     }
 
     /// Runs one call in the account's session `session_id` (created if needed), or, without an
@@ -189,17 +197,16 @@ impl SessionManager {
     /// [`WorkspaceFile`]); if one cannot be, nothing runs. Time limits, streaming and
     /// cancellation work as in [`Session::run`](super::Session::run). A session that dies or is
     /// killed during the call is removed; the next call with its id starts fresh.
-    #[allow(clippy::too_many_arguments)] // the call's own parameters, each of a different kind
-    pub async fn run(
-        &self,
-        account: &str,
-        session_id: Option<&str>,
-        request: Request,
-        limits: &Limits,
-        files: &[WorkspaceFile],
-        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
-        cancel: Option<&CancellationToken>,
-    ) -> Result<CallOutcome, ManagerError> {
+    pub async fn run(&self, call: RunRequest<'_>) -> Result<CallOutcome, ManagerError> {
+        let RunRequest {
+            account,
+            session_id,
+            work: request,
+            limits,
+            files,
+            on_output,
+            cancel,
+        } = call;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
         }

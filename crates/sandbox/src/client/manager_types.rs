@@ -4,10 +4,14 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
+
 use super::cgroup::{CgroupError, CgroupMode, CgroupVersion};
-use super::files::{FileError, MAX_UPLOAD_FILES};
+use super::files::{FileError, MAX_UPLOAD_FILES, WorkspaceFile};
+use super::session::Request;
 use super::session_error::{SessionError, human_bytes};
 use super::wire::ExecOutcome;
+use super::wire::OutputChunk;
 use super::zygote::{DEFAULT_SANDBOX_UID, ZygoteConfig, ZygoteError};
 use crate::policy::{LimitSettings, Limits};
 
@@ -240,4 +244,44 @@ pub struct CallOutcome {
     /// Processes of the session the kernel killed for want of memory during this call (say a
     /// bash command's); the interpreter's own such death is [`SessionError::OutOfMemory`].
     pub oom_kills: u64,
+}
+
+/// One call for [`SessionManager::run`](super::SessionManager::run): whose, in which session,
+/// what to run, under which limits, with which files first, where output goes, what cancels it.
+pub struct RunRequest<'a> {
+    /// The account the session belongs to (never empty).
+    pub account: &'a str,
+    /// The caller's session id; `None`: a fresh session closed after the call.
+    pub session_id: Option<&'a str>,
+    /// Python code or a bash command line.
+    pub work: Request,
+    /// The call's limits.
+    pub limits: &'a Limits,
+    /// Files written into the workspace before the work runs.
+    pub files: &'a [WorkspaceFile],
+    /// Receives output while the work runs.
+    pub on_output: Option<&'a mut (dyn FnMut(OutputChunk) + Send + 'a)>,
+    /// Cancels the call (the code is interrupted, the session survives).
+    pub cancel: Option<&'a CancellationToken>,
+}
+
+impl<'a> RunRequest<'a> {
+    /// `work` for `account` in `session_id` under `limits`: no files, no output sink, no
+    /// cancellation.
+    pub fn new(
+        account: &'a str,
+        session_id: Option<&'a str>,
+        work: Request,
+        limits: &'a Limits,
+    ) -> Self {
+        Self {
+            account,
+            session_id,
+            work,
+            limits,
+            files: &[],
+            on_output: None,
+            cancel: None,
+        }
+    }
 }

@@ -35,7 +35,7 @@ pub use files::{
 };
 pub use manager::SessionManager;
 pub use manager_types::{
-    Budget, CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError,
+    Budget, CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError, RunRequest,
 };
 pub use session::{OUTPUT_QUEUE, Request, Session};
 pub use session_error::{KillReason, SessionError};

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolgate_sandbox::client::{OutputChunk, OutputStream, Request};
+use toolgate_sandbox::client::{OutputChunk, OutputStream, Request, RunRequest};
 
 use super::render::{output_schema, render};
 use super::{
@@ -179,15 +179,12 @@ impl Capability for Runner {
         let result = self
             .sandbox
             .manager
-            .run(
-                &account,
-                scope.id(),
-                request,
-                &limits,
-                &files,
+            .run(RunRequest {
+                files: &files,
                 on_output,
-                ctx.cancel,
-            )
+                cancel: ctx.cancel,
+                ..RunRequest::new(&account, scope.id(), request, &limits)
+            })
             .await;
         if let Scope::Call { id, last: true } = &scope {
             self.sandbox.manager.close_session(&account, id).await;
@@ -279,18 +276,15 @@ impl Capability for Upload {
         let request = Request::Exec {
             code: String::new(),
         };
+        let account = account_key(ctx);
         let call = self
             .sandbox
             .manager
-            .run(
-                &account_key(ctx),
-                scope.id(),
-                request,
-                &limits,
-                &files,
-                None,
-                ctx.cancel,
-            )
+            .run(RunRequest {
+                files: &files,
+                cancel: ctx.cancel,
+                ..RunRequest::new(&account, scope.id(), request, &limits)
+            })
             .await
             .map_err(failure)?;
         let listed: Vec<Value> = files
