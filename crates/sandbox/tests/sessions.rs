@@ -538,3 +538,50 @@ async fn one_off_calls_back_to_back_never_hit_the_session_limit() {
     }
     m.shutdown().await;
 }
+
+/// A run's environment (how secrets will reach code) is the run's only: Python and bash see it,
+/// the next run in the same session does not; bad names, NUL bytes and floods are refused
+/// before anything runs, without echoing a value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_environment_is_that_runs_only() {
+    use std::collections::BTreeMap;
+    use toolgate_sandbox::client::{Request, RunRequest};
+
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let env = BTreeMap::from([("TG_RUN_VALUE".to_owned(), "s3cret-value".to_owned())]);
+    let ten = limits(10);
+    let with_env = |work: Request| RunRequest {
+        env: &env,
+        ..RunRequest::new("a", Some("s"), work, &ten)
+    };
+    let code = "import os\nos.environ.get('TG_RUN_VALUE')".to_owned();
+    let python = m.run(with_env(Request::Exec { code })).await.unwrap();
+    assert_eq!(text(&python), "'s3cret-value'");
+    let command = "echo \"[$TG_RUN_VALUE]\"".to_owned();
+    let bash = m.run(with_env(Request::Bash { command })).await.unwrap();
+    assert_eq!(bash.outcome.stdout, "[s3cret-value]\n");
+    let after = exec(&m, "a", Some("s"), "os.environ.get('TG_RUN_VALUE', 'gone')").await;
+    assert_eq!(
+        text(&after),
+        "'gone'",
+        "the next run still saw the variable"
+    );
+
+    let nul = BTreeMap::from([("OK_NAME".to_owned(), "a\0b".to_owned())]);
+    let bad_name = BTreeMap::from([("1BAD".to_owned(), "hidden-value".to_owned())]);
+    let flood: BTreeMap<String, String> =
+        (0..65).map(|i| (format!("V{i}"), String::new())).collect();
+    for bad in [&nul, &bad_name, &flood] {
+        let refused = m
+            .run(RunRequest {
+                env: bad,
+                ..RunRequest::new("a", Some("s"), Request::Exec { code: "1".into() }, &ten)
+            })
+            .await;
+        let Err(error @ ManagerError::InvalidEnv(_)) = &refused else {
+            panic!("expected an invalid environment, got {refused:?}");
+        };
+        assert!(!error.to_string().contains("hidden-value"), "{error}");
+    }
+}

@@ -3,6 +3,7 @@
 //! uid of its own). The table and its locking are in `table.rs`; one session's resources in
 //! `live.rs`; the warm sessions new ones take in `pool.rs`.
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use super::files::{self, MAX_UPLOAD_FILES, WorkspaceFile, WorkspaceRead};
 use super::live::{Live, blocking};
 use super::manager_types::{
     CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError, RunRequest,
+    check_env,
 };
 use super::pool::{self, WARM_DIR};
 use super::session::Request;
@@ -53,6 +55,7 @@ impl Drop for SessionManager {
 /// which `&mut` keeps apart from the others).
 struct Call<'a, 'o> {
     request: Request,
+    env: &'a BTreeMap<String, String>,
     limits: &'a Limits,
     files: &'a [WorkspaceFile],
     on_output: Option<&'o mut (dyn FnMut(OutputChunk) + Send + 'o)>,
@@ -206,6 +209,7 @@ impl SessionManager {
             files,
             on_output,
             cancel,
+            env,
         } = call;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
@@ -214,8 +218,10 @@ impl SessionManager {
             return Err(ManagerError::ShutDown);
         }
         check_upload(files, limits)?;
+        check_env(env)?;
         let mut call = Some(Call {
             request,
+            env,
             limits,
             files,
             on_output,
@@ -312,9 +318,13 @@ impl SessionManager {
         let before = live.memory_events();
         // interrupted by the caller's token or by the manager's shutdown, whichever comes first
         let token = self.inner.stopping.child_token();
-        let run = live
-            .session
-            .run(call.request, call.limits, call.on_output, Some(&token));
+        let run = live.session.run_in(
+            call.request,
+            call.env,
+            call.limits,
+            call.on_output,
+            Some(&token),
+        );
         let result = match call.cancel {
             None => run.await,
             Some(caller) => {

@@ -1,5 +1,6 @@
 //! The session manager's public values: its settings, its errors, a call's outcome.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -180,6 +181,9 @@ pub enum ManagerError {
     /// the account id is empty
     #[error("the account id is empty")]
     InvalidAccount,
+    /// a run's environment has a bad name or value, or is too large
+    #[error("invalid environment for the run: {0}")]
+    InvalidEnv(String),
     /// a read named a session that does not exist (never created, closed or expired)
     #[error("no such session: it was never started, or it was closed or expired")]
     NoSuchSession,
@@ -263,6 +267,53 @@ pub struct RunRequest<'a> {
     pub on_output: Option<&'a mut (dyn FnMut(OutputChunk) + Send + 'a)>,
     /// Cancels the call (the code is interrupted, the session survives).
     pub cancel: Option<&'a CancellationToken>,
+    /// Added to the environment of this run only (see [`check_env`] for what is allowed).
+    pub env: &'a BTreeMap<String, String>,
+}
+
+/// Most variables one run may be given.
+pub const MAX_RUN_ENV: usize = 64;
+/// Most bytes of all names and values of one run's environment.
+pub const MAX_RUN_ENV_BYTES: usize = 256 * 1024;
+
+/// An empty environment, for runs that add nothing.
+static NO_ENV: BTreeMap<String, String> = BTreeMap::new();
+
+/// Refuses an environment a run cannot be given: names `[A-Za-z_][A-Za-z0-9_]*` of at most 128
+/// bytes, values without NUL, at most [`MAX_RUN_ENV`] variables and [`MAX_RUN_ENV_BYTES`].
+/// No value is ever part of the error.
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), ManagerError> {
+    if env.len() > MAX_RUN_ENV {
+        return Err(ManagerError::InvalidEnv(format!(
+            "{} variables, at most {MAX_RUN_ENV}",
+            env.len()
+        )));
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_RUN_ENV_BYTES {
+        return Err(ManagerError::InvalidEnv(format!(
+            "{bytes} bytes, at most {MAX_RUN_ENV_BYTES}"
+        )));
+    }
+    for (name, value) in env {
+        let mut chars = name.chars();
+        let good_name = name.len() <= 128
+            && chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !good_name {
+            return Err(ManagerError::InvalidEnv(
+                "a name is not [A-Za-z_][A-Za-z0-9_]* of at most 128 bytes".to_owned(),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ManagerError::InvalidEnv(format!(
+                "the value of {name} holds a NUL byte"
+            )));
+        }
+    }
+    Ok(())
 }
 
 impl<'a> RunRequest<'a> {
@@ -282,6 +333,7 @@ impl<'a> RunRequest<'a> {
             files: &[],
             on_output: None,
             cancel: None,
+            env: &NO_ENV,
         }
     }
 }

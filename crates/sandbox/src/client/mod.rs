@@ -35,7 +35,8 @@ pub use files::{
 };
 pub use manager::SessionManager;
 pub use manager_types::{
-    Budget, CallOutcome, Isolation, MAX_SESSION_ID_BYTES, ManagerConfig, ManagerError, RunRequest,
+    Budget, CallOutcome, Isolation, MAX_RUN_ENV, MAX_RUN_ENV_BYTES, MAX_SESSION_ID_BYTES,
+    ManagerConfig, ManagerError, RunRequest, check_env,
 };
 pub use session::{OUTPUT_QUEUE, Request, Session};
 pub use session_error::{KillReason, SessionError};

@@ -5,6 +5,7 @@
 //! is interrupted with SIGINT, its reply is read and dropped, and the session stays in step for
 //! the next call. A call's time limit works the same way, with SIGKILL when SIGINT is not enough.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -51,6 +52,8 @@ pub struct Session {
 #[derive(Debug)]
 struct Job {
     request: Request,
+    /// Added to the run's environment, for this run only.
+    env: BTreeMap<String, String>,
     timeout: Duration,
     output: Option<mpsc::Sender<OutputChunk>>,
     cancel: Option<CancellationToken>,
@@ -138,6 +141,20 @@ impl Session {
         &self,
         request: Request,
         limits: &Limits,
+        on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
+        cancel: Option<&CancellationToken>,
+    ) -> Result<ExecOutcome, SessionError> {
+        self.run_in(request, &BTreeMap::new(), limits, on_output, cancel)
+            .await
+    }
+
+    /// [`Session::run`] with `env` added to the environment of this run only (Python's
+    /// `os.environ` while the cell runs, bash's environment); the next run does not see it.
+    pub async fn run_in(
+        &self,
+        request: Request,
+        env: &BTreeMap<String, String>,
+        limits: &Limits,
         mut on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)>,
         cancel: Option<&CancellationToken>,
     ) -> Result<ExecOutcome, SessionError> {
@@ -151,6 +168,7 @@ impl Session {
         };
         let job = Job {
             request,
+            env: env.clone(),
             timeout: limits.timeout,
             output,
             cancel: cancel.cloned(),
@@ -300,7 +318,7 @@ impl Driver {
         let stream_output = job.output.is_some();
         let limit = job.timeout;
         let mut interrupt_at = Instant::now() + limit;
-        let request = match &job.request {
+        let mut request = match &job.request {
             Request::Exec { code } => serde_json::json!({
                 "op": "exec", "id": id, "code": code, "stream": stream_output,
             }),
@@ -314,6 +332,9 @@ impl Driver {
                 })
             }
         };
+        if !job.env.is_empty() {
+            request["env"] = serde_json::json!(job.env);
+        }
         let bytes = match frame::encode(&request) {
             Ok(bytes) => bytes,
             Err(e) => {
