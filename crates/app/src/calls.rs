@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_domain::{Account, Admission};
 use toolgate_store::Decided;
 
-use crate::capability::{CallContext, ContentItem, JsonObject, ProgressSink};
+use crate::capability::{CallContext, CallScratch, ContentItem, JsonObject, ProgressSink};
 use crate::metering::{Meter, MeterError};
 use crate::registry::{Registry, ToolOutcome};
 
@@ -101,10 +101,13 @@ impl ToolCalls {
             })?;
             None
         };
+        // dropped when this call returns, after the commit: a call-scoped session closes then
+        let scratch = CallScratch::default();
         let ctx = CallContext {
             account: caller,
             tool: &spec.name,
             call_id: self.next_call.fetch_add(1, Ordering::Relaxed),
+            scratch: &scratch,
             progress: io.progress,
             cancel: io.cancel,
         };

@@ -54,6 +54,34 @@ pub trait ProgressSink: Send + Sync {
     fn report(&self, progress: f64, message: &str);
 }
 
+/// State the capabilities of one call share, made by the first that needs it and dropped when
+/// the call ends (a call-scoped session closes then). One value per type.
+#[derive(Default)]
+pub struct CallScratch {
+    values: std::sync::Mutex<Vec<std::sync::Arc<dyn std::any::Any + Send + Sync>>>,
+}
+
+impl CallScratch {
+    /// The call's value of type `T`, made by `make` the first time.
+    pub fn get_or_insert<T: Send + Sync + 'static>(
+        &self,
+        make: impl FnOnce() -> T,
+    ) -> std::sync::Arc<T> {
+        let mut values = self
+            .values
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let found = values
+            .iter()
+            .find_map(|value| std::sync::Arc::clone(value).downcast::<T>().ok());
+        found.unwrap_or_else(|| {
+            let made = std::sync::Arc::new(make());
+            values.push(made.clone());
+            made
+        })
+    }
+}
+
 /// Who is calling and through which tool.
 #[derive(Clone, Copy)]
 pub struct CallContext<'a> {
@@ -61,8 +89,10 @@ pub struct CallContext<'a> {
     pub account: &'a Account,
     /// The tool's full name.
     pub tool: &'a str,
-    /// Unique per call within this process: capabilities of one call share state by it.
+    /// Unique per call within this process.
     pub call_id: u64,
+    /// What the call's capabilities share; dropped when the call ends.
+    pub scratch: &'a CallScratch,
     /// Where to report progress, if the caller wants it.
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.

@@ -454,7 +454,9 @@ mod tests {
             email: Email::parse("a@b.org").unwrap(),
             tier: "free".into(),
         };
+        let scratch = crate::capability::CallScratch::default();
         let ctx = CallContext {
+            scratch: &scratch,
             account: &account,
             tool: "svc_read",
             call_id: 1,

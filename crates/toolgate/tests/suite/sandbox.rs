@@ -176,11 +176,23 @@ async fn files_go_in_and_come_back_but_never_from_outside() {
         )
         .await;
     assert_eq!(blob["structuredContent"]["file"]["content"], "AAEC");
-    // code and files without an id share one call-scoped session
+    // code and files without an id share one call-scoped session, closed once the call ends:
+    // a daemon the call leaves behind dies with it
+    let marker = format!("tg-call-scoped-{}", std::process::id());
+    let daemon =
+        format!("cat t.txt; setsid bash -c 'exec -a {marker} sleep 300' > /dev/null 2>&1 &");
     let combined = f
-        .write(json!({"files": [{"path": "t.txt", "content": "ok"}], "code": "print(open('t.txt').read())", "bash": "cat t.txt"}))
+        .write(json!({"files": [{"path": "t.txt", "content": "ok"}], "code": "print(open('t.txt').read())", "bash": daemon}))
         .await;
     assert_eq!(text(&combined), "ok\n\nok", "{combined}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while marked(&marker) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the call's session outlived the call"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
     f.write(json!({"session_id": "w", "code": "import os\nos.symlink('/etc', 'etc')"}))
         .await;
@@ -470,6 +482,18 @@ async fn a_forged_result_frame_is_a_short_tool_error_and_the_session_is_replaced
             true
         );
     }
+}
+
+/// Whether a host process's command line starts with `marker`.
+fn marked(marker: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .is_ok_and(|cmdline| cmdline.starts_with(marker.as_bytes()))
+        })
 }
 
 /// The name of the one workspace beneath `root` (`<account>/<workspace>`) that holds `file`.

@@ -4,7 +4,7 @@
 //!
 //! Without `session_id` a call runs in a fresh interpreter that ends with the call. When one call
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
-//! call-scoped session, so bash sees what Python wrote; the last of them closes it.
+//! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
 mod permits;
 mod read;
@@ -162,40 +162,34 @@ impl Asked {
 enum Scope {
     /// the caller's `session_id`
     Named(String),
-    /// no id, but several capabilities of this call share one session; the last closes it
-    Call { id: String, last: bool },
+    /// no id, but several capabilities of this call share one session, closed with the call
+    Call(Arc<CallSession>),
     /// no id, one capability: a fresh interpreter for this run only
     Fresh,
 }
 
 impl Scope {
-    /// `who` is this capability's place among those of the call: 0 upload, 1 python, 2 bash.
-    fn of(args: &JsonObject, ctx: &CallContext<'_>, who: usize) -> Self {
+    /// The scope of one of this call's sandbox runs.
+    fn of(args: &JsonObject, ctx: &CallContext<'_>, sandbox: &Arc<Sandbox>) -> Self {
         if let Some(id) = args.get("session_id").and_then(Value::as_str) {
             return Self::Named(id.to_owned());
         }
-        let asked = Asked::of(args);
-        let members = [asked.upload, asked.code, asked.bash];
-        let count = members.iter().filter(|m| **m).count();
-        let has_files = args.contains_key("files");
-        if count < 2 && !has_files {
+        if !shares_a_session(args) {
             return Self::Fresh;
         }
-        let last = members
-            .iter()
-            .rposition(|m| *m)
-            .is_none_or(|index| index == who);
-        // control characters cannot appear in a caller's id, so this never meets one
-        Self::Call {
+        Self::Call(ctx.scratch.get_or_insert(|| CallSession {
+            manager: Arc::clone(&sandbox.manager),
+            account: account_key(ctx),
+            // control characters cannot appear in a caller's id, so this never meets one
             id: format!("\u{1}call-{}", ctx.call_id),
-            last,
-        }
+        }))
     }
 
     /// The id to run under, if any.
     fn id(&self) -> Option<&str> {
         match self {
-            Self::Named(id) | Self::Call { id, .. } => Some(id),
+            Self::Named(id) => Some(id),
+            Self::Call(session) => Some(&session.id),
             Self::Fresh => None,
         }
     }
@@ -206,6 +200,46 @@ impl Scope {
             Self::Named(id) => Some(id),
             _ => None,
         }
+    }
+}
+
+/// Whether a call without `session_id` runs its capabilities in one shared session: when it
+/// asks for two runs (or more), or brings files (which a later run of the call must see).
+fn shares_a_session(args: &JsonObject) -> bool {
+    let asked = Asked::of(args);
+    let runs = [asked.upload, asked.code, asked.bash];
+    runs.iter().filter(|run| **run).count() >= 2 || args.contains_key("files")
+}
+
+/// The session a call's capabilities share when it names none: opened by the first run, and
+/// closed when the call ends and this value (kept in the call's scratch) is dropped.
+struct CallSession {
+    manager: Arc<SessionManager>,
+    account: String,
+    id: String,
+}
+
+impl std::fmt::Debug for CallSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallSession")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CallSession {
+    fn drop(&mut self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return; // no runtime: the manager's idle sweep retires it
+        };
+        let (manager, account, id) = (
+            Arc::clone(&self.manager),
+            std::mem::take(&mut self.account),
+            std::mem::take(&mut self.id),
+        );
+        runtime.spawn(async move {
+            manager.close_session(&account, &id).await;
+        });
     }
 }
 
@@ -258,8 +292,8 @@ fn failure(error: ManagerError) -> Failure {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::capability::CallScratch;
     use serde_json::json;
-    use toolgate_domain::{Account, AccountId, Email};
 
     #[test]
     fn the_session_description_names_the_operators_idle_expiry() {
@@ -275,39 +309,26 @@ mod tests {
         );
     }
 
-    fn scope(args: Value, who: usize) -> Scope {
-        let account = Account {
-            id: AccountId::generate(),
-            email: Email::parse("a@b.org").unwrap(),
-            tier: "free".into(),
-        };
-        let ctx = CallContext {
-            account: &account,
-            tool: "svc_write",
-            call_id: 7,
-            progress: None,
-            cancel: None,
-        };
+    fn shares(args: Value) -> bool {
         let Value::Object(args) = args else { panic!() };
-        Scope::of(&args, &ctx, who)
+        shares_a_session(&args)
     }
 
     #[test]
     fn one_call_shares_a_session_only_when_it_combines() {
-        assert!(matches!(scope(json!({"code": "1"}), 1), Scope::Fresh));
-        assert!(
-            matches!(scope(json!({"code": "1", "session_id": "s"}), 1), Scope::Named(id) if id == "s")
-        );
-        let both = json!({"code": "1", "bash": "ls"});
-        assert!(matches!(
-            scope(both.clone(), 1),
-            Scope::Call { last: false, .. }
-        ));
-        assert!(matches!(scope(both, 2), Scope::Call { last: true, .. }));
-        let with_files = json!({"bash": "ls", "files": []});
-        assert!(
-            matches!(scope(with_files, 2), Scope::Call { last: true, ref id } if id == "\u{1}call-7")
-        );
+        assert!(!shares(json!({"code": "1"})));
+        assert!(!shares(json!({"bash": "ls"})));
+        assert!(shares(json!({"code": "1", "bash": "ls"})));
+        assert!(shares(json!({"bash": "ls", "files": []})));
+    }
+
+    #[test]
+    fn a_calls_scratch_holds_one_value_per_type() {
+        let scratch = CallScratch::default();
+        let first = scratch.get_or_insert(|| 7_u32);
+        let again = scratch.get_or_insert(|| 8_u32);
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(*scratch.get_or_insert(|| "other"), "other");
     }
 
     #[test]

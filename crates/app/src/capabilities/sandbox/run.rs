@@ -57,13 +57,6 @@ impl Runner {
     }
 
     /// This capability's place in a call's order: upload 0, python 1, bash 2.
-    fn place(&self) -> usize {
-        match self.language {
-            Language::Python => 1,
-            Language::Bash => 2,
-        }
-    }
-
     /// Whether this capability writes the call's files: the first of the call's sandbox runs.
     fn uploads(&self, args: &JsonObject) -> bool {
         match self.language {
@@ -144,7 +137,7 @@ impl Capability for Runner {
     }
 
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
-        let scope = Scope::of(args, ctx, self.place());
+        let scope = Scope::of(args, ctx, &self.sandbox);
         let timeout_s = args.get("timeout_s").and_then(Value::as_u64);
         let limits = self
             .sandbox
@@ -186,9 +179,6 @@ impl Capability for Runner {
                 ..RunRequest::new(&account, scope.id(), request, &limits)
             })
             .await;
-        if let Scope::Call { id, last: true } = &scope {
-            self.sandbox.manager.close_session(&account, id).await;
-        }
         let call = result.map_err(failure)?;
         Ok(render(&call, scope.caller_id(), limits.timeout))
     }
@@ -266,7 +256,7 @@ impl Capability for Upload {
     }
 
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
-        let scope = Scope::of(args, ctx, 0);
+        let scope = Scope::of(args, ctx, &self.sandbox);
         let files = uploaded_files(args)?;
         let limits = self
             .sandbox
