@@ -15,12 +15,28 @@ use crate::config::Settings;
 /// The confinement library's file name, as cargo builds it.
 const HARDEN_LIB: &str = "libtoolgate_sandbox_harden.so";
 
-/// Starts the session manager, or `None` when the operator turned the sandbox off.
-pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionManager>)>> {
+/// The sandbox settings that need nothing but their own values, checked before `serve` opens
+/// anything: the switch, the limits, the idle expiry and the session cap. `false`: off.
+pub fn check(settings: &Settings) -> Result<bool> {
     match settings.sandbox.as_deref().unwrap_or("on") {
         "on" => {}
-        "off" => return Ok(None),
+        "off" => return Ok(false),
         other => bail!("sandbox must be `on` or `off`, got {other:?}"),
+    }
+    limits(settings)?;
+    if settings.sandbox_idle_minutes == Some(0) {
+        bail!("sandbox_idle_minutes must be at least 1");
+    }
+    if settings.sandbox_max_sessions == Some(0) {
+        bail!("sandbox_max_sessions must be at least 1");
+    }
+    Ok(true)
+}
+
+/// Starts the session manager, or `None` when the operator turned the sandbox off.
+pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionManager>)>> {
+    if !check(settings)? {
+        return Ok(None);
     }
     let limits = limits(settings)?;
     let runtime = locate(settings.sandbox_runtime.as_deref(), ".deps/python-runtime")
@@ -44,15 +60,9 @@ pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionMa
     let mut config = ManagerConfig::new(zygote, root);
     // warm sessions are prepared with the operator's limits, so that every call can take one
     config.warm_limits = limits.for_call(None)?;
-    let idle = settings.sandbox_idle_minutes.unwrap_or(20);
-    if idle == 0 {
-        bail!("sandbox_idle_minutes must be at least 1");
-    }
-    config.idle_ttl = Duration::from_secs(idle * 60);
+    // both checked (at least 1) by `check`, before anything was opened
+    config.idle_ttl = Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60);
     config.max_sessions_per_account = settings.sandbox_max_sessions.unwrap_or(10);
-    if config.max_sessions_per_account == 0 {
-        bail!("sandbox_max_sessions must be at least 1");
-    }
     config.budget = budget(settings);
     tracing::info!(
         memory_mib = config.budget.memory_bytes >> 20,

@@ -50,6 +50,7 @@ struct ServeConfig {
 impl ServeConfig {
     fn from_settings(settings: &Settings) -> Result<Self> {
         let public_url = settings.public_url()?;
+        crate::sandbox::check(settings)?;
         Ok(Self {
             brand: settings.brand()?,
             pricing: settings.pricing()?,

@@ -451,13 +451,22 @@ fn serve_refuses_unusable_settings_at_once() {
     let storage = Storage::sqlite(dir.path());
     let port = free_port().to_string();
     let listen = format!("127.0.0.1:{port}");
-    let cases: [(&[&str], &str); 6] = [
+    let cases: [(&[&str], &str); 9] = [
         (&["--database-url", "mysql://localhost/x"], "database_url"),
         (&["--public-url", "ftp://example.org"], "public_url"),
         (&["--max-request-bytes", "10"], "max_request_bytes"),
         (&["--sqlite-synchronous", "sometimes"], "sometimes"),
         (&["--brand", "Not A Brand!"], "brand"),
         (&["--paid-call-cost-usd", "lots"], "paid_call_cost_usd"),
+        (
+            &["--sandbox", "on", "--sandbox-idle-minutes", "0"],
+            "sandbox_idle_minutes",
+        ),
+        (
+            &["--sandbox", "on", "--sandbox-max-sessions", "0"],
+            "sandbox_max_sessions",
+        ),
+        (&["--sandbox", "maybe"], "sandbox"),
     ];
     for (flags, named) in cases {
         let mut args = vec!["serve", "--listen", &listen];
