@@ -1,0 +1,195 @@
+"""The session socket (Channel) and the descriptor-level capture of a session's output.
+
+Output frames and what they carry are described in runtime/PROTOCOL.md.
+"""
+
+import codecs
+import os
+import select
+import sys
+import threading
+
+from toolgate._protocol import OUTPUT_LIMIT, READ_CHUNK, FrameDecoder, encode_frame
+
+
+class Channel:
+    """The session socket: frames out (from the main and the reader thread), frames in."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.decoder = FrameDecoder()
+        self.rbuf = bytearray(READ_CHUNK)
+        self.rview = memoryview(self.rbuf)
+
+    def send(self, obj):
+        data = encode_frame(obj)
+        with self.lock:
+            try:
+                self.sock.sendall(data)
+            except OSError:
+                os._exit(0)      # the supervisor closed the session
+
+
+class _Stream:
+    __slots__ = ("name", "buf", "total", "truncated", "decoder")
+
+    def __init__(self, name):
+        self.name = name
+        self.reset()
+
+    def reset(self, streaming=False):
+        self.buf = bytearray()
+        self.total = 0
+        self.truncated = False
+        # only streamed output is decoded as it comes
+        self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if streaming else None
+
+
+class Capture:
+    """fds 1 and 2 are the write ends of two pipes for the life of the session; a reader thread
+    drains them, keeping what a request writes (up to OUTPUT_LIMIT) and dropping the rest."""
+
+    def __init__(self, chan):
+        self.chan = chan
+        self.lock = threading.Lock()
+        self.active = False
+        self.stream_id = None      # request id when streaming output frames
+        self.read_fds = {}
+        self.keep_w = {}           # a spare write end per pipe: fd 1/2 can be restored from it
+        self.idents = {}
+        self.streams = {1: _Stream("stdout"), 2: _Stream("stderr")}
+        for target in (1, 2):
+            r, w = os.pipe()                       # both ends close-on-exec
+            os.set_blocking(r, False)
+            os.dup2(w, target)                     # fd 1/2: inheritable, so subprocesses write here
+            self.read_fds[r] = target
+            self.keep_w[target] = w
+            st = os.fstat(target)
+            self.idents[target] = (st.st_dev, st.st_ino)
+        for name, fd in (("stdout", 1), ("stderr", 2)):
+            f = getattr(sys, name)
+            if f is None:                  # the zygote was started with fd 1 or 2 closed
+                f = open(fd, "w", encoding="utf-8", errors="backslashreplace", closefd=False)
+                setattr(sys, name, f)
+                setattr(sys, "__" + name + "__", f)
+            try:
+                f.reconfigure(line_buffering=True)
+            except Exception:
+                pass
+        self.ready = select.poll()
+        for r in self.read_fds:
+            self.ready.register(r, select.POLLIN)
+        self.thread = None
+
+    def start(self):
+        self.thread = threading.Thread(target=self._loop, name="toolgate-output", daemon=True)
+        self.thread.start()
+
+    def _loop(self):
+        poller = select.poll()
+        for r in self.read_fds:
+            poller.register(r, select.POLLIN)
+        while True:
+            try:
+                events = poller.poll()
+            except InterruptedError:
+                continue
+            with self.lock:
+                for fd, ev in events:
+                    if ev & select.POLLNVAL:        # someone closed our pipe: stop reading it
+                        poller.unregister(fd)
+                        continue
+                    self._drain(fd, 256 << 10)
+
+    def _drain_ready(self):
+        """Drains the pipes that have data (one poll, rather than a failing read per pipe)."""
+        for fd, _ in self.ready.poll(0):
+            self._drain(fd, 4 << 20)
+
+    def _drain(self, fd, budget):
+        """Reads fd until it is empty or budget bytes were read. Caller holds self.lock."""
+        target = self.read_fds.get(fd)
+        while budget > 0:
+            try:
+                data = os.read(fd, 65536)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                return
+            if not data:
+                return
+            budget -= len(data)
+            if self.active and target is not None:
+                self._take(self.streams[target], data)
+
+    def _take(self, st, data):
+        st.total += len(data)
+        room = OUTPUT_LIMIT - len(st.buf)
+        if room <= 0:
+            st.truncated = True
+            return
+        part = data[:room] if len(data) > room else data
+        if len(data) > room:
+            st.truncated = True
+        st.buf += part
+        if self.stream_id is not None:
+            text = st.decoder.decode(part)
+            if text:
+                self.chan.send({"op": "output", "id": self.stream_id, "stream": st.name,
+                                "data": text})
+
+    def begin(self, rid, stream):
+        flush_std()
+        # a cell may have closed or replaced fd 1/2: put our pipes back
+        for target, ident in self.idents.items():
+            try:
+                st = os.fstat(target)
+                ok = (st.st_dev, st.st_ino) == ident
+            except OSError:
+                ok = False
+            if not ok:
+                os.dup2(self.keep_w[target], target)
+        with self.lock:
+            self._drain_ready()                    # what was written between requests: dropped
+            for st in self.streams.values():
+                st.reset(stream)
+            self.stream_id = rid if stream else None
+            self.active = True
+
+    def end(self):
+        flush_std()
+        with self.lock:
+            self._drain_ready()
+            self.active = False
+            self.stream_id = None
+            out = {}
+            for st in self.streams.values():
+                out[st.name] = _decode(st.buf, st.truncated)
+                out[st.name + "_truncated"] = st.truncated
+                out[st.name + "_bytes"] = st.total
+                st.buf = bytearray()
+            return out
+
+
+def flush_std():
+    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            if f is not None:
+                f.flush()
+        except Exception:
+            pass
+
+
+def _decode(buf, truncated):
+    b = bytes(buf)
+    if truncated:                 # do not end on half a character
+        n = len(b)
+        for k in range(1, min(4, n) + 1):
+            c = b[n - k]
+            if c & 0xC0 != 0x80:
+                need = 1 if c < 0x80 else 2 if c >> 5 == 6 else 3 if c >> 4 == 14 else 4 if c >> 3 == 30 else 1
+                if need > k:
+                    b = b[:n - k]
+                break
+    return b.decode("utf-8", "replace")

@@ -1,0 +1,161 @@
+"""What a cell shows: its value as a MIME bundle (DataFrames, figures, _repr_html_/_repr_png_), the
+figures it leaves open as PNGs, and its exception as type, message and traceback (the "result",
+"images" and "error" fields of a result frame; see runtime/PROTOCOL.md)."""
+
+import base64
+import io
+import os
+import sys
+import traceback
+
+from toolgate._protocol import (DF_COLS, DF_ROWS, ERROR_TYPE_LIMIT, IMAGES_COUNT, IMAGES_LIMIT,
+                                TEXT_LIMIT)
+
+# frames of the executor's own files (this package) are not the user's business
+_OWN_FILES = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def bounded_text(s, limit=TEXT_LIMIT):
+    if len(s) <= limit:
+        return s
+    return s[:limit] + f"\n…[truncated: {len(s) - limit} more characters]"
+
+
+def _bounded_tb(s, limit=64 << 10):
+    if len(s) <= limit:
+        return s
+    half = limit // 2
+    return s[:half] + f"\n…[{len(s) - limit} characters cut]…\n" + s[-half:]
+
+
+def _drop_own_frames(te, seen):
+    """Removes the executor's frames from a TracebackException and the exceptions chained to it
+    (an upcall's ToolgateError ends at the user's call, not inside toolgate/)."""
+    while te is not None and id(te) not in seen:
+        seen.add(id(te))
+        if any(f.filename.startswith(_OWN_FILES) for f in te.stack):
+            te.stack[:] = [f for f in te.stack if not f.filename.startswith(_OWN_FILES)]
+        _drop_own_frames(te.__cause__, seen)
+        te = te.__context__
+
+
+def format_error(e):
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_OWN_FILES):
+        tb = tb.tb_next           # our own frames are not the user's business
+    try:
+        te = traceback.TracebackException(type(e), e, tb, compact=True)
+        _drop_own_frames(te, set())
+        text = "".join(te.format())
+    except Exception:
+        text = f"{type(e).__name__}: (traceback could not be formatted)\n"
+    try:
+        message = str(e)
+    except Exception:
+        message = "(message could not be formatted)"
+    return {"type": type(e).__name__[:ERROR_TYPE_LIMIT], "message": _bounded_tb(message),
+            "traceback": _bounded_tb(text)}
+
+
+def render_png(fig):
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return buf.getvalue()
+
+
+class ImageSink:
+    def __init__(self):
+        self.images = []          # base64 strings
+        self.bytes = 0
+        self.truncated = False
+        self.errors = []
+
+    def add_png(self, png):
+        if self.bytes + len(png) > IMAGES_LIMIT or len(self.images) >= IMAGES_COUNT:
+            self.truncated = True
+            return
+        self.bytes += len(png)
+        self.images.append(base64.b64encode(png).decode("ascii"))
+
+
+def collect_figures(sink):
+    """Every open pyplot figure as a PNG into sink, then closes them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if plt is None or helpers is None or not getattr(helpers.Gcf, "figs", True):
+        return                          # no figure open: nothing to render or close
+    try:
+        from matplotlib._pylab_helpers import Gcf
+        managers = sorted(Gcf.get_all_fig_managers(), key=lambda m: m.num)
+    except Exception:
+        return
+    for m in managers:
+        try:
+            sink.add_png(render_png(m.canvas.figure))
+        except Exception as e:
+            sink.errors.append(f"figure {m.num} could not be rendered: {type(e).__name__}: {e}")
+    try:
+        plt.close("all")
+    except Exception:
+        pass
+
+
+_PLAIN_TYPES = (int, float, complex, bool, str, bytes)
+
+
+def display_data(value):
+    """The MIME bundle of a cell's value."""
+    if type(value) in _PLAIN_TYPES:      # nothing richer to show than its repr
+        return {"text/plain": bounded_text(repr(value))}
+    data = {}
+    pd = sys.modules.get("pandas")
+    mfig = sys.modules.get("matplotlib.figure")
+    if pd is not None and isinstance(value, pd.DataFrame):
+        rows, cols = value.shape
+        dims = rows > DF_ROWS or cols > DF_COLS
+        data["text/plain"] = value.to_string(max_rows=DF_ROWS, max_cols=DF_COLS, show_dimensions=dims)
+        data["text/html"] = value.to_html(max_rows=DF_ROWS, max_cols=DF_COLS, show_dimensions=dims)
+    else:
+        data["text/plain"] = repr(value)
+        if mfig is not None and isinstance(value, mfig.Figure):
+            helpers = sys.modules.get("matplotlib._pylab_helpers")
+            managed = helpers is not None and any(
+                m.canvas.figure is value for m in helpers.Gcf.get_all_fig_managers())
+            if not managed:                   # pyplot's own figures come back in "images"
+                data["image/png"] = base64.b64encode(render_png(value)).decode("ascii")
+        else:
+            html = _call_repr(value, "_repr_html_")
+            if isinstance(html, str) and len(html) <= TEXT_LIMIT:
+                data["text/html"] = html
+            png = _call_repr(value, "_repr_png_")
+            if isinstance(png, (bytes, bytearray)) and len(png) <= IMAGES_LIMIT:
+                data["image/png"] = base64.b64encode(bytes(png)).decode("ascii")
+    data["text/plain"] = bounded_text(data["text/plain"])
+    if "text/html" in data and len(data["text/html"]) > TEXT_LIMIT:
+        del data["text/html"]
+    return data
+
+
+def _call_repr(value, name):
+    if isinstance(value, type):
+        return None
+    try:
+        fn = getattr(value, name, None)
+    except Exception:
+        return None
+    if not callable(fn):
+        return None
+    try:
+        return fn()
+    except Exception:
+        return None
+
+
+def show_value(src, lines, node):
+    """False when the last expression is followed by ';' (the notebook way to hide a value)."""
+    try:
+        line = lines[node.end_lineno - 1].encode("utf-8")[node.end_col_offset:].decode("utf-8", "replace")
+        rest = line + "".join(lines[node.end_lineno:])
+        return not rest.lstrip(" \t)").startswith(";")
+    except Exception:
+        return True

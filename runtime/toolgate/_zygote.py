@@ -1,0 +1,461 @@
+"""The fork server ("zygote"): preloads the data stack, then forks a session child for each
+"fork" request on its control channel, optionally confined by Rust's hardening library (its C ABI
+through ctypes). The control channel, the hardening handshake and the child's set-up are described
+in runtime/PROTOCOL.md."""
+
+import ctypes
+import errno
+import fcntl
+import gc
+import importlib
+import io
+import json
+import os
+import platform
+import select
+import signal
+import socket
+import stat
+import sys
+import time
+
+import toolgate                  # noqa: F401  (the public module: every session finds it loaded)
+from toolgate._capture import Capture, Channel
+from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, check_fork,
+                                encode_frame, error_frame, parse_request, request_id, signal_name,
+                                too_large_frame)
+from toolgate._session import Session, notebook_show, on_sigint
+
+HARDEN_ABI_VERSION = 2
+HARDEN_FAILED_EXIT = 121
+SETUP_FAILED_EXIT = 70
+_LIBC = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+class HardenLib:
+    """The confinement library's C ABI (crates/sandbox-harden/src/ffi.rs) through ctypes. Each
+    call returns (rc, message): 0 or -1, and the library's NUL-terminated message."""
+
+    def __init__(self, path):
+        lib = ctypes.CDLL(path)
+        version = lib.toolgate_harden_abi_version
+        version.argtypes, version.restype = (), ctypes.c_uint32
+        if version() != HARDEN_ABI_VERSION:
+            sys.exit(f"toolgate_zygote.py: {path} has C ABI version {version()}, "
+                     f"this zygote speaks {HARDEN_ABI_VERSION}")
+        err = (ctypes.c_char_p, ctypes.c_size_t)
+        fd, spec = ctypes.c_int, (ctypes.c_char_p, ctypes.c_size_t)
+
+        def function(name, *argtypes):
+            f = getattr(lib, name)
+            f.argtypes, f.restype = (*argtypes, *err), ctypes.c_int
+            return f
+        self._init = function("toolgate_zygote_init")
+        self._before = function("toolgate_before_session_fork")
+        self._after = function("toolgate_after_session_fork")
+        self._admit = function("toolgate_admit_session", ctypes.c_int, *spec, fd, fd)
+        self._harden = function("toolgate_harden_session", *spec, fd, fd)
+        rc, message = self._call(self._init)
+        if rc != 0:
+            sys.exit(f"toolgate_zygote.py: {message}")
+
+    @staticmethod
+    def _call(f, *args):
+        err = ctypes.create_string_buffer(4096)
+        rc = f(*args, err, len(err))
+        return rc, err.value.decode("utf-8", "replace") or ("" if rc == 0 else f"returned {rc}")
+
+    def before_fork(self):
+        """unshare(CLONE_NEWPID): the next child is pid 1 of a new pid namespace."""
+        return self._call(self._before)
+
+    def after_fork(self):
+        """In the zygote: its children's pid namespace is its own again."""
+        return self._call(self._after)
+
+    def admit(self, pid, blob, status_r, release_w):
+        """In the zygote: id maps, cgroups, release; waits for the child's checklist. Takes both
+        descriptors. On failure the child has been killed."""
+        return self._call(self._admit, pid, blob, len(blob), status_r, release_w)
+
+    def harden(self, blob, status_w, release_r):
+        """In the child: the whole checklist. Takes both descriptors."""
+        return self._call(self._harden, blob, len(blob), status_w, release_r)
+
+
+def _kill(pid):
+    if pid <= 0:                 # 0 and -1 would signal a group or everyone
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class Zygote:
+    def __init__(self, ctrl_fd, preload, harden_lib):
+        self.t0 = time.perf_counter()
+        self.ctrl = socket.socket(fileno=ctrl_fd)
+        if self.ctrl.family != socket.AF_UNIX or self.ctrl.type != socket.SOCK_STREAM:
+            sys.exit("toolgate_zygote.py: FD is not a Unix stream socket")
+        self.ctrl.setblocking(True)
+        os.set_inheritable(ctrl_fd, False)
+        self.children = {}            # pid -> session id
+        self.decoder = FrameDecoder()
+        self.frame_fds = []           # descriptors that arrived with the frame being read
+        self.ctrunc = False
+        self.preload = preload
+        self.harden = HardenLib(harden_lib) if harden_lib else None
+
+    # --- start-up
+    def preload_modules(self):
+        loaded, skipped = [], {}
+        for name in self.preload:
+            try:
+                importlib.import_module(name)
+                loaded.append(name)
+            except BaseException as e:       # a missing or broken package is skipped, not fatal
+                skipped[name] = f"{type(e).__name__}: {e}"
+        self._warm_up()
+        return loaded, skipped
+
+    def _warm_up(self):
+        """Touch what every session would otherwise load lazily (and copy) on first use."""
+        numpy, pandas = sys.modules.get("numpy"), sys.modules.get("pandas")
+        try:
+            if numpy is not None:
+                numpy.arange(4).reshape(2, 2).sum()
+        except Exception:
+            pass
+        try:
+            if pandas is None:
+                raise ImportError
+            df = pandas.DataFrame({"a": [1, 2], "b": ["x", "y"]})
+            df.to_string(max_rows=DF_ROWS, max_cols=DF_COLS)
+            df.to_html(max_rows=DF_ROWS, max_cols=DF_COLS)
+            repr(df["a"])
+        except Exception:
+            pass
+        plt = sys.modules.get("matplotlib.pyplot")
+        if plt is not None:
+            try:
+                fig = plt.figure()
+                plt.plot([0, 1], [1, 0])
+                fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
+            except Exception:
+                pass
+            finally:
+                plt.close("all")
+            plt.show = notebook_show
+            try:    # the warm-up's cached fonts hold open files; a child must not inherit them
+                sys.modules["matplotlib.font_manager"]._get_font.cache_clear()
+            except Exception:
+                pass
+        for name in ("asyncio", "tempfile"):    # top-level await in cells; tempdir reset in children
+            try:
+                importlib.import_module(name)
+            except Exception:
+                pass
+
+    # --- I/O
+    def send(self, obj):
+        try:
+            self.ctrl.sendall(encode_frame(obj))
+        except OSError:
+            os._exit(0)          # the supervisor is gone
+
+    def serve(self):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(wake_w, False)
+        self.wake_r, self.wake_w = wake_r, wake_w
+        signal.signal(signal.SIGCHLD, lambda *_: None)   # a Python handler, so the wake-up fd fires
+        signal.set_wakeup_fd(wake_w)
+
+        loaded, skipped = self.preload_modules()
+        gc.collect()
+        gc.freeze()
+        self.send({"op": "hello", "pid": os.getpid(), "python": platform.python_version(),
+                   "preloaded": loaded, "skipped": skipped, "executable": sys.executable,
+                   "prefix": sys.prefix, "base_prefix": sys.base_prefix,
+                   "startup_ms": round((time.perf_counter() - self.t0) * 1000, 3)})
+
+        poller = select.poll()
+        poller.register(self.ctrl.fileno(), select.POLLIN)
+        poller.register(wake_r, select.POLLIN)
+        while True:
+            for fd, _ in poller.poll():
+                if fd == wake_r:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                else:
+                    self.read_control()
+            self.reap()
+
+    def read_control(self):
+        try:
+            data, fds, flags, _ = socket.recv_fds(self.ctrl, self.decoder.want(), 8)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            if e.errno != errno.ECONNRESET:
+                print(f"toolgate zygote: control socket: {e}", file=sys.stderr)
+            os._exit(0)
+        if not data:
+            for fd in fds:
+                os.close(fd)
+            os._exit(0)          # end of file: the supervisor closed the channel
+        if flags & socket.MSG_CTRUNC:
+            self.ctrunc = True
+        self.frame_fds.extend(fds)
+        events = self.decoder.feed(data)
+        for kind, payload in events:
+            if kind == "too_large":
+                self.send(too_large_frame(payload))
+                self._close_frame_fds()
+            else:
+                fds, self.frame_fds = self.frame_fds, []
+                ctrunc, self.ctrunc = self.ctrunc, False
+                try:
+                    self.handle(payload, fds, ctrunc)
+                except Exception as e:       # never let a frame stop the zygote
+                    print(f"toolgate zygote: {type(e).__name__}: {e}", file=sys.stderr)
+                finally:
+                    for fd in fds:
+                        if fd >= 0:
+                            try:
+                                os.close(fd)
+                            except OSError:
+                                pass
+        if self.decoder.discard:
+            self._close_frame_fds()
+
+    def _close_frame_fds(self):
+        for fd in self.frame_fds:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.frame_fds = []
+
+    def handle(self, payload, fds, ctrunc):
+        """fds: the descriptors that came with this frame; any left in the list are closed after."""
+        try:
+            req = parse_request(payload)
+        except BadRequest as e:
+            self.send(error_frame(e.code, e.message))
+            return
+        op = req["op"]
+        if op == "ping":
+            self.send({"op": "pong", "pid": os.getpid(), "id": request_id(req)})
+        elif op == "fork":
+            self.fork(req, fds, ctrunc)
+        else:
+            self.send(error_frame("unknown_op", f"unknown op {op!r} on the control channel",
+                                  request_id(req)))
+
+    def fork(self, req, fds, ctrunc):
+        session = req.get("session")
+        try:
+            check_fork(req)
+            if ctrunc or len(fds) != 1:
+                raise BadRequest("bad_fds", f"a fork frame carries exactly one descriptor by "
+                                 f"SCM_RIGHTS; this one carried {len(fds)}"
+                                 + (" (truncated)" if ctrunc else ""))
+            if not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
+                raise BadRequest("bad_fds", "the descriptor is not a socket")
+        except BadRequest as e:
+            self.send(error_frame(e.code, e.message, request_id(req),
+                                  session=session if isinstance(session, str) else None))
+            return
+        if self.harden is not None:
+            self.fork_hardened(req, fds, session)
+            return
+        sess_fd = fds[0]
+        t0 = time.perf_counter()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            self.send(error_frame("fork_failed", f"fork: {e.strerror}", request_id(req),
+                                  session=session))
+            return
+        if pid == 0:
+            self._child(req, sess_fd, None)
+        fork_ms = round((time.perf_counter() - t0) * 1000, 3)
+        fds[0] = -1
+        os.close(sess_fd)
+        self.children[pid] = session
+        self.send({"op": "forked", "session": session, "pid": pid, "fork_ms": fork_ms,
+                   "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
+
+    def fork_hardened(self, req, fds, session):
+        """A child that is pid 1 of its own pid namespace, admitted (id maps, cgroups) and fully
+        confined before "forked" is sent; any failure is a harden_failed error frame and no child."""
+        rid = request_id(req)
+        spec = req.get("harden")
+        if not isinstance(spec, dict):
+            self.send(error_frame("harden_failed", "the fork request carries no harden spec", rid,
+                                  session=session))
+            return
+        blob = json.dumps(spec).encode("utf-8", "replace")
+        t0 = time.perf_counter()
+        status_r, status_w = os.pipe()
+        release_r, release_w = os.pipe()
+        ours = {status_r, status_w, release_r, release_w}   # closed below unless handed over
+        try:
+            rc, message = self.harden.before_fork()
+            if rc != 0:
+                self.send(error_frame("fork_failed", f"hardened fork: {message}", rid, session=session))
+                return
+            pid = -1
+            t_fork = time.perf_counter()
+            try:
+                pid = os.fork()
+            except OSError as e:
+                self.send(error_frame("fork_failed", f"fork: {e.strerror}", rid, session=session))
+                return
+            finally:
+                if pid != 0:                  # the zygote, whether the fork worked or not
+                    self._restore_pid_namespace(pid)
+            if pid == 0:
+                self._child(req, fds[0], (status_w, release_r), blob)
+            fork_ms = round((time.perf_counter() - t_fork) * 1000, 3)
+            for fd in (status_w, release_r):
+                os.close(fd)
+                ours.discard(fd)
+            self.children[pid] = session      # so the "exited" frame names it, failed or not
+            ours -= {status_r, release_w}     # the library owns (and closes) them from here
+            rc, message = self.harden.admit(pid, blob, status_r, release_w)
+            if rc != 0:
+                _kill(pid)                    # the library did already; never leave it running
+                self.send(error_frame("harden_failed", f"hardening failed: {message}", rid,
+                                      session=session, pid=pid))
+                return
+            sess_fd, fds[0] = fds[0], -1
+            os.close(sess_fd)
+            self.send({"op": "forked", "session": session, "pid": pid, "hardened": message,
+                       "fork_ms": fork_ms,
+                       "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
+        finally:
+            for fd in ours:
+                os.close(fd)
+
+    def _restore_pid_namespace(self, pid):
+        """After a hardened fork (or its failure): the zygote's next children are in its own pid
+        namespace again. If that cannot be done, the zygote must not fork again: it exits, and the
+        supervisor starts a new one."""
+        rc, message = self.harden.after_fork()
+        if rc != 0:
+            if pid > 0:
+                _kill(pid)
+            print(f"toolgate zygote: {message}; exiting", file=sys.stderr)
+            os._exit(1)
+
+    def _child(self, req, sess_fd, sync, blob=None):
+        """In the new child: become the session; never returns."""
+        try:
+            self._become_child(req, sess_fd, sync, blob)
+        except BaseException as e:
+            try:
+                os.write(sess_fd, encode_frame(error_frame(
+                    "session_setup", f"session set-up failed: {type(e).__name__}: {e}")))
+            except BaseException:
+                pass
+        finally:
+            os._exit(SETUP_FAILED_EXIT)
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if os.WIFEXITED(status):
+                code, sig = os.WEXITSTATUS(status), None
+            elif os.WIFSIGNALED(status):
+                code, sig = None, signal_name(os.WTERMSIG(status))
+            else:
+                continue
+            self.send({"op": "exited", "pid": pid, "session": self.children.pop(pid, None),
+                       "status": code, "signal": sig,
+                       "core_dumped": bool(os.WIFSIGNALED(status) and os.WCOREDUMP(status))})
+
+    # --- in the child, right after fork
+    def _become_child(self, req, sess_fd, sync, blob):
+        """sync: the child's ends of the hardening pipes (status write end, release read end), or
+        None without a hardening library; blob: the harden spec as the zygote encoded it."""
+        zygote_pid = os.getppid()
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                    signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
+            signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, on_sigint)
+        # SIGPIPE stays ignored, as Python sets it: a write to a closed pipe raises, not kills
+        self.ctrl.detach()                     # the socket object must not close a reused number
+        # below 3 only if the zygote was started with 0/1/2 closed: moved, as 0/1/2 are replaced
+        sess_fd, *sync = [fd if fd > 2 else fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                          for fd in (sess_fd, *(sync or ()))]
+        close_fds_except({0, 1, 2, sess_fd, *sync})
+        _LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        # A hardened child is pid 1 of its own namespace, where getppid() is 0 whoever the parent
+        # is: this check cannot see the zygote's death, but the release pipe does (end of file),
+        # and the library sets the death signal again after the id change that clears it.
+        if os.getppid() != zygote_pid:
+            os._exit(0)                        # the zygote died before the line above
+        sock = socket.socket(fileno=sess_fd)
+        sock.setblocking(True)
+        os.set_inheritable(sess_fd, False)
+        chan = Channel(sock)
+        try:
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):               # 0 stays /dev/null; 1 and 2 become pipes below
+                if fd != devnull:
+                    os.dup2(devnull, fd)
+            if devnull > 2:
+                os.close(devnull)
+            capture = Capture(chan)            # pipes on fds 1 and 2; the thread starts later
+        except OSError as e:
+            chan.send(error_frame("session_setup", f"stdio: {e}"))
+            os._exit(SETUP_FAILED_EXIT)
+        if sync:
+            # the library owns (and closes) both pipe ends; the zygote learns the outcome from it
+            rc, message = self.harden.harden(blob, *sync)
+            if rc != 0:
+                chan.send(error_frame("harden_failed", f"hardening failed: {message}"))
+                os._exit(HARDEN_FAILED_EXIT)
+        try:
+            os.chdir(req["cwd"])
+        except OSError as e:
+            chan.send(error_frame("session_setup", f"cannot enter the workspace: {e.strerror}"))
+            os._exit(SETUP_FAILED_EXIT)
+        session = Session(chan, capture, req["cwd"], req.get("tmpdir"), req.get("env") or {})
+        session.warm_up()
+        session.serve()
+        os._exit(0)
+
+
+def close_fds_except(keep):
+    try:
+        fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    except OSError:
+        fds = None
+    if fds is None:
+        lo = 0
+        for k in sorted(keep) + [os.sysconf("SC_OPEN_MAX")]:
+            os.closerange(lo, k)
+            lo = k + 1
+        return
+    for fd in fds:
+        if fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
