@@ -13,12 +13,16 @@ from toolgate._protocol import OUTPUT_LIMIT, READ_CHUNK, FrameDecoder, encode_fr
 
 
 class Channel:
-    """The session socket: frames out (from the main and the reader thread), frames in."""
+    """The session socket: frames out (from the main and the reader thread, and upcalls), frames
+    in. Whoever reads the socket (the executor's loop between requests, an upcall while one runs;
+    never both) feeds the one decoder, so a frame read in part is never lost; frames an upcall read
+    that are not its answer wait in `pending` for the executor's loop, in order."""
 
     def __init__(self, sock):
         self.sock = sock
         self.lock = threading.Lock()
         self.decoder = FrameDecoder()
+        self.pending = []          # decoder events read by an upcall, for the executor's loop
         self.rbuf = bytearray(READ_CHUNK)
         self.rview = memoryview(self.rbuf)
 

@@ -17,6 +17,7 @@ from toolgate._display import ImageSink, collect_figures, display_data, format_e
 from toolgate._protocol import (MAX_FRAME, TEXT_LIMIT, BadRequest, check_env, encode_frame,
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
+from toolgate._upcalls import UPCALLS
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -32,6 +33,9 @@ STATE = _State()
 
 def on_sigint(signum, frame):
     if STATE.running:
+        if UPCALLS.critical:           # an upcall is between the bytes of a frame: raised after
+            UPCALLS.interrupted = True
+            return
         raise KeyboardInterrupt
 
 
@@ -50,6 +54,7 @@ class Session:
         self.count = 0
         self.loop = None
         self.pid = os.getpid()
+        UPCALLS.chan, UPCALLS.pid = chan, self.pid
         # the environment, from scratch
         env = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": workspace,
                "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1"}
@@ -92,18 +97,23 @@ class Session:
 
     def serve(self):
         chan = self.chan
-        sock, decoder = chan.sock, chan.decoder
+        sock, decoder, pending = chan.sock, chan.decoder, chan.pending
         buf, view = chan.rbuf, chan.rview
         while True:
-            try:
-                n = sock.recv_into(buf)
-            except KeyboardInterrupt:
-                continue
-            except OSError:
-                return
-            if not n:
-                return
-            for kind, payload in decoder.feed(view[:n]):
+            if pending:                  # what an upcall read past its answer, in order
+                events = pending[:]
+                pending.clear()
+            else:
+                try:
+                    n = sock.recv_into(buf)
+                except KeyboardInterrupt:
+                    continue
+                except OSError:
+                    return
+                if not n:
+                    return
+                events = decoder.feed(view[:n])
+            for kind, payload in events:
                 if kind == "too_large":
                     chan.send(too_large_frame(payload))
                     continue
@@ -128,6 +138,8 @@ class Session:
                 self.chan.send({"op": "pong", "id": rid})
                 return
             if op not in ("exec", "bash"):
+                if op == "upcall_result":
+                    return                       # a late answer to an interrupted upcall
                 raise BadRequest("unknown_op", f"unknown op {op!r} on a session channel")
             if rid is None:
                 raise BadRequest("bad_request", f'"{op}" needs an integer or string "id"')
@@ -199,6 +211,7 @@ class Session:
         STATE.images = sink
         if _signal.getsignal(signal.SIGINT) is not on_sigint:
             signal.signal(signal.SIGINT, on_sigint)   # a cell may have replaced it
+        UPCALLS.rid = rid                             # upcalls may be made from here ...
         try:
             try:
                 STATE.running = True
@@ -211,7 +224,11 @@ class Session:
             STATE.running = False
             error = format_error(e)
             e.__traceback__ = None
+        UPCALLS.rid = None                            # ... to here
         self._exit_if_forked()
+        if UPCALLS.lock.locked():                     # one still in flight: the result follows it
+            with UPCALLS.lock:
+                pass
         try:
             collect_figures(sink)
         except BaseException as e:

@@ -20,6 +20,7 @@ import sys
 import time
 
 import toolgate                  # noqa: F401  (the public module: every session finds it loaded)
+from toolgate import _upcalls    # noqa: F401
 from toolgate._capture import Capture, Channel
 from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, check_fork,
                                 encode_frame, error_frame, parse_request, request_id, signal_name,

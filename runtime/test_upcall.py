@@ -1,0 +1,222 @@
+"""Upcalls: code in a session asks the service (here: the test, playing the server) and waits for
+the typed answer (runtime/PROTOCOL.md, "Upcalls"). Helpers and how to run: harness.py."""
+
+import os
+import signal
+from pathlib import Path
+
+from harness import fork_hardened, nothing_to_read, wait_until
+
+RECORD = {"tier": "free", "free_remaining_this_month": 998, "free_monthly_limit": 1000,
+          "wallet_balance_usd": "0.00", "paid_calls_available": 0, "paid_call_cost_usd": "0.008",
+          "min_topup_usd": "5.00", "max_topup_usd": "500.00"}
+
+
+def answer(rid, n, record=RECORD):
+    return {"op": "upcall_result", "id": rid, "upcall": n, "value": {"billing": record}}
+
+
+def refusal(rid, n, code="refused", message="no calls left"):
+    return {"op": "upcall_result", "id": rid, "upcall": n, "error": {"code": code, "message": message}}
+
+
+def start(s, code, rid=None):
+    """Sends an exec request; returns its id."""
+    if rid is None:
+        s.next_id += 1
+        rid = s.next_id
+    s.send({"op": "exec", "id": rid, "code": code})
+    return rid
+
+
+def expect_upcall(s, rid, n):
+    f = s.recv()
+    assert f == {"op": "upcall", "id": rid, "upcall": n, "request": {"kind": "billing"}}, f
+    return f
+
+
+def expect_result(s, rid):
+    f = s.recv()
+    assert f["op"] == "result" and f["id"] == rid, f
+    return f
+
+
+def test_billing_gets_the_answer_or_raises_toolgate_error(zygote):
+    s = zygote.fork("upcall-basic")
+    try:
+        rid = start(s, "import toolgate\nb = toolgate.billing()\nb")
+        expect_upcall(s, rid, 1)
+        s.send(answer(rid, 1))
+        r = expect_result(s, rid)
+        assert r["error"] is None and r["result"]["text/plain"] == repr(RECORD)
+        # numbered 1, 2, ... within a request, from 1 again in the next
+        rid = start(s, "[toolgate.billing()['tier'] for _ in range(2)]")
+        expect_upcall(s, rid, 1)
+        s.send(answer(rid, 1))
+        expect_upcall(s, rid, 2)
+        s.send(answer(rid, 2, dict(RECORD, tier="paid")))
+        assert expect_result(s, rid)["result"]["text/plain"] == "['free', 'paid']"
+        # an error answer raises ToolgateError; str() shows code and message
+        rid = start(s, "toolgate.billing()")
+        expect_upcall(s, rid, 1)
+        s.send(refusal(rid, 1))
+        e = expect_result(s, rid)["error"]
+        assert (e["type"], e["message"]) == ("ToolgateError", "refused: no calls left")
+        assert "toolgate/" not in e["traceback"] and "toolgate.billing()" in e["traceback"], e
+        for code in ("unavailable", "failed", "busy", "bad_request"):
+            rid = start(s, "try:\n    toolgate.billing()\nexcept toolgate.ToolgateError as e:\n"
+                           "    got = (e.code, e.message)\ngot")
+            expect_upcall(s, rid, 1)
+            s.send(refusal(rid, 1, code, f"{code}!"))
+            assert expect_result(s, rid)["result"]["text/plain"] == repr((code, f"{code}!"))
+        # an answer with both (or neither) of value and error is not understood
+        rid = start(s, "try:\n    toolgate.billing()\nexcept toolgate.ToolgateError as e:\n"
+                       "    got = e.code\ngot")
+        expect_upcall(s, rid, 1)
+        s.send({**answer(rid, 1), "error": {"code": "failed", "message": "m"}})
+        assert expect_result(s, rid)["result"]["text/plain"] == "'bad_answer'"
+        assert s.value("'alive'") == "'alive'"
+    finally:
+        s.close()
+
+
+def test_no_upcall_outside_a_running_exec(zygote):
+    """A thread that outlives its cell, a bash command's time and a forked process get
+    not_in_call at once, and nothing is written on the socket."""
+    s = zygote.fork("upcall-outside")
+    ws = Path(s.cwd)
+    try:
+        assert s.run("import os, threading, time, toolgate\n"
+                     "def late(trigger, out):\n"
+                     "    while not os.path.exists(trigger):\n"
+                     "        time.sleep(0.01)\n"
+                     "    try:\n"
+                     "        toolgate.billing()\n"
+                     "        got = 'answered'\n"
+                     "    except toolgate.ToolgateError as e:\n"
+                     "        got = f'{e.code}|{e.message}'\n"
+                     "    open(out + '.part', 'w').write(got)\n"
+                     "    os.rename(out + '.part', out)\n"
+                     "threading.Thread(target=late, args=('go', 'late.txt')).start()\n"
+                     "threading.Thread(target=late, args=('go-bash', 'bash.txt')).start()")["error"] is None
+        # between requests
+        (ws / "go").touch()
+        wait_until(lambda: (ws / "late.txt").exists(), "the late thread's upcall fails", 10)
+        code, message = (ws / "late.txt").read_text().split("|", 1)
+        assert code == "not_in_call" and "only while a call runs" in message, message
+        assert nothing_to_read(s.sock)
+        assert s.value("6 * 7") == "42"                 # the next request as usual
+        # during a bash command (request() refuses any frame but output and result)
+        r = s.bash("touch go-bash; while [ ! -e bash.txt ]; do sleep 0.01; done; cut -d'|' -f1 bash.txt")
+        assert r["stdout"] == "not_in_call\n", r
+        # a process the cell forked
+        r = s.run("pid = os.fork()\n"
+                  "if pid == 0:\n"
+                  "    try:\n"
+                  "        toolgate.billing()\n"
+                  "    except toolgate.ToolgateError as e:\n"
+                  "        os._exit(3 if e.code == 'not_in_call' else 4)\n"
+                  "    os._exit(5)\n"
+                  "os.waitpid(pid, 0)[1] >> 8")
+        assert r["result"]["text/plain"] == "3", r
+    finally:
+        s.close()
+
+
+def test_an_interrupted_upcall_leaves_the_session_usable(zygote):
+    s = zygote.fork("upcall-interrupted")
+    try:
+        first = start(s, "import toolgate\ntoolgate.billing()")
+        expect_upcall(s, first, 1)
+        os.kill(s.pid, signal.SIGINT)                # the server's time-out or cancellation
+        e = expect_result(s, first)["error"]
+        assert e["type"] == "KeyboardInterrupt" and "toolgate/" not in e["traceback"], e
+        # the late answer, between requests: ignored, silently
+        s.send(answer(first, 1))
+        s.send({"op": "ping", "id": "after"})
+        assert s.recv() == {"op": "pong", "id": "after"}
+        # a late answer while a later upcall waits: dropped; its own answer is taken
+        rid = start(s, "toolgate.billing()['tier']")
+        expect_upcall(s, rid, 1)
+        s.send(answer(first, 1, dict(RECORD, tier="stale")))     # of the earlier request
+        s.send(answer(rid, 1))
+        assert expect_result(s, rid)["result"]["text/plain"] == "'free'"
+        # ... and the late answer of an upcall interrupted earlier in the same request
+        rid = start(s, "try:\n    toolgate.billing()\nexcept KeyboardInterrupt:\n"
+                       "    first = 'interrupted'\n(first, toolgate.billing()['tier'])")
+        expect_upcall(s, rid, 1)
+        os.kill(s.pid, signal.SIGINT)
+        expect_upcall(s, rid, 2)
+        s.send(answer(rid, 1, dict(RECORD, tier="stale")))
+        s.send(answer(rid, 2))
+        r = expect_result(s, rid)
+        assert r["error"] is None and r["result"]["text/plain"] == "('interrupted', 'free')", r
+        assert s.value("1 + 1") == "2"
+    finally:
+        s.close()
+
+
+def test_upcalls_of_two_threads_are_serialised(zygote):
+    s = zygote.fork("upcall-threads")
+    ws = Path(s.cwd)
+    try:
+        rid = start(s, "import threading, toolgate\n"
+                       "got = {}\n"
+                       "def call(name):\n"
+                       "    with open('calling', 'a') as f:\n"
+                       "        f.write(name + '\\n')\n"
+                       "    got[name] = toolgate.billing()['free_remaining_this_month']\n"
+                       "threads = [threading.Thread(target=call, args=(n,)) for n in 'ab']\n"
+                       "for t in threads:\n    t.start()\n"
+                       "for t in threads:\n    t.join()\n"
+                       "sorted(got.values())")
+        expect_upcall(s, rid, 1)
+        wait_until(lambda: (ws / "calling").exists() and len((ws / "calling").read_text().split()) == 2,
+                   "both threads call")
+        assert nothing_to_read(s.sock, 0.3)       # the second waits for the first's answer
+        s.send(answer(rid, 1, dict(RECORD, free_remaining_this_month=998)))
+        expect_upcall(s, rid, 2)
+        s.send(answer(rid, 2, dict(RECORD, free_remaining_this_month=997)))
+        assert expect_result(s, rid)["result"]["text/plain"] == "[997, 998]"
+    finally:
+        s.close()
+
+
+def test_the_result_waits_for_an_upcall_still_in_flight(zygote):
+    """A thread's upcall was written before its cell ended: the result comes after its answer
+    (the executor's loop must be the socket's only reader again)."""
+    s = zygote.fork("upcall-in-flight")
+    ws = Path(s.cwd)
+    try:
+        rid = start(s, "import os, threading, time, toolgate\n"
+                       "box = {}\n"
+                       "threading.Thread(target=lambda: box.update(b=toolgate.billing())).start()\n"
+                       "while not os.path.exists('release'):\n"
+                       "    time.sleep(0.01)\n"
+                       "'cell done'")
+        expect_upcall(s, rid, 1)
+        (ws / "release").touch()
+        assert nothing_to_read(s.sock, 0.3)
+        s.send(answer(rid, 1))
+        r = expect_result(s, rid)
+        assert r["result"]["text/plain"] == "'cell done'", r
+        assert s.value("box['b']['tier']") == "'free'"
+    finally:
+        s.close()
+
+
+def test_toolgate_in_a_hardened_session(hardened, workspaces, base_prefix):
+    """The session's root has no runtime/: the zygote loaded the package before the fork."""
+    s = fork_hardened(hardened, "upcall-hardened", workspaces, base_prefix)
+    try:
+        assert s.value("import os, toolgate\nos.path.exists(toolgate.__file__)") == "False"
+        rid = start(s, "toolgate.billing()['free_monthly_limit']")
+        expect_upcall(s, rid, 1)
+        s.send(answer(rid, 1))
+        assert expect_result(s, rid)["result"]["text/plain"] == "1000"
+        rid = start(s, "toolgate.billing()")
+        expect_upcall(s, rid, 1)
+        s.send(refusal(rid, 1))
+        assert expect_result(s, rid)["error"]["type"] == "ToolgateError"
+    finally:
+        s.close()
