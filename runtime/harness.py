@@ -31,6 +31,7 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 ZYGOTE = HERE / "toolgate_zygote.py"
+GOLDEN = HERE / "golden"
 RUNTIME = Path(os.environ.get("TOOLGATE_PYTHON_RUNTIME", HERE.parent / ".deps" / "python-runtime")).resolve()
 PYTHON = RUNTIME / "bin" / "python"
 MAX_FRAME = 64 << 20
@@ -244,3 +245,59 @@ def fork_refused(z, name, **fields):
     mine.close()
     assert not [p for p in z.pending if p["op"] == "forked" and p["session"] == name]
     return f
+
+
+# --- golden frames (runtime/golden/, read by the Rust tests too)
+
+def golden(name):
+    """The frame of runtime/golden/NAME.json, e.g. golden("session/exec")."""
+    return json.loads((GOLDEN / f"{name}.json").read_text())
+
+
+def json_type(v):
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "bool"
+    if isinstance(v, int):
+        return "int"
+    if isinstance(v, float):
+        return "float"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, list):
+        return "array"
+    return "object"
+
+
+def shape_differences(real, gold, maps=(), path="$"):
+    """How REAL differs in shape from GOLD: the same keys (recursively) and the same JSON types of
+    values (int and float told apart), values themselves aside. An array's elements are compared
+    with the golden array's first element. MAPS: paths (like "$.skipped") of objects whose keys
+    are data, not fields: only their values' types are compared."""
+    out = []
+    rt, gt = json_type(real), json_type(gold)
+    if rt != gt:
+        return [f"{path}: {rt} where the golden frame has {gt}"]
+    if rt == "object":
+        if path in maps:
+            proto = next(iter(gold.values()), None)
+            if proto is not None:
+                for k, v in real.items():
+                    out += shape_differences(v, proto, maps, f"{path}[{k!r}]")
+            return out
+        for k in sorted(set(real) - set(gold)):
+            out.append(f"{path}.{k}: not in the golden frame")
+        for k in sorted(set(gold) - set(real)):
+            out.append(f"{path}.{k}: missing (the golden frame has it)")
+        for k in sorted(set(real) & set(gold)):
+            out += shape_differences(real[k], gold[k], maps, f"{path}.{k}")
+    elif rt == "array" and gold:
+        for i, v in enumerate(real):
+            out += shape_differences(v, gold[0], maps, f"{path}[{i}]")
+    return out
+
+
+def assert_shape(real, name, maps=()):
+    diffs = shape_differences(real, golden(name), maps)
+    assert not diffs, f"{name}.json and the real frame differ:\n  " + "\n  ".join(diffs) + f"\nreal: {real}"
