@@ -3,14 +3,16 @@
 //! capabilities run (alongside the charge's commit when none of them reads metering state,
 //! after it otherwise), and the answer held until the charge is durable.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
 
 use tokio_util::sync::CancellationToken;
 use toolgate_domain::{Account, Admission};
 use toolgate_store::Decided;
 
-use crate::capability::{CallContext, CallScratch, ContentItem, JsonObject, ProgressSink};
+use crate::capability::{
+    CallContext, CallScratch, ContentItem, JsonObject, ProgressSink, ToolKind,
+};
 use crate::metering::{Meter, MeterError};
 use crate::registry::{Registry, ToolOutcome};
 
@@ -55,16 +57,28 @@ pub struct ToolCalls {
     registry: Arc<Registry>,
     /// Numbers calls, so capabilities of one call can share state (a call-scoped session).
     next_call: AtomicU64,
+    /// This use case, for the upcalls of the runs it starts (which are calls of their own).
+    this: Weak<ToolCalls>,
 }
 
 impl ToolCalls {
     /// Calls of `registry`'s tools, charged by `meter`.
-    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>) -> Self {
-        Self {
+    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>) -> Arc<Self> {
+        Arc::new_cyclic(|this| Self {
             meter,
             registry,
             next_call: AtomicU64::new(1),
-        }
+            this: this.clone(),
+        })
+    }
+
+    /// The full name of the tool of `kind` (`svc_read`, …), if the registry has it.
+    pub fn tool_name(&self, kind: ToolKind) -> Option<&str> {
+        self.registry
+            .tools()
+            .iter()
+            .find(|spec| spec.kind == kind)
+            .map(|spec| spec.name.as_str())
     }
 
     /// Calls `tool` with `args` for `caller`.
@@ -107,6 +121,7 @@ impl ToolCalls {
             account: caller,
             tool: &spec.name,
             call_id: self.next_call.fetch_add(1, Ordering::Relaxed),
+            calls: &self.this,
             scratch: &scratch,
             progress: io.progress,
             cancel: io.cancel,

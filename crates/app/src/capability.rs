@@ -91,12 +91,25 @@ pub struct CallContext<'a> {
     pub tool: &'a str,
     /// Unique per call within this process.
     pub call_id: u64,
+    /// The call use case itself, for calls a capability's work makes on the caller's behalf
+    /// (upcalls from code in a session).
+    pub calls: &'a std::sync::Weak<crate::calls::ToolCalls>,
     /// What the call's capabilities share; dropped when the call ends.
     pub scratch: &'a CallScratch,
     /// Where to report progress, if the caller wants it.
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
+}
+
+impl CallContext<'_> {
+    /// What answers upcalls from code this call runs: the call use case, as the caller.
+    pub fn upcall_handler(&self) -> std::sync::Arc<dyn toolgate_sandbox::upcall::UpcallHandler> {
+        std::sync::Arc::new(crate::upcalls::SessionUpcalls::new(
+            self.calls.clone(),
+            self.account.clone(),
+        ))
+    }
 }
 
 impl std::fmt::Debug for CallContext<'_> {

@@ -11,6 +11,7 @@ pub mod capability;
 pub mod metering;
 pub mod registry;
 mod schema;
+mod upcalls;
 
 use std::sync::Arc;
 
@@ -74,7 +75,7 @@ impl App {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: Arc::new(ToolCalls::new(meter.clone(), registry.clone())),
+            calls: ToolCalls::new(meter.clone(), registry.clone()),
             admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
             registry,
             meter,

@@ -460,6 +460,7 @@ mod tests {
             account: &account,
             tool: "svc_read",
             call_id: 1,
+            calls: &std::sync::Weak::new(),
             progress: None,
             cancel: None,
         };

@@ -28,6 +28,27 @@ fn spec_parses_from_the_zygote_json() {
     );
 }
 
+/// The spec the server sends (`runtime/golden/control/fork_hardened.json`, which the server's
+/// own tests serialise to) is one this library reads, field for field: neither side can add,
+/// drop or rename a field alone (unknown fields are refused here).
+#[test]
+fn the_servers_golden_spec_parses_whole() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../runtime/golden/control/fork_hardened.json"
+    );
+    let frame: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let spec: HardenSpec = serde_json::from_value(frame["harden"].clone()).unwrap();
+    assert_eq!(
+        spec.workspace,
+        std::path::Path::new("/var/lib/toolgate/sessions/acct-1/3f2a")
+    );
+    assert_eq!((spec.uid, spec.tmp_bytes), (1_000_000_000, 256 << 20));
+    assert_eq!(spec.cgroups.len(), 1);
+    spec.validate().unwrap();
+}
+
 #[test]
 fn uid_and_tmp_size_are_required() {
     let without_uid = spec_json("").replace(r#""uid":1000123,"#, "");

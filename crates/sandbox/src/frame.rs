@@ -75,7 +75,9 @@ pub fn read<T: DeserializeOwned>(input: &mut impl Read) -> Result<T, FrameError>
     decode(&read_body(input)?)
 }
 
-fn check_len(header: [u8; 4]) -> Result<usize, FrameError> {
+/// The body length a frame header announces, refused above [`MAX_FRAME_BYTES`] before anything
+/// is allocated.
+pub fn check_len(header: [u8; 4]) -> Result<usize, FrameError> {
     let len = u32::from_be_bytes(header);
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::Oversized(u64::from(len)));
@@ -95,49 +97,6 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(filled)
-}
-
-/// Async frame I/O for the server side.
-#[cfg(feature = "client")]
-pub mod nonblocking {
-    use serde::Serialize;
-    use serde::de::DeserializeOwned;
-    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-
-    use super::{FrameError, check_len, decode, encode};
-
-    /// Writes `message` as one frame.
-    pub async fn write<T: Serialize>(
-        out: &mut (impl AsyncWrite + Unpin),
-        message: &T,
-    ) -> Result<(), FrameError> {
-        out.write_all(&encode(message)?).await?;
-        out.flush().await?;
-        Ok(())
-    }
-
-    /// Reads and decodes one frame. `Err(Closed)` at a clean end of stream.
-    pub async fn read<T: DeserializeOwned>(
-        input: &mut (impl AsyncRead + Unpin),
-    ) -> Result<T, FrameError> {
-        let mut header = [0u8; 4];
-        match input.read_exact(&mut header).await {
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(FrameError::Closed);
-            }
-            Err(e) => return Err(e.into()),
-        }
-        let mut body = vec![0u8; check_len(header)?];
-        input
-            .read_exact(&mut body)
-            .await
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => FrameError::Truncated,
-                _ => FrameError::Io(e),
-            })?;
-        decode(&body)
-    }
 }
 
 #[cfg(test)]
@@ -182,22 +141,6 @@ mod tests {
         assert!(matches!(
             read::<Value>(&mut &invalid_utf8[..]),
             Err(FrameError::Malformed(_))
-        ));
-    }
-
-    #[tokio::test]
-    async fn async_side_speaks_the_same_frames() {
-        let mut wire = Vec::new();
-        nonblocking::write(&mut wire, &json!({"op": "pong"}))
-            .await
-            .unwrap();
-        let blocking: Value = read(&mut wire.as_slice()).unwrap();
-        assert_eq!(blocking, json!({"op": "pong"}));
-        let again: Value = nonblocking::read(&mut wire.as_slice()).await.unwrap();
-        assert_eq!(again, blocking);
-        assert!(matches!(
-            nonblocking::read::<Value>(&mut &[0u8; 0][..]).await,
-            Err(FrameError::Closed)
         ));
     }
 }

@@ -1,14 +1,30 @@
-//! The sandbox's vocabulary, with no confinement code: the limits a session runs under
-//! ([`policy`]) and the frames every party of the sandbox speaks ([`frame`]). With the `client`
-//! feature, the server's side of it: the zygote, sessions and the session manager (`client`). The confinement
-//! itself (namespaces, Landlock, seccomp, cgroups) lives in the supervisor, outside the server
-//! process.
+//! The sandbox seam: what the service asks of sessions and what it gets back, with no
+//! implementation behind it. `app` knows only this crate ([`Sessions`]); the binary wires in the
+//! in-process implementation (`toolgate-sandbox-manager`), and one on another host could carry
+//! the same values over a network: every request, output chunk, upcall and outcome here is plain
+//! data, and output and cancellation travel as a channel and a token, not as borrowed callbacks.
+//!
+//! - [`Sessions`]: run work in a session, read a workspace file, close a session.
+//! - [`RunRequest`] / [`RunOutcome`]: one run, whole (account, session, work, files, limits,
+//!   environment, output channel, upcall handler, cancellation) and what came of it.
+//! - [`upcall`]: code in a session asking the service for something (a typed request) and
+//!   waiting for its typed answer; the session's identity is attached by the implementation.
+//! - [`policy`]: the limits a session runs under.
+//! - [`protocol`] and [`frame`]: the typed frames of `runtime/PROTOCOL.md` and their framing.
 
-#[cfg(feature = "client")]
-pub mod client;
 pub mod frame;
-pub mod mountinfo;
 pub mod policy;
+pub mod protocol;
+mod run;
+mod sessions;
+pub mod upcall;
 
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use policy::{LimitSettings, Limits, LimitsError};
+pub use protocol::{DisplayData, ExecOutcome, Interruption, OutputStream, PyError, RequestKind};
+pub use run::{
+    EnvError, MAX_RUN_ENV, MAX_RUN_ENV_BYTES, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES,
+    MAX_WORKSPACE_PATH_BYTES, OUTPUT_QUEUE, OutputChunk, RunOutcome, RunRequest, Work,
+    WorkspaceFile, WorkspaceRead, check_env,
+};
+pub use sessions::{Sessions, SessionsError};

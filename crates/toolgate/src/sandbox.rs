@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use toolgate_app::capabilities::Sandbox;
 use toolgate_sandbox::LimitSettings;
-use toolgate_sandbox::client::{Budget, ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox_manager::{Budget, ManagerConfig, SessionManager, ZygoteConfig};
 
 use crate::config::Settings;
 
@@ -75,7 +75,9 @@ pub async fn start(settings: &Settings) -> Result<Option<(Sandbox, Arc<SessionMa
             .await
             .context("the sandbox could not start")?,
     );
-    Ok(Some((Sandbox::new(Arc::clone(&manager), limits), manager)))
+    // app sees the sessions through the seam only; serve keeps the manager to shut it down
+    let sessions: Arc<dyn toolgate_sandbox::Sessions> = manager.clone();
+    Ok(Some((Sandbox::new(sessions, limits), manager)))
 }
 
 /// The budget of all sessions together: the operator's, else a share of this host.

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use toolgate_sandbox::LimitSettings;
 use toolgate_sandbox::Limits;
-use toolgate_sandbox::client::{
-    CallOutcome, Isolation, ManagerConfig, SessionManager, ZygoteConfig,
+use toolgate_sandbox_manager::{
+    Isolation, ManagerConfig, RunOutcome, SessionManager, ZygoteConfig,
 };
 
 use super::memory::{self, SessionMemory};
@@ -188,7 +188,7 @@ async fn quiet_now(quiet: Duration) -> Result<()> {
 }
 
 /// A `1+1` call must have answered 2, in a new interpreter when `fresh`.
-fn check(call: &CallOutcome, fresh: bool) -> Result<()> {
+fn check(call: &RunOutcome, fresh: bool) -> Result<()> {
     let result = call.outcome.result.as_ref().map(|r| r.text_plain.as_str());
     if result != Some("2") || call.outcome.error.is_some() {
         bail!(

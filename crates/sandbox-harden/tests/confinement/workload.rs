@@ -1,6 +1,6 @@
 //! A notebook's worth of system use, hardened: whatever the seccomp allow-list refuses by mistake
 //! shows up here as a failing step, not in a user's session. (numpy, pandas and matplotlib run in
-//! the zygote's own workload test, `runtime/test_zygote.py`; this one needs only the standard
+//! the zygote's own workload test, `runtime/test_hardened.py`; this one needs only the standard
 //! library of `python3`.)
 
 use serde_json::json;

@@ -34,8 +34,11 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "toolgate-store-sqlite",
             "toolgate-store-postgres",
             "toolgate-server",
+            "toolgate-sandbox-manager",
+            "rustix",
         ],
-        "the use cases know the store's traits, not HTTP, MCP or SQL",
+        "the use cases know the store's traits and the sandbox seam, not HTTP, MCP, SQL or \
+         what runs the sessions",
     ),
     (
         "toolgate-server",
@@ -46,13 +49,46 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "sqlx",
             "rusqlite",
             "toolgate-sandbox",
+            "toolgate-sandbox-manager",
             "toolgate-sandbox-harden",
         ],
-        "HTTP and MCP know the app, never a backend or the sandbox manager",
+        "HTTP and MCP know the app, never a backend or the sandbox",
+    ),
+    (
+        "toolgate-sandbox",
+        &[
+            "toolgate-sandbox-manager",
+            "toolgate-sandbox-harden",
+            "toolgate-app",
+            "toolgate-store",
+            "rustix",
+            "axum",
+            "rmcp",
+            "sqlx",
+        ],
+        "the sandbox seam is values and a trait: no implementation, no service",
+    ),
+    (
+        "toolgate-sandbox-manager",
+        &[
+            "toolgate-app",
+            "toolgate-server",
+            "toolgate-store",
+            "axum",
+            "rmcp",
+            "sqlx",
+        ],
+        "the in-process sandbox serves the seam, and knows nothing of the service around it",
     ),
     (
         "toolgate-sandbox-harden",
-        &["tokio", "toolgate-app", "toolgate-server"],
+        &[
+            "tokio",
+            "toolgate-app",
+            "toolgate-server",
+            "toolgate-sandbox",
+            "toolgate-sandbox-manager",
+        ],
         "the confinement library runs in a forked child: no runtime, no service",
     ),
     (
@@ -67,16 +103,8 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
     ),
 ];
 
-/// Edges the rules forbid that exist until a named piece of work removes them. The test fails
-/// when one of them is gone, so the exception goes with it.
-const NOT_YET: &[(&str, &str, &str)] = &[(
-    "toolgate-app",
-    "toolgate-sandbox",
-    "issue 10, point 3: app should know a Sessions trait, not the in-process manager",
-)];
-
-/// Each workspace crate's normal (not dev, not build) dependencies, by name.
-fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
+/// The workspace's packages, as `cargo metadata` reads their manifests.
+fn packages() -> Vec<Value> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/../../Cargo.toml");
     let output = Command::new(cargo)
@@ -92,9 +120,12 @@ fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
         .expect("cargo metadata runs");
     assert!(output.status.success(), "{output:?}");
     let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
-    metadata["packages"]
-        .as_array()
-        .unwrap()
+    metadata["packages"].as_array().unwrap().clone()
+}
+
+/// Each workspace crate's normal (not dev, not build) dependencies, by name.
+fn normal_dependencies() -> BTreeMap<String, BTreeSet<String>> {
+    packages()
         .iter()
         .map(|package| {
             let names = package["dependencies"]
@@ -121,12 +152,6 @@ fn dependencies_point_inward() {
             broken.push(format!("{krate} -> {dep}: {why}"));
         }
     }
-    for (krate, dep, work) in NOT_YET {
-        assert!(
-            graph.get(*krate).is_some_and(|deps| deps.contains(*dep)),
-            "{krate} -> {dep} is gone ({work}): remove it from NOT_YET and forbid it"
-        );
-    }
     assert!(broken.is_empty(), "forbidden edges:\n{}", broken.join("\n"));
 }
 
@@ -140,4 +165,23 @@ fn only_the_binary_and_tools_name_a_concrete_backend() {
         .map(|(krate, _)| krate)
         .collect();
     assert_eq!(naming, ["toolgate"], "crates naming a backend: {naming:?}");
+}
+
+/// The sandbox seam may use tokio's channels (a run's output) but nothing that runs: no runtime,
+/// no sockets, no processes. Those belong to an implementation.
+#[test]
+fn the_sandbox_seam_takes_only_tokios_channels() {
+    let packages = packages();
+    let seam = packages
+        .iter()
+        .find(|package| package["name"] == "toolgate-sandbox")
+        .expect("the sandbox seam is in the workspace");
+    let tokio = seam["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|dep| dep["name"] == "tokio" && dep["kind"].is_null())
+        .expect("the seam names tokio for its channels");
+    assert_eq!(tokio["uses_default_features"], false, "{tokio}");
+    assert_eq!(tokio["features"], serde_json::json!(["sync"]), "{tokio}");
 }

@@ -510,3 +510,34 @@ fn sibling_holding(root: &std::path::Path, file: &str) -> String {
     assert_eq!(found.len(), 1, "workspaces holding {file}: {found:?}");
     found[0].clone()
 }
+
+/// Code in a session asks the service through the runtime's `toolgate` module without holding
+/// a key: each such request is one call of the session's account, metered like any other and
+/// refused the same way once the allowance is used up and the wallet is empty.
+#[tokio::test]
+async fn code_reaches_the_service_as_a_metered_call_of_its_own() {
+    let f = fixture_with(&["--free-monthly-calls", "3"]).await;
+    let code = "import toolgate\nb = toolgate.billing()\nb['free_remaining_this_month']";
+    let first = f.write(json!({"code": code, "session_id": "s"})).await;
+    assert!(!is_error(&first), "{first}");
+    // the call itself is the first of three, its upcall the second
+    assert_eq!(
+        first["structuredContent"]["python"]["result"]["text"], "1",
+        "{first}"
+    );
+    // the third call is the last free one; its upcall would be a fourth: refused
+    let asked = "try:\n    toolgate.billing()\nexcept toolgate.ToolgateError as e:\n    r = \
+                 (e.code, e.message)\nr";
+    let refused = f.write(json!({"code": asked, "session_id": "s"})).await;
+    let shown = refused["structuredContent"]["python"]["result"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(shown.starts_with("('refused', "), "{refused}");
+    assert!(shown.contains("top up"), "{refused}");
+    let status = f.server.billing(&f.alice.key).await;
+    assert_eq!(status["free_remaining_this_month"], 0, "{status}");
+    // bob's allowance was never touched: the identity is the session's account
+    let bob = f.server.billing(&f.bob.key).await;
+    assert_eq!(bob["free_remaining_this_month"], 3, "{bob}");
+}

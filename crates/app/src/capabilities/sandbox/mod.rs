@@ -1,6 +1,7 @@
 //! The sandbox capabilities: `python` (`code`) and `bash` on the write tool, `upload` (`files`
 //! alone) on the write tool, and `file` (`path`) on the read tool. They share the fields
-//! `session_id`, `timeout_s` and `files`, and one [`SessionManager`].
+//! `session_id`, `timeout_s` and `files`, and one [`Sessions`] (the sandbox seam: `app` never
+//! knows what runs the sessions).
 //!
 //! Without `session_id` a call runs in a fresh interpreter that ends with the call. When one call
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
@@ -15,8 +16,10 @@ use std::sync::Arc;
 
 use base64::Engine;
 use serde_json::Value;
-use toolgate_sandbox::LimitSettings;
-use toolgate_sandbox::client::{MAX_SESSION_ID_BYTES, ManagerError, SessionManager, WorkspaceFile};
+use toolgate_sandbox::{
+    LimitSettings, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES, MAX_WORKSPACE_PATH_BYTES, Sessions,
+    SessionsError, WorkspaceFile,
+};
 
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject};
 use crate::schema::FieldKind;
@@ -24,16 +27,12 @@ use crate::schema::FieldKind;
 pub use read::ReadFile;
 pub use run::{Runner, Upload};
 
-/// Most files one call may upload.
-const MAX_FILES: usize = 100;
-/// Longest relative path of an uploaded or read file, in bytes.
-const MAX_PATH_BYTES: usize = 4096;
 /// Longest `code` or `bash`, in bytes.
 const MAX_SOURCE_BYTES: usize = 1024 * 1024;
 
-/// What the sandbox capabilities share: the session manager and the operator's limits.
+/// What the sandbox capabilities share: the sessions and the operator's limits.
 pub struct Sandbox {
-    manager: Arc<SessionManager>,
+    sessions: Arc<dyn Sessions>,
     limits: LimitSettings,
     /// `timeout_s` as `tools/list` shows it (it names the operator's limits).
     timeout: Field,
@@ -42,12 +41,12 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Runs calls through `manager` under `limits`.
-    pub fn new(manager: Arc<SessionManager>, limits: LimitSettings) -> Self {
+    /// Runs calls in `sessions` under `limits`.
+    pub fn new(sessions: Arc<dyn Sessions>, limits: LimitSettings) -> Self {
         let timeout = timeout_field(&limits);
-        let session_id = session_id_field(manager.idle_ttl());
+        let session_id = session_id_field(sessions.idle_ttl());
         Self {
-            manager,
+            sessions,
             limits,
             timeout,
             session_id,
@@ -126,8 +125,8 @@ fn files_field() -> Field {
     Field {
         name: "files",
         kind: FieldKind::Files {
-            max_files: MAX_FILES,
-            max_path: MAX_PATH_BYTES,
+            max_files: MAX_UPLOAD_FILES,
+            max_path: MAX_WORKSPACE_PATH_BYTES,
         },
         description: "files to write into the session's workspace before the code runs: \
                       [{\"path\": \"data/in.csv\", \"content\": \"a,b\\n1,2\\n\"}], paths \
@@ -178,7 +177,7 @@ impl Scope {
             return Self::Fresh;
         }
         Self::Call(ctx.scratch.get_or_insert(|| CallSession {
-            manager: Arc::clone(&sandbox.manager),
+            sessions: Arc::clone(&sandbox.sessions),
             account: account_key(ctx),
             // control characters cannot appear in a caller's id, so this never meets one
             id: format!("\u{1}call-{}", ctx.call_id),
@@ -214,7 +213,7 @@ fn shares_a_session(args: &JsonObject) -> bool {
 /// The session a call's capabilities share when it names none: opened by the first run, and
 /// closed when the call ends and this value (kept in the call's scratch) is dropped.
 struct CallSession {
-    manager: Arc<SessionManager>,
+    sessions: Arc<dyn Sessions>,
     account: String,
     id: String,
 }
@@ -232,13 +231,13 @@ impl Drop for CallSession {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return; // no runtime: the manager's idle sweep retires it
         };
-        let (manager, account, id) = (
-            Arc::clone(&self.manager),
+        let (sessions, account, id) = (
+            Arc::clone(&self.sessions),
             std::mem::take(&mut self.account),
             std::mem::take(&mut self.id),
         );
         runtime.spawn(async move {
-            manager.close_session(&account, &id).await;
+            sessions.close(&account, &id).await;
         });
     }
 }
@@ -270,22 +269,12 @@ fn account_key(ctx: &CallContext<'_>) -> String {
     ctx.account.id.to_string()
 }
 
-/// A manager error as the caller reads it; internal detail goes to the log only.
-fn failure(error: ManagerError) -> Failure {
-    match error {
-        ManagerError::Zygote(e) => {
-            tracing::error!(error = %e, "the sandbox could not start a session");
-            Failure::new(
-                "the sandbox could not start a session right now; nothing ran. Please retry in a \
-                 moment.",
-            )
-        }
-        ManagerError::Workspace { source, .. } => {
-            tracing::error!(error = %source, "a session workspace could not be prepared");
-            Failure::new("the session's workspace could not be prepared; nothing ran")
-        }
-        other => Failure::new(other.to_string()),
+/// A sandbox error as the caller reads it; internal detail goes to the log only.
+fn failure(error: SessionsError) -> Failure {
+    if let SessionsError::Unavailable(source) = &error {
+        tracing::error!(error = %source, "the sandbox could not serve a call");
     }
+    Failure::new(error.to_string())
 }
 
 #[cfg(test)]

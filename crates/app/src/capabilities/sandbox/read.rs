@@ -7,11 +7,12 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::permits::{self, ReadPermits};
-use super::{MAX_PATH_BYTES, Sandbox, account_key, failure};
+use super::{Sandbox, account_key, failure};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
 use crate::schema::FieldKind;
+use toolgate_sandbox::MAX_WORKSPACE_PATH_BYTES;
 
 /// Largest file read back, in bytes (its base64 must fit a response comfortably).
 const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
@@ -52,7 +53,7 @@ impl Capability for ReadFile {
             Field {
                 name: "path",
                 kind: FieldKind::String {
-                    max_len: MAX_PATH_BYTES,
+                    max_len: MAX_WORKSPACE_PATH_BYTES,
                 },
                 description: "a file's path relative to the session's workspace",
             },
@@ -97,7 +98,7 @@ impl Capability for ReadFile {
         let _turn = self.turns.turn(&account).await;
         let read = self
             .sandbox
-            .manager
+            .sessions
             .read_file(&account, session_id, path, MAX_READ_BYTES)
             .await
             .map_err(failure)?;

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolgate_sandbox::client::{CallOutcome, ExecOutcome, Interruption, RequestKind};
+use toolgate_sandbox::{ExecOutcome, Interruption, RequestKind, RunOutcome};
 
 use crate::capability::{ContentItem, Output};
 
@@ -38,7 +38,7 @@ pub(super) fn output_schema() -> Value {
 }
 
 /// The content and structured record of one run.
-pub(super) fn render(call: &CallOutcome, session_id: Option<&str>, limit: Duration) -> Output {
+pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duration) -> Output {
     let outcome = &call.outcome;
     let mut content = Vec::new();
     if call.expired {
@@ -153,7 +153,7 @@ fn push_failure(content: &mut Vec<ContentItem>, outcome: &ExecOutcome) -> bool {
     failed
 }
 
-fn structured(call: &CallOutcome, session_id: Option<&str>) -> Value {
+fn structured(call: &RunOutcome, session_id: Option<&str>) -> Value {
     let o = &call.outcome;
     let result = o.result.as_ref().map(|r| {
         let mut value = json!({"text": r.text_plain});

@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolgate_sandbox::client::{OutputChunk, OutputStream, Request, RunRequest};
+use tokio::sync::mpsc;
+use toolgate_sandbox::{
+    OUTPUT_QUEUE, OutputChunk, OutputStream, RunOutcome, RunRequest, SessionsError, Work,
+};
 
 use super::render::{output_schema, render};
 use super::{
@@ -85,8 +88,10 @@ impl Capability for Runner {
                 "`code`: Python 3 source run in a sandbox with numpy, pandas and matplotlib, as a \
                  notebook cell: stdout and stderr are captured, the value of a last bare \
                  expression is shown, matplotlib figures come back as PNG images and DataFrames \
-                 as tables, an exception is an error with its traceback. No network. With \
-                 `session_id`, variables, imports and files persist."
+                 as tables, an exception is an error with its traceback. No network, but the \
+                 code may `import toolgate` to ask this service: `toolgate.billing()` returns \
+                 your billing status (one metered call). With `session_id`, variables, imports \
+                 and files persist."
             }
             Language::Bash => {
                 "`bash`: a command line run by /bin/bash in the same sandbox and workspace \
@@ -149,38 +154,62 @@ impl Capability for Runner {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let request = match self.language {
-            Language::Python => Request::Exec { code: source },
-            Language::Bash => Request::Bash { command: source },
+        let work = match self.language {
+            Language::Python => Work::Python { code: source },
+            Language::Bash => Work::Bash { command: source },
         };
         let files = if self.uploads(args) {
             uploaded_files(args)?
         } else {
             Vec::new()
         };
-        let account = account_key(ctx);
-        let mut relay = ctx.progress.map(OutputProgress::new);
-        let mut forward = |chunk: OutputChunk| {
-            if let Some(relay) = relay.as_mut() {
-                relay.relay(&chunk);
+        let timeout = limits.timeout;
+        let request = RunRequest {
+            files,
+            cancel: ctx.cancel.cloned(),
+            upcalls: Some(ctx.upcall_handler()),
+            ..RunRequest::new(
+                account_key(ctx),
+                scope.id().map(str::to_owned),
+                work,
+                limits,
+            )
+        };
+        let call = self.run_streaming(request, ctx).await.map_err(failure)?;
+        Ok(render(&call, scope.caller_id(), timeout))
+    }
+}
+
+impl Runner {
+    /// Runs `request`, its output passed on as progress while it runs when the caller wants
+    /// progress (every chunk before this returns).
+    async fn run_streaming(
+        &self,
+        mut request: RunRequest,
+        ctx: &CallContext<'_>,
+    ) -> Result<RunOutcome, SessionsError> {
+        let Some(sink) = ctx.progress else {
+            return self.sandbox.sessions.run(request).await;
+        };
+        let (output, mut chunks) = mpsc::channel(OUTPUT_QUEUE);
+        request.output = Some(output);
+        let mut relay = OutputProgress::new(sink);
+        let result = {
+            let running = self.sandbox.sessions.run(request);
+            tokio::pin!(running);
+            loop {
+                tokio::select! {
+                    biased;
+                    Some(chunk) = chunks.recv() => relay.relay(&chunk),
+                    result = &mut running => break result,
+                }
             }
         };
-        let on_output: Option<&mut (dyn FnMut(OutputChunk) + Send)> = match ctx.progress {
-            Some(_) => Some(&mut forward),
-            None => None,
-        };
-        let result = self
-            .sandbox
-            .manager
-            .run(RunRequest {
-                files: &files,
-                on_output,
-                cancel: ctx.cancel,
-                ..RunRequest::new(&account, scope.id(), request, &limits)
-            })
-            .await;
-        let call = result.map_err(failure)?;
-        Ok(render(&call, scope.caller_id(), limits.timeout))
+        // every chunk is sent before the run returns: pass on what is still queued
+        while let Ok(chunk) = chunks.try_recv() {
+            relay.relay(&chunk);
+        }
+        result
     }
 }
 
@@ -263,25 +292,30 @@ impl Capability for Upload {
             .limits
             .for_call(None)
             .map_err(|e| Failure::new(e.to_string()))?;
-        let request = Request::Exec {
-            code: String::new(),
-        };
-        let account = account_key(ctx);
-        let call = self
-            .sandbox
-            .manager
-            .run(RunRequest {
-                files: &files,
-                cancel: ctx.cancel,
-                ..RunRequest::new(&account, scope.id(), request, &limits)
-            })
-            .await
-            .map_err(failure)?;
         let listed: Vec<Value> = files
             .iter()
             .map(|f| json!({"path": f.path, "bytes": f.content.len()}))
             .collect();
-        let mut text = format!("wrote {} file(s) into the workspace", files.len());
+        let count = files.len();
+        let work = Work::Python {
+            code: String::new(),
+        };
+        let call = self
+            .sandbox
+            .sessions
+            .run(RunRequest {
+                files,
+                cancel: ctx.cancel.cloned(),
+                ..RunRequest::new(
+                    account_key(ctx),
+                    scope.id().map(str::to_owned),
+                    work,
+                    limits,
+                )
+            })
+            .await
+            .map_err(failure)?;
+        let mut text = format!("wrote {count} file(s) into the workspace");
         if call.expired {
             text.push_str(" (the session had expired; this is a fresh one)");
         }

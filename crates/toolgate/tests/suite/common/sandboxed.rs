@@ -72,12 +72,18 @@ pub struct Fixture {
 
 /// Starts the server of a [`Fixture`].
 pub async fn fixture() -> Fixture {
+    fixture_with(&[]).await
+}
+
+/// Starts the server of a [`Fixture`] with `extra` flags.
+pub async fn fixture_with(extra: &[&str]) -> Fixture {
     let dir = sandbox_dir();
     let storage = Storage::sqlite(dir.path());
     let alice = create_account(&storage, "alice@example.org");
     let bob = create_account(&storage, "bob@example.org");
     let flags = sandbox_flags(dir.path());
-    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    flags.extend_from_slice(extra);
     let server = Server::start(&storage, &flags).await;
     Fixture {
         _dir: dir,

@@ -1,0 +1,85 @@
+//! [`SessionManager`] as the sandbox seam ([`Sessions`]), and its errors in the seam's terms:
+//! what the caller may read, and what only the log may.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use toolgate_sandbox::{RunOutcome, RunRequest, Sessions, SessionsError, WorkspaceRead};
+
+use crate::manager::SessionManager;
+use crate::manager_types::ManagerError;
+
+#[async_trait]
+impl Sessions for SessionManager {
+    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SessionsError> {
+        SessionManager::run(self, request).await.map_err(Into::into)
+    }
+
+    async fn read_file(
+        &self,
+        account: &str,
+        session_id: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<WorkspaceRead, SessionsError> {
+        SessionManager::read_file(self, account, session_id, path, max_bytes)
+            .await
+            .map_err(Into::into)
+    }
+
+    async fn close(&self, account: &str, session_id: &str) {
+        self.close_session(account, session_id).await;
+    }
+
+    fn idle_ttl(&self) -> Duration {
+        SessionManager::idle_ttl(self)
+    }
+}
+
+impl From<ManagerError> for SessionsError {
+    fn from(error: ManagerError) -> Self {
+        match error {
+            // the caller's to act on: a limit, a bad request, a missing session
+            ManagerError::TooManySessions { .. }
+            | ManagerError::AtCapacity { .. }
+            | ManagerError::AccountBudget { .. }
+            | ManagerError::InvalidSessionId
+            | ManagerError::InvalidAccount
+            | ManagerError::InvalidEnv(_)
+            | ManagerError::NoSuchSession
+            | ManagerError::TooManyFiles { .. }
+            | ManagerError::UploadTooLarge { .. }
+            | ManagerError::File(_)
+            | ManagerError::NoFreeUid(_) => Self::Refused(error.to_string()),
+            // the run's own end: killed, out of memory, died (the message says which)
+            ManagerError::Session(_) => Self::Failed(error.to_string()),
+            // the sandbox's own trouble: internals (host paths, errno) go to the log only
+            ManagerError::Cgroup(_)
+            | ManagerError::Zygote(_)
+            | ManagerError::Workspace { .. }
+            | ManagerError::ShutDown => Self::Unavailable(Box::new(error)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn internals_never_reach_the_callers_message() {
+        let workspace = ManagerError::Workspace {
+            path: PathBuf::from("/var/lib/toolgate/sessions/secret-host-path"),
+            source: std::io::Error::other("EACCES"),
+        };
+        let seam = SessionsError::from(workspace);
+        assert!(matches!(seam, SessionsError::Unavailable(_)));
+        assert!(!seam.to_string().contains("secret-host-path"), "{seam}");
+        // the log still gets the whole story
+        let source = std::error::Error::source(&seam).map(ToString::to_string);
+        assert!(source.is_some_and(|s| s.contains("secret-host-path")));
+        let limit = SessionsError::from(ManagerError::NoSuchSession);
+        assert!(matches!(limit, SessionsError::Refused(ref m) if m.contains("no such session")));
+    }
+}

@@ -1,0 +1,586 @@
+//! Sessions by the manager: persistence, isolation between accounts and ids, expiry, the
+//! per-account cap, time limits, cancellation, streaming, per-run environments.
+
+// The helpers are test code too: a panic is how they report failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::common::{error_type, eventually, limits, manager, process_gone, text, zygote_config};
+
+use sha2::{Digest, Sha256};
+use toolgate_sandbox_manager::{
+    Interruption, KillReason, ManagerConfig, ManagerError, OutputChunk, OutputStream, RequestKind,
+    RunOutcome, SessionError, SessionManager, ZygoteError,
+};
+
+async fn exec(m: &SessionManager, account: &str, id: Option<&str>, code: &str) -> RunOutcome {
+    m.exec(account, id, code, &limits(30), &[], None)
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn variables_persist_per_session_and_accounts_are_apart() {
+    let root = tempfile::tempdir().unwrap();
+    // no warm sessions: the place checked below is that of a session made for its id (a warm
+    // session's is its own, see warm.rs)
+    let m = manager(root.path(), |c| c.warm_sessions = 0).await;
+    let first = exec(&m, "acct-a", Some("s1"), "x = 41").await;
+    assert!(first.fresh && !first.expired);
+    let second = exec(&m, "acct-a", Some("s1"), "x + 1").await;
+    assert_eq!(text(&second), "42");
+    assert!(!second.fresh);
+    assert_eq!(second.pid, first.pid);
+
+    // the same id in another account is another session
+    let other = exec(&m, "acct-b", Some("s1"), "x").await;
+    assert!(other.fresh);
+    assert_eq!(error_type(&other), "NameError");
+    assert_ne!(other.pid, first.pid);
+
+    // the workspace is <root>/<account>/<sha256 of the id>, private, and the cwd of the code
+    let hashed = hex::encode(Sha256::digest(b"s1"));
+    assert_eq!(first.workspace, root.path().join("acct-a").join(&hashed));
+    let mode = std::fs::metadata(&first.workspace)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+    let cwd = exec(&m, "acct-a", Some("s1"), "import os; os.getcwd()").await;
+    assert_eq!(text(&cwd), format!("'{}'", first.workspace.display()));
+    m.shutdown().await;
+    assert!(
+        !first.workspace.exists(),
+        "the workspace outlived the session"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_a_session_id_every_call_is_fresh() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let first = exec(&m, "acct", None, "y = 1; open('f.txt', 'w').write('x')").await;
+    assert!(first.fresh && first.outcome.error.is_none());
+    let second = exec(&m, "acct", None, "y").await;
+    assert!(second.fresh);
+    assert_eq!(error_type(&second), "NameError");
+    assert_ne!(first.workspace, second.workspace);
+    eventually("one-off sessions closed", || m.live_sessions("acct") == 0).await;
+    eventually("one-off workspaces removed", || {
+        !first.workspace.exists() && !second.workspace.exists()
+    })
+    .await;
+    eventually("one-off processes gone", || {
+        process_gone(first.pid) && process_gone(second.pid)
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notebook_values_and_exceptions() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    assert_eq!(text(&exec(&m, "a", Some("s"), "1+1").await), "2");
+    assert_eq!(text(&exec(&m, "a", Some("s"), "a = 3\na * 2").await), "6");
+    let hidden = exec(&m, "a", Some("s"), "a * 2;").await;
+    assert!(hidden.outcome.result.is_none());
+    let failed = exec(&m, "a", Some("s"), "print('hi')\n1/0").await;
+    assert_eq!(failed.outcome.stdout, "hi\n");
+    assert_eq!(failed.outcome.kind, RequestKind::Exec);
+    let error = failed.outcome.error.as_ref().unwrap();
+    assert_eq!(error.error_type, "ZeroDivisionError");
+    assert_eq!(error.message, "division by zero");
+    assert!(
+        error
+            .traceback
+            .contains("ZeroDivisionError: division by zero")
+    );
+    assert!(error.traceback.contains("<cell"), "{}", error.traceback);
+    // the session survives an exception
+    assert_eq!(text(&exec(&m, "a", Some("s"), "a").await), "3");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_interrupts_and_the_session_keeps_its_variables() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    exec(&m, "a", Some("s"), "v = 7").await;
+    let start = Instant::now();
+    let looped = m
+        .exec("a", Some("s"), "while True: pass", &limits(1), &[], None)
+        .await
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(error_type(&looped), "KeyboardInterrupt");
+    assert_eq!(looped.outcome.interrupted, Some(Interruption::Timeout));
+    // not before its limit; and it did end (the loop never would): no speed is asserted
+    assert!(took >= Duration::from_secs(1), "{took:?}");
+    let after = exec(&m, "a", Some("s"), "v").await;
+    assert_eq!(text(&after), "7");
+    assert!(!after.fresh);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_that_ignores_sigint_is_killed_after_the_grace() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let before = exec(&m, "a", Some("s"), "w = 1").await;
+    let code = "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass";
+    let start = Instant::now();
+    let killed = m.exec("a", Some("s"), code, &limits(1), &[], None).await;
+    let took = start.elapsed();
+    let Err(ManagerError::Session(error @ SessionError::Killed { reason, .. })) = &killed else {
+        panic!("expected a timeout kill, got {killed:?}");
+    };
+    assert_eq!(*reason, KillReason::Timeout);
+    let message = error.to_string();
+    assert!(
+        message.contains("time limit of 1 s") && message.contains("killed"),
+        "{message}"
+    );
+    // 1 s limit + 2 s grace, then SIGKILL: not before (the loop alone never ends)
+    assert!(took >= Duration::from_secs(3), "{took:?}");
+    eventually("killed session reaped", || process_gone(before.pid)).await;
+    assert_eq!(m.live_sessions("a"), 0);
+    let next = exec(&m, "a", Some("s"), "w").await;
+    assert!(next.fresh);
+    assert_eq!(error_type(&next), "NameError");
+    assert_eq!(text(&exec(&m, "b", Some("s"), "2*21").await), "42");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_killed_by_a_signal_is_named_and_the_next_call_is_fresh() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let before = exec(&m, "a", Some("s"), "u = 1").await;
+    let died = m
+        .exec(
+            "a",
+            Some("s"),
+            "import os; os.kill(os.getpid(), 9)",
+            &limits(10),
+            &[],
+            None,
+        )
+        .await;
+    let Err(ManagerError::Session(SessionError::Died(info))) = &died else {
+        panic!("expected a death, got {died:?}");
+    };
+    assert_eq!(info.signal.as_deref(), Some("SIGKILL"));
+    assert_eq!(info.pid, before.pid);
+    let message = died.unwrap_err().to_string();
+    assert!(message.contains("killed by signal SIGKILL"), "{message}");
+    assert!(!before.workspace.exists());
+    let next = exec(&m, "a", Some("s"), "u").await;
+    assert!(next.fresh);
+    assert_eq!(error_type(&next), "NameError");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bash_reports_exit_status_and_output_in_the_shared_workspace() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    exec(
+        &m,
+        "a",
+        Some("s"),
+        "open('note.txt', 'w').write('from python')",
+    )
+    .await;
+    let run = m
+        .bash(
+            "a",
+            Some("s"),
+            "cat note.txt; echo; echo err >&2; exit 3",
+            &limits(10),
+            &[],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(run.outcome.kind, RequestKind::Bash);
+    assert_eq!(run.outcome.exit_status, Some(3));
+    assert_eq!(run.outcome.stdout, "from python\n");
+    assert_eq!(run.outcome.stderr, "err\n");
+    assert!(!run.fresh);
+    let timed = m
+        .bash("a", Some("s"), "sleep 30", &limits(1), &[], None)
+        .await
+        .unwrap();
+    assert!(timed.outcome.timed_out);
+    assert_eq!(error_type(&timed), "Timeout");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_output_arrives_while_the_code_runs() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    // the code waits for a file that the test writes only once it has seen the first chunk:
+    // without streaming, the code would give up waiting and say so
+    let opened = exec(&m, "a", Some("s"), "1").await;
+    let go = opened.workspace.join("go");
+    let mut chunks: Vec<OutputChunk> = Vec::new();
+    let mut on_output = |chunk: OutputChunk| {
+        if chunks.is_empty() {
+            std::fs::write(&go, "").unwrap();
+        }
+        chunks.push(chunk);
+    };
+    let code = "import os, time\nprint(0, flush=True)\nfor _ in range(2000):\n    \
+                if os.path.exists('go'):\n        break\n    time.sleep(0.01)\n\
+                print(1, flush=True)\nos.path.exists('go')";
+    let call = m
+        .exec("a", Some("s"), code, &limits(60), &[], Some(&mut on_output))
+        .await
+        .unwrap();
+    assert_eq!(
+        text(&call),
+        "True",
+        "the first chunk did not arrive while the code ran"
+    );
+    assert_eq!(call.outcome.stdout, "0\n1\n");
+    let streamed: String = chunks
+        .iter()
+        .filter(|c| c.stream == OutputStream::Stdout)
+        .map(|c| c.data.as_str())
+        .collect();
+    assert_eq!(streamed, "0\n1\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_account_has_a_cap_on_live_sessions() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |c| c.max_sessions_per_account = 2).await;
+    exec(&m, "a", Some("s1"), "1").await;
+    exec(&m, "a", Some("s2"), "1").await;
+    let refused = m.exec("a", Some("s3"), "1", &limits(5), &[], None).await;
+    let Err(error @ ManagerError::TooManySessions { limit: 2, .. }) = &refused else {
+        panic!("expected the cap, got {refused:?}");
+    };
+    assert!(
+        error.to_string().contains("already has 2 live sessions"),
+        "{error}"
+    );
+    assert!(matches!(
+        m.exec("a", None, "1", &limits(5), &[], None).await,
+        Err(ManagerError::TooManySessions { .. })
+    ));
+    // existing sessions and other accounts are unaffected
+    exec(&m, "a", Some("s1"), "1").await;
+    exec(&m, "b", Some("s3"), "1").await;
+    assert!(m.close_session("a", "s1").await);
+    assert!(exec(&m, "a", Some("s3"), "1").await.fresh);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_sessions_expire_and_say_so() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |c| c.idle_ttl = Duration::from_millis(400)).await;
+    let first = exec(&m, "a", Some("s"), "z = 1").await;
+    // a call within the time-to-live keeps it
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    assert!(!exec(&m, "a", Some("s"), "z").await.fresh);
+    eventually("idle session swept", || m.live_sessions("a") == 0).await;
+    assert!(!first.workspace.exists());
+    eventually("expired process gone", || process_gone(first.pid)).await;
+    let again = exec(&m, "a", Some("s"), "z").await;
+    assert!(again.fresh && again.expired);
+    assert_eq!(error_type(&again), "NameError");
+    // the expiry is reported once
+    assert!(!exec(&m, "a", Some("s"), "1").await.expired);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_calls_on_twenty_sessions() {
+    let root = tempfile::tempdir().unwrap();
+    let m = Arc::new(manager(root.path(), |c| c.max_sessions_per_account = 20).await);
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let m = Arc::clone(&m);
+        tasks.push(tokio::spawn(async move {
+            // each cell reports when it ran, by the clock the host shares
+            let code = format!(
+                "import time\nt = time.time()\ntime.sleep(2)\nn = {i}\nf'{{t}} {{time.time()}}'"
+            );
+            let call = m
+                .exec("a", Some(&format!("s{i}")), &code, &limits(30), &[], None)
+                .await
+                .unwrap();
+            let shown = text(&call).trim_matches('\'').to_owned();
+            let (began, ended) = shown.split_once(' ').unwrap();
+            (began.parse::<f64>().unwrap(), ended.parse::<f64>().unwrap())
+        }));
+    }
+    let mut spans = Vec::new();
+    for task in tasks {
+        spans.push(task.await.unwrap());
+    }
+    // all twenty ran at once: the last to begin began before the first to end ended (one
+    // after another, no two would overlap); no speed is asserted
+    let last_start = spans.iter().map(|s| s.0).fold(f64::MIN, f64::max);
+    let first_end = spans.iter().map(|s| s.1).fold(f64::MAX, f64::min);
+    assert!(
+        last_start < first_end,
+        "the calls did not all run at once: {spans:?}"
+    );
+    assert_eq!(m.live_sessions("a"), 20);
+    for i in 0..20 {
+        let call = exec(&m, "a", Some(&format!("s{i}")), "n").await;
+        assert_eq!(text(&call), i.to_string());
+    }
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_zygote_gives_clear_errors_and_is_restarted() {
+    let root = tempfile::tempdir().unwrap();
+    let m = Arc::new(manager(root.path(), |_| {}).await);
+    let idle = exec(&m, "a", Some("idle"), "k = 1").await;
+    let zygote = m.current_zygote().await.unwrap();
+    let (busy, running) = spawn_sleeper(&m);
+    running.await.unwrap();
+    let zygote_pid = rustix::process::Pid::from_raw(zygote.pid()).unwrap();
+    rustix::process::kill_process(zygote_pid, rustix::process::Signal::KILL).unwrap();
+
+    // the running call fails at once, saying why
+    let start = Instant::now();
+    let failed = busy.await.unwrap();
+    assert!(start.elapsed() < PROMPTLY);
+    let message = failed.unwrap_err().to_string();
+    assert!(message.contains("zygote"), "{message}");
+
+    // the old handle says it is gone
+    eventually("zygote noticed dead", || !zygote.is_alive()).await;
+    let fork = zygote.fork_session("x", root.path(), None).await;
+    let Err(error @ ZygoteError::Gone { .. }) = &fork else {
+        panic!("expected Gone, got {fork:?}");
+    };
+    assert!(
+        error.to_string().contains("killed by signal SIGKILL"),
+        "{error}"
+    );
+    eventually("idle session died with the zygote", || {
+        process_gone(idle.pid)
+    })
+    .await;
+
+    // the manager starts a new zygote; the idle session's next call is fresh
+    m.ensure_running().await.unwrap();
+    let restarted = m.current_zygote().await.unwrap();
+    assert_ne!(restarted.pid(), zygote.pid());
+    assert!(restarted.is_alive());
+    let after = exec(&m, "a", Some("idle"), "k").await;
+    assert!(after.fresh);
+    assert_eq!(error_type(&after), "NameError");
+    assert_eq!(text(&exec(&m, "a", Some("busy"), "3*3").await), "9");
+
+    // and without ensure_running, a call restarts it by itself
+    let pid = rustix::process::Pid::from_raw(restarted.pid()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    eventually("second zygote noticed dead", || !restarted.is_alive()).await;
+    assert_eq!(text(&exec(&m, "a", None, "5*5").await), "25");
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let rank = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[rank]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn figures_new_session_and_warm_round_trip() {
+    let root = tempfile::tempdir().unwrap();
+    // the production preload (numpy, pandas, matplotlib.pyplot): what a session forks from
+    let mut config = ManagerConfig::new(zygote_config(None), root.path());
+    config.max_sessions_per_account = 64;
+    let m = SessionManager::start(config).await.unwrap();
+    let hello = m.current_zygote().await.unwrap().hello().clone();
+    assert!(
+        hello.skipped.is_empty(),
+        "preload failed: {:?}",
+        hello.skipped
+    );
+
+    let mut new_session = Vec::new();
+    for i in 0..30 {
+        let start = Instant::now();
+        let call = exec(&m, "bench", Some(&format!("new{i}")), "1+1").await;
+        new_session.push(start.elapsed());
+        assert_eq!(text(&call), "2");
+        assert!(call.fresh);
+        m.close_session("bench", &format!("new{i}")).await;
+    }
+    let mut one_off = Vec::new();
+    for _ in 0..30 {
+        let start = Instant::now();
+        let call = exec(&m, "bench", None, "1+1").await;
+        one_off.push(start.elapsed());
+        assert_eq!(text(&call), "2");
+    }
+    exec(&m, "bench", Some("warm"), "1+1").await;
+    let mut warm = Vec::new();
+    for _ in 0..500 {
+        let start = Instant::now();
+        let call = exec(&m, "bench", Some("warm"), "1+1").await;
+        warm.push(start.elapsed());
+        assert_eq!(text(&call), "2");
+    }
+    for samples in [&mut new_session, &mut one_off, &mut warm] {
+        samples.sort();
+    }
+    println!(
+        "zygote start-up (preload {:?}): {:.0} ms",
+        hello.preloaded, hello.startup_ms
+    );
+    println!(
+        "new session (named id) to first result, n=30: p50 {:.2} ms, p99 {:.2} ms",
+        ms(percentile(&new_session, 0.5)),
+        ms(percentile(&new_session, 0.99))
+    );
+    println!(
+        "one-off call without session id, n=30: p50 {:.2} ms, p99 {:.2} ms",
+        ms(percentile(&one_off, 0.5)),
+        ms(percentile(&one_off, 0.99))
+    );
+    println!(
+        "warm `1+1` round trip (SessionManager::exec), n=500: p50 {:.3} ms, p99 {:.3} ms",
+        ms(percentile(&warm, 0.5)),
+        ms(percentile(&warm, 0.99))
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_interrupts_running_calls_and_removes_everything() {
+    let root = tempfile::tempdir().unwrap();
+    let m = Arc::new(manager(root.path(), |_| {}).await);
+    let idle = exec(&m, "a", Some("idle"), "1").await;
+    let (running, started) = spawn_sleeper(&m);
+    started.await.unwrap();
+    let start = Instant::now();
+    m.shutdown().await;
+    assert!(start.elapsed() < PROMPTLY);
+    // the running call was interrupted, as if cancelled
+    let ended = running.await.unwrap().unwrap();
+    assert_eq!(ended.outcome.interrupted, Some(Interruption::Cancelled));
+    assert_eq!(error_type(&ended), "KeyboardInterrupt");
+    assert!(process_gone(ended.pid));
+    assert!(!idle.workspace.exists());
+    assert_eq!(
+        std::fs::read_dir(root.path().join("a")).map_or(0, |d| d.count()),
+        0
+    );
+    assert!(process_gone(idle.pid));
+    assert!(matches!(
+        m.exec("a", Some("idle"), "1", &limits(5), &[], None).await,
+        Err(ManagerError::ShutDown)
+    ));
+}
+
+/// A call of account `a` in session `busy` that sleeps for a minute, running in the background,
+/// and the signal that its code has started (it prints once it runs).
+fn spawn_sleeper(
+    m: &Arc<SessionManager>,
+) -> (
+    tokio::task::JoinHandle<Result<RunOutcome, ManagerError>>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    let m = Arc::clone(m);
+    let (started, running) = tokio::sync::oneshot::channel();
+    let call = tokio::spawn(async move {
+        let mut started = Some(started);
+        let mut on_output = |_: OutputChunk| {
+            if let Some(started) = started.take() {
+                let _ = started.send(());
+            }
+        };
+        m.exec(
+            "a",
+            Some("busy"),
+            "import time\nprint('running', flush=True)\ntime.sleep(60)",
+            &limits(120),
+            &[],
+            Some(&mut on_output),
+        )
+        .await
+    });
+    (call, running)
+}
+
+/// Far less than the minute a sleeper would otherwise take: a call that ends within it was
+/// ended by what the test did, not by its code or time limit (no speed is asserted).
+const PROMPTLY: Duration = Duration::from_secs(20);
+
+/// Calls without a session id one after another: each one's session is cleaned up in the
+/// background once it has answered, and must not count against the account meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_off_calls_back_to_back_never_hit_the_session_limit() {
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |c| c.max_sessions_per_account = 1).await;
+    for i in 0..20 {
+        let call = m
+            .exec("a", None, &format!("{i}"), &limits(30), &[], None)
+            .await
+            .unwrap_or_else(|e| panic!("call {i}: {e}"));
+        assert_eq!(text(&call), i.to_string());
+    }
+    m.shutdown().await;
+}
+
+/// A run's environment (how secrets will reach code) is the run's only: Python and bash see it,
+/// the next run in the same session does not; bad names, NUL bytes and floods are refused
+/// before anything runs, without echoing a value.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runs_environment_is_that_runs_only() {
+    use std::collections::BTreeMap;
+    use toolgate_sandbox_manager::{RunRequest, Work};
+
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let env = BTreeMap::from([("TG_RUN_VALUE".to_owned(), "s3cret-value".to_owned())]);
+    let ten = limits(10);
+    let with_env = |work: Work| RunRequest {
+        env: env.clone(),
+        ..RunRequest::new("a", Some("s".to_owned()), work, ten.clone())
+    };
+    let code = "import os\nos.environ.get('TG_RUN_VALUE')".to_owned();
+    let python = m.run(with_env(Work::Python { code })).await.unwrap();
+    assert_eq!(text(&python), "'s3cret-value'");
+    let command = "echo \"[$TG_RUN_VALUE]\"".to_owned();
+    let bash = m.run(with_env(Work::Bash { command })).await.unwrap();
+    assert_eq!(bash.outcome.stdout, "[s3cret-value]\n");
+    let after = exec(&m, "a", Some("s"), "os.environ.get('TG_RUN_VALUE', 'gone')").await;
+    assert_eq!(
+        text(&after),
+        "'gone'",
+        "the next run still saw the variable"
+    );
+
+    let nul = BTreeMap::from([("OK_NAME".to_owned(), "a\0b".to_owned())]);
+    let bad_name = BTreeMap::from([("1BAD".to_owned(), "hidden-value".to_owned())]);
+    let flood: BTreeMap<String, String> =
+        (0..65).map(|i| (format!("V{i}"), String::new())).collect();
+    for bad in [&nul, &bad_name, &flood] {
+        let refused = m
+            .run(RunRequest {
+                env: bad.clone(),
+                ..RunRequest::new(
+                    "a",
+                    Some("s".to_owned()),
+                    Work::Python { code: "1".into() },
+                    ten.clone(),
+                )
+            })
+            .await;
+        let Err(error @ ManagerError::InvalidEnv(_)) = &refused else {
+            panic!("expected an invalid environment, got {refused:?}");
+        };
+        assert!(!error.to_string().contains("hidden-value"), "{error}");
+    }
+}

@@ -1,0 +1,241 @@
+//! One run in a session, whole: what to run, where, for whom, under which limits, with which
+//! files and environment, where its output and upcalls go and what cancels it; and what came
+//! of it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::policy::Limits;
+use crate::protocol::{ExecOutcome, OutputStream};
+use crate::upcall::UpcallHandler;
+
+/// The longest session id a caller may choose, in bytes.
+pub const MAX_SESSION_ID_BYTES: usize = 256;
+/// The most files one run may upload.
+pub const MAX_UPLOAD_FILES: usize = 100;
+/// The longest path of an uploaded or read file, in bytes.
+pub const MAX_WORKSPACE_PATH_BYTES: usize = 4096;
+/// Most variables one run may be given.
+pub const MAX_RUN_ENV: usize = 64;
+/// Most bytes of all names and values of one run's environment.
+pub const MAX_RUN_ENV_BYTES: usize = 256 * 1024;
+/// The room of a run's output channel, in chunks: what may wait for a caller that does not keep
+/// up before newer chunks are dropped (a session cannot pile up tiny chunks in the server).
+pub const OUTPUT_QUEUE: usize = 1024;
+
+/// What to run in a session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Work {
+    /// Python source, run with notebook semantics in the session's namespace.
+    Python {
+        /// the cell
+        code: String,
+    },
+    /// A command line for `/bin/bash -c`, run in the workspace.
+    Bash {
+        /// the command line
+        command: String,
+    },
+}
+
+/// A file to write into a session's workspace before its run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceFile {
+    /// Relative to the workspace; missing directories are created.
+    pub path: String,
+    /// The bytes (an existing file is replaced).
+    pub content: Vec<u8>,
+}
+
+/// A file read from a session's workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkspaceRead {
+    /// Its content.
+    pub bytes: Vec<u8>,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// Output streamed while a run goes on (only when the run has an output channel).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputChunk {
+    /// stdout or stderr
+    pub stream: OutputStream,
+    /// The text, decoded as UTF-8 with replacement characters.
+    pub data: String,
+}
+
+/// One run for [`Sessions::run`](crate::Sessions::run).
+pub struct RunRequest {
+    /// The account the session belongs to (never empty).
+    pub account: String,
+    /// The caller's session id; `None`: a fresh session, closed after the run.
+    pub session_id: Option<String>,
+    /// Python code or a bash command line.
+    pub work: Work,
+    /// The run's limits.
+    pub limits: Limits,
+    /// Files written into the workspace before the work runs; if one cannot be, nothing runs.
+    pub files: Vec<WorkspaceFile>,
+    /// Added to the environment of this run only (see [`check_env`]); values may be secrets and
+    /// are never shown by `Debug` or in an error.
+    pub env: BTreeMap<String, String>,
+    /// Receives output while the work runs, in order. The implementation never waits for it:
+    /// while the channel is full, newer chunks are dropped (the outcome holds all the output).
+    pub output: Option<mpsc::Sender<OutputChunk>>,
+    /// Answers upcalls the code makes while it runs; without one, every upcall is answered
+    /// with an error.
+    pub upcalls: Option<Arc<dyn UpcallHandler>>,
+    /// Cancels the run: the code is interrupted, the session survives.
+    pub cancel: Option<CancellationToken>,
+}
+
+impl RunRequest {
+    /// `work` for `account` in `session_id` under `limits`: no files, no environment, no output
+    /// channel, no upcalls, no cancellation.
+    pub fn new(
+        account: impl Into<String>,
+        session_id: Option<String>,
+        work: Work,
+        limits: Limits,
+    ) -> Self {
+        Self {
+            account: account.into(),
+            session_id,
+            work,
+            limits,
+            files: Vec::new(),
+            env: BTreeMap::new(),
+            output: None,
+            upcalls: None,
+            cancel: None,
+        }
+    }
+}
+
+impl fmt::Debug for RunRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RunRequest")
+            .field("account", &self.account)
+            .field("session_id", &self.session_id)
+            .field("work", &self.work)
+            .field("limits", &self.limits)
+            .field("files", &self.files.len())
+            // names only: values may be secrets
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .field("output", &self.output.is_some())
+            .field("upcalls", &self.upcalls.is_some())
+            .field("cancel", &self.cancel.is_some())
+            .finish()
+    }
+}
+
+/// What came of a run, with what the caller should know about its session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunOutcome {
+    /// The session's result.
+    pub outcome: ExecOutcome,
+    /// The run had a new interpreter (a new id, no id, or the old session was gone).
+    pub fresh: bool,
+    /// The session id had expired (idle too long): its variables and files are gone.
+    pub expired: bool,
+    /// The session's process id, on its host (for diagnostics).
+    pub pid: i32,
+    /// The session's workspace directory, on its host (for diagnostics).
+    pub workspace: std::path::PathBuf,
+    /// Processes of the session the kernel killed for want of memory during this run (say a
+    /// bash command's); the interpreter's own such death is an error instead.
+    pub oom_kills: u64,
+}
+
+/// An environment a run cannot be given. Never holds a value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid environment for the run: {0}")]
+pub struct EnvError(String);
+
+/// Refuses an environment a run cannot be given: names `[A-Za-z_][A-Za-z0-9_]*` of at most 128
+/// bytes, values without NUL, at most [`MAX_RUN_ENV`] variables and [`MAX_RUN_ENV_BYTES`].
+pub fn check_env(env: &BTreeMap<String, String>) -> Result<(), EnvError> {
+    if env.len() > MAX_RUN_ENV {
+        return Err(EnvError(format!(
+            "{} variables, at most {MAX_RUN_ENV}",
+            env.len()
+        )));
+    }
+    let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len()).sum();
+    if bytes > MAX_RUN_ENV_BYTES {
+        return Err(EnvError(format!(
+            "{bytes} bytes, at most {MAX_RUN_ENV_BYTES}"
+        )));
+    }
+    for (name, value) in env {
+        let mut chars = name.chars();
+        let good_name = name.len() <= 128
+            && chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !good_name {
+            return Err(EnvError(
+                "a name is not [A-Za-z_][A-Za-z0-9_]* of at most 128 bytes".to_owned(),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(EnvError(format!("the value of {name} holds a NUL byte")));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_environment_is_checked_without_showing_a_value() {
+        let env = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        check_env(&env(&[("API_KEY", "s3cret"), ("_x1", "")])).unwrap();
+        for bad in ["1A", "A-B", "", "Ä"] {
+            assert!(check_env(&env(&[(bad, "v")])).is_err(), "{bad:?}");
+        }
+        let nul = check_env(&env(&[("TOKEN", "top\0secret")])).unwrap_err();
+        assert!(nul.to_string().contains("TOKEN"));
+        assert!(!nul.to_string().contains("secret"), "{nul}");
+        let many: BTreeMap<String, String> = (0..=MAX_RUN_ENV)
+            .map(|i| (format!("V{i}"), String::new()))
+            .collect();
+        assert!(check_env(&many).is_err());
+        let big = env(&[("BIG", &"x".repeat(MAX_RUN_ENV_BYTES))]);
+        assert!(check_env(&big).is_err());
+    }
+
+    #[test]
+    fn debug_never_shows_an_environment_value() {
+        let mut request = RunRequest::new(
+            "acct",
+            None,
+            Work::Bash {
+                command: "env".into(),
+            },
+            crate::LimitSettings::default().for_call(None).unwrap(),
+        );
+        request.env.insert("API_KEY".into(), "s3cret-value".into());
+        let shown = format!("{request:?}");
+        assert!(
+            shown.contains("API_KEY") && !shown.contains("s3cret-value"),
+            "{shown}"
+        );
+    }
+}

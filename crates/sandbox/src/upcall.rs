@@ -1,0 +1,122 @@
+//! Upcalls: code in a session asks the service for something and waits for the answer.
+//!
+//! The code sends a typed request ([`Upcall`]) on its session's channel while one of its calls
+//! runs (never between calls); the implementation of [`Sessions`](crate::Sessions) attaches
+//! the session's identity ([`UpcallOrigin`]: from its own table, never from the frame) and
+//! hands both to the call's [`UpcallHandler`], whose typed answer goes back to the code. An
+//! upcall is admitted and metered by the same rules as a tool call (the handler is `app`'s
+//! call use case), so code in a session can do nothing its account could not do through the
+//! tools. The Python side is the `toolgate` module of `runtime/` (see `runtime/PROTOCOL.md`).
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use toolgate_domain::BillingStatus;
+
+/// What code in a session asks the service for. Today: the billing status; language models,
+/// web search and secrets come the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Upcall {
+    /// The account's billing status record (one metered call, as `billing` on the read tool).
+    /// It takes no fields (`{}` keeps unknown ones refused).
+    Billing {},
+}
+
+/// The service's answer to an [`Upcall`], one variant per kind.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpcallValue {
+    /// The billing status record, already counting the upcall itself.
+    Billing(BillingStatus),
+}
+
+/// Why an upcall got no value. The message is for the code's author (it becomes the Python
+/// exception's text): it never holds internals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{code}: {message}")]
+pub struct UpcallError {
+    /// What kind of failure.
+    pub code: UpcallErrorCode,
+    /// What the code's author reads.
+    pub message: String,
+}
+
+impl UpcallError {
+    /// An error of `code` saying `message`.
+    pub fn new(code: UpcallErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// The kinds of [`UpcallError`], as the session reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpcallErrorCode {
+    /// The allowance is used up and the wallet cannot pay (as -32002 for a tool call).
+    Refused,
+    /// The service could not record or answer it; nothing was charged; retry.
+    Unavailable,
+    /// It ran and failed.
+    Failed,
+    /// Too many upcalls of this call at once.
+    Busy,
+    /// The request was not understood.
+    BadRequest,
+}
+
+impl std::fmt::Display for UpcallErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Refused => "refused",
+            Self::Unavailable => "unavailable",
+            Self::Failed => "failed",
+            Self::Busy => "busy",
+            Self::BadRequest => "bad_request",
+        })
+    }
+}
+
+/// The answer as it travels: `{"value": …}` or `{"error": …}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpcallAnswer {
+    /// It was answered.
+    Value(UpcallValue),
+    /// It failed.
+    Error(UpcallError),
+}
+
+impl From<Result<UpcallValue, UpcallError>> for UpcallAnswer {
+    fn from(result: Result<UpcallValue, UpcallError>) -> Self {
+        match result {
+            Ok(value) => Self::Value(value),
+            Err(error) => Self::Error(error),
+        }
+    }
+}
+
+/// Who made an upcall: the session it came from, as the implementation knows it (never as the
+/// code claims it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpcallOrigin {
+    /// The account the session belongs to.
+    pub account: String,
+    /// The caller's session id; `None`: the session of a call without one.
+    pub session_id: Option<String>,
+}
+
+/// Answers the upcalls of one run. Given with the [`RunRequest`](crate::RunRequest); called
+/// only while that run is in progress, never after it returned (an answer still being made
+/// then is dropped, which cancels it).
+#[async_trait]
+pub trait UpcallHandler: Send + Sync {
+    /// Answers `upcall`, made by code in the session `origin` names.
+    async fn answer(
+        &self,
+        origin: UpcallOrigin,
+        upcall: Upcall,
+    ) -> Result<UpcallValue, UpcallError>;
+}

@@ -1,0 +1,214 @@
+//! The protocol's golden frames (`runtime/golden/`, read by the runtime's tests too): every frame
+//! the server sends serialises to exactly its golden file, and every frame the zygote and a
+//! session send decodes from its golden file into the values it holds. A field renamed, added
+//! or dropped on one side without the other fails here or in `runtime/test_protocol.py`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::Value;
+use toolgate_domain::BillingStatus;
+use toolgate_sandbox::protocol::{
+    ControlEvent, ControlRequest, ForkRequest, HardenSpec, SessionRequest,
+};
+use toolgate_sandbox::upcall::{Upcall, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallValue};
+use toolgate_sandbox::{ExecOutcome, RequestKind};
+
+fn golden(name: &str) -> Value {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../runtime/golden")
+        .join(name);
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("golden frame {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// The frame `message` serialises to, as JSON (the order of fields does not matter).
+fn sent(message: &impl serde::Serialize) -> Value {
+    serde_json::to_value(message).unwrap()
+}
+
+fn greeting() -> BTreeMap<String, String> {
+    BTreeMap::from([("GREETING".to_owned(), "hello".to_owned())])
+}
+
+#[test]
+fn control_frames_the_server_sends() {
+    assert_eq!(sent(&ControlRequest::Ping), golden("control/ping.json"));
+    let fork = ControlRequest::Fork(ForkRequest {
+        session: "acct-1/3f2a#3",
+        cwd: "/var/lib/toolgate/sessions/acct-1/3f2a",
+        tmpdir: Some("/var/lib/toolgate/sessions/acct-1/3f2a.tmp"),
+        fd: 9,
+        harden: None,
+    });
+    assert_eq!(sent(&fork), golden("control/fork.json"));
+    let read_only = [
+        "/opt/toolgate/python-runtime",
+        "/usr",
+        "/lib",
+        "/lib64",
+        "/bin",
+        "/etc/ld.so.cache",
+        "/etc/alternatives",
+    ];
+    let hardened = ControlRequest::Fork(ForkRequest {
+        session: "acct-1/3f2a#4",
+        cwd: "/workspace",
+        tmpdir: Some("/tmp"),
+        fd: 9,
+        harden: Some(HardenSpec {
+            workspace: "/var/lib/toolgate/sessions/acct-1/3f2a".into(),
+            tmp: "/tmp".into(),
+            read_only: read_only.map(str::to_owned).to_vec(),
+            max_open_files: 1024,
+            max_file_bytes: 512 << 20,
+            hostname: "sandbox".into(),
+            network: false,
+            uid: 1_000_000_000,
+            cgroups: vec!["/sys/fs/cgroup/memory/toolgate/s-4".into()],
+            tmp_bytes: 256 << 20,
+        }),
+    });
+    assert_eq!(sent(&hardened), golden("control/fork_hardened.json"));
+}
+
+#[test]
+fn control_frames_the_zygote_sends() {
+    let decode = |name: &str| -> ControlEvent { serde_json::from_value(golden(name)).unwrap() };
+    let ControlEvent::Hello(hello) = decode("control/hello.json") else {
+        panic!("not hello")
+    };
+    assert_eq!(hello.pid, 4242);
+    assert_eq!(hello.preloaded, ["numpy", "pandas", "matplotlib.pyplot"]);
+    assert_eq!(hello.base_prefix, "/usr/local");
+    assert!(matches!(decode("control/pong.json"), ControlEvent::Pong));
+    let ControlEvent::Forked {
+        session,
+        pid,
+        ready_ms,
+        fork_ms,
+        hardened,
+    } = decode("control/forked.json")
+    else {
+        panic!("not forked")
+    };
+    assert_eq!((session.as_str(), pid), ("acct-1/3f2a#3", 4250));
+    assert!(ready_ms.is_some() && fork_ms.is_some() && hardened.is_none());
+    let ControlEvent::Forked { hardened, .. } = decode("control/forked_hardened.json") else {
+        panic!("not forked")
+    };
+    assert!(hardened.is_some_and(|report| report.contains("landlock=")));
+    let ControlEvent::Exited(exit) = decode("control/exited.json") else {
+        panic!("not exited")
+    };
+    assert_eq!((exit.pid, exit.status, exit.signal), (4250, Some(0), None));
+    let ControlEvent::Error(error) = decode("control/error.json") else {
+        panic!("not an error")
+    };
+    assert_eq!(error.code, "bad_fds");
+    assert_eq!(error.session.as_deref(), Some("acct-1/3f2a#3"));
+}
+
+#[test]
+fn session_requests_the_server_sends() {
+    assert_eq!(
+        sent(&SessionRequest::Ping { id: 1 }),
+        golden("session/ping.json")
+    );
+    let env = greeting();
+    let exec = SessionRequest::Exec {
+        id: 7,
+        code: "import os\ngreeting = os.environ['GREETING']\nprint(greeting)\nlen(greeting)",
+        stream: true,
+        env: &env,
+    };
+    assert_eq!(sent(&exec), golden("session/exec.json"));
+    let bash = SessionRequest::Bash {
+        id: 8,
+        command: "echo \"$GREETING\"; exit 3",
+        stream: false,
+        timeout_s: 30.0,
+        env: &env,
+    };
+    assert_eq!(sent(&bash), golden("session/bash.json"));
+    // without a per-run environment the field is left out, as the runtime allows
+    let plain = sent(&SessionRequest::Exec {
+        id: 1,
+        code: "1",
+        stream: false,
+        env: &BTreeMap::new(),
+    });
+    assert!(plain.get("env").is_none(), "{plain}");
+}
+
+fn record() -> BillingStatus {
+    serde_json::from_value(golden("session/upcall_result.json")["value"]["billing"].clone())
+        .unwrap()
+}
+
+#[test]
+fn upcall_answers_the_server_sends() {
+    let value = SessionRequest::UpcallResult {
+        id: 7,
+        upcall: 1,
+        answer: UpcallAnswer::Value(UpcallValue::Billing(record())),
+    };
+    assert_eq!(sent(&value), golden("session/upcall_result.json"));
+    assert_eq!(record().free_remaining_this_month, 998);
+    let refused = SessionRequest::UpcallResult {
+        id: 7,
+        upcall: 1,
+        answer: UpcallAnswer::Error(UpcallError::new(
+            UpcallErrorCode::Refused,
+            "The free allowance of 1000 calls this month is used up and the wallet is empty: top \
+             up the wallet to go on.",
+        )),
+    };
+    assert_eq!(sent(&refused), golden("session/upcall_error.json"));
+}
+
+#[test]
+fn an_upcalls_request_is_typed_and_closed() {
+    let frame = golden("session/upcall.json");
+    let request: Upcall = serde_json::from_value(frame["request"].clone()).unwrap();
+    assert_eq!(request, Upcall::Billing {});
+    // unknown kinds and fields are refused, not guessed at
+    for unknown in [
+        serde_json::json!({"kind": "launch_missiles"}),
+        serde_json::json!({"kind": "billing", "account": "someone-else"}),
+        serde_json::json!({}),
+    ] {
+        assert!(
+            serde_json::from_value::<Upcall>(unknown.clone()).is_err(),
+            "{unknown}"
+        );
+    }
+}
+
+#[test]
+fn results_decode_into_the_outcome() {
+    let exec: ExecOutcome = serde_json::from_value(golden("session/result_exec.json")).unwrap();
+    assert_eq!(exec.kind, RequestKind::Exec);
+    assert_eq!(exec.stdout, "hello\n");
+    assert_eq!(exec.result.unwrap().text_plain, "5");
+    let bash: ExecOutcome = serde_json::from_value(golden("session/result_bash.json")).unwrap();
+    assert_eq!((bash.kind, bash.exit_status), (RequestKind::Bash, Some(3)));
+    // every field the outcome reads is in the golden frame, and the frame has no field the
+    // outcome does not know (besides the frame's own op and id)
+    let known = sent(&exec_like(&golden("session/result_exec.json")));
+    let mut frame = golden("session/result_exec.json");
+    let frame = frame.as_object_mut().unwrap();
+    frame.remove("op");
+    frame.remove("id");
+    let mut keys: Vec<&String> = frame.keys().collect();
+    let mut ours: Vec<&String> = known.as_object().unwrap().keys().collect();
+    keys.sort();
+    ours.sort();
+    assert_eq!(keys, ours);
+}
+
+fn exec_like(frame: &Value) -> ExecOutcome {
+    serde_json::from_value(frame.clone()).unwrap()
+}
