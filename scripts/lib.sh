@@ -21,8 +21,18 @@ quiet() {
 }
 
 # a free TCP port on 127.0.0.1
+# free_port: a loopback port free a moment ago, for PostgreSQL, which cannot take port 0 and say
+# which it got (toolgate can: see announced_url)
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+# announced_url FIFO SECONDS: the public URL a `toolgate serve --listen 127.0.0.1:0` whose stdout
+# is FIFO announces once it is bound (its one line there, {"listening": …, "public_url": …})
+announced_url() {
+  local line
+  line="$(timeout "$2" head -n 1 "$1")" || return 1
+  python3 -c 'import json, sys; print(json.loads(sys.argv[1])["public_url"])' "$line" 2>/dev/null
 }
 
 # wait_http URL [SECONDS]: until URL answers 200

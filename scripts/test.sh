@@ -54,13 +54,14 @@ step "MCP conformance suite"
 DATA="$(mktemp -d)"
 SESSIONS="$(mktemp -d /var/tmp/toolgate-sessions.XXXXXX)"   # not under /tmp: see test-clients.sh
 chmod 711 "$SESSIONS"
-PORT="$(free_port)"
-BASE="http://127.0.0.1:$PORT"
-target/release/toolgate-conformance serve --listen "127.0.0.1:$PORT" --public-url "$BASE" --data-dir "$DATA" \
+# port 0: the server takes a free port and announces it on stdout, so no port is bound twice
+mkfifo "$DATA/announce"
+target/release/toolgate-conformance serve --listen 127.0.0.1:0 --data-dir "$DATA" \
   --sandbox-root "$SESSIONS" \
-  >"$DATA/server.log" 2>&1 &
+  >"$DATA/announce" 2>"$DATA/server.log" &
 SERVER_PID=$!
-wait_http "$BASE/healthz" 30 || { cat "$DATA/server.log" >&2; die "conformance server did not start"; }
+BASE="$(announced_url "$DATA/announce" 60)" || { cat "$DATA/server.log" >&2; die "conformance server did not start"; }
+wait_http "$BASE/healthz" 30 || { cat "$DATA/server.log" >&2; die "conformance server did not answer"; }
 URL="$(target/release/toolgate-conformance account create --email conformance@example.test \
   --data-dir "$DATA" --public-url "$BASE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["personal_url"])')"
 status=0
@@ -72,6 +73,6 @@ rm -rf "$DATA" "$SESSIONS"
 
 step "sandbox zygote and session executor (Python side)"
 TOOLGATE_PYTHON_RUNTIME="$DEPS/python-runtime" TOOLGATE_HARDEN_LIB="$ROOT/target/debug/libtoolgate_sandbox_harden.so" \
-  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/runtime/test_zygote.py"
+  "$VENV/bin/python" -m pytest -q -p no:cacheprovider "$ROOT/runtime/"
 
 step "all tests passed"

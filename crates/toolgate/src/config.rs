@@ -56,11 +56,12 @@ pub struct Settings {
     pub database_url: Option<Secret>,
 
     /// The URL clients reach this server at; personal URLs and the allowed Origin derive from it
-    /// [default: http://127.0.0.1:8080]
+    /// [default: http://<the listening address>, a wildcard or loopback one as 127.0.0.1]
     #[arg(long, env = "TOOLGATE_PUBLIC_URL", global = true)]
     pub public_url: Option<String>,
 
-    /// Address and port to listen on [default: 127.0.0.1:8080]
+    /// Address and port to listen on; port 0 takes a free one, which `serve` announces on stdout
+    /// as {"listening": "ADDRESS", "public_url": "URL"} [default: 127.0.0.1:8080]
     #[arg(long, env = "TOOLGATE_LISTEN", global = true)]
     pub listen: Option<SocketAddr>,
 
@@ -264,12 +265,27 @@ impl Settings {
             .unwrap_or_else(|| PathBuf::from("./toolgate-data"))
     }
 
-    /// The public base URL, without a trailing slash.
+    /// The public base URL, without a trailing slash: the setting, else the listening address
+    /// (`http://127.0.0.1:8080` by default).
     pub fn public_url(&self) -> Result<String> {
-        let url = self
-            .public_url
-            .clone()
-            .unwrap_or_else(|| "http://127.0.0.1:8080".to_owned());
+        self.public_url_for(self.listen())
+    }
+
+    /// The public base URL of a server listening on `bound`: the setting, else `bound` as a
+    /// URL (a wildcard or loopback address as `127.0.0.1` or `[::1]`), so that a server told
+    /// to listen on port 0 knows the port it got.
+    pub fn public_url_for(&self, bound: SocketAddr) -> Result<String> {
+        let url = self.public_url.clone().unwrap_or_else(|| {
+            let host = match bound.ip() {
+                ip if ip.is_unspecified() || ip.is_loopback() => match ip {
+                    std::net::IpAddr::V4(_) => "127.0.0.1".to_owned(),
+                    std::net::IpAddr::V6(_) => "[::1]".to_owned(),
+                },
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            format!("http://{host}:{}", bound.port())
+        });
         let parsed: http::Uri = url
             .parse()
             .with_context(|| format!("public_url {url:?} is not a URL"))?;

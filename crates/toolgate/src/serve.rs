@@ -67,7 +67,15 @@ impl ServeConfig {
 
 /// Runs the service.
 pub async fn run(settings: &Settings) -> Result<()> {
-    let config = ServeConfig::from_settings(settings)?;
+    let mut config = ServeConfig::from_settings(settings)?;
+    // bound first: a port in use is refused before anything is opened, and a server told to
+    // listen on port 0 knows its port (and so its public URL) from here on
+    let listen = settings.listen();
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    let bound = listener.local_addr().context("the bound address")?;
+    config.http.public_url = settings.public_url_for(bound)?;
     let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
@@ -85,11 +93,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
     let http = config.http;
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
-    let listen = settings.listen();
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(%listen, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
+    tracing::info!(listen = %bound, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
+    announce(bound, &public_url);
     let signal = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -113,6 +118,17 @@ pub async fn run(settings: &Settings) -> Result<()> {
         manager.shutdown().await;
     }
     Ok(())
+}
+
+/// Tells whoever started the server where it listens: one JSON line on stdout (which `serve`
+/// uses for nothing else), `{"listening":"127.0.0.1:43210","public_url":"http://…"}`, written
+/// once the socket is bound and the service is ready to accept.
+fn announce(bound: std::net::SocketAddr, public_url: &str) {
+    use std::io::Write;
+    let line = serde_json::json!({"listening": bound.to_string(), "public_url": public_url});
+    let mut stdout = std::io::stdout().lock();
+    // nobody reading stdout is no reason to stop serving
+    let _ = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
 }
 
 /// The connection limit, after raising the soft open-file limit to the hard one: idle

@@ -1,4 +1,5 @@
-"""Fixtures for the official-SDK client tests: a real toolgate server on a free loopback port.
+"""Fixtures for the official-SDK client tests: a real toolgate server on a loopback port it chose
+(port 0) and announced.
 
 Environment:
   TOOLGATE_BIN                the toolgate binary (required)
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
-import socket
 import subprocess
-import time
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,10 +22,17 @@ import httpx
 import pytest
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _announced(proc: subprocess.Popen, seconds: float) -> dict | None:
+    """The JSON line `toolgate serve --listen 127.0.0.1:0` prints on stdout once it is bound
+    (`{"listening": ..., "public_url": ...}`), or None if it ends or says nothing in time. The
+    rest of its stdout is drained in the background so the server never blocks on it."""
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    line = proc.stdout.readline() if ready else b""
+    threading.Thread(target=proc.stdout.read, daemon=True).start()
+    try:
+        return json.loads(line)
+    except ValueError:
+        return None
 
 
 @dataclass
@@ -73,28 +81,22 @@ def server(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("toolgate")
     data_dir = root / "data"
     data_dir.mkdir()
-    port = _free_port()
-    base_url = f"http://127.0.0.1:{port}"
     database_url = os.environ.get("TOOLGATE_TEST_DATABASE_URL") or None
-    srv = Server(binary, base_url, data_dir, database_url, root / "server.log")
-    argv = [binary, "serve", "--listen", f"127.0.0.1:{port}", "--data-dir", str(data_dir), "--public-url", base_url]
+    srv = Server(binary, "", data_dir, database_url, root / "server.log")
+    # port 0: the server takes a free port and announces it, so no port is bound twice
+    argv = [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir", str(data_dir)]
     if database_url:
         argv += ["--database-url", database_url]
+    serve_env = {k: v for k, v in srv.env().items() if k != "TOOLGATE_PUBLIC_URL"}
     log = open(srv.log_path, "wb")
-    proc = subprocess.Popen(argv, env=srv.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(argv, env=serve_env, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"toolgate serve exited with {proc.returncode} before it was ready:\n{srv.log_tail()}")
-            try:
-                if httpx.get(f"{base_url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail(f"toolgate serve did not answer GET /healthz with 200 within 60 s:\n{srv.log_tail()}")
-            time.sleep(0.1)
+        announced = _announced(proc, 60)
+        if announced is None:
+            pytest.fail(f"toolgate serve announced no address (exit status {proc.poll()}):\n{srv.log_tail()}")
+        srv.base_url = announced["public_url"]
+        if httpx.get(f"{srv.base_url}/healthz", timeout=30).status_code != 200:
+            pytest.fail(f"toolgate serve did not answer GET /healthz with 200:\n{srv.log_tail()}")
         yield srv
     finally:
         if proc.poll() is None:

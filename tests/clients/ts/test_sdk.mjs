@@ -8,7 +8,6 @@ import { spawn, execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, openSync, readFileSync, accessSync, constants } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { createServer } from 'node:net';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -24,19 +23,30 @@ let dataDir;
 let serverProc;
 let logPath;
 
-function freePort() {
+// The JSON line `toolgate serve --listen 127.0.0.1:0` prints on stdout once it is bound
+// ({"listening": …, "public_url": …}); the rest of stdout keeps flowing so the server never blocks.
+function announced(proc, ms) {
   return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address();
-      s.close(() => resolve(port));
-    });
+    let seen = '';
+    const timer = setTimeout(() => reject(new Error(`no announcement in ${ms} ms`)), ms);
+    const onData = (chunk) => {
+      seen += chunk;
+      const end = seen.indexOf('\n');
+      if (end < 0) return;
+      clearTimeout(timer);
+      proc.stdout.off('data', onData);
+      proc.stdout.resume();
+      try { resolve(JSON.parse(seen.slice(0, end))); } catch (e) { reject(e); }
+    };
+    proc.stdout.setEncoding('utf8');
+    proc.stdout.on('data', onData);
+    proc.once('exit', (code) => { clearTimeout(timer); reject(new Error(`toolgate serve exited with ${code}`)); });
   });
 }
 
 function env() {
-  const e = { ...process.env, TOOLGATE_DATA_DIR: dataDir, TOOLGATE_PUBLIC_URL: baseUrl };
+  const e = { ...process.env, TOOLGATE_DATA_DIR: dataDir };
+  if (baseUrl) e.TOOLGATE_PUBLIC_URL = baseUrl;
   if (DATABASE_URL) e.TOOLGATE_DATABASE_URL = DATABASE_URL;
   return e;
 }
@@ -154,22 +164,18 @@ before(async () => {
   accessSync(BIN, constants.X_OK);
   dataDir = mkdtempSync(join(tmpdir(), 'toolgate-ts-'));
   logPath = join(dataDir, 'server.log');
-  const port = await freePort();
-  baseUrl = `http://127.0.0.1:${port}`;
-  const args = ['serve', '--listen', `127.0.0.1:${port}`, '--data-dir', dataDir, '--public-url', baseUrl];
+  // port 0: the server takes a free port and announces it, so no port is bound twice
+  const args = ['serve', '--listen', '127.0.0.1:0', '--data-dir', dataDir];
   if (DATABASE_URL) args.push('--database-url', DATABASE_URL);
   const log = openSync(logPath, 'a');
-  serverProc = spawn(BIN, args, { env: env(), stdio: ['ignore', log, log] });
-  const deadline = Date.now() + 60_000;
-  for (;;) {
-    if (serverProc.exitCode !== null) assert.fail(`toolgate serve exited with ${serverProc.exitCode}:\n${logTail()}`);
-    try {
-      const r = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(2000) });
-      if (r.status === 200) break;
-    } catch {}
-    if (Date.now() > deadline) assert.fail(`toolgate serve did not answer /healthz with 200 in 60 s:\n${logTail()}`);
-    await new Promise((r) => setTimeout(r, 100));
+  serverProc = spawn(BIN, args, { env: env(), stdio: ['ignore', 'pipe', log] });
+  try {
+    baseUrl = (await announced(serverProc, 60_000)).public_url;
+  } catch (e) {
+    assert.fail(`toolgate serve announced no address (${e.message}):\n${logTail()}`);
   }
+  const r = await fetch(`${baseUrl}/healthz`, { signal: AbortSignal.timeout(30_000) });
+  assert.equal(r.status, 200, `toolgate serve did not answer /healthz with 200:\n${logTail()}`);
 });
 
 after(async () => {

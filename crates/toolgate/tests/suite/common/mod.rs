@@ -7,7 +7,6 @@ mod rpc;
 mod sandboxed;
 
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -327,64 +326,49 @@ impl Server {
         Self::start_with_env(storage, extra, &[]).await
     }
 
-    /// Like [`Server::start`], with extra environment variables.
+    /// Like [`Server::start`], with extra environment variables. The server binds port 0 and
+    /// announces the port it got on stdout: nothing binds a port here to hand it over later.
     pub async fn start_with_env(storage: &Storage, extra: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut last_log = String::new();
-        for _attempt in 0..3 {
-            let port = free_port();
-            let base = format!("http://127.0.0.1:{port}");
-            let log = storage.data_dir.join(format!("server-{port}.log"));
-            let file = File::create(&log).expect("create the server log");
-            let mut command = toolgate();
-            command
-                .arg("serve")
-                .args([
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--public-url",
-                    &base,
-                ])
-                .args(storage.args())
-                .args(extra)
-                .envs(env.iter().copied())
-                .stdout(file.try_clone().expect("clone the log file"))
-                .stderr(file);
-            let child = command.spawn().expect("spawn toolgate serve");
-            let mut server = Server {
-                child: Some(child),
-                port,
-                base,
-                log,
-            };
-            if server.wait_healthy(Duration::from_secs(30)).await {
-                return server;
-            }
-            last_log = server.log_text();
+        static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let log = storage.data_dir.join(format!("server-{n}.log"));
+        let file = File::create(&log).expect("create the server log");
+        let mut command = toolgate();
+        command
+            .arg("serve")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(storage.args())
+            .args(extra)
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .stderr(file);
+        let mut child = command.spawn().expect("spawn toolgate serve");
+        let stdout = child.stdout.take().expect("the server's stdout");
+        let mut server = Server {
+            child: Some(child),
+            port: 0,
+            base: String::new(),
+            log,
+        };
+        let Some(bound) = announced(stdout).await else {
+            let log = server.log_text();
             server.kill();
-            if !last_log.contains("cannot listen") {
-                break;
-            }
+            panic!("toolgate serve announced no address; its log:\n{log}");
+        };
+        server.port = bound.port();
+        server.base = format!("http://127.0.0.1:{}", server.port);
+        let healthy = client()
+            .get(server.url("/healthz"))
+            .timeout(Duration::from_secs(30))
+            .send()
+            .await
+            .is_ok_and(|response| response.status() == 200);
+        if !healthy {
+            let log = server.log_text();
+            server.kill();
+            panic!("toolgate serve did not answer /healthz; its log:\n{log}");
         }
-        panic!("toolgate serve did not become healthy; its log:\n{last_log}");
-    }
-
-    async fn wait_healthy(&mut self, limit: Duration) -> bool {
-        let client = client();
-        let deadline = Instant::now() + limit;
-        while Instant::now() < deadline {
-            if let Some(child) = self.child.as_mut()
-                && child.try_wait().expect("poll the server process").is_some()
-            {
-                return false;
-            }
-            if let Ok(response) = client.get(self.url("/healthz")).send().await
-                && response.status() == 200
-            {
-                return true;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        false
+        server
     }
 
     /// `BASE` + `path`.
@@ -484,10 +468,24 @@ impl Drop for Server {
     }
 }
 
-/// A loopback port that was free a moment ago.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local address").port()
+/// The address a starting `toolgate serve` announces on its stdout once it is bound (its one
+/// line there), or `None` if it ends, or says nothing within 60 s. The rest of its stdout is
+/// drained so that the server never blocks on it.
+async fn announced(stdout: std::process::ChildStdout) -> Option<std::net::SocketAddr> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = std::io::BufReader::new(stdout).lines();
+        let first = lines.next().and_then(Result::ok);
+        let _ = tx.send(first);
+        for _ in lines {}
+    });
+    let line = tokio::time::timeout(Duration::from_secs(60), rx)
+        .await
+        .ok()?
+        .ok()??;
+    let announced: Value = serde_json::from_str(&line).ok()?;
+    announced["listening"].as_str()?.parse().ok()
 }
 
 /// A plain HTTP client (no proxy, bounded waits).
