@@ -21,7 +21,34 @@ fn cancel(id: i64) -> Value {
     json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": id, "reason": "test"}})
 }
 
-/// Starts a 60 s sleep as call `id` in `session`, cancels it after half a second with `who`'s
+/// Code that marks the workspace of session "c" as soon as it runs, then sleeps `seconds`.
+fn sleeper(seconds: u32) -> String {
+    format!(
+        "import time\nopen('running', 'w').write('{seconds}')\ntime.sleep({seconds})\n\
+         print('finished')"
+    )
+}
+
+/// Waits until `who`'s code in session "c" has started (its `running` mark, read through
+/// svc_read while the call runs): a cancellation sent after this reaches a running call, not
+/// one still on its way.
+async fn wait_until_running(f: &Fixture, who: &Account) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let read = tool_call("svc_read", json!({"session_id": "c", "path": "running"}));
+    loop {
+        let reply = post_personal(&f.http, &f.server, &who.key, &read).await;
+        if !reply.result()["isError"].as_bool().unwrap_or(true) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the code never started: {reply:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Starts a 60 s sleep as call `id` in `session`, cancels it once it runs with `who`'s
 /// key, and returns the sleeping call's reply and how long it took.
 async fn sleep_then_cancel(
     f: &Fixture,
@@ -37,10 +64,10 @@ async fn sleep_then_cancel(
         .header("Accept", accept)
         .header("Mcp-Session-Id", session)
         .header("MCP-Protocol-Version", "2025-11-25")
-        .body(write_call(7, "import time\ntime.sleep(60)").to_string());
+        .body(write_call(7, &sleeper(60)).to_string());
     let started = Instant::now();
     let call = tokio::spawn(async move { send(sleeping).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_running(f, &f.alice).await;
     let cancelled = send(in_session(
         &f.http,
         &f.server.personal(&who.key),
@@ -134,14 +161,9 @@ async fn another_account_cannot_cancel_a_call() {
     let f = fixture().await;
     let url = f.server.personal(&f.alice.key);
     let session = open_session(&f.http, &url).await.unwrap();
-    let quick = in_session(
-        &f.http,
-        &url,
-        &session,
-        &write_call(7, "import time\ntime.sleep(2)\nprint('finished')"),
-    );
+    let quick = in_session(&f.http, &url, &session, &write_call(7, &sleeper(2)));
     let call = tokio::spawn(async move { send(quick).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_until_running(&f, &f.alice).await;
     let foreign = send(in_session(
         &f.http,
         &f.server.personal(&f.bob.key),
@@ -164,14 +186,15 @@ async fn another_account_cannot_cancel_a_call() {
 async fn a_client_that_goes_away_cancels_its_call() {
     let f = fixture().await;
     let (url, session) = session_with_kept(&f).await;
-    let sleeping = in_session(
-        &f.http,
-        &url,
-        &session,
-        &write_call(7, "import time\ntime.sleep(60)"),
+    let sleeping = in_session(&f.http, &url, &session, &write_call(7, &sleeper(60)));
+    let call = tokio::spawn(async move { sleeping.send().await });
+    wait_until_running(&f, &f.alice).await;
+    // the client goes away: its request (and connection) dropped mid-call
+    call.abort();
+    assert!(
+        call.await.is_err_and(|e| e.is_cancelled()),
+        "the sleep answered early"
     );
-    let gone = tokio::time::timeout(Duration::from_millis(500), sleeping.send()).await;
-    assert!(gone.is_err(), "the sleep answered early: {gone:?}");
     let started = Instant::now();
     kept_after(&f, &session).await;
     assert!(
