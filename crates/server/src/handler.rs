@@ -3,7 +3,7 @@
 //! by the authentication step in front of rmcp; nothing in the JSON-RPC message is trusted for it.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
@@ -45,16 +45,22 @@ const TOOL_LIST_TTL_MS: u64 = 300_000;
 /// and a flood of output must not grow memory without bound.
 const PROGRESS_QUEUE: usize = 64;
 
+/// How long the answer waits for the progress reports still queued to go out: they normally
+/// take microseconds (an in-memory stream); a client that stops reading loses the rest.
+const PROGRESS_FLUSH: Duration = Duration::from_secs(2);
+
 /// Sends a call's progress reports to its client as `notifications/progress`, in order, from a
-/// task of its own (the capability reporting them must never wait on the network).
+/// task of its own (the capability reporting them must never wait on the network), all of them
+/// before the call's answer ([`ProgressRelay::finish`]).
 struct ProgressRelay {
     queue: tokio::sync::mpsc::Sender<(f64, String)>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl ProgressRelay {
     fn start(peer: Peer<RoleServer>, token: ProgressToken) -> Self {
         let (queue, mut reports) = tokio::sync::mpsc::channel::<(f64, String)>(PROGRESS_QUEUE);
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             while let Some((progress, message)) = reports.recv().await {
                 let note =
                     ProgressNotificationParam::new(token.clone(), progress).with_message(message);
@@ -63,7 +69,20 @@ impl ProgressRelay {
                 }
             }
         });
-        Self { queue }
+        Self { queue, task }
+    }
+
+    /// Sends what is still queued, before the answer: rmcp answers as JSON, without the
+    /// stream, when no notification went out first, and ends the stream with the answer.
+    async fn finish(self) {
+        let Self { queue, mut task } = self;
+        drop(queue);
+        if tokio::time::timeout(PROGRESS_FLUSH, &mut task)
+            .await
+            .is_err()
+        {
+            task.abort();
+        }
     }
 }
 
@@ -126,6 +145,9 @@ impl McpHandler {
             .calls()
             .call(caller, &request.name, request.arguments, io)
             .await;
+        if let Some(progress) = progress {
+            progress.finish().await;
+        }
         let (result, label) = match answer {
             Ok(Answer::Ran(outcome)) => {
                 let label = if outcome.is_error {
