@@ -13,10 +13,12 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use toolgate_domain::{
-    Account, AccountId, Admission, Brand, Email, KeyHash, Micros, MonthKey, Pricing, UsageSnapshot,
+    Account, AccountId, Admission, Brand, Email, KeyHash, Micros, MonthKey, Pricing, SealedSecret,
+    SecretInfo, SecretName, UsageSnapshot,
 };
 use toolgate_store::{
-    Accounts, CallCharge, Decided, Metering, NewAccount, Recorded, Store, StoreError,
+    Accounts, CallCharge, Decided, Metering, NewAccount, Recorded, Secrets, Store, StoreError,
+    StoredSecret,
 };
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
@@ -106,6 +108,52 @@ impl Metering for GatedStore {
         month: &MonthKey,
     ) -> Result<(i64, i64), StoreError> {
         self.inner.ledger_counts(account, month).await
+    }
+}
+
+#[async_trait]
+impl Secrets for GatedStore {
+    async fn put_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+        sealed: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        self.inner.put_secret(account, name, sealed).await
+    }
+    async fn delete_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+    ) -> Result<bool, StoreError> {
+        self.inner.delete_secret(account, name).await
+    }
+    async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError> {
+        self.inner.list_secrets(account).await
+    }
+    async fn sealed_secrets(
+        &self,
+        account: &AccountId,
+        names: &[SecretName],
+    ) -> Result<Vec<(SecretName, SealedSecret)>, StoreError> {
+        self.inner.sealed_secrets(account, names).await
+    }
+    async fn secrets_to_rewrap(
+        &self,
+        version: u32,
+        after: Option<(&AccountId, &SecretName)>,
+        limit: u32,
+    ) -> Result<Vec<StoredSecret>, StoreError> {
+        self.inner.secrets_to_rewrap(version, after, limit).await
+    }
+    async fn rewrap_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+        old: &SealedSecret,
+        new: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        self.inner.rewrap_secret(account, name, old, new).await
     }
 }
 

@@ -1,4 +1,5 @@
-//! toolgate's domain types: accounts, API keys, money and billing records.
+//! toolgate's domain types: accounts, API keys, money, billing records and
+//! vault secrets' names.
 //!
 //! Nothing here performs I/O; every other crate speaks in these types.
 
@@ -6,11 +7,13 @@ pub mod account;
 pub mod billing;
 pub mod key;
 pub mod money;
+pub mod secret;
 
 pub use account::{Account, AccountId, Email, EmailError};
 pub use billing::{Admission, BillingStatus, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
+pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};
 
 /// The `time` crate, re-exported so callers name dates in the same version.
 pub use time as time_reexport;

@@ -6,6 +6,7 @@
 
 mod admit;
 mod rows;
+mod secrets;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

@@ -11,6 +11,7 @@ mod allowance;
 mod epoch;
 mod private;
 mod rows;
+mod secrets;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};

@@ -8,7 +8,8 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use toolgate_domain::{
-    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
+    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, SealedSecret, SecretInfo,
+    SecretName, UsageSnapshot,
 };
 
 #[cfg(feature = "testkit")]
@@ -170,10 +171,71 @@ pub trait Metering: Send + Sync {
     ) -> Result<(i64, i64), StoreError>;
 }
 
-/// Everything the service stores.
-pub trait Store: Accounts + Metering {}
+/// One stored secret, as master-key rotation walks them.
+#[derive(Debug, Clone)]
+pub struct StoredSecret {
+    /// Whose it is.
+    pub account: AccountId,
+    /// Its name within the account.
+    pub name: SecretName,
+    /// Its sealed value.
+    pub sealed: SealedSecret,
+}
 
-impl<T: Accounts + Metering> Store for T {}
+/// The vault's sealed secrets. Values arrive sealed and leave sealed: storage never sees
+/// plaintext, and nothing here decrypts.
+#[async_trait]
+pub trait Secrets: Send + Sync {
+    /// Creates the secret or replaces its value (keeping its creation time); `true` when it
+    /// was created. `Err(NotFound)` when the account does not exist.
+    async fn put_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+        sealed: &SealedSecret,
+    ) -> Result<bool, StoreError>;
+
+    /// Deletes the secret; `false` when there was none of that name.
+    async fn delete_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+    ) -> Result<bool, StoreError>;
+
+    /// The account's secrets' names and dates, ordered by name.
+    async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError>;
+
+    /// The named secrets of the account that exist, sealed; names without a secret are left out.
+    async fn sealed_secrets(
+        &self,
+        account: &AccountId,
+        names: &[SecretName],
+    ) -> Result<Vec<(SecretName, SealedSecret)>, StoreError>;
+
+    /// Up to `limit` secrets of any account whose data key is wrapped by a master key older
+    /// than `version`, ordered by (account id, name) and strictly after `after` in that order.
+    async fn secrets_to_rewrap(
+        &self,
+        version: u32,
+        after: Option<(&AccountId, &SecretName)>,
+        limit: u32,
+    ) -> Result<Vec<StoredSecret>, StoreError>;
+
+    /// Replaces one secret's sealed form by `new` (the same value, its data key wrapped again)
+    /// only if it is still exactly `old`; `false` when it was replaced or deleted meanwhile.
+    async fn rewrap_secret(
+        &self,
+        account: &AccountId,
+        name: &SecretName,
+        old: &SealedSecret,
+        new: &SealedSecret,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Everything the service stores.
+pub trait Store: Accounts + Metering + Secrets {}
+
+impl<T: Accounts + Metering + Secrets> Store for T {}
 
 /// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
 pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {

@@ -2,6 +2,8 @@
 //! cannot drift apart. Each step panics with a message naming what broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod secrets;
+
 use std::sync::Arc;
 
 use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey};
@@ -36,7 +38,8 @@ pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
     credits_apply_once_per_reference(&*store, tag).await;
     months_are_counted_apart(&*store, tag).await;
     concurrent_calls_are_counted_exactly(store.clone(), tag).await;
-    decided_calls_are_counted_exactly(store, tag).await;
+    decided_calls_are_counted_exactly(store.clone(), tag).await;
+    secrets::secrets_story(store, tag).await;
 }
 
 async fn accounts_and_keys(store: &dyn Store, tag: &str) {
