@@ -1,0 +1,170 @@
+//! Redaction: every form of a used secret's value that code is likely to print (as is, base64,
+//! hex, URL-encoded) is replaced by `[REDACTED:NAME]`, with one multi-pattern automaton
+//! (Aho-Corasick) over the whole text rather than a `replace` per pattern.
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use base64::Engine;
+use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use toolgate_domain::SecretName;
+use zeroize::Zeroizing;
+
+/// Values shorter than this are not redacted: a one- or two-character value would blank out
+/// ordinary text, and cannot be kept secret by redaction anyway.
+pub const MIN_REDACTED_BYTES: usize = 3;
+
+/// Replaces the values of a call's secrets in text.
+pub struct Redactor {
+    automaton: Option<AhoCorasick>,
+    replacements: Vec<String>,
+    longest: usize,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("patterns", &self.replacements.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Redactor {
+    /// A redactor for `secrets` (name, value).
+    pub fn new<'a>(secrets: impl IntoIterator<Item = (&'a SecretName, &'a [u8])>) -> Self {
+        let mut patterns: Vec<Zeroizing<Vec<u8>>> = Vec::new();
+        let mut replacements = Vec::new();
+        for (name, value) in secrets {
+            if value.len() < MIN_REDACTED_BYTES {
+                continue;
+            }
+            for form in forms(value) {
+                if !patterns.iter().any(|known| **known == *form) {
+                    patterns.push(form);
+                    replacements.push(format!("[REDACTED:{name}]"));
+                }
+            }
+        }
+        let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
+        // leftmost-longest: a value that contains another secret's value is hidden whole
+        let automaton = (!patterns.is_empty())
+            .then(|| {
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .build(patterns.iter().map(|p| p.as_slice()))
+                    .ok()
+            })
+            .flatten();
+        Self {
+            automaton,
+            replacements,
+            longest,
+        }
+    }
+
+    /// Whether there is anything to redact.
+    pub fn is_empty(&self) -> bool {
+        self.automaton.is_none()
+    }
+
+    /// `text` with every form of every value replaced.
+    pub fn redact(&self, text: &str) -> String {
+        match &self.automaton {
+            Some(automaton) => automaton.replace_all(text, &self.replacements),
+            None => text.to_owned(),
+        }
+    }
+
+    /// Redacts `text` in place, returning whether anything was replaced.
+    pub fn redact_in_place(&self, text: &mut String) -> bool {
+        match &self.automaton {
+            Some(automaton) if automaton.is_match(text.as_str()) => {
+                *text = automaton.replace_all(text, &self.replacements);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A redactor for one stream whose text arrives in pieces.
+    pub fn stream(&self) -> StreamRedactor<'_> {
+        StreamRedactor {
+            redactor: self,
+            held: String::new(),
+        }
+    }
+}
+
+/// Redacts a stream that arrives in pieces: a value split across two writes is still found,
+/// because the tail that could begin a value is held back until the next piece (or the end).
+pub struct StreamRedactor<'a> {
+    redactor: &'a Redactor,
+    held: String,
+}
+
+impl StreamRedactor<'_> {
+    /// What of the stream so far can be shown, redacted.
+    pub fn push(&mut self, piece: &str) -> String {
+        let Some(automaton) = &self.redactor.automaton else {
+            return piece.to_owned();
+        };
+        self.held.push_str(piece);
+        // A value that starts before `safe` ends inside what is held, so every match starting
+        // there is known whole; from `safe` on a value may still continue in the next piece.
+        let safe = self.held.len().saturating_sub(self.redactor.longest - 1);
+        let mut shown = String::with_capacity(self.held.len());
+        let mut at = 0;
+        for found in automaton.find_iter(self.held.as_str()) {
+            if found.start() >= safe {
+                break;
+            }
+            shown.push_str(&self.held[at..found.start()]);
+            shown.push_str(&self.redactor.replacements[found.pattern().as_usize()]);
+            at = found.end();
+        }
+        let mut end = safe.max(at);
+        while !self.held.is_char_boundary(end) {
+            end -= 1;
+        }
+        let end = end.max(at);
+        shown.push_str(&self.held[at..end]);
+        self.held.drain(..end);
+        shown
+    }
+
+    /// The rest of the stream, redacted.
+    pub fn finish(&mut self) -> String {
+        let rest = std::mem::take(&mut self.held);
+        self.redactor.redact(&rest)
+    }
+}
+
+/// The forms a value is redacted in.
+fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
+    let mut forms = vec![Zeroizing::new(value.to_vec())];
+    for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
+        forms.push(Zeroizing::new(engine.encode(value).into_bytes()));
+    }
+    forms.push(Zeroizing::new(hex::encode(value).into_bytes()));
+    forms.push(Zeroizing::new(hex::encode_upper(value).into_bytes()));
+    forms.push(Zeroizing::new(url_encoded(value, false).into_bytes()));
+    forms.push(Zeroizing::new(url_encoded(value, true).into_bytes()));
+    forms
+}
+
+/// Percent-encoding of everything but unreserved characters (`+` for spaces with `plus`).
+fn url_encoded(value: &[u8], plus: bool) -> String {
+    let mut out = String::with_capacity(value.len() * 3);
+    for &byte in value {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
+                out.push(char::from(byte));
+            }
+            b' ' if plus => out.push('+'),
+            _ => out.push_str(&format!("%{byte:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[path = "redact_tests.rs"]
+mod tests;

@@ -1,0 +1,76 @@
+#![allow(clippy::unwrap_used)]
+
+use base64::Engine;
+use toolgate_domain::SecretName;
+
+use super::*;
+
+fn redactor(secrets: &[(&str, &str)]) -> Redactor {
+    let named: Vec<(SecretName, &[u8])> = secrets
+        .iter()
+        .map(|(n, v)| (SecretName::parse(n).unwrap(), v.as_bytes()))
+        .collect();
+    Redactor::new(named.iter().map(|(n, v)| (n, *v)))
+}
+
+#[test]
+fn every_form_of_a_value_is_replaced() {
+    let value = "s3cr3t/+value with space?";
+    let r = redactor(&[("TOKEN", value)]);
+    for form in [
+        value.to_owned(),
+        base64::engine::general_purpose::STANDARD.encode(value),
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value),
+        hex::encode(value),
+        hex::encode_upper(value),
+        url_encoded(value.as_bytes(), false),
+        url_encoded(value.as_bytes(), true),
+    ] {
+        let shown = r.redact(&format!("before {form} after"));
+        assert_eq!(shown, "before [REDACTED:TOKEN] after", "form {form}");
+    }
+    assert_eq!(r.redact("nothing here"), "nothing here");
+}
+
+#[test]
+fn the_longest_value_wins_and_tiny_values_are_left() {
+    let r = redactor(&[("SHORT", "abcdef"), ("LONG", "abcdefghij"), ("TINY", "ab")]);
+    assert_eq!(
+        r.redact("abcdefghij abcdef ab"),
+        "[REDACTED:LONG] [REDACTED:SHORT] ab"
+    );
+    assert!(redactor(&[("TINY", "ab")]).is_empty());
+}
+
+#[test]
+fn a_value_split_across_pieces_is_still_found() {
+    let value = "correct-horse-battery";
+    let r = redactor(&[("PW", value)]);
+    let text = format!("x{value}y{value}z é ü {value}");
+    // every way of cutting the text in two, and one byte at a time
+    for cut in (0..=text.len()).filter(|c| text.is_char_boundary(*c)) {
+        let mut stream = r.stream();
+        let mut shown = stream.push(&text[..cut]);
+        shown += &stream.push(&text[cut..]);
+        shown += &stream.finish();
+        assert_eq!(shown, r.redact(&text), "cut at {cut}");
+        assert!(!shown.contains(value));
+    }
+    let mut stream = r.stream();
+    let mut shown = String::new();
+    for ch in text.chars() {
+        let piece = stream.push(&ch.to_string());
+        assert!(!piece.contains("horse"));
+        shown += &piece;
+    }
+    shown += &stream.finish();
+    assert_eq!(shown.matches("[REDACTED:PW]").count(), 3);
+}
+
+#[test]
+fn a_stream_without_secrets_passes_at_once() {
+    let r = redactor(&[]);
+    let mut stream = r.stream();
+    assert_eq!(stream.push("abc"), "abc");
+    assert_eq!(stream.finish(), "");
+}

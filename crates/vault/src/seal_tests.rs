@@ -1,0 +1,130 @@
+#![allow(clippy::unwrap_used)]
+
+use toolgate_domain::{AccountId, MAX_SECRET_BYTES, SecretName};
+
+use crate::{KeyFile, KeySource, MasterKeys, Vault, VaultError};
+
+fn name(raw: &str) -> SecretName {
+    SecretName::parse(raw).unwrap()
+}
+
+fn given() -> Vault {
+    Vault::open_source(KeySource::Given(MasterKeys::generate().unwrap())).unwrap()
+}
+
+#[test]
+fn a_sealed_value_opens_only_where_it_was_sealed() {
+    let vault = given();
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let sealed = vault.seal(&alice, &name("TOKEN"), b"hunter2").unwrap();
+    assert_eq!(sealed.key_version, 1);
+    assert!(!sealed.ciphertext.windows(7).any(|w| w == b"hunter2"));
+    assert_eq!(
+        vault
+            .open(&alice, &name("TOKEN"), &sealed)
+            .unwrap()
+            .as_slice(),
+        b"hunter2"
+    );
+    // moved to another account or name, or relabelled with another version: refused
+    for (account, secret) in [(&bob, "TOKEN"), (&alice, "OTHER")] {
+        assert!(matches!(
+            vault.open(account, &name(secret), &sealed),
+            Err(VaultError::Undecryptable)
+        ));
+    }
+    let mut tampered = sealed.clone();
+    tampered.ciphertext[30] ^= 1;
+    assert!(vault.open(&alice, &name("TOKEN"), &tampered).is_err());
+    let mut relabelled = sealed.clone();
+    relabelled.key_version = 2;
+    assert!(matches!(
+        vault.open(&alice, &name("TOKEN"), &relabelled),
+        Err(VaultError::UnknownKeyVersion(2))
+    ));
+    // each seal has its own data key and nonces
+    let again = vault.seal(&alice, &name("TOKEN"), b"hunter2").unwrap();
+    assert_ne!(again.ciphertext, sealed.ciphertext);
+    assert_ne!(again.wrapped_key, sealed.wrapped_key);
+}
+
+#[test]
+fn another_master_key_opens_nothing() {
+    let account = AccountId::generate();
+    let sealed = given().seal(&account, &name("A"), b"value").unwrap();
+    assert!(matches!(
+        given().open(&account, &name("A"), &sealed),
+        Err(VaultError::Undecryptable)
+    ));
+}
+
+#[test]
+fn values_are_bounded() {
+    let vault = given();
+    let account = AccountId::generate();
+    let largest = vec![b'x'; MAX_SECRET_BYTES];
+    let sealed = vault.seal(&account, &name("BIG"), &largest).unwrap();
+    assert_eq!(
+        vault.open(&account, &name("BIG"), &sealed).unwrap().len(),
+        MAX_SECRET_BYTES
+    );
+    let err = vault
+        .seal(&account, &name("BIG"), &[b'x'; MAX_SECRET_BYTES + 1])
+        .unwrap_err();
+    assert!(matches!(err, VaultError::TooLarge { .. }));
+}
+
+#[test]
+fn rotation_through_the_key_file_rewraps_and_a_running_vault_follows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("vault.key");
+    KeyFile::new(&path).create().unwrap();
+    let mode =
+        std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(
+        KeyFile::new(&path).create().is_err(),
+        "an existing key file is never replaced"
+    );
+
+    let running = Vault::open_source(KeySource::File(KeyFile::new(&path))).unwrap();
+    let account = AccountId::generate();
+    let old = running
+        .seal(&account, &name("DB_URL"), b"postgres://x")
+        .unwrap();
+    assert_eq!(old.key_version, 1);
+
+    // the rotation command, in another process: a new version in the file, then a re-wrap
+    let keys = KeyFile::new(&path).add_version().unwrap();
+    assert_eq!(keys.newest(), 2);
+    let rotator = Vault::open_source(KeySource::File(KeyFile::new(&path))).unwrap();
+    let rewrapped = rotator
+        .rewrap(&account, &name("DB_URL"), &old)
+        .unwrap()
+        .unwrap();
+    assert_eq!(rewrapped.key_version, 2);
+    assert_eq!(rewrapped.ciphertext, old.ciphertext);
+    assert!(
+        rotator
+            .rewrap(&account, &name("DB_URL"), &rewrapped)
+            .unwrap()
+            .is_none()
+    );
+
+    // the running service opens the re-wrapped secret and seals new ones under version 2
+    assert_eq!(
+        running
+            .open(&account, &name("DB_URL"), &rewrapped)
+            .unwrap()
+            .as_slice(),
+        b"postgres://x"
+    );
+    assert_eq!(
+        running
+            .seal(&account, &name("B"), b"v")
+            .unwrap()
+            .key_version,
+        2
+    );
+    assert_eq!(running.newest_version(), 2);
+}
