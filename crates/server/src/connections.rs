@@ -21,6 +21,10 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+/// `errno` values of a process (EMFILE) or system (ENFILE) out of file descriptors.
+const EMFILE: i32 = 24;
+const ENFILE: i32 = 23;
+
 /// How connections are bounded.
 #[derive(Debug, Clone, Copy)]
 pub struct ConnectionLimits {
@@ -80,17 +84,28 @@ impl Table {
         if open.values().filter(|c| !c.close.is_cancelled()).count() < limit {
             return true;
         }
-        let idle = open
-            .values()
-            .filter(|c| c.in_flight.load(Ordering::Acquire) == 0 && !c.close.is_cancelled())
-            .min_by_key(|c| c.last_done.load(Ordering::Acquire));
-        match idle {
-            Some(oldest) => {
-                oldest.close.cancel();
-                true
-            }
-            None => false,
+        evict_longest_idle(&open)
+    }
+
+    /// Closes the connection idle the longest, when the process has run out of descriptors:
+    /// `false` when every open one is busy.
+    fn free_a_descriptor(&self) -> bool {
+        evict_longest_idle(&self.lock())
+    }
+}
+
+/// Closes the open connection with nothing in flight that has been idle the longest.
+fn evict_longest_idle(open: &HashMap<u64, Tracked>) -> bool {
+    let idle = open
+        .values()
+        .filter(|c| c.in_flight.load(Ordering::Acquire) == 0 && !c.close.is_cancelled())
+        .min_by_key(|c| c.last_done.load(Ordering::Acquire));
+    match idle {
+        Some(oldest) => {
+            oldest.close.cancel();
+            true
         }
+        None => false,
     }
 }
 
@@ -123,7 +138,14 @@ pub async fn serve(
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(err) => {
-                // EMFILE and friends: wait a moment rather than spin on the same error
+                // Out of descriptors (evicted connections hold theirs until their task ends):
+                // close an idle connection and retry at once. Otherwise wait a moment rather
+                // than spin on the same error.
+                let exhausted = matches!(err.raw_os_error(), Some(EMFILE | ENFILE));
+                if exhausted && table.free_a_descriptor() {
+                    tokio::task::yield_now().await;
+                    continue;
+                }
                 tracing::warn!(error = %err, "accept failed");
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
