@@ -1,6 +1,6 @@
 //! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), one tool call
 //! from start to finish ([`calls`]), what a call costs ([`metering`]), what operators do
-//! ([`admin`]), and which capabilities the three tools offer ([`registry`], [`capability`],
+//! ([`admin`]), the secrets vault ([`secrets`]), and which capabilities the three tools offer ([`registry`], [`capability`],
 //! [`capabilities`]).
 
 pub mod admin;
@@ -11,6 +11,7 @@ pub mod capability;
 pub mod metering;
 pub mod registry;
 mod schema;
+pub mod secrets;
 mod upcalls;
 
 use std::sync::Arc;
@@ -26,6 +27,7 @@ pub use capability::{
 };
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
+pub use secrets::{Secrets, SecretsError};
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
 #[derive(Clone)]
@@ -35,21 +37,26 @@ pub struct App {
     registry: Arc<Registry>,
     calls: Arc<ToolCalls>,
     admin: Arc<Admin>,
+    secrets: Option<Arc<Secrets>>,
 }
 
 impl App {
-    /// Wires the use cases over one store with the built-in capabilities (the sandbox's only
-    /// with a `sandbox`).
+    /// Wires the use cases over one store with the built-in capabilities (the vault's only
+    /// with a `vault`, the sandbox's only with a `sandbox`).
     pub fn new(
         store: Arc<dyn Store>,
         brand: Brand,
         pricing: Pricing,
         public_url: &str,
+        vault: Option<Arc<toolgate_vault::Vault>>,
         sandbox: Option<capabilities::Sandbox>,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        let capabilities = capabilities::builtin(meter.clone(), sandbox);
-        Self::assemble(store, brand, pricing, public_url, meter, capabilities)
+        let secrets = vault.map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let capabilities = capabilities::builtin(meter.clone(), secrets.clone(), sandbox);
+        let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
+        app.secrets = secrets;
+        app
     }
 
     /// Wires the use cases over one store with the given capabilities only (tests, fixtures).
@@ -79,6 +86,7 @@ impl App {
             admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
             registry,
             meter,
+            secrets: None,
         }
     }
 
@@ -105,5 +113,10 @@ impl App {
     /// Operator commands.
     pub fn admin(&self) -> &Admin {
         &self.admin
+    }
+
+    /// The secrets vault, when the service has one.
+    pub fn secrets(&self) -> Option<&Secrets> {
+        self.secrets.as_deref()
     }
 }

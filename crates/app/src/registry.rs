@@ -116,7 +116,11 @@ impl Registry {
                     accepted(&owned)
                 ))
             })?;
-            field.kind.check(name, value).map_err(Failure::new)?;
+            // a wrong type names every accepted field too, as an unknown field does
+            field
+                .kind
+                .check(name, value)
+                .map_err(|err| Failure::new(format!("{err}. {}", accepted(&owned))))?;
         }
         let selected: Vec<usize> = self
             .capabilities

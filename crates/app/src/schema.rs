@@ -2,6 +2,7 @@
 //! definition so that they cannot disagree.
 
 use serde_json::{Value, json};
+use toolgate_domain::{MAX_SECRET_BYTES, SecretName};
 
 /// The type and bounds of one input field.
 #[derive(Debug, Clone)]
@@ -25,6 +26,15 @@ pub enum FieldKind {
         /// upper bound in bytes
         max_len: usize,
     },
+    /// A vault secret's name (`[A-Za-z_][A-Za-z0-9_]{0,127}`).
+    SecretName,
+    /// An array of distinct secret names.
+    SecretNames {
+        /// most entries
+        max_items: usize,
+    },
+    /// A `{name, value}` object: a secret to store (the value is never echoed by an error).
+    SecretEntry,
     /// An array of `{path, content, encoding?}` objects: files to place in a workspace.
     Files {
         /// most entries
@@ -51,6 +61,26 @@ impl FieldKind {
             FieldKind::Name { max_len } => json!({
                 "type": "string", "minLength": 1, "maxLength": max_len,
                 "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$", "description": description,
+            }),
+            FieldKind::SecretName => {
+                json!({"type": "string", "pattern": SECRET_NAME_PATTERN, "description": description})
+            }
+            FieldKind::SecretNames { max_items } => json!({
+                "type": "array", "maxItems": max_items, "uniqueItems": true,
+                "items": {"type": "string", "pattern": SECRET_NAME_PATTERN},
+                "description": description,
+            }),
+            FieldKind::SecretEntry => json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "pattern": SECRET_NAME_PATTERN,
+                             "description": "the secret's name, e.g. OPENAI_API_KEY"},
+                    "value": {"type": "string", "maxLength": MAX_SECRET_BYTES,
+                              "description": "the value, stored encrypted; never shown again"},
+                },
+                "required": ["name", "value"],
+                "additionalProperties": false,
+                "description": description,
             }),
             FieldKind::Files {
                 max_files,
@@ -118,11 +148,88 @@ impl FieldKind {
                     type_of(value)
                 )),
             },
+            FieldKind::SecretName => match value.as_str() {
+                Some(text) => check_secret_name(name, text),
+                None => Err(format!(
+                    "field `{name}` must be a secret's name, got {}",
+                    type_of(value)
+                )),
+            },
+            FieldKind::SecretNames { max_items } => check_secret_names(name, value, *max_items),
+            FieldKind::SecretEntry => check_secret_entry(name, value),
             FieldKind::Files {
                 max_files,
                 max_path,
             } => check_files(name, value, *max_files, *max_path),
         }
+    }
+}
+
+/// The rule of [`toolgate_domain::SecretName`], as JSON Schema.
+const SECRET_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_]{0,127}$";
+
+fn check_secret_name(field: &str, text: &str) -> Result<(), String> {
+    SecretName::parse(text)
+        .map(|_| ())
+        .map_err(|err| format!("field `{field}`: {err}"))
+}
+
+fn check_secret_names(field: &str, value: &Value, max_items: usize) -> Result<(), String> {
+    let Some(items) = value.as_array() else {
+        return Err(format!(
+            "field `{field}` must be an array of secret names, got {}",
+            type_of(value)
+        ));
+    };
+    if items.len() > max_items {
+        return Err(format!(
+            "field `{field}` names {} secrets; the limit is {max_items}",
+            items.len()
+        ));
+    }
+    for (i, item) in items.iter().enumerate() {
+        let Some(text) = item.as_str() else {
+            return Err(format!(
+                "`{field}[{i}]` must be a string, got {}",
+                type_of(item)
+            ));
+        };
+        check_secret_name(&format!("{field}[{i}]"), text)?;
+        if items[..i].iter().any(|earlier| earlier == item) {
+            return Err(format!("`{field}` names {text} twice"));
+        }
+    }
+    Ok(())
+}
+
+fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
+    let Some(object) = value.as_object() else {
+        return Err(format!(
+            "field `{field}` must be an object {{name, value}}, got {}",
+            type_of(value)
+        ));
+    };
+    if let Some(key) = object
+        .keys()
+        .find(|k| !["name", "value"].contains(&k.as_str()))
+    {
+        let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
+        return Err(format!(
+            "field `{field}` has an unknown key `{shown}`; the keys are name and value"
+        ));
+    }
+    match object.get("name").and_then(Value::as_str) {
+        Some(text) => check_secret_name(&format!("{field}.name"), text)?,
+        None => return Err(format!("`{field}.name` must be a string")),
+    }
+    // the value's content is never quoted back, only its size
+    match object.get("value").and_then(Value::as_str) {
+        Some(text) if text.len() <= MAX_SECRET_BYTES => Ok(()),
+        Some(text) => Err(format!(
+            "`{field}.value` is {} bytes; a secret holds at most {MAX_SECRET_BYTES}",
+            text.len()
+        )),
+        None => Err(format!("`{field}.value` must be a string")),
     }
 }
 

@@ -139,7 +139,14 @@ mod tests {
             ..Pricing::default()
         };
         let brand = Brand::parse("svc").unwrap();
-        let app = App::new(store.clone(), brand, pricing, "http://127.0.0.1", None);
+        let app = App::new(
+            store.clone(),
+            brand,
+            pricing,
+            "http://127.0.0.1",
+            None,
+            None,
+        );
         app.admin()
             .create_account("code@example.org")
             .await

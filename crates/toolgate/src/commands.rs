@@ -7,12 +7,23 @@ use toolgate_app::App;
 use crate::config::Settings;
 
 async fn app(settings: &Settings) -> Result<App> {
+    app_with_vault(settings, false).await
+}
+
+/// The use cases over the configured store, with the vault when `vault` (it must exist then).
+pub async fn app_with_vault(settings: &Settings, vault: bool) -> Result<App> {
     let store = crate::backend::open(settings, crate::backend::Opener::Command).await?;
+    let vault = if vault {
+        Some(crate::vault::open(settings, &store).await?)
+    } else {
+        None
+    };
     Ok(App::new(
         store,
         settings.brand()?,
         settings.pricing()?,
         &settings.public_url()?,
+        vault,
         None,
     ))
 }

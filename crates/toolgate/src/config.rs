@@ -202,6 +202,21 @@ pub struct Settings {
     /// in MiB [default: half of sandbox_budget_memory_mib; 0: none]
     #[arg(long, env = "TOOLGATE_SANDBOX_ACCOUNT_MEMORY_MIB", global = true)]
     pub sandbox_account_memory_mib: Option<u64>,
+
+    /// The vault's master keys themselves, as `v1 <base64 of 32 bytes>` entries separated by
+    /// newlines or `;` (instead of a key file; rotation then is the operator's: add a version)
+    #[arg(
+        long,
+        env = "TOOLGATE_VAULT_MASTER_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub vault_master_key: Option<Secret>,
+
+    /// The vault's key file, created 0600 with a fresh key on the first start
+    /// [default: <data_dir>/vault.key]
+    #[arg(long, env = "TOOLGATE_VAULT_KEY_FILE", global = true)]
+    pub vault_key_file: Option<PathBuf>,
 }
 
 macro_rules! fill {
@@ -253,7 +268,9 @@ impl Settings {
             sandbox_max_processes,
             sandbox_budget_memory_mib,
             sandbox_budget_processes,
-            sandbox_account_memory_mib
+            sandbox_account_memory_mib,
+            vault_master_key,
+            vault_key_file
         );
         Ok(self)
     }

@@ -5,6 +5,7 @@ mod commands;
 mod config;
 mod sandbox;
 mod serve;
+mod vault;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -47,6 +48,16 @@ enum Command {
     /// Operator changes to wallets
     #[command(subcommand)]
     Wallet(WalletCommand),
+    /// The secrets vault's master keys
+    #[command(subcommand)]
+    Vault(VaultCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum VaultCommand {
+    /// Adds a new master key version to the key file and wraps every secret's data key again
+    /// under it; the service may keep running. Prints {key_version, rewrapped, …} as JSON
+    RotateMasterKey,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,6 +126,7 @@ fn main() -> ExitCode {
                 usd,
                 reference,
             }) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
+            Command::Vault(VaultCommand::RotateMasterKey) => vault::rotate(&settings).await,
         }
     });
     match outcome {

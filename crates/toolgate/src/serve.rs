@@ -77,6 +77,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
     let bound = listener.local_addr().context("the bound address")?;
     config.http.public_url = settings.public_url_for(bound)?;
     let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
+    let vault = crate::vault::open(settings, &store).await?;
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
@@ -88,6 +89,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
         config.brand,
         config.pricing,
         &public_url,
+        Some(vault),
         capabilities,
     );
     let http = config.http;

@@ -2,21 +2,31 @@
 
 mod billing;
 pub mod sandbox;
+mod secrets;
 
 use std::sync::Arc;
 
 use crate::capability::Capability;
 use crate::metering::Meter;
+use crate::secrets::Secrets;
 
 pub use billing::Billing;
 pub use sandbox::Sandbox;
 
-/// Every capability this build offers, in the order tool descriptions list them; the sandbox's
-/// only when the server runs one.
-pub fn builtin(meter: Arc<Meter>, sandbox: Option<Sandbox>) -> Vec<Arc<dyn Capability>> {
+/// Every capability this build offers, in the order tool descriptions list them and a call
+/// runs them; the vault's only with `secrets`, the sandbox's only when the server runs one.
+pub fn builtin(
+    meter: Arc<Meter>,
+    secrets: Option<Arc<Secrets>>,
+    sandbox: Option<Sandbox>,
+) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
+    // a call that stores a secret and uses it runs the store first
+    if let Some(secrets) = &secrets {
+        capabilities.extend(secrets::capabilities(secrets));
+    }
     if let Some(sandbox) = sandbox {
-        capabilities.extend(sandbox.capabilities());
+        capabilities.extend(sandbox.capabilities(secrets));
     }
     capabilities
 }

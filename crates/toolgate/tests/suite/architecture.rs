@@ -18,6 +18,23 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "the domain is pure: values and rules, no I/O",
     ),
     (
+        "toolgate-vault",
+        &[
+            "tokio",
+            "sqlx",
+            "rusqlite",
+            "axum",
+            "hyper",
+            "reqwest",
+            "rmcp",
+            "tracing",
+            "toolgate-store",
+            "toolgate-app",
+            "toolgate-server",
+        ],
+        "the vault is cryptography and its key file: it never sees storage or a transport",
+    ),
+    (
         "toolgate-store",
         &["sqlx", "rusqlite", "axum", "hyper", "rmcp", "toolgate-app"],
         "the storage traits know no backend and no transport",

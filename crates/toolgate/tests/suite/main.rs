@@ -15,3 +15,4 @@ mod operations;
 mod protocol;
 mod reads;
 mod sandbox;
+mod vault;

@@ -23,6 +23,7 @@ use toolgate_sandbox::{
 
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject};
 use crate::schema::FieldKind;
+use crate::secrets::Secrets;
 
 pub use read::ReadFile;
 pub use run::{Runner, Upload};
@@ -38,6 +39,8 @@ pub struct Sandbox {
     timeout: Field,
     /// `session_id` as `tools/list` shows it (it names the operator's idle expiry).
     session_id: Field,
+    /// The vault, for `secrets` on `code` and `bash`.
+    secrets: Option<Arc<Secrets>>,
 }
 
 impl Sandbox {
@@ -50,11 +53,14 @@ impl Sandbox {
             limits,
             timeout,
             session_id,
+            secrets: None,
         }
     }
 
-    /// The four capabilities, in the order a call runs them: upload, python, bash, file.
-    pub fn capabilities(self) -> Vec<Arc<dyn Capability>> {
+    /// The four capabilities, in the order a call runs them: upload, python, bash, file;
+    /// `secrets` on `code` and `bash` opens values from `secrets`.
+    pub fn capabilities(mut self, secrets: Option<Arc<Secrets>>) -> Vec<Arc<dyn Capability>> {
+        self.secrets = secrets;
         let shared = Arc::new(self);
         vec![
             Arc::new(Upload::new(Arc::clone(&shared))),

@@ -18,6 +18,9 @@ use crate::capability::{
     ToolKind,
 };
 use crate::schema::FieldKind;
+use crate::secrets::OpenedSecrets;
+use toolgate_domain::SecretName;
+use toolgate_vault::{Redactor, StreamRedactor};
 
 /// Longest progress message: one notification carries at most this much output.
 const MAX_PROGRESS_MESSAGE: usize = 8 * 1024;
@@ -120,12 +123,25 @@ impl Capability for Runner {
                 description: "a shell command line, run by /bin/bash in the session's workspace",
             },
         };
-        vec![
+        let mut fields = vec![
             own,
             self.sandbox.session_id.clone(),
             self.sandbox.timeout.clone(),
             files_field(),
-        ]
+        ];
+        if self.sandbox.secrets.is_some() {
+            fields.push(Field {
+                name: "secrets",
+                kind: FieldKind::SecretNames {
+                    max_items: MAX_SECRETS_PER_RUN,
+                },
+                description: "names of vault secrets (stored with secret_set) to set as \
+                              environment variables of the same name for this run only; \
+                              wherever the run prints a value, the result shows \
+                              [REDACTED:NAME]",
+            });
+        }
+        fields
     }
 
     fn output_schema(&self) -> Value {
@@ -164,8 +180,13 @@ impl Capability for Runner {
             Vec::new()
         };
         let timeout = limits.timeout;
+        let opened = self.open_secrets(ctx, args).await?;
         let request = RunRequest {
             files,
+            env: opened
+                .iter()
+                .map(|(name, value)| (name.to_string(), value.to_owned()))
+                .collect(),
             cancel: ctx.cancel.cloned(),
             upcalls: Some(ctx.upcall_handler()),
             ..RunRequest::new(
@@ -175,25 +196,80 @@ impl Capability for Runner {
                 limits,
             )
         };
-        let call = self.run_streaming(request, ctx).await.map_err(failure)?;
-        Ok(render(&call, scope.caller_id(), timeout))
+        let redactor = opened.redactor();
+        let call = self
+            .run_streaming(request, ctx, &redactor)
+            .await
+            .map_err(failure)?;
+        let mut output = render(&call, scope.caller_id(), timeout);
+        redact_output(&mut output, &redactor);
+        Ok(output)
+    }
+}
+
+/// Most secrets one run may name.
+const MAX_SECRETS_PER_RUN: usize = 32;
+
+/// Replaces every secret value in the output's text and structured strings.
+fn redact_output(output: &mut Output, redactor: &Redactor) {
+    if redactor.is_empty() {
+        return;
+    }
+    for item in &mut output.content {
+        if let ContentItem::Text(text) = item {
+            redactor.redact_in_place(text);
+        }
+    }
+    redact_value(&mut output.structured, redactor);
+}
+
+fn redact_value(value: &mut Value, redactor: &Redactor) {
+    match value {
+        Value::String(text) => {
+            redactor.redact_in_place(text);
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, redactor)),
+        Value::Object(fields) => fields.values_mut().for_each(|v| redact_value(v, redactor)),
+        _ => {}
     }
 }
 
 impl Runner {
-    /// Runs `request`, its output passed on as progress while it runs when the caller wants
-    /// progress (every chunk before this returns).
+    /// The values of the secrets the call names in `secrets`.
+    async fn open_secrets(
+        &self,
+        ctx: &CallContext<'_>,
+        args: &JsonObject,
+    ) -> Result<OpenedSecrets, Failure> {
+        let (Some(secrets), Some(Value::Array(names))) =
+            (&self.sandbox.secrets, args.get("secrets"))
+        else {
+            return Ok(OpenedSecrets::default());
+        };
+        let names: Vec<SecretName> = names
+            .iter()
+            .filter_map(|n| n.as_str().and_then(|n| SecretName::parse(n).ok()))
+            .collect();
+        secrets
+            .open(&ctx.account.id, &names)
+            .await
+            .map_err(|e| Failure::new(e.to_string()))
+    }
+
+    /// Runs `request`, its output passed on (redacted) as progress while it runs when the
+    /// caller wants progress (every chunk before this returns).
     async fn run_streaming(
         &self,
         mut request: RunRequest,
         ctx: &CallContext<'_>,
+        redactor: &Redactor,
     ) -> Result<RunOutcome, SessionsError> {
         let Some(sink) = ctx.progress else {
             return self.sandbox.sessions.run(request).await;
         };
         let (output, mut chunks) = mpsc::channel(OUTPUT_QUEUE);
         request.output = Some(output);
-        let mut relay = OutputProgress::new(sink);
+        let mut relay = OutputProgress::new(sink, redactor);
         let result = {
             let running = self.sandbox.sessions.run(request);
             tokio::pin!(running);
@@ -209,19 +285,28 @@ impl Runner {
         while let Ok(chunk) = chunks.try_recv() {
             relay.relay(&chunk);
         }
+        relay.finish();
         result
     }
 }
 
-/// Passes streamed output on as progress notifications.
+/// Passes streamed output on as progress notifications, redacted per stream: a value split
+/// across two writes is held back until it can be told apart.
 struct OutputProgress<'a> {
     sink: &'a dyn ProgressSink,
     bytes: u64,
+    stdout: StreamRedactor<'a>,
+    stderr: StreamRedactor<'a>,
 }
 
 impl<'a> OutputProgress<'a> {
-    fn new(sink: &'a dyn ProgressSink) -> Self {
-        Self { sink, bytes: 0 }
+    fn new(sink: &'a dyn ProgressSink, redactor: &'a Redactor) -> Self {
+        Self {
+            sink,
+            bytes: 0,
+            stdout: redactor.stream(),
+            stderr: redactor.stream(),
+        }
     }
 }
 
@@ -344,8 +429,26 @@ fn cut(text: &str, max: usize) -> &str {
 impl OutputProgress<'_> {
     fn relay(&mut self, chunk: &OutputChunk) {
         self.bytes += chunk.data.len() as u64;
-        let shown = cut(&chunk.data, MAX_PROGRESS_MESSAGE);
-        let message = match chunk.stream {
+        let data = cut(&chunk.data, MAX_PROGRESS_MESSAGE);
+        let shown = match chunk.stream {
+            OutputStream::Stdout => self.stdout.push(data),
+            OutputStream::Stderr => self.stderr.push(data),
+        };
+        self.report(chunk.stream, &shown);
+    }
+
+    /// Sends what the redactors still hold.
+    fn finish(&mut self) {
+        let (out, err) = (self.stdout.finish(), self.stderr.finish());
+        self.report(OutputStream::Stdout, &out);
+        self.report(OutputStream::Stderr, &err);
+    }
+
+    fn report(&self, stream: OutputStream, shown: &str) {
+        if shown.is_empty() {
+            return;
+        }
+        let message = match stream {
             OutputStream::Stdout => shown.to_owned(),
             OutputStream::Stderr => format!("[stderr] {shown}"),
         };

@@ -1,0 +1,228 @@
+//! The vault's fields: `secret_set` and `secret_delete` on the write tool, `list_secrets` on the
+//! read tool. A value goes in once and is never shown again, by these or anything else.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use toolgate_domain::SecretName;
+use toolgate_domain::time_reexport::OffsetDateTime;
+use toolgate_domain::time_reexport::format_description::well_known::Rfc3339;
+
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+};
+use crate::schema::FieldKind;
+use crate::secrets::Secrets;
+
+/// `secret_set`, `secret_delete` and `list_secrets` over one vault.
+pub fn capabilities(secrets: &Arc<Secrets>) -> Vec<Arc<dyn Capability>> {
+    vec![
+        Arc::new(SecretSet(secrets.clone())),
+        Arc::new(SecretDelete(secrets.clone())),
+        Arc::new(ListSecrets(secrets.clone())),
+    ]
+}
+
+fn name_in(args: &JsonObject, path: &[&str]) -> Result<SecretName, Failure> {
+    let mut value = args.get(path[0]);
+    for key in &path[1..] {
+        value = value.and_then(|v| v.get(key));
+    }
+    value
+        .and_then(Value::as_str)
+        .and_then(|text| SecretName::parse(text).ok())
+        .ok_or_else(|| Failure::new("a secret's name is missing or malformed"))
+}
+
+fn text(message: String, structured: Value) -> Output {
+    Output {
+        content: vec![ContentItem::Text(message)],
+        structured,
+        is_error: false,
+    }
+}
+
+/// `secret_set {name, value}`: creates or replaces a secret.
+struct SecretSet(Arc<Secrets>);
+
+#[async_trait]
+impl Capability for SecretSet {
+    fn key(&self) -> &'static str {
+        "secret_set"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Write
+    }
+
+    fn summary(&self) -> &'static str {
+        "`secret_set: {name, value}` stores a secret (an API key, a connection string) encrypted \
+         in your vault, creating or replacing it; its value is never shown again. Code uses it \
+         by name: `secrets: [\"NAME\"]` on `code` or `bash` sets it as an environment variable \
+         of that run, and wherever the run prints it the result shows [REDACTED:NAME]."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        vec![Field {
+            name: "secret_set",
+            kind: FieldKind::SecretEntry,
+            description: "{name, value}: store a secret (create or replace); the name is \
+                          letters, digits and _, not starting with a digit (e.g. \
+                          OPENAI_API_KEY); the value at most 64 KiB",
+        }]
+    }
+
+    fn output_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "created": {"type": "boolean"}},
+            "required": ["name", "created"]})
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        args.contains_key("secret_set")
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let name = name_in(args, &["secret_set", "name"])?;
+        let value = args
+            .get("secret_set")
+            .and_then(|v| v.get("value"))
+            .and_then(Value::as_str)
+            .ok_or_else(|| Failure::new("`secret_set.value` must be a string"))?;
+        let created = self
+            .0
+            .set(&ctx.account.id, &name, value)
+            .await
+            .map_err(|e| Failure::new(e.to_string()))?;
+        let what = if created { "stored" } else { "replaced" };
+        Ok(text(
+            format!("{what} the secret {name}"),
+            json!({"name": name.as_str(), "created": created}),
+        ))
+    }
+}
+
+/// `secret_delete: NAME`.
+struct SecretDelete(Arc<Secrets>);
+
+#[async_trait]
+impl Capability for SecretDelete {
+    fn key(&self) -> &'static str {
+        "secret_delete"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Write
+    }
+
+    fn summary(&self) -> &'static str {
+        "`secret_delete: \"NAME\"` deletes a secret from your vault."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        vec![Field {
+            name: "secret_delete",
+            kind: FieldKind::SecretName,
+            description: "the name of a secret to delete",
+        }]
+    }
+
+    fn output_schema(&self) -> Value {
+        json!({"type": "object", "properties": {
+            "name": {"type": "string"}, "deleted": {"type": "boolean"}},
+            "required": ["name", "deleted"]})
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        args.contains_key("secret_delete")
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let name = name_in(args, &["secret_delete"])?;
+        let deleted = self
+            .0
+            .delete(&ctx.account.id, &name)
+            .await
+            .map_err(|e| Failure::new(e.to_string()))?;
+        if !deleted {
+            return Err(Failure::new(format!("there is no secret named {name}")));
+        }
+        Ok(text(
+            format!("deleted the secret {name}"),
+            json!({"name": name.as_str(), "deleted": true}),
+        ))
+    }
+}
+
+/// `list_secrets: true`: names and dates, never values.
+struct ListSecrets(Arc<Secrets>);
+
+#[async_trait]
+impl Capability for ListSecrets {
+    fn key(&self) -> &'static str {
+        "list_secrets"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Read
+    }
+
+    fn summary(&self) -> &'static str {
+        "`list_secrets: true` lists the names of your vault's secrets with when each was \
+         created and last replaced (never their values)."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        vec![Field {
+            name: "list_secrets",
+            kind: FieldKind::Boolean,
+            description: "true: list your secrets' names and dates",
+        }]
+    }
+
+    fn output_schema(&self) -> Value {
+        let text = json!({"type": "string"});
+        json!({"type": "object", "properties": {"secrets": {"type": "array", "items": {
+            "type": "object",
+            "properties": {"name": text, "created_at": text, "updated_at": text},
+            "required": ["name", "created_at", "updated_at"]}}},
+            "required": ["secrets"]})
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        args.get("list_secrets").and_then(Value::as_bool) == Some(true)
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, _args: &JsonObject) -> Result<Output, Failure> {
+        let listed = self
+            .0
+            .list(&ctx.account.id)
+            .await
+            .map_err(|e| Failure::new(e.to_string()))?;
+        let rows: Vec<Value> = listed
+            .iter()
+            .map(|s| {
+                json!({"name": s.name.as_str(), "created_at": rfc3339(s.created_ms),
+                       "updated_at": rfc3339(s.updated_ms)})
+            })
+            .collect();
+        let message = if listed.is_empty() {
+            "your vault holds no secrets".to_owned()
+        } else {
+            let lines: Vec<String> = listed
+                .iter()
+                .map(|s| format!("{} (updated {})", s.name, rfc3339(s.updated_ms)))
+                .collect();
+            format!("{} secret(s):\n{}", listed.len(), lines.join("\n"))
+        };
+        Ok(text(message, json!({"secrets": rows})))
+    }
+}
+
+fn rfc3339(millis: i64) -> String {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&Rfc3339).ok())
+        .unwrap_or_default()
+}

@@ -1,0 +1,274 @@
+//! The vault through HTTP: secrets stored, listed (names and dates only), used by code as
+//! environment variables of one run, and never shown again: not in a result, streamed output,
+//! traceback, log line, or the database files.
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+const VALUE: &str = "sk-live-4f9c2b7e81d3a6f0";
+
+fn text_of(result: &Value) -> String {
+    result.to_string()
+}
+
+async fn store(f: &Fixture, who: &Account, name: &str, value: &str) -> Value {
+    f.call(
+        who,
+        "svc_write",
+        json!({"secret_set": {"name": name, "value": value}}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn a_secret_is_stored_listed_and_never_shown() {
+    let f = fixture().await;
+    let first = store(&f, &f.alice, "TOKEN", "old-value-123").await;
+    assert_eq!(first["isError"], false, "{first}");
+    assert_eq!(first["structuredContent"]["secret_set"]["created"], true);
+    let again = store(&f, &f.alice, "TOKEN", VALUE).await;
+    assert_eq!(
+        again["structuredContent"]["secret_set"]["created"], false,
+        "{again}"
+    );
+    assert!(!text_of(&again).contains(VALUE));
+
+    let listed = f
+        .call(&f.alice, "svc_read", json!({"list_secrets": true}))
+        .await;
+    let rows = listed["structuredContent"]["list_secrets"]["secrets"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(rows.len(), 1, "{listed}");
+    assert_eq!(rows[0]["name"], "TOKEN");
+    assert!(rows[0]["created_at"].as_str().unwrap().ends_with('Z'));
+    assert!(rows[0]["updated_at"].as_str().unwrap() >= rows[0]["created_at"].as_str().unwrap());
+    assert!(!text_of(&listed).contains(VALUE) && !text_of(&listed).contains("old-value"));
+
+    // another account sees none of it, and cannot use it
+    let theirs = f
+        .call(&f.bob, "svc_read", json!({"list_secrets": true}))
+        .await;
+    assert_eq!(
+        theirs["structuredContent"]["list_secrets"]["secrets"],
+        json!([]),
+        "{theirs}"
+    );
+    let used = f
+        .call(
+            &f.bob,
+            "svc_write",
+            json!({"code": "1", "secrets": ["TOKEN"]}),
+        )
+        .await;
+    assert_eq!(used["isError"], true);
+    assert!(text_of(&used).contains("no secret named TOKEN"), "{used}");
+
+    let deleted = f
+        .call(&f.alice, "svc_write", json!({"secret_delete": "TOKEN"}))
+        .await;
+    assert_eq!(
+        deleted["structuredContent"]["secret_delete"]["deleted"], true,
+        "{deleted}"
+    );
+    let gone = f
+        .call(&f.alice, "svc_write", json!({"secret_delete": "TOKEN"}))
+        .await;
+    assert_eq!(gone["isError"], true);
+    assert!(text_of(&gone).contains("no secret named TOKEN"), "{gone}");
+}
+
+#[tokio::test]
+async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
+    let f = fixture().await;
+    store(&f, &f.alice, "TOKEN", VALUE).await;
+    let code = "import os, sys, base64, urllib.parse\n\
+                v = os.environ['TOKEN']\n\
+                print('plain', v)\n\
+                print('b64', base64.b64encode(v.encode()).decode())\n\
+                print('hex', v.encode().hex())\n\
+                print('url', urllib.parse.quote(v + ' x', safe=''))\n\
+                sys.stdout.write(v[:7]); sys.stdout.flush(); sys.stdout.write(v[7:] + '\\n')\n\
+                print('err', v, file=sys.stderr)\n\
+                v";
+    let result = f
+        .write(json!({"code": code, "secrets": ["TOKEN"], "session_id": "s"}))
+        .await;
+    let shown = text_of(&result);
+    assert_eq!(result["isError"], false, "{shown}");
+    assert!(!shown.contains(VALUE), "the value leaked: {shown}");
+    assert!(!shown.contains(&hex_of(VALUE)), "its hex leaked: {shown}");
+    assert!(shown.matches("[REDACTED:TOKEN]").count() >= 7, "{shown}");
+
+    // the variable belonged to that run only
+    let later = f
+        .write(json!({"code": "import os\nprint('seen:', repr(os.environ.get('TOKEN')))", "session_id": "s"}))
+        .await;
+    assert!(text_of(&later).contains("seen: None"), "{later}");
+
+    // a traceback and bash output
+    let raised = f
+        .write(json!({"code": "import os\nraise ValueError(os.environ['TOKEN'])", "secrets": ["TOKEN"]}))
+        .await;
+    assert_eq!(raised["isError"], true);
+    assert!(
+        !text_of(&raised).contains(VALUE) && text_of(&raised).contains("[REDACTED:TOKEN]"),
+        "{raised}"
+    );
+    let bash = f
+        .write(
+            json!({"bash": "echo \"$TOKEN\"; printf %s \"$TOKEN\" | base64", "secrets": ["TOKEN"]}),
+        )
+        .await;
+    assert!(!text_of(&bash).contains(VALUE), "{bash}");
+    let stdout = bash["structuredContent"]["bash"]["stdout"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        stdout,
+        "[REDACTED:TOKEN]
+[REDACTED:TOKEN]
+",
+        "{bash}"
+    );
+
+    let log = f.server.log_text();
+    assert!(!log.contains(VALUE), "the value is in the server's log");
+}
+
+fn hex_of(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn streamed_output_is_redacted_even_when_a_value_is_split_across_writes() {
+    let f = fixture().await;
+    store(&f, &f.alice, "TOKEN", VALUE).await;
+    let url = f.server.personal(&f.alice.key);
+    let session = open_session(&f.http, &url).await.unwrap();
+    let code = "import os, sys, time\nv = os.environ['TOKEN']\n\
+                for piece in (v[:5], v[5:12], v[12:]):\n    \
+                    sys.stdout.write(piece); sys.stdout.flush(); time.sleep(0.05)\n\
+                print(flush=True)\nprint('done')";
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "svc_write", "arguments": {"code": code, "secrets": ["TOKEN"]},
+        "_meta": {"progressToken": "t"}}});
+    let reply = send(in_session(&f.http, &url, &session, &call)).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    assert!(reply.body.contains("notifications/progress"), "{reply:?}");
+    for piece in [&VALUE[..5], &VALUE[5..12], &VALUE[12..]] {
+        assert!(
+            !reply.body.contains(piece),
+            "a piece of the value leaked: {reply:?}"
+        );
+    }
+    assert!(reply.body.contains("[REDACTED:TOKEN]"), "{reply:?}");
+}
+
+#[tokio::test]
+async fn bad_vault_input_gets_a_clear_error_and_stores_nothing() {
+    let f = fixture().await;
+    let big = "x".repeat(64 * 1024 + 1);
+    for (args, says) in [
+        (
+            json!({"secret_set": {"name": "1BAD", "value": "v"}}),
+            "starts with a letter",
+        ),
+        (
+            json!({"secret_set": {"name": "A-B", "value": "v"}}),
+            "starts with a letter",
+        ),
+        (
+            json!({"secret_set": {"name": "OK", "value": big}}),
+            "at most 65536",
+        ),
+        (
+            json!({"secret_set": {"name": "OK", "value": 5}}),
+            "must be a string",
+        ),
+        (json!({"secret_set": {"name": "OK"}}), "must be a string"),
+        (
+            json!({"secret_set": {"name": "OK", "value": "v", "extra": 1}}),
+            "unknown key",
+        ),
+        (json!({"secret_set": "OK=v"}), "must be an object"),
+        (json!({"secret_delete": "no such!"}), "starts with a letter"),
+        (json!({"code": "1", "secrets": ["A", "A"]}), "twice"),
+        (
+            json!({"code": "1", "secrets": "A"}),
+            "array of secret names",
+        ),
+        (
+            json!({"code": "1", "secrets": ["NOPE_1", "NOPE_2"]}),
+            "no secret named NOPE_1, NOPE_2",
+        ),
+    ] {
+        let result = f.write(args.clone()).await;
+        assert_eq!(result["isError"], true, "{args}: {result}");
+        assert!(text_of(&result).contains(says), "{args}: {result}");
+        assert!(
+            !text_of(&result).contains(&big[..100]),
+            "the value was echoed"
+        );
+    }
+    let listed = f
+        .call(&f.alice, "svc_read", json!({"list_secrets": true}))
+        .await;
+    assert_eq!(
+        listed["structuredContent"]["list_secrets"]["secrets"],
+        json!([]),
+        "{listed}"
+    );
+}
+
+#[tokio::test]
+async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
+    let f = fixture().await;
+    let dir = f._dir.path();
+    let key_file = dir.join("vault.key");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&key_file).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the key file is private");
+    for n in 0..20 {
+        store(&f, &f.alice, &format!("S{n}"), &format!("{VALUE}-{n}")).await;
+    }
+    // every database file, the WAL included, holds no value in plaintext
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_file()
+            && path
+                .file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("toolgate.db")
+        {
+            let bytes = std::fs::read(&path).unwrap();
+            assert!(
+                !bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
+                "{path:?}"
+            );
+        }
+    }
+    // rotation while the server runs: every data key re-wrapped, every secret still usable
+    let storage = Storage::sqlite(dir);
+    let rotated = cli_json(&storage, &["vault", "rotate-master-key"]);
+    assert_eq!(rotated["key_version"], 2, "{rotated}");
+    assert_eq!(rotated["rewrapped"], 20, "{rotated}");
+    let keys = std::fs::read_to_string(&key_file).unwrap();
+    assert!(keys.contains("\nv1 ") && keys.contains("\nv2 "));
+    let used = f
+        .write(json!({"code": "import os\nprint(os.environ['S7'] == 'sk-live-4f9c2b7e81d3a6f0-7')", "secrets": ["S7"]}))
+        .await;
+    assert!(text_of(&used).contains("True"), "{used}");
+    // written after the rotation: sealed under the new version, opened by the running server
+    store(&f, &f.alice, "AFTER", "after-value").await;
+    let again = cli_json(&storage, &["vault", "rotate-master-key"]);
+    assert_eq!(again["key_version"], 3, "{again}");
+    assert_eq!(again["rewrapped"], 21, "{again}");
+    let used = f
+        .write(json!({"code": "import os\nos.environ['AFTER'] == 'after-value'", "secrets": ["AFTER"]}))
+        .await;
+    assert!(text_of(&used).contains("True"), "{used}");
+}
