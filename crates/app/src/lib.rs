@@ -13,6 +13,7 @@ pub mod registry;
 mod schema;
 pub mod secrets;
 mod upcalls;
+pub mod web;
 
 use std::sync::Arc;
 
@@ -29,6 +30,17 @@ pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
 
+/// What the capabilities run on besides the store; each one absent leaves its capabilities out.
+#[derive(Default)]
+pub struct Services {
+    /// The secrets vault (`secret_set`, `list_secrets`, `secrets`, `{{secret:…}}`).
+    pub vault: Option<Arc<toolgate_vault::Vault>>,
+    /// The HTTP client behind the egress guard (`url`).
+    pub web: Option<Arc<dyn web::Web>>,
+    /// The sandbox (`code`, `bash`, `files`, `path`).
+    pub sandbox: Option<capabilities::Sandbox>,
+}
+
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
 #[derive(Clone)]
 pub struct App {
@@ -41,19 +53,25 @@ pub struct App {
 }
 
 impl App {
-    /// Wires the use cases over one store with the built-in capabilities (the vault's only
-    /// with a `vault`, the sandbox's only with a `sandbox`).
+    /// Wires the use cases over one store with the built-in capabilities; each service absent
+    /// from `services` leaves its capabilities out.
     pub fn new(
         store: Arc<dyn Store>,
         brand: Brand,
         pricing: Pricing,
         public_url: &str,
-        vault: Option<Arc<toolgate_vault::Vault>>,
-        sandbox: Option<capabilities::Sandbox>,
+        services: Services,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        let secrets = vault.map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
-        let capabilities = capabilities::builtin(meter.clone(), secrets.clone(), sandbox);
+        let secrets = services
+            .vault
+            .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let capabilities = capabilities::builtin(
+            meter.clone(),
+            secrets.clone(),
+            services.web,
+            services.sandbox,
+        );
         let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
         app.secrets = secrets;
         app

@@ -35,6 +35,11 @@ pub enum FieldKind {
     },
     /// A `{name, value}` object: a secret to store (the value is never echoed by an error).
     SecretEntry,
+    /// An object of HTTP request headers, name to value.
+    Headers {
+        /// most entries
+        max_items: usize,
+    },
     /// An array of `{path, content, encoding?}` objects: files to place in a workspace.
     Files {
         /// most entries
@@ -80,6 +85,11 @@ impl FieldKind {
                 },
                 "required": ["name", "value"],
                 "additionalProperties": false,
+                "description": description,
+            }),
+            FieldKind::Headers { max_items } => json!({
+                "type": "object", "maxProperties": max_items,
+                "additionalProperties": {"type": "string", "maxLength": MAX_HEADER_VALUE},
                 "description": description,
             }),
             FieldKind::Files {
@@ -157,6 +167,7 @@ impl FieldKind {
             },
             FieldKind::SecretNames { max_items } => check_secret_names(name, value, *max_items),
             FieldKind::SecretEntry => check_secret_entry(name, value),
+            FieldKind::Headers { max_items } => check_headers(name, value, *max_items),
             FieldKind::Files {
                 max_files,
                 max_path,
@@ -231,6 +242,48 @@ fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
         )),
         None => Err(format!("`{field}.value` must be a string")),
     }
+}
+
+/// Longest header value, in bytes.
+const MAX_HEADER_VALUE: usize = 8 * 1024;
+
+fn check_headers(field: &str, value: &Value, max_items: usize) -> Result<(), String> {
+    let Some(headers) = value.as_object() else {
+        return Err(format!(
+            "field `{field}` must be an object of header names to values, got {}",
+            type_of(value)
+        ));
+    };
+    if headers.len() > max_items {
+        return Err(format!(
+            "field `{field}` has {} headers; the limit is {max_items}",
+            headers.len()
+        ));
+    }
+    for (name, value) in headers {
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        let shown: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
+        if name.is_empty() || name.len() > 256 || !name.chars().all(token) {
+            return Err(format!("`{field}`: {shown:?} is not a header name"));
+        }
+        // the value may hold a secret's placeholder or a credential: only its size is quoted
+        match value.as_str() {
+            Some(text) if text.len() > MAX_HEADER_VALUE => {
+                return Err(format!(
+                    "`{field}.{shown}` is {} bytes; the limit is {MAX_HEADER_VALUE}",
+                    text.len()
+                ));
+            }
+            Some(text) if text.chars().any(|c| matches!(c, '\r' | '\n' | '\0')) => {
+                return Err(format!(
+                    "`{field}.{shown}` must not contain line breaks or NUL"
+                ));
+            }
+            Some(_) => {}
+            None => return Err(format!("`{field}.{shown}` must be a string")),
+        }
+    }
+    Ok(())
 }
 
 fn check_files(name: &str, value: &Value, max_files: usize, max_path: usize) -> Result<(), String> {

@@ -144,8 +144,7 @@ mod tests {
             brand,
             pricing,
             "http://127.0.0.1",
-            None,
-            None,
+            crate::Services::default(),
         );
         app.admin()
             .create_account("code@example.org")

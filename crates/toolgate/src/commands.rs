@@ -2,7 +2,7 @@
 
 use anyhow::Result;
 use serde::Serialize;
-use toolgate_app::App;
+use toolgate_app::{App, Services};
 
 use crate::config::Settings;
 
@@ -23,8 +23,10 @@ pub async fn app_with_vault(settings: &Settings, vault: bool) -> Result<App> {
         settings.brand()?,
         settings.pricing()?,
         &settings.public_url()?,
-        vault,
-        None,
+        Services {
+            vault,
+            ..Services::default()
+        },
     ))
 }
 

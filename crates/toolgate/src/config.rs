@@ -203,6 +203,17 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_ACCOUNT_MEMORY_MIB", global = true)]
     pub sandbox_account_memory_mib: Option<u64>,
 
+    /// Private ranges outbound requests (`url`) may reach after all, as addresses or CIDR
+    /// ranges, e.g. 10.1.2.0/24 for an internal API [default: none: loopback, private,
+    /// link-local, CGNAT, multicast and metadata addresses are refused]
+    #[arg(
+        long,
+        env = "TOOLGATE_EGRESS_ALLOW_PRIVATE",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub egress_allow_private: Option<Vec<String>>,
+
     /// The vault's master keys themselves, as `v1 <base64 of 32 bytes>` entries separated by
     /// newlines or `;` (instead of a key file; rotation then is the operator's: add a version)
     #[arg(
@@ -270,7 +281,8 @@ impl Settings {
             sandbox_budget_processes,
             sandbox_account_memory_mib,
             vault_master_key,
-            vault_key_file
+            vault_key_file,
+            egress_allow_private
         );
         Ok(self)
     }

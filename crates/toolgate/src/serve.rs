@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
-use toolgate_app::App;
+use toolgate_app::{App, Services};
 use toolgate_domain::{Brand, Pricing};
 use toolgate_server::{ConnectionLimits, HttpSettings, Metrics};
 
@@ -13,6 +13,9 @@ use crate::config::Settings;
 
 /// Requests still running this long after a shutdown signal are abandoned.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// The longest a `url` fetch may take, redirects included.
+const WEB_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Logs go to stderr through a background writer, so a request never waits on a log write;
 /// commands other than `serve` log only warnings so their stdout stays JSON. Keep the guard
@@ -45,6 +48,7 @@ struct ServeConfig {
     brand: Brand,
     pricing: Pricing,
     http: HttpSettings,
+    egress: toolgate_egress::EgressPolicy,
 }
 
 impl ServeConfig {
@@ -61,6 +65,10 @@ impl ServeConfig {
                 max_request_bytes: settings.max_request_bytes()?,
                 sessions: settings.mcp_session_limits()?,
             },
+            egress: toolgate_egress::EgressPolicy::new(
+                settings.egress_allow_private.as_deref().unwrap_or_default(),
+            )
+            .map_err(anyhow::Error::msg)?,
         })
     }
 }
@@ -78,6 +86,10 @@ pub async fn run(settings: &Settings) -> Result<()> {
     config.http.public_url = settings.public_url_for(bound)?;
     let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
     let vault = crate::vault::open(settings, &store).await?;
+    let web: Arc<dyn toolgate_app::web::Web> = Arc::new(
+        toolgate_web::WebClient::new(config.egress.clone(), WEB_TIMEOUT)
+            .map_err(anyhow::Error::msg)?,
+    );
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
@@ -89,8 +101,11 @@ pub async fn run(settings: &Settings) -> Result<()> {
         config.brand,
         config.pricing,
         &public_url,
-        Some(vault),
-        capabilities,
+        Services {
+            vault: Some(vault),
+            web: Some(web),
+            sandbox: capabilities,
+        },
     );
     let http = config.http;
     let shutdown = CancellationToken::new();

@@ -3,27 +3,34 @@
 mod billing;
 pub mod sandbox;
 mod secrets;
+mod url;
 
 use std::sync::Arc;
 
 use crate::capability::Capability;
 use crate::metering::Meter;
 use crate::secrets::Secrets;
+use crate::web::Web;
 
 pub use billing::Billing;
 pub use sandbox::Sandbox;
 
 /// Every capability this build offers, in the order tool descriptions list them and a call
-/// runs them; the vault's only with `secrets`, the sandbox's only when the server runs one.
+/// runs them; the vault's only with `secrets`, `url` only with `web`, the sandbox's only when
+/// the server runs one.
 pub fn builtin(
     meter: Arc<Meter>,
     secrets: Option<Arc<Secrets>>,
+    web: Option<Arc<dyn Web>>,
     sandbox: Option<Sandbox>,
 ) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
     // a call that stores a secret and uses it runs the store first
     if let Some(secrets) = &secrets {
         capabilities.extend(secrets::capabilities(secrets));
+    }
+    if let Some(web) = web {
+        capabilities.push(Arc::new(url::FetchUrl::new(web, secrets.clone())));
     }
     if let Some(sandbox) = sandbox {
         capabilities.extend(sandbox.capabilities(secrets));

@@ -35,6 +35,34 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "the vault is cryptography and its key file: it never sees storage or a transport",
     ),
     (
+        "toolgate-web",
+        &[
+            "toolgate-server",
+            "toolgate-store",
+            "toolgate-store-sqlite",
+            "toolgate-store-postgres",
+            "toolgate-sandbox-manager",
+            "toolgate-vault",
+            "sqlx",
+            "rusqlite",
+            "rmcp",
+            "axum",
+        ],
+        "the web client implements app's seam behind the egress guard and knows nothing else",
+    ),
+    (
+        "toolgate-egress",
+        &[
+            "tokio",
+            "reqwest",
+            "hyper",
+            "sqlx",
+            "toolgate-app",
+            "toolgate-store",
+        ],
+        "the egress policy is pure: addresses and ranges, no I/O",
+    ),
+    (
         "toolgate-store",
         &["sqlx", "rusqlite", "axum", "hyper", "rmcp", "toolgate-app"],
         "the storage traits know no backend and no transport",
@@ -53,6 +81,8 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "toolgate-server",
             "toolgate-sandbox-manager",
             "rustix",
+            "reqwest",
+            "toolgate-web",
         ],
         "the use cases know the store's traits and the sandbox seam, not HTTP, MCP, SQL or \
          what runs the sessions",

@@ -16,3 +16,4 @@ mod protocol;
 mod reads;
 mod sandbox;
 mod vault;
+mod web;

@@ -158,6 +158,7 @@ async fn burst(
             stop.clone(),
         );
         tasks.push(tokio::spawn(async move {
+            toolgate_web::install_tls_provider();
             let http = reqwest::Client::builder()
                 .no_proxy()
                 .http1_only()

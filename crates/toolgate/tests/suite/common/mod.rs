@@ -490,6 +490,8 @@ async fn announced(stdout: std::process::ChildStdout) -> Option<std::net::Socket
 
 /// A plain HTTP client (no proxy, bounded waits).
 pub fn client() -> reqwest::Client {
+    // the build's reqwest carries no TLS provider of its own (see toolgate-web)
+    toolgate_web::install_tls_provider();
     reqwest::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(60))

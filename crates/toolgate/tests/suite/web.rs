@@ -1,0 +1,187 @@
+//! `url` through HTTP: a page fetched on the caller's behalf, `{{secret:NAME}}` filled in and
+//! redacted from the answer, private destinations refused unless the operator allows them.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::routing::get;
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const TOKEN: &str = "tok-9d8e7f6a5b4c3d2e";
+
+/// A loopback site that records the Authorization header of each request.
+async fn site() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = Router::new()
+        .route(
+            "/page",
+            get(|| async {
+                (
+                    [(header::CONTENT_TYPE, "text/html")],
+                    "<html><body><h2>Prices</h2><ul><li>one</li><li>two</li></ul></body></html>",
+                )
+            }),
+        )
+        .route(
+            "/echo",
+            get(move |headers: HeaderMap| {
+                let record = record.clone();
+                async move {
+                    let auth = headers
+                        .get("authorization")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("")
+                        .to_owned();
+                    record.lock().unwrap().push(auth.clone());
+                    (
+                        [(header::CONTENT_TYPE, "application/json")],
+                        json!({"you_sent": auth}).to_string(),
+                    )
+                }
+            }),
+        )
+        .route(
+            "/missing",
+            get(|| async { (StatusCode::NOT_FOUND, "no such page") }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+async fn read(server: &Server, key: &str, args: Value) -> Value {
+    post_personal(&client(), server, key, &tool_call("svc_read", args))
+        .await
+        .result()
+}
+
+#[tokio::test]
+async fn pages_are_fetched_and_secrets_in_headers_never_come_back() {
+    let (addr, seen) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "web@example.org");
+    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+
+    let page = read(
+        &server,
+        &alice.key,
+        json!({"url": format!("http://{addr}/page")}),
+    )
+    .await;
+    assert_eq!(page["isError"], false, "{page}");
+    let text = page["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("## Prices") && text.contains("one"), "{text}");
+    let url = &page["structuredContent"]["url"];
+    assert_eq!(url["status"], 200);
+    assert_eq!(url["format"], "markdown");
+    assert_eq!(url["content_type"], "text/html");
+    assert_eq!(url["final_url"], format!("http://{addr}/page"));
+
+    let write = json!({"secret_set": {"name": "API_TOKEN", "value": TOKEN}});
+    post_personal(
+        &client(),
+        &server,
+        &alice.key,
+        &tool_call("svc_write", write),
+    )
+    .await;
+    let echoed = read(
+        &server,
+        &alice.key,
+        json!({"url": format!("http://{addr}/echo"),
+               "headers": {"Authorization": "Bearer {{secret:API_TOKEN}}"}}),
+    )
+    .await;
+    assert_eq!(echoed["isError"], false, "{echoed}");
+    assert_eq!(seen.lock().unwrap().as_slice(), [format!("Bearer {TOKEN}")]);
+    let shown = echoed.to_string();
+    assert!(!shown.contains(TOKEN), "the secret came back: {shown}");
+    assert!(shown.contains("Bearer [REDACTED:API_TOKEN]"), "{shown}");
+
+    let missing = read(
+        &server,
+        &alice.key,
+        json!({"url": format!("http://{addr}/missing")}),
+    )
+    .await;
+    assert_eq!(missing["isError"], true, "{missing}");
+    assert_eq!(missing["structuredContent"]["url"]["status"], 404);
+    assert!(
+        !server.log_text().contains(TOKEN),
+        "the secret is in the log"
+    );
+}
+
+#[tokio::test]
+async fn private_destinations_and_bad_input_are_refused_clearly() {
+    let (addr, seen) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "guarded@example.org");
+    let server = Server::start(&storage, &[]).await;
+    let port = addr.port();
+    for (args, says) in [
+        (
+            json!({"url": format!("http://127.0.0.1:{port}/page")}),
+            "loopback",
+        ),
+        (
+            json!({"url": format!("http://0x7f000001:{port}/page")}),
+            "loopback",
+        ),
+        (
+            json!({"url": format!("http://[::ffff:127.0.0.1]:{port}/page")}),
+            "loopback",
+        ),
+        (
+            json!({"url": format!("http://localhost:{port}/page")}),
+            "loopback",
+        ),
+        (
+            json!({"url": "http://169.254.169.254/latest/meta-data/"}),
+            "metadata",
+        ),
+        (json!({"url": "file:///etc/passwd"}), "only http"),
+        (json!({"url": "not a url"}), "not a URL"),
+        (json!({"url": 5}), "must be a string"),
+        (
+            json!({"url": "http://example.com/", "headers": "x"}),
+            "object of header names",
+        ),
+        (
+            json!({"url": "http://example.com/", "headers": {"X": "a\r\nB: c"}}),
+            "line breaks",
+        ),
+        (
+            json!({"url": "http://example.com/", "headers": {"Bad Name": "v"}}),
+            "not a header name",
+        ),
+        (
+            json!({"url": "http://example.com/", "max_bytes": 0}),
+            "between 1 and",
+        ),
+        (
+            json!({"url": "http://example.com/{{secret:NOPE}}"}),
+            "no secret named NOPE",
+        ),
+        (
+            json!({"url": "http://example.com/{{secret:NOPE"}),
+            "not closed",
+        ),
+        (json!({"headers": {"A": "b"}}), "without a field that asks"),
+    ] {
+        let result = read(&server, &alice.key, args.clone()).await;
+        assert_eq!(result["isError"], true, "{args}: {result}");
+        assert!(result.to_string().contains(says), "{args}: {result}");
+    }
+    assert!(seen.lock().unwrap().is_empty());
+    // fetches the guard refused ran (8, charged); argument errors were refused before metering
+    assert_eq!(server.free_remaining(&alice.key).await, 1000 - 8);
+}

@@ -1,0 +1,189 @@
+//! The service's HTTP client for tenants' requests: reqwest behind the egress guard. Every
+//! address a name resolves to is checked before a connection is made (so DNS rebinding and a
+//! name pointing at 127.0.0.1 gain nothing), every redirect's URL is checked again, proxies from
+//! the environment are ignored, and time and size are bounded. Bodies are rendered for a
+//! language model to read: HTML as Markdown, JSON pretty-printed, images as images.
+
+mod render;
+mod resolve;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::redirect;
+use toolgate_app::web::{Web, WebError, WebPage, WebRequest};
+use toolgate_egress::EgressPolicy;
+use url::Url;
+
+/// Makes ring the process's TLS crypto provider, which every reqwest client of this build needs
+/// before it is built (reqwest is built without a provider of its own, so as not to compile a
+/// second one); a second call changes nothing.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Redirects followed at most.
+pub const MAX_REDIRECTS: usize = 5;
+
+/// The client and its limits.
+pub struct WebClient {
+    client: reqwest::Client,
+    policy: Arc<EgressPolicy>,
+}
+
+impl std::fmt::Debug for WebClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebClient").finish_non_exhaustive()
+    }
+}
+
+impl WebClient {
+    /// A client that connects only where `policy` allows, giving up after `timeout`.
+    pub fn new(policy: EgressPolicy, timeout: Duration) -> Result<Self, String> {
+        install_tls_provider();
+        let policy = Arc::new(policy);
+        let for_redirects = policy.clone();
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .dns_resolver(Arc::new(resolve::GuardedResolver::new(policy.clone())))
+            .redirect(redirect::Policy::custom(move |attempt| {
+                if attempt.previous().len() > MAX_REDIRECTS {
+                    return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+                }
+                match for_redirects.check_url(attempt.url()) {
+                    Ok(()) => attempt.follow(),
+                    Err(refusal) => attempt.error(refusal),
+                }
+            }))
+            .connect_timeout(timeout.min(Duration::from_secs(10)))
+            .timeout(timeout)
+            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+        Ok(Self { client, policy })
+    }
+
+    async fn fetch(&self, request: WebRequest) -> Result<WebPage, WebError> {
+        let url =
+            Url::parse(&request.url).map_err(|e| WebError::Refused(format!("not a URL: {e}")))?;
+        self.policy
+            .check_url(&url)
+            .map_err(|r| WebError::Refused(r.to_string()))?;
+        let headers = header_map(&request.headers)?;
+        let response = self
+            .client
+            .get(url)
+            .headers(headers)
+            .send()
+            .await
+            .map_err(failed)?;
+        let status = response.status().as_u16();
+        let final_url = response.url().to_string();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let (body, truncated) = read_bounded(response, request.max_bytes).await?;
+        Ok(WebPage {
+            status,
+            final_url,
+            bytes: body.len(),
+            truncated,
+            content: render::render(&content_type, &body),
+            content_type,
+        })
+    }
+}
+
+#[async_trait]
+impl Web for WebClient {
+    async fn get(&self, request: WebRequest) -> Result<WebPage, WebError> {
+        self.fetch(request).await
+    }
+}
+
+fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, WebError> {
+    let mut map = HeaderMap::new();
+    for (name, value) in headers {
+        let name = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| WebError::Refused(format!("{name:?} is not a header name")))?;
+        // the value may hold a secret: the message names only the header
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| WebError::Refused(format!("the value of header {name} is not valid")))?;
+        map.append(name, value);
+    }
+    Ok(map)
+}
+
+/// Reads at most `max` bytes of the body; `true` when there was more.
+async fn read_bounded(
+    response: reqwest::Response,
+    max: usize,
+) -> Result<(Vec<u8>, bool), WebError> {
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(failed)?;
+        let room = max - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok((body, true));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok((body, false))
+}
+
+/// A failed request, said plainly: the refusal of the guard when that is what stopped it.
+fn failed(err: reqwest::Error) -> WebError {
+    let mut source: Option<&dyn std::error::Error> = Some(&err);
+    while let Some(current) = source {
+        if let Some(refusal) = current.downcast_ref::<toolgate_egress::Refusal>() {
+            return WebError::Refused(refusal.to_string());
+        }
+        source = current.source();
+    }
+    if err.is_timeout() {
+        return WebError::Failed("the request timed out".to_owned());
+    }
+    if err.is_redirect() {
+        return WebError::Refused(format!("redirect refused: {}", chain(&err)));
+    }
+    WebError::Failed(format!("the request failed: {}", chain(&err)))
+}
+
+/// The error and its causes, without the URL (which may hold a secret; the caller shows it).
+fn chain(err: &reqwest::Error) -> String {
+    let mut parts = Vec::new();
+    let mut source = std::error::Error::source(err);
+    while let Some(current) = source {
+        parts.push(current.to_string());
+        source = current.source();
+    }
+    if parts.is_empty() {
+        parts.push(err.without_url_text());
+    }
+    parts.join(": ")
+}
+
+trait WithoutUrl {
+    fn without_url_text(&self) -> String;
+}
+
+impl WithoutUrl for reqwest::Error {
+    fn without_url_text(&self) -> String {
+        let mut plain = self.to_string();
+        if let Some(url) = self.url() {
+            plain = plain.replace(url.as_str(), "<url>");
+        }
+        plain
+    }
+}
+
+#[cfg(test)]
+mod tests;
