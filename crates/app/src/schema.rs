@@ -35,6 +35,11 @@ pub enum FieldKind {
     },
     /// A `{name, value}` object: a secret to store (the value is never echoed by an error).
     SecretEntry,
+    /// `{method, url, headers?, body?, max_bytes?}`: a request that changes something elsewhere.
+    HttpCall {
+        /// longest body, in bytes
+        max_body: usize,
+    },
     /// An object of HTTP request headers, name to value.
     Headers {
         /// most entries
@@ -84,6 +89,20 @@ impl FieldKind {
                               "description": "the value, stored encrypted; never shown again"},
                 },
                 "required": ["name", "value"],
+                "additionalProperties": false,
+                "description": description,
+            }),
+            FieldKind::HttpCall { max_body } => json!({
+                "type": "object",
+                "properties": {
+                    "method": {"type": "string", "enum": crate::web::Method::WRITES},
+                    "url": {"type": "string", "maxLength": 8192},
+                    "headers": {"type": "object", "maxProperties": 32,
+                                "additionalProperties": {"type": "string", "maxLength": MAX_HEADER_VALUE}},
+                    "body": {"type": "string", "maxLength": max_body},
+                    "max_bytes": {"type": "integer", "minimum": 1, "maximum": max_body},
+                },
+                "required": ["method", "url"],
                 "additionalProperties": false,
                 "description": description,
             }),
@@ -168,6 +187,7 @@ impl FieldKind {
             FieldKind::SecretNames { max_items } => check_secret_names(name, value, *max_items),
             FieldKind::SecretEntry => check_secret_entry(name, value),
             FieldKind::Headers { max_items } => check_headers(name, value, *max_items),
+            FieldKind::HttpCall { max_body } => check_http_call(name, value, *max_body),
             FieldKind::Files {
                 max_files,
                 max_path,
@@ -282,6 +302,47 @@ fn check_headers(field: &str, value: &Value, max_items: usize) -> Result<(), Str
             Some(_) => {}
             None => return Err(format!("`{field}.{shown}` must be a string")),
         }
+    }
+    Ok(())
+}
+
+fn check_http_call(field: &str, value: &Value, max_body: usize) -> Result<(), String> {
+    let Some(call) = value.as_object() else {
+        return Err(format!(
+            "field `{field}` must be an object {{method, url, headers?, body?, max_bytes?}}, got {}",
+            type_of(value)
+        ));
+    };
+    const KEYS: [&str; 5] = ["method", "url", "headers", "body", "max_bytes"];
+    if let Some(key) = call.keys().find(|k| !KEYS.contains(&k.as_str())) {
+        let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
+        return Err(format!(
+            "`{field}` has an unknown key `{shown}`; the keys are {}",
+            KEYS.join(", ")
+        ));
+    }
+    match call.get("method").and_then(Value::as_str) {
+        Some(m) if crate::web::Method::WRITES.contains(&m) => {}
+        _ => {
+            return Err(format!(
+                "`{field}.method` must be one of {} (a GET is the read tool's `url`)",
+                crate::web::Method::WRITES.join(", ")
+            ));
+        }
+    }
+    FieldKind::String { max_len: 8192 }.check(
+        &format!("{field}.url"),
+        call.get("url").unwrap_or(&Value::Null),
+    )?;
+    if let Some(headers) = call.get("headers") {
+        check_headers(&format!("{field}.headers"), headers, 32)?;
+    }
+    if let Some(body) = call.get("body") {
+        FieldKind::String { max_len: max_body }.check(&format!("{field}.body"), body)?;
+    }
+    if let Some(limit) = call.get("max_bytes") {
+        let max = i64::try_from(max_body).unwrap_or(i64::MAX);
+        FieldKind::Integer { min: 1, max }.check(&format!("{field}.max_bytes"), limit)?;
     }
     Ok(())
 }

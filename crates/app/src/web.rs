@@ -4,13 +4,60 @@
 
 use async_trait::async_trait;
 
-/// One GET on a tenant's behalf.
+/// The methods a tenant's request may use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// `url` on the read tool
+    Get,
+    /// `http` on the write tool, like the three below
+    Post,
+    /// replaces a resource
+    Put,
+    /// changes part of a resource
+    Patch,
+    /// deletes a resource
+    Delete,
+}
+
+impl Method {
+    /// The methods `http` accepts, as they are written.
+    pub const WRITES: [&'static str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
+
+    /// Reads a method name (upper case).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "GET" => Some(Self::Get),
+            "POST" => Some(Self::Post),
+            "PUT" => Some(Self::Put),
+            "PATCH" => Some(Self::Patch),
+            "DELETE" => Some(Self::Delete),
+            _ => None,
+        }
+    }
+
+    /// The method as it is written.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Get => "GET",
+            Self::Post => "POST",
+            Self::Put => "PUT",
+            Self::Patch => "PATCH",
+            Self::Delete => "DELETE",
+        }
+    }
+}
+
+/// One request on a tenant's behalf.
 #[derive(Clone)]
 pub struct WebRequest {
+    /// The method.
+    pub method: Method,
     /// The URL, secrets already substituted.
     pub url: String,
     /// Extra request headers, secrets already substituted.
     pub headers: Vec<(String, String)>,
+    /// The request body, secrets already substituted.
+    pub body: Option<String>,
     /// Bytes of the (decompressed) body to read at most; the rest is cut.
     pub max_bytes: usize,
 }
@@ -19,7 +66,9 @@ impl std::fmt::Debug for WebRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // a URL or a header value may hold a secret's value
         f.debug_struct("WebRequest")
+            .field("method", &self.method)
             .field("headers", &self.headers.len())
+            .field("body_bytes", &self.body.as_ref().map(String::len))
             .field("max_bytes", &self.max_bytes)
             .finish_non_exhaustive()
     }
@@ -78,9 +127,9 @@ pub enum WebError {
     Failed(String),
 }
 
-/// Fetches pages.
+/// Sends requests and reads their answers.
 #[async_trait]
 pub trait Web: Send + Sync {
-    /// GETs `request`.
-    async fn get(&self, request: WebRequest) -> Result<WebPage, WebError>;
+    /// Sends `request`.
+    async fn send(&self, request: WebRequest) -> Result<WebPage, WebError>;
 }

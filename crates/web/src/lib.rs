@@ -73,13 +73,13 @@ impl WebClient {
             .check_url(&url)
             .map_err(|r| WebError::Refused(r.to_string()))?;
         let headers = header_map(&request.headers)?;
-        let response = self
-            .client
-            .get(url)
-            .headers(headers)
-            .send()
-            .await
-            .map_err(failed)?;
+        let method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
+            .map_err(|_| WebError::Refused("unknown method".to_owned()))?;
+        let mut builder = self.client.request(method, url).headers(headers);
+        if let Some(body) = request.body {
+            builder = builder.body(body);
+        }
+        let response = builder.send().await.map_err(failed)?;
         let status = response.status().as_u16();
         let final_url = response.url().to_string();
         let content_type = response
@@ -102,7 +102,7 @@ impl WebClient {
 
 #[async_trait]
 impl Web for WebClient {
-    async fn get(&self, request: WebRequest) -> Result<WebPage, WebError> {
+    async fn send(&self, request: WebRequest) -> Result<WebPage, WebError> {
         self.fetch(request).await
     }
 }

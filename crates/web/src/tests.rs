@@ -11,7 +11,7 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use toolgate_app::web::{Web, WebContent, WebError, WebRequest};
+use toolgate_app::web::{Method, Web, WebContent, WebError, WebRequest};
 use toolgate_egress::EgressPolicy;
 
 use super::WebClient;
@@ -71,6 +71,12 @@ async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
                     ],
                     encoder.finish().unwrap(),
                 )
+            }),
+        )
+        .route(
+            "/items",
+            axum::routing::any(|method: axum::http::Method, body: String| async move {
+                format!("{method} {body}")
             }),
         )
         .route(
@@ -140,8 +146,10 @@ fn allowing_loopback() -> WebClient {
 
 fn get_of(url: String) -> WebRequest {
     WebRequest {
+        method: Method::Get,
         url,
         headers: Vec::new(),
+        body: None,
         max_bytes: 1024 * 1024,
     }
 }
@@ -151,7 +159,7 @@ async fn pages_are_rendered_for_reading() {
     let (addr, _) = server().await;
     let web = allowing_loopback();
     let page = web
-        .get(get_of(format!("http://{addr}/html")))
+        .send(get_of(format!("http://{addr}/html")))
         .await
         .unwrap();
     assert_eq!(page.status, 200);
@@ -164,7 +172,7 @@ async fn pages_are_rendered_for_reading() {
         "{text}"
     );
     let json = web
-        .get(get_of(format!("http://{addr}/json")))
+        .send(get_of(format!("http://{addr}/json")))
         .await
         .unwrap();
     assert_eq!(
@@ -174,12 +182,18 @@ async fn pages_are_rendered_for_reading() {
             format: "json"
         }
     );
-    let png = web.get(get_of(format!("http://{addr}/png"))).await.unwrap();
+    let png = web
+        .send(get_of(format!("http://{addr}/png")))
+        .await
+        .unwrap();
     assert!(
         matches!(png.content, WebContent::Image { ref mime_type, .. } if mime_type == "image/png"),
         "{png:?}"
     );
-    let bin = web.get(get_of(format!("http://{addr}/bin"))).await.unwrap();
+    let bin = web
+        .send(get_of(format!("http://{addr}/bin")))
+        .await
+        .unwrap();
     let WebContent::Binary { summary } = &bin.content else {
         panic!("{bin:?}")
     };
@@ -188,7 +202,7 @@ async fn pages_are_rendered_for_reading() {
         "{summary}"
     );
     let gz = web
-        .get(get_of(format!("http://{addr}/gzip")))
+        .send(get_of(format!("http://{addr}/gzip")))
         .await
         .unwrap();
     assert_eq!(
@@ -205,7 +219,7 @@ async fn size_time_and_redirects_are_bounded() {
     let (addr, _) = server().await;
     let web = allowing_loopback();
     let huge = web
-        .get(WebRequest {
+        .send(WebRequest {
             max_bytes: 1000,
             ..get_of(format!("http://{addr}/huge"))
         })
@@ -213,7 +227,7 @@ async fn size_time_and_redirects_are_bounded() {
         .unwrap();
     assert!(huge.truncated && huge.bytes == 1000, "{huge:?}");
     let slow = web
-        .get(get_of(format!("http://{addr}/slow")))
+        .send(get_of(format!("http://{addr}/slow")))
         .await
         .unwrap_err();
     assert!(
@@ -221,7 +235,7 @@ async fn size_time_and_redirects_are_bounded() {
         "{slow:?}"
     );
     let five = web
-        .get(get_of(format!("http://{addr}/hop/5")))
+        .send(get_of(format!("http://{addr}/hop/5")))
         .await
         .unwrap();
     assert!(
@@ -229,7 +243,7 @@ async fn size_time_and_redirects_are_bounded() {
         "{five:?}"
     );
     let six = web
-        .get(get_of(format!("http://{addr}/hop/6")))
+        .send(get_of(format!("http://{addr}/hop/6")))
         .await
         .unwrap_err();
     assert!(six.to_string().contains("more than 5 redirects"), "{six:?}");
@@ -246,7 +260,7 @@ async fn the_guard_refuses_before_connecting() {
         format!("http://[::ffff:127.0.0.1]:{}/html", addr.port()),
         format!("http://localhost:{}/html", addr.port()),
     ] {
-        let err = guarded.get(get_of(url.clone())).await.unwrap_err();
+        let err = guarded.send(get_of(url.clone())).await.unwrap_err();
         assert!(
             matches!(err, WebError::Refused(ref m) if m.contains("loopback")),
             "{url}: {err:?}"
@@ -255,7 +269,7 @@ async fn the_guard_refuses_before_connecting() {
     for url in ["file:///etc/passwd", "ftp://example.com/", "not a url"] {
         assert!(
             matches!(
-                guarded.get(get_of(url.into())).await,
+                guarded.send(get_of(url.into())).await,
                 Err(WebError::Refused(_))
             ),
             "{url}"
@@ -269,7 +283,7 @@ async fn the_guard_refuses_before_connecting() {
         "x-target".into(),
         format!("http://127.0.0.2:{}/html", addr.port()),
     ));
-    let err = web.get(request).await.unwrap_err();
+    let err = web.send(request).await.unwrap_err();
     assert!(
         err.to_string().contains("127.0.0.2 is a loopback address"),
         "{err:?}"
@@ -279,7 +293,7 @@ async fn the_guard_refuses_before_connecting() {
         "x-target".into(),
         "http://169.254.169.254/latest/meta-data/".into(),
     ));
-    let err = web.get(request).await.unwrap_err();
+    let err = web.send(request).await.unwrap_err();
     assert!(err.to_string().contains("metadata"), "{err:?}");
     assert_eq!(
         seen.load(Ordering::SeqCst),
@@ -296,7 +310,7 @@ async fn headers_are_sent_and_bad_ones_refused_without_their_value() {
     request
         .headers
         .push(("Authorization".into(), "Bearer abc".into()));
-    let page = web.get(request).await.unwrap();
+    let page = web.send(request).await.unwrap();
     assert_eq!(
         page.content,
         WebContent::Text {
@@ -307,6 +321,30 @@ async fn headers_are_sent_and_bad_ones_refused_without_their_value() {
     let mut bad = get_of(format!("http://{addr}/echo"));
     bad.headers
         .push(("X-Bad".into(), "line\r\nInjected: sk-hidden".into()));
-    let err = web.get(bad).await.unwrap_err().to_string();
+    let err = web.send(bad).await.unwrap_err().to_string();
     assert!(err.contains("x-bad") && !err.contains("sk-hidden"), "{err}");
+}
+
+#[tokio::test]
+async fn writes_carry_their_method_and_body() {
+    let (addr, _) = server().await;
+    let web = allowing_loopback();
+    for method in [Method::Post, Method::Put, Method::Patch, Method::Delete] {
+        let page = web
+            .send(WebRequest {
+                method,
+                body: Some("payload".into()),
+                ..get_of(format!("http://{addr}/items"))
+            })
+            .await
+            .unwrap();
+        let expected = format!("{} payload", method.as_str());
+        assert_eq!(
+            page.content,
+            WebContent::Text {
+                text: expected,
+                format: "text"
+            }
+        );
+    }
 }

@@ -3,7 +3,7 @@
 mod billing;
 pub mod sandbox;
 mod secrets;
-mod url;
+mod web;
 
 use std::sync::Arc;
 
@@ -16,7 +16,7 @@ pub use billing::Billing;
 pub use sandbox::Sandbox;
 
 /// Every capability this build offers, in the order tool descriptions list them and a call
-/// runs them; the vault's only with `secrets`, `url` only with `web`, the sandbox's only when
+/// runs them; the vault's only with `secrets`, `url` and `http` only with `web`, the sandbox's only when
 /// the server runs one.
 pub fn builtin(
     meter: Arc<Meter>,
@@ -30,7 +30,8 @@ pub fn builtin(
         capabilities.extend(secrets::capabilities(secrets));
     }
     if let Some(web) = web {
-        capabilities.push(Arc::new(url::FetchUrl::new(web, secrets.clone())));
+        capabilities.push(Arc::new(web::FetchUrl::new(web.clone(), secrets.clone())));
+        capabilities.push(Arc::new(web::SendHttp::new(web, secrets.clone())));
     }
     if let Some(sandbox) = sandbox {
         capabilities.extend(sandbox.capabilities(secrets));

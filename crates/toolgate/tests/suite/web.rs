@@ -48,6 +48,12 @@ async fn site() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
         .route(
             "/missing",
             get(|| async { (StatusCode::NOT_FOUND, "no such page") }),
+        )
+        .route(
+            "/items",
+            axum::routing::any(|method: axum::http::Method, body: String| async move {
+                (StatusCode::CREATED, format!("{method} {body}"))
+            }),
         );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -184,4 +190,69 @@ async fn private_destinations_and_bad_input_are_refused_clearly() {
     assert!(seen.lock().unwrap().is_empty());
     // fetches the guard refused ran (8, charged); argument errors were refused before metering
     assert_eq!(server.free_remaining(&alice.key).await, 1000 - 8);
+}
+
+#[tokio::test]
+async fn http_sends_writes_with_secrets_in_the_body() {
+    let (addr, _) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "sender@example.org");
+    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+    let write = |args: Value| {
+        let (server, key) = (&server, alice.key.clone());
+        async move {
+            post_personal(&client(), server, &key, &tool_call("svc_write", args))
+                .await
+                .result()
+        }
+    };
+    write(json!({"secret_set": {"name": "API_TOKEN", "value": TOKEN}})).await;
+    for method in ["POST", "PUT", "PATCH", "DELETE"] {
+        let sent = write(
+            json!({"http": {"method": method, "url": format!("http://{addr}/items"),
+            "headers": {"Content-Type": "application/json"},
+            "body": "{\"token\": \"{{secret:API_TOKEN}}\"}"}}),
+        )
+        .await;
+        assert_eq!(sent["isError"], false, "{sent}");
+        let text = sent["content"][0]["text"].as_str().unwrap();
+        assert_eq!(
+            text,
+            format!("{method} {{\"token\": \"[REDACTED:API_TOKEN]\"}}")
+        );
+        assert_eq!(sent["structuredContent"]["http"]["status"], 201);
+        assert_eq!(sent["structuredContent"]["http"]["method"], method);
+    }
+    for (args, says) in [
+        (
+            json!({"http": {"method": "GET", "url": "http://example.com/"}}),
+            "one of POST",
+        ),
+        (json!({"http": {"method": "POST"}}), "must be a string"),
+        (
+            json!({"http": {"method": "POST", "url": "http://example.com/", "verb": 1}}),
+            "unknown key",
+        ),
+        (
+            json!({"http": {"method": "POST", "url": "http://example.com/", "body": 5}}),
+            "must be a string",
+        ),
+        (
+            json!({"http": {"method": "POST", "url": "http://example.com/", "body": "{{secret:A"}}),
+            "not closed",
+        ),
+        (
+            json!({"http": "POST http://example.com/"}),
+            "must be an object",
+        ),
+        (
+            json!({"http": {"method": "POST", "url": "http://10.0.0.1/"}}),
+            "private address",
+        ),
+    ] {
+        let result = write(args.clone()).await;
+        assert_eq!(result["isError"], true, "{args}: {result}");
+        assert!(result.to_string().contains(says), "{args}: {result}");
+    }
 }
