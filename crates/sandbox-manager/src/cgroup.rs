@@ -271,6 +271,23 @@ impl Cgroups {
         (memory, pids)
     }
 
+    /// What the session whose groups are called `name` uses now (`None` if unreadable).
+    /// Blocking (one small cgroupfs read).
+    pub(super) fn session_memory(&self, name: &str) -> Option<u64> {
+        self.bases.iter().find_map(|(controller, dir)| {
+            let file = match controller {
+                Controller::Memory => "memory.usage_in_bytes",
+                Controller::Unified => "memory.current",
+                _ => return None,
+            };
+            fs::read_to_string(dir.join(name).join(file))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        })
+    }
+
     /// v1 or v2.
     pub(super) fn version(&self) -> CgroupVersion {
         self.version

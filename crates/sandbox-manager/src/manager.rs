@@ -456,6 +456,43 @@ impl SessionManager {
             .map_or(0, HashMap::len)
     }
 
+    /// The account's live sessions with a caller's id, ordered by id.
+    pub async fn sessions_of(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
+        let entries: Vec<Arc<crate::table::Entry>> = self
+            .inner
+            .table()
+            .accounts
+            .get(account)
+            .map(|sessions| sessions.values().cloned().collect())
+            .unwrap_or_default();
+        let inner = Arc::clone(&self.inner);
+        let listed = blocking(move || {
+            let now = std::time::Instant::now();
+            let mut listed: Vec<toolgate_sandbox::SessionInfo> = entries
+                .iter()
+                .filter_map(|entry| {
+                    let crate::table::Name::Caller(id) = &entry.name else {
+                        return None;
+                    };
+                    Some(toolgate_sandbox::SessionInfo {
+                        id: id.clone(),
+                        age: now.saturating_duration_since(entry.opened),
+                        idle: now.saturating_duration_since(entry.idle_since()),
+                        memory_bytes: inner
+                            .cgroups
+                            .as_ref()
+                            .and_then(|c| c.session_memory(&entry.place.cgroup_name)),
+                        busy: entry.slot.try_lock().is_err(),
+                    })
+                })
+                .collect();
+            listed.sort_by(|a, b| a.id.cmp(&b.id));
+            listed
+        })
+        .await;
+        listed.unwrap_or_default()
+    }
+
     /// Closes one session now; false if there was none.
     pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
         let Some(entry) = self.inner.lookup(account, session_id) else {

@@ -31,6 +31,10 @@ impl Sessions for SessionManager {
         self.close_session(account, session_id).await;
     }
 
+    async fn list(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
+        self.sessions_of(account).await
+    }
+
     fn idle_ttl(&self) -> Duration {
         SessionManager::idle_ttl(self)
     }

@@ -130,6 +130,8 @@ pub(super) struct Entry {
     pub(super) name: Name,
     /// Its workspace, cgroup name and uid: made for it, or those of the warm session it took.
     pub(super) place: Place,
+    /// When the session was opened under this name.
+    pub(super) opened: Instant,
     last_used: Mutex<Instant>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
     /// A call's one-off session whose call has ended: it is being cleaned up in the background
@@ -154,7 +156,7 @@ impl Entry {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     }
 
-    fn idle_since(&self) -> Instant {
+    pub(super) fn idle_since(&self) -> Instant {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -318,6 +320,7 @@ impl ManagerState {
             account: account.to_owned(),
             name: name.clone(),
             place,
+            opened: now,
             last_used: Mutex::new(now),
             slot: Arc::new(tokio::sync::Mutex::new(Slot {
                 live,

@@ -27,4 +27,4 @@ pub use run::{
     MAX_WORKSPACE_PATH_BYTES, OUTPUT_QUEUE, OutputChunk, RunOutcome, RunRequest, Work,
     WorkspaceFile, WorkspaceRead, check_env,
 };
-pub use sessions::{Sessions, SessionsError};
+pub use sessions::{SessionInfo, Sessions, SessionsError};

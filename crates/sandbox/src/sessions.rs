@@ -41,6 +41,24 @@ pub trait Sessions: Send + Sync {
 
     /// How long a session may sit idle before it expires (the operator's setting).
     fn idle_ttl(&self) -> Duration;
+
+    /// The account's live sessions that have a caller's id, ordered by id.
+    async fn list(&self, account: &str) -> Vec<SessionInfo>;
+}
+
+/// One live session as its owner may see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionInfo {
+    /// The caller's session id.
+    pub id: String,
+    /// Since it was opened.
+    pub age: Duration,
+    /// Since its last call began or ended.
+    pub idle: Duration,
+    /// What its processes and workspace use now (`None` where it cannot be read).
+    pub memory_bytes: Option<u64>,
+    /// A call is running in it now.
+    pub busy: bool,
 }
 
 /// Why [`Sessions`] could not do what was asked. The messages are for the caller; the source

@@ -571,3 +571,102 @@ async fn progress_reported_before_the_answer_always_reaches_the_client() {
         );
     }
 }
+
+/// `sessions` lists the caller's live sessions (never another account's), with memory and
+/// whether a call runs; `close_session` ends one now.
+#[tokio::test]
+async fn sessions_are_listed_and_closed_by_their_owner() {
+    let f = fixture().await;
+    f.write(json!({"session_id": "small", "code": "x = 1"}))
+        .await;
+    let big = f
+        .write(
+            json!({"session_id": "big", "code": "blob = bytearray(64 * 1024 * 1024)\nlen(blob)"}),
+        )
+        .await;
+    assert_eq!(big["isError"], false, "{big}");
+    let listed = f
+        .call(&f.alice, "svc_read", json!({"sessions": true}))
+        .await;
+    let rows = listed["structuredContent"]["sessions"]["sessions"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["big", "small"], "{listed}");
+    let memory = |row: &serde_json::Value| row["memory_bytes"].as_u64().unwrap();
+    assert!(memory(&rows[0]) > 64 * 1024 * 1024, "{listed}");
+    assert!(memory(&rows[1]) < memory(&rows[0]), "{listed}");
+    assert!(rows.iter().all(
+        |r| r["busy"] == false && r["age_s"].as_f64().unwrap() >= r["idle_s"].as_f64().unwrap()
+    ));
+    let theirs = f.call(&f.bob, "svc_read", json!({"sessions": true})).await;
+    assert_eq!(
+        theirs["structuredContent"]["sessions"]["sessions"],
+        json!([]),
+        "{theirs}"
+    );
+    let foreign = f
+        .call(&f.bob, "svc_write", json!({"close_session": "big"}))
+        .await;
+    assert_eq!(foreign["isError"], true, "{foreign}");
+
+    // a session running a call says so
+    let (http, url) = (f.http.clone(), f.server.personal(&f.alice.key));
+    let sleeper = tokio::spawn(async move {
+        let call = tool_call(
+            "svc_write",
+            json!({"session_id": "small", "code": "import time\nopen('running', 'w').close()\ntime.sleep(3)"}),
+        );
+        send(
+            http.post(url)
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json")
+                .body(call.to_string()),
+        )
+        .await
+    });
+    loop {
+        let seen = f
+            .call(
+                &f.alice,
+                "svc_read",
+                json!({"session_id": "small", "path": "running"}),
+            )
+            .await;
+        if seen["isError"] == false {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let during = f
+        .call(&f.alice, "svc_read", json!({"sessions": true}))
+        .await;
+    let small = &during["structuredContent"]["sessions"]["sessions"][1];
+    assert_eq!(small["busy"], true, "{during}");
+    sleeper.await.unwrap();
+
+    let closed = f.write(json!({"close_session": "big"})).await;
+    assert_eq!(
+        closed["structuredContent"]["close_session"]["closed"], true,
+        "{closed}"
+    );
+    let after = f
+        .call(&f.alice, "svc_read", json!({"sessions": true}))
+        .await;
+    assert_eq!(
+        after["structuredContent"]["sessions"]["sessions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1,
+        "{after}"
+    );
+    let again = f.write(json!({"close_session": "big"})).await;
+    assert_eq!(again["isError"], true);
+    assert!(again.to_string().contains("no live session"), "{again}");
+    let fresh = f
+        .write(json!({"session_id": "big", "code": "'blob' in globals()"}))
+        .await;
+    assert!(fresh.to_string().contains("False"), "{fresh}");
+}

@@ -1,5 +1,5 @@
-//! The sandbox capabilities: `python` (`code`) and `bash` on the write tool, `upload` (`files`
-//! alone) on the write tool, and `file` (`path`) on the read tool. They share the fields
+//! The sandbox capabilities: `python` (`code`), `bash`, `upload` (`files` alone) and
+//! `close_session` on the write tool, `file` (`path`) and `sessions` on the read tool. They share the fields
 //! `session_id`, `timeout_s` and `files`, and one [`Sessions`] (the sandbox seam: `app` never
 //! knows what runs the sessions).
 //!
@@ -7,6 +7,7 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
+mod listing;
 mod permits;
 mod read;
 mod render;
@@ -57,7 +58,8 @@ impl Sandbox {
         }
     }
 
-    /// The four capabilities, in the order a call runs them: upload, python, bash, file;
+    /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
+    /// close_session;
     /// `secrets` on `code` and `bash` opens values from `secrets`.
     pub fn capabilities(mut self, secrets: Option<Arc<Secrets>>) -> Vec<Arc<dyn Capability>> {
         self.secrets = secrets;
@@ -66,7 +68,9 @@ impl Sandbox {
             Arc::new(Upload::new(Arc::clone(&shared))),
             Arc::new(Runner::python(Arc::clone(&shared))),
             Arc::new(Runner::bash(Arc::clone(&shared))),
-            Arc::new(ReadFile::new(shared)),
+            Arc::new(ReadFile::new(Arc::clone(&shared))),
+            Arc::new(listing::ListSessions::new(Arc::clone(&shared))),
+            Arc::new(listing::CloseSession::new(shared)),
         ]
     }
 }
