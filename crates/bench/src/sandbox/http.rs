@@ -46,6 +46,8 @@ pub struct Http {
     pub new_session: Timings,
     /// svc_write `1+1` in the warm session, bare POST (no MCP session).
     pub warm: Timings,
+    /// The same naming five vault secrets (opened, set as the run's environment, redacted).
+    pub warm_secrets: Timings,
     /// The same in a 2025-11-25 legacy session with SSE accepted (the path most clients take).
     pub warm_legacy: Timings,
     /// Three printed lines streamed as progress (an SSE answer), in a legacy session.
@@ -70,6 +72,37 @@ fn write_call(code: &str, session_id: &str) -> String {
         },
     })
     .to_string()
+}
+
+/// A `tools/call` of svc_write with `code` in session `session_id` that names `secrets`.
+fn write_call_with_secrets(code: &str, session_id: &str, secrets: &[String]) -> String {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "tools/call",
+        "params": {
+            "name": "svc_write",
+            "arguments": {"code": code, "session_id": session_id, "secrets": secrets},
+        },
+    })
+    .to_string()
+}
+
+/// Stores `names` in the vault (each value 40 characters, like an API key).
+async fn store_secrets(endpoint: &Endpoint, personal: &str, names: &[String]) -> Result<()> {
+    for name in names {
+        let call = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": {
+            "name": "svc_write",
+            "arguments": {"secret_set": {"name": name, "value": format!("{name}-{}", "k".repeat(36))}},
+        }})
+        .to_string();
+        let stored = Workload::post(personal, call, vec![b"\"isError\":false"])?;
+        let (status, _, body) = stored.send_once(endpoint).await?;
+        if !status.is_success() || !body.windows(16).any(|w| w == b"\"isError\":false") {
+            bail!("cannot store the bench's secret {name}: {status}");
+        }
+    }
+    Ok(())
 }
 
 /// svc_write printing three lines with a progress token: the answer is an SSE stream of three
@@ -161,6 +194,19 @@ fn figures(
     report("warm 1+1", &warm);
 
     wait_for_quiet(plan.quiet);
+    progress("warm 1+1 naming five vault secrets");
+    let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
+    runtime.block_on(store_secrets(&endpoint, &personal, &names))?;
+    let with_secrets = Workload::post(
+        &personal,
+        write_call_with_secrets("1+1", "warm", &names),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm_secrets, _) =
+        runtime.block_on(timed(&endpoint, &with_secrets, WARMUP_CALLS, plan.calls))?;
+    report("warm 1+1 (5 secrets)", &warm_secrets);
+
+    wait_for_quiet(plan.quiet);
     progress("warm 1+1 and a progress stream in a legacy session (SSE accepted)");
     let session = runtime.block_on(crate::paths::legacy_session(&endpoint, &personal))?;
     let in_session = |body: String, needles| -> Result<Workload> {
@@ -214,6 +260,7 @@ fn figures(
     Ok(Http {
         new_session,
         warm,
+        warm_secrets,
         warm_legacy,
         progress: progress_stream,
         plot,

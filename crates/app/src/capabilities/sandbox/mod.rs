@@ -1,7 +1,7 @@
 //! The sandbox capabilities: `python` (`code`), `bash`, `upload` (`files` alone) and
-//! `close_session` on the write tool, `file` (`path`) and `sessions` on the read tool. They share the fields
-//! `session_id`, `timeout_s` and `files`, and one [`Sessions`] (the sandbox seam: `app` never
-//! knows what runs the sessions).
+//! `close_session` on the write tool, `file` (`path`) and `sessions` on the read tool. They share
+//! the fields `session_id`, `timeout_s` and `files`, and one [`Sessions`] (the sandbox seam:
+//! `app` never knows what runs the sessions).
 //!
 //! Without `session_id` a call runs in a fresh interpreter that ends with the call. When one call
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
