@@ -272,3 +272,31 @@ async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
         .await;
     assert!(text_of(&used).contains("True"), "{used}");
 }
+
+#[tokio::test]
+async fn a_file_read_back_from_a_session_that_had_a_secret_is_redacted() {
+    let f = fixture().await;
+    store(&f, &f.alice, "TOKEN", VALUE).await;
+    let wrote = f
+        .write(json!({"session_id": "files", "secrets": ["TOKEN"],
+                      "code": "import os\nopen('leak.txt', 'w').write('key=' + os.environ['TOKEN'])\nsaved = os.environ['TOKEN']"}))
+        .await;
+    assert_eq!(wrote["isError"], false, "{wrote}");
+    // a later run without `secrets` writes what it kept: the session had it, so it is redacted
+    f.write(
+        json!({"session_id": "files", "code": "open('later.txt', 'w').write(saved[::-1][::-1])"}),
+    )
+    .await;
+    for path in ["leak.txt", "later.txt"] {
+        let read = f
+            .call(
+                &f.alice,
+                "svc_read",
+                json!({"session_id": "files", "path": path}),
+            )
+            .await;
+        let shown = read.to_string();
+        assert!(!shown.contains(VALUE), "{path}: {shown}");
+        assert!(shown.contains("[REDACTED:TOKEN]"), "{path}: {shown}");
+    }
+}

@@ -7,6 +7,7 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
+mod exposed;
 mod listing;
 mod permits;
 mod read;
@@ -42,6 +43,8 @@ pub struct Sandbox {
     session_id: Field,
     /// The vault, for `secrets` on `code` and `bash`.
     secrets: Option<Arc<Secrets>>,
+    /// Which secrets each session was given, for reads of its files.
+    exposed: exposed::Exposed,
 }
 
 impl Sandbox {
@@ -55,6 +58,7 @@ impl Sandbox {
             timeout,
             session_id,
             secrets: None,
+            exposed: exposed::Exposed::default(),
         }
     }
 
@@ -275,6 +279,47 @@ fn uploaded_files(args: &JsonObject) -> Result<Vec<WorkspaceFile>, Failure> {
 }
 
 /// The account's key in the session manager.
+impl Sandbox {
+    /// Remembers that `session` was given `names` (pruning the account's dead sessions when
+    /// it remembers many).
+    async fn expose(&self, account: &str, session: &str, names: &[toolgate_domain::SecretName]) {
+        if self.exposed.record(account, session, names) {
+            let live: Vec<String> = self
+                .sessions
+                .list(account)
+                .await
+                .into_iter()
+                .map(|s| s.id)
+                .collect();
+            self.exposed.keep_only(account, &live);
+        }
+    }
+
+    /// A redactor for the secrets `session` was given (those that still exist).
+    async fn redactor_for(&self, ctx: &CallContext<'_>, session: &str) -> toolgate_vault::Redactor {
+        let names = self.exposed.of(&account_key(ctx), session);
+        let Some(secrets) = self.secrets.as_ref().filter(|_| !names.is_empty()) else {
+            return toolgate_vault::Redactor::new(std::iter::empty());
+        };
+        let opened = match secrets.open(&ctx.account.id, &names).await {
+            Ok(opened) => opened,
+            // some were deleted since: redact the ones left
+            Err(crate::secrets::SecretsError::Unknown(gone)) => {
+                let left: Vec<_> = names
+                    .into_iter()
+                    .filter(|n| !gone.iter().any(|g| g == n.as_str()))
+                    .collect();
+                secrets
+                    .open(&ctx.account.id, &left)
+                    .await
+                    .unwrap_or_default()
+            }
+            Err(_) => crate::secrets::OpenedSecrets::default(),
+        };
+        opened.redactor()
+    }
+}
+
 fn account_key(ctx: &CallContext<'_>) -> String {
     ctx.account.id.to_string()
 }

@@ -102,7 +102,19 @@ impl Capability for ReadFile {
             .read_file(&account, session_id, path, MAX_READ_BYTES)
             .await
             .map_err(failure)?;
-        Ok(describe(path, read.bytes, read.size))
+        let mut output = describe(path, read.bytes, read.size);
+        let redactor = self.sandbox.redactor_for(ctx, session_id).await;
+        if !redactor.is_empty() && output.structured["encoding"] == "text" {
+            for item in &mut output.content {
+                if let ContentItem::Text(text) = item {
+                    redactor.redact_in_place(text);
+                }
+            }
+            if let Some(Value::String(content)) = output.structured.get_mut("content") {
+                redactor.redact_in_place(content);
+            }
+        }
+        Ok(output)
     }
 }
 

@@ -250,10 +250,17 @@ impl Runner {
             .iter()
             .filter_map(|n| n.as_str().and_then(|n| SecretName::parse(n).ok()))
             .collect();
-        secrets
+        let opened = secrets
             .open(&ctx.account.id, &names)
             .await
-            .map_err(|e| Failure::new(e.to_string()))
+            .map_err(|e| Failure::new(e.to_string()))?;
+        // files the run writes may hold the values: reads of this session redact them too
+        if let Some(session) = args.get("session_id").and_then(Value::as_str) {
+            self.sandbox
+                .expose(&account_key(ctx), session, &names)
+                .await;
+        }
+        Ok(opened)
     }
 
     /// Runs `request`, its output passed on (redacted) as progress while it runs when the
