@@ -1,7 +1,7 @@
 //! Field types: the JSON Schema that `tools/list` shows and the check that enforces it, from one
 //! definition so that they cannot disagree.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use toolgate_domain::{MAX_SECRET_BYTES, SecretName};
 
 /// The type and bounds of one input field.
@@ -240,15 +240,7 @@ fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
             type_of(value)
         ));
     };
-    if let Some(key) = object
-        .keys()
-        .find(|k| !["name", "value"].contains(&k.as_str()))
-    {
-        let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
-        return Err(format!(
-            "field `{field}` has an unknown key `{shown}`; the keys are name and value"
-        ));
-    }
+    only_keys(&format!("field `{field}`"), object, &["name", "value"])?;
     match object.get("name").and_then(Value::as_str) {
         Some(text) => check_secret_name(&format!("{field}.name"), text)?,
         None => return Err(format!("`{field}.name` must be a string")),
@@ -313,14 +305,11 @@ fn check_http_call(field: &str, value: &Value, max_body: usize) -> Result<(), St
             type_of(value)
         ));
     };
-    const KEYS: [&str; 5] = ["method", "url", "headers", "body", "max_bytes"];
-    if let Some(key) = call.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
-        return Err(format!(
-            "`{field}` has an unknown key `{shown}`; the keys are {}",
-            KEYS.join(", ")
-        ));
-    }
+    only_keys(
+        &format!("`{field}`"),
+        call,
+        &["method", "url", "headers", "body", "max_bytes"],
+    )?;
     match call.get("method").and_then(Value::as_str) {
         Some(m) if crate::web::Method::WRITES.contains(&m) => {}
         _ => {
@@ -367,15 +356,11 @@ fn check_files(name: &str, value: &Value, max_files: usize, max_path: usize) -> 
                 type_of(entry)
             ));
         };
-        if let Some(key) = object
-            .keys()
-            .find(|k| !["path", "content", "encoding"].contains(&k.as_str()))
-        {
-            let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
-            return Err(format!(
-                "`{name}[{i}]` has an unknown key `{shown}`; the keys are path, content, encoding"
-            ));
-        }
+        only_keys(
+            &format!("`{name}[{i}]`"),
+            object,
+            &["path", "content", "encoding"],
+        )?;
         match object.get("path").and_then(Value::as_str) {
             Some(path) if !path.is_empty() && path.len() <= max_path => {}
             Some(_) => return Err(format!("`{name}[{i}].path` must be 1 to {max_path} bytes")),
@@ -395,6 +380,20 @@ fn check_files(name: &str, value: &Value, max_files: usize, max_path: usize) -> 
         }
     }
     Ok(())
+}
+
+/// Refuses an object with a key outside `keys`, naming it (printable, at most 64 characters).
+fn only_keys(what: &str, object: &Map<String, Value>, keys: &[&str]) -> Result<(), String> {
+    match object.keys().find(|k| !keys.contains(&k.as_str())) {
+        Some(key) => {
+            let shown: String = key.chars().filter(|c| !c.is_control()).take(64).collect();
+            Err(format!(
+                "{what} has an unknown key `{shown}`; the keys are {}",
+                keys.join(", ")
+            ))
+        }
+        None => Ok(()),
+    }
 }
 
 fn type_of(value: &Value) -> &'static str {

@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use toolgate_domain::{AccountId, SealedSecret, SecretInfo, SecretName};
-use toolgate_store::{Secrets, StoreError, StoredSecret, now_millis};
+use toolgate_store::{
+    Secrets, StoreError, StoredSecret, now_millis, sealed_from_columns, secret_name_from_column,
+};
 
 use crate::PgStore;
 use crate::rows::map_error;
@@ -71,7 +73,7 @@ impl Secrets for PgStore {
         rows.into_iter()
             .map(|(name, created_ms, updated_ms)| {
                 Ok(SecretInfo {
-                    name: name_from_column(&name)?,
+                    name: secret_name_from_column(&name)?,
                     created_ms,
                     updated_ms,
                 })
@@ -101,8 +103,8 @@ impl Secrets for PgStore {
         rows.into_iter()
             .map(|(name, version, wrapped_key, ciphertext)| {
                 Ok((
-                    name_from_column(&name)?,
-                    sealed_from_columns(version, wrapped_key, ciphertext)?,
+                    secret_name_from_column(&name)?,
+                    sealed_from_columns(i64::from(version), wrapped_key, ciphertext)?,
                 ))
             })
             .collect()
@@ -144,8 +146,8 @@ impl Secrets for PgStore {
             .map(|(account, name, version, wrapped_key, ciphertext)| {
                 Ok(StoredSecret {
                     account: AccountId::from_stored(account),
-                    name: name_from_column(&name)?,
-                    sealed: sealed_from_columns(version, wrapped_key, ciphertext)?,
+                    name: secret_name_from_column(&name)?,
+                    sealed: sealed_from_columns(i64::from(version), wrapped_key, ciphertext)?,
                 })
             })
             .collect()
@@ -195,29 +197,6 @@ fn version_to_column(version: u32) -> Result<i32, StoreError> {
             "key version {version} does not fit the secrets table"
         ))
     })
-}
-
-/// Rebuilds a secret's name from its stored column.
-fn name_from_column(raw: &str) -> Result<SecretName, StoreError> {
-    SecretName::parse(raw).map_err(|_| corrupt("name"))
-}
-
-/// Rebuilds a sealed value from its stored columns.
-fn sealed_from_columns(
-    version: i32,
-    wrapped_key: Vec<u8>,
-    ciphertext: Vec<u8>,
-) -> Result<SealedSecret, StoreError> {
-    Ok(SealedSecret {
-        key_version: u32::try_from(version).map_err(|_| corrupt("key_version"))?,
-        wrapped_key,
-        ciphertext,
-    })
-}
-
-/// A stored value that cannot be what was written; names the column, never its content.
-fn corrupt(column: &str) -> StoreError {
-    StoreError::Unavailable(format!("corrupt secrets row: {column}"))
 }
 
 #[cfg(all(test, feature = "testkit"))]

@@ -7,7 +7,9 @@ use std::collections::BTreeSet;
 use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite};
 use toolgate_domain::{AccountId, SealedSecret, SecretInfo, SecretName};
-use toolgate_store::{Secrets, StoreError, StoredSecret, now_millis};
+use toolgate_store::{
+    Secrets, StoreError, StoredSecret, now_millis, sealed_from_columns, secret_name_from_column,
+};
 
 use crate::SqliteStore;
 use crate::rows::map_error;
@@ -100,7 +102,7 @@ impl Secrets for SqliteStore {
         rows.into_iter()
             .map(|(name, created_ms, updated_ms)| {
                 Ok(SecretInfo {
-                    name: name_from_column(&name)?,
+                    name: secret_name_from_column(&name)?,
                     created_ms,
                     updated_ms,
                 })
@@ -134,7 +136,7 @@ impl Secrets for SqliteStore {
                 .map_err(map_error)?;
             for (name, version, wrapped_key, ciphertext) in rows {
                 found.push((
-                    name_from_column(&name)?,
+                    secret_name_from_column(&name)?,
                     sealed_from_columns(version, wrapped_key, ciphertext)?,
                 ));
             }
@@ -178,7 +180,7 @@ impl Secrets for SqliteStore {
             .map(|(account, name, version, wrapped_key, ciphertext)| {
                 Ok(StoredSecret {
                     account: AccountId::from_stored(account),
-                    name: name_from_column(&name)?,
+                    name: secret_name_from_column(&name)?,
                     sealed: sealed_from_columns(version, wrapped_key, ciphertext)?,
                 })
             })
@@ -220,29 +222,6 @@ fn map_write_error(error: sqlx::Error) -> StoreError {
         sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
         _ => map_error(error),
     }
-}
-
-/// Rebuilds a secret's name from its stored column.
-fn name_from_column(raw: &str) -> Result<SecretName, StoreError> {
-    SecretName::parse(raw).map_err(|_| corrupt("name"))
-}
-
-/// Rebuilds a sealed value from its stored columns.
-fn sealed_from_columns(
-    version: i64,
-    wrapped_key: Vec<u8>,
-    ciphertext: Vec<u8>,
-) -> Result<SealedSecret, StoreError> {
-    Ok(SealedSecret {
-        key_version: u32::try_from(version).map_err(|_| corrupt("key_version"))?,
-        wrapped_key,
-        ciphertext,
-    })
-}
-
-/// A stored value that cannot be what was written; names the column, never its content.
-fn corrupt(column: &str) -> StoreError {
-    StoreError::Unavailable(format!("corrupt secrets row: {column}"))
 }
 
 #[cfg(test)]

@@ -248,6 +248,29 @@ pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Acc
     })
 }
 
+/// Rebuilds a secret's name from its stored column; a malformed one means corrupt storage.
+pub fn secret_name_from_column(raw: &str) -> Result<SecretName, StoreError> {
+    SecretName::parse(raw).map_err(|_| corrupt_secret("name"))
+}
+
+/// Rebuilds a sealed value from its stored columns.
+pub fn sealed_from_columns(
+    version: i64,
+    wrapped_key: Vec<u8>,
+    ciphertext: Vec<u8>,
+) -> Result<SealedSecret, StoreError> {
+    Ok(SealedSecret {
+        key_version: u32::try_from(version).map_err(|_| corrupt_secret("key_version"))?,
+        wrapped_key,
+        ciphertext,
+    })
+}
+
+/// A stored secret's value that cannot be what was written; names the column, never its content.
+fn corrupt_secret(column: &str) -> StoreError {
+    StoreError::Unavailable(format!("corrupt secrets row: {column}"))
+}
+
 /// Rebuilds a key hash from its stored bytes.
 pub fn key_hash_from_column(bytes: &[u8]) -> Result<KeyHash, StoreError> {
     KeyHash::from_stored(bytes)
