@@ -2,7 +2,9 @@
 //! hex, URL-encoded) is replaced by `[REDACTED:NAME]`, with one multi-pattern automaton
 //! (Aho-Corasick) over the whole text rather than a `replace` per pattern.
 
-use aho_corasick::{AhoCorasick, MatchKind};
+use std::sync::OnceLock;
+
+use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use toolgate_domain::SecretName;
@@ -12,9 +14,15 @@ use zeroize::Zeroizing;
 /// ordinary text, and cannot be kept secret by redaction anyway.
 pub const MIN_REDACTED_BYTES: usize = 3;
 
+/// Texts up to this size are first searched pattern by pattern (cheap, and almost always
+/// empty-handed); the automaton, whose construction costs tens of microseconds, is built only
+/// for larger texts or when a value is found.
+const QUICK_SCAN_BYTES: usize = 16 * 1024;
+
 /// Replaces the values of a call's secrets in text.
 pub struct Redactor {
-    automaton: Option<AhoCorasick>,
+    patterns: Vec<Zeroizing<Vec<u8>>>,
+    automaton: OnceLock<Option<AhoCorasick>>,
     replacements: Vec<String>,
     longest: usize,
 }
@@ -44,30 +52,51 @@ impl Redactor {
             }
         }
         let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
-        // leftmost-longest: a value that contains another secret's value is hidden whole
-        let automaton = (!patterns.is_empty())
-            .then(|| {
-                AhoCorasick::builder()
-                    .match_kind(MatchKind::LeftmostLongest)
-                    .build(patterns.iter().map(|p| p.as_slice()))
-                    .ok()
-            })
-            .flatten();
         Self {
-            automaton,
+            patterns,
+            automaton: OnceLock::new(),
             replacements,
             longest,
         }
     }
 
+    /// The automaton over every pattern, built on first use.
+    fn automaton(&self) -> Option<&AhoCorasick> {
+        self.automaton
+            .get_or_init(|| {
+                // leftmost-longest: a value that contains another secret's value is hidden whole
+                AhoCorasick::builder()
+                    .match_kind(MatchKind::LeftmostLongest)
+                    .kind(Some(AhoCorasickKind::ContiguousNFA))
+                    .build(self.patterns.iter().map(|p| p.as_slice()))
+                    .ok()
+            })
+            .as_ref()
+    }
+
+    /// Whether `text` may hold a value: `false` only when it certainly holds none.
+    fn may_hold_a_value(&self, text: &str) -> bool {
+        if self.patterns.is_empty() {
+            return false;
+        }
+        text.len() > QUICK_SCAN_BYTES
+            || self
+                .patterns
+                .iter()
+                .any(|p| memchr::memmem::find(text.as_bytes(), p).is_some())
+    }
+
     /// Whether there is anything to redact.
     pub fn is_empty(&self) -> bool {
-        self.automaton.is_none()
+        self.patterns.is_empty()
     }
 
     /// `text` with every form of every value replaced.
     pub fn redact(&self, text: &str) -> String {
-        match &self.automaton {
+        if !self.may_hold_a_value(text) {
+            return text.to_owned();
+        }
+        match self.automaton() {
             Some(automaton) => automaton.replace_all(text, &self.replacements),
             None => text.to_owned(),
         }
@@ -75,7 +104,10 @@ impl Redactor {
 
     /// Redacts `text` in place, returning whether anything was replaced.
     pub fn redact_in_place(&self, text: &mut String) -> bool {
-        match &self.automaton {
+        if !self.may_hold_a_value(text) {
+            return false;
+        }
+        match self.automaton() {
             Some(automaton) if automaton.is_match(text.as_str()) => {
                 *text = automaton.replace_all(text, &self.replacements);
                 true
@@ -103,8 +135,9 @@ pub struct StreamRedactor<'a> {
 impl StreamRedactor<'_> {
     /// What of the stream so far can be shown, redacted.
     pub fn push(&mut self, piece: &str) -> String {
-        let Some(automaton) = &self.redactor.automaton else {
-            return piece.to_owned();
+        let automaton = match self.redactor.automaton() {
+            Some(automaton) if !self.redactor.is_empty() => automaton,
+            _ => return piece.to_owned(),
         };
         self.held.push_str(piece);
         // A value that starts before `safe` ends inside what is held, so every match starting
