@@ -11,6 +11,7 @@ pub mod capability;
 pub mod metering;
 pub mod registry;
 mod schema;
+mod sealed_cache;
 pub mod secrets;
 mod upcalls;
 pub mod web;

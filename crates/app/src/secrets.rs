@@ -8,6 +8,8 @@ use toolgate_domain::{AccountId, SecretInfo, SecretName};
 use toolgate_store::{Store, StoreError};
 use toolgate_vault::{Redactor, Vault, VaultError, Zeroizing};
 
+use crate::sealed_cache::SealedCache;
+
 /// Why a vault use case failed; messages are safe to show the caller.
 #[derive(Debug, thiserror::Error)]
 pub enum SecretsError {
@@ -67,12 +69,17 @@ pub struct Rewrapped {
 pub struct Secrets {
     store: Arc<dyn Store>,
     vault: Arc<Vault>,
+    sealed: SealedCache,
 }
 
 impl Secrets {
     /// Seals with `vault` and keeps the sealed values in `store`.
     pub fn new(store: Arc<dyn Store>, vault: Arc<Vault>) -> Self {
-        Self { store, vault }
+        Self {
+            store,
+            vault,
+            sealed: SealedCache::default(),
+        }
     }
 
     /// Creates or replaces `name`; `true` when it was created.
@@ -92,10 +99,13 @@ impl Secrets {
                     SecretsError::Refused("the vault cannot store secrets right now".to_owned())
                 }
             })?;
-        self.store
+        let created = self
+            .store
             .put_secret(account, name, &sealed)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable);
+        self.sealed.forget(account, name);
+        created
     }
 
     /// Deletes `name`; `false` when there was none.
@@ -104,10 +114,13 @@ impl Secrets {
         account: &AccountId,
         name: &SecretName,
     ) -> Result<bool, SecretsError> {
-        self.store
+        let deleted = self
+            .store
             .delete_secret(account, name)
             .await
-            .map_err(unavailable)
+            .map_err(unavailable);
+        self.sealed.forget(account, name);
+        deleted
     }
 
     /// Names and dates of the account's secrets.
@@ -121,11 +134,16 @@ impl Secrets {
         account: &AccountId,
         names: &[SecretName],
     ) -> Result<OpenedSecrets, SecretsError> {
-        let sealed = self
-            .store
-            .sealed_secrets(account, names)
-            .await
-            .map_err(unavailable)?;
+        let (mut sealed, missing, changes) = self.sealed.split(account, names);
+        if !missing.is_empty() {
+            let read = self
+                .store
+                .sealed_secrets(account, &missing)
+                .await
+                .map_err(unavailable)?;
+            self.sealed.keep(account, &read, changes);
+            sealed.extend(read);
+        }
         let unknown: Vec<String> = names
             .iter()
             .filter(|n| !sealed.iter().any(|(found, _)| found == *n))
@@ -154,6 +172,7 @@ impl Secrets {
             .refresh(true)
             .map_err(|err| SecretsError::Refused(err.to_string()))?;
         let version = self.vault.newest_version();
+        self.sealed.clear();
         let mut done = Rewrapped::default();
         // a secret sealed by a server that had not yet seen the new key file can appear behind
         // the walk; a few passes catch those
