@@ -47,6 +47,7 @@ impl Endpoint {
 /// One kind of request and what a good answer to it contains.
 #[derive(Debug)]
 pub struct Workload {
+    method: Method,
     uri: Uri,
     body: Bytes,
     /// Every needle must occur in a 200 response's body for it to count as a success.
@@ -61,10 +62,19 @@ impl Workload {
             .parse()
             .with_context(|| format!("bad request path {path:?}"))?;
         Ok(Self {
+            method: Method::POST,
             uri,
             body: body.into(),
             needles,
             headers: Vec::new(),
+        })
+    }
+
+    /// A GET of `path` (no body).
+    pub fn get(path: &str, needles: Vec<&'static [u8]>) -> Result<Self> {
+        Ok(Self {
+            method: Method::GET,
+            ..Self::post(path, Bytes::new(), needles)?
         })
     }
 
@@ -76,7 +86,7 @@ impl Workload {
 
     fn request(&self, endpoint: &Endpoint) -> Result<Request<Full<Bytes>>> {
         let mut request = Request::builder()
-            .method(Method::POST)
+            .method(self.method.clone())
             .uri(self.uri.clone())
             .header(header::HOST, endpoint.host.clone())
             .header(

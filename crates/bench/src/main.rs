@@ -9,6 +9,7 @@ mod proc;
 mod report;
 mod sandbox;
 mod server;
+mod web;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -81,6 +82,10 @@ struct Args {
     /// Keep the temporary data directory and server logs, and print where they are
     #[arg(long)]
     keep_data: bool,
+    /// Measure a `url` fetch through toolgate against fetching the same loopback page directly
+    /// and with curl (needs curl)
+    #[arg(long)]
+    web: bool,
     #[command(flatten)]
     sandbox: sandbox::SandboxArgs,
 }
@@ -125,6 +130,9 @@ fn run(args: &Args) -> Result<()> {
             "no toolgate binary at {} (build it: cargo build --release -p toolgate)",
             binary.display()
         );
+    }
+    if args.web {
+        return web::run(&binary);
     }
     if args.sandbox.sandbox {
         return sandbox::run(args, &binary);

@@ -98,7 +98,8 @@ async fn store_secrets(endpoint: &Endpoint, personal: &str, names: &[String]) ->
         .to_string();
         let stored = Workload::post(personal, call, vec![b"\"isError\":false"])?;
         let (status, _, body) = stored.send_once(endpoint).await?;
-        if !status.is_success() || !body.windows(16).any(|w| w == b"\"isError\":false") {
+        let stored_ok = b"\"isError\":false";
+        if !status.is_success() || !body.windows(stored_ok.len()).any(|w| w == stored_ok) {
             bail!("cannot store the bench's secret {name}: {status}");
         }
     }
