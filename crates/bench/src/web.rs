@@ -83,8 +83,8 @@ pub fn run(binary: &Path) -> Result<()> {
         );
     }
     println!(
-        "\ntoolgate adds {:.3} ms at the median over a direct keep-alive GET (an MCP call, its \
-         metering, a new guarded connection per fetch, rendering)",
+        "\ntoolgate adds {:.3} ms at the median over a direct keep-alive GET (the MCP call, its \
+         metering, the guarded client, rendering)",
         percentile(&through, 50.0) - percentile(&direct, 50.0)
     );
     Ok(())
