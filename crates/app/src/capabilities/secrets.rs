@@ -7,7 +7,6 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_domain::SecretName;
 use toolgate_domain::time_reexport::OffsetDateTime;
-use toolgate_domain::time_reexport::format_description::well_known::Rfc3339;
 
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
@@ -220,9 +219,32 @@ impl Capability for ListSecrets {
     }
 }
 
+/// Unix milliseconds as RFC 3339 in UTC with exactly three fractional digits, so that the
+/// texts sort as the times do.
 fn rfc3339(millis: i64) -> String {
-    OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000)
-        .ok()
-        .and_then(|t| t.format(&Rfc3339).ok())
-        .unwrap_or_default()
+    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000) else {
+        return String::new();
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.millisecond()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339;
+
+    #[test]
+    fn times_have_a_fixed_width_and_sort_as_text() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_634_804_450), "2026-11-25T19:26:44.450Z");
+        assert!(rfc3339(1_000_100) < rfc3339(1_000_120));
+    }
 }
