@@ -256,6 +256,19 @@ fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
     }
 }
 
+/// Headers that frame the request or steer the connection: a caller who set them could make
+/// the request mean something else to the server at the other end (smuggling) or to a proxy.
+const RESERVED_HEADERS: [&str; 8] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "te",
+    "trailer",
+];
+
 /// Longest header value, in bytes.
 const MAX_HEADER_VALUE: usize = 8 * 1024;
 
@@ -277,6 +290,13 @@ fn check_headers(field: &str, value: &Value, max_items: usize) -> Result<(), Str
         let shown: String = name.chars().filter(|c| !c.is_control()).take(64).collect();
         if name.is_empty() || name.len() > 256 || !name.chars().all(token) {
             return Err(format!("`{field}`: {shown:?} is not a header name"));
+        }
+        if RESERVED_HEADERS.contains(&name.to_ascii_lowercase().as_str())
+            || name.to_ascii_lowercase().starts_with("proxy-")
+        {
+            return Err(format!(
+                "`{field}`: {shown} is set by the service itself (framing and connection headers cannot be given)"
+            ));
         }
         // the value may hold a secret's placeholder or a credential: only its size is quoted
         match value.as_str() {

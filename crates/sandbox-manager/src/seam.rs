@@ -27,8 +27,8 @@ impl Sessions for SessionManager {
             .map_err(Into::into)
     }
 
-    async fn close(&self, account: &str, session_id: &str) {
-        self.close_session(account, session_id).await;
+    async fn close(&self, account: &str, session_id: &str) -> bool {
+        self.close_session(account, session_id).await
     }
 
     async fn list(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {

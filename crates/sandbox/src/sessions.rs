@@ -36,8 +36,8 @@ pub trait Sessions: Send + Sync {
     ) -> Result<WorkspaceRead, SessionsError>;
 
     /// Ends the account's session `session_id` now, if it lives; its variables and files go
-    /// with it.
-    async fn close(&self, account: &str, session_id: &str);
+    /// with it. `false` when there was no such live session.
+    async fn close(&self, account: &str, session_id: &str) -> bool;
 
     /// How long a session may sit idle before it expires (the operator's setting).
     fn idle_ttl(&self) -> Duration;

@@ -25,6 +25,9 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// The longest Content-Type passed on, in characters.
+const MAX_CONTENT_TYPE: usize = 256;
+
 /// Redirects followed at most.
 pub const MAX_REDIRECTS: usize = 5;
 
@@ -82,19 +85,28 @@ impl WebClient {
         let response = builder.send().await.map_err(failed)?;
         let status = response.status().as_u16();
         let final_url = response.url().to_string();
-        let content_type = response
+        // the site chooses this header: only a type's worth of it is passed on
+        let content_type: String = response
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
-            .to_owned();
+            .chars()
+            .take(MAX_CONTENT_TYPE)
+            .collect();
         let (body, truncated) = read_bounded(response, request.max_bytes).await?;
+        let bytes = body.len();
+        // Markdown of megabytes of HTML takes a while: not on the threads that serve requests
+        let kind = content_type.clone();
+        let content = tokio::task::spawn_blocking(move || render::render(&kind, &body))
+            .await
+            .map_err(|_| WebError::Failed("the page could not be rendered".to_owned()))?;
         Ok(WebPage {
             status,
             final_url,
-            bytes: body.len(),
+            bytes,
             truncated,
-            content: render::render(&content_type, &body),
+            content,
             content_type,
         })
     }
@@ -152,37 +164,21 @@ fn failed(err: reqwest::Error) -> WebError {
         return WebError::Failed("the request timed out".to_owned());
     }
     if err.is_redirect() {
-        return WebError::Refused(format!("redirect refused: {}", chain(&err)));
+        return WebError::Refused(format!("redirect refused: {}", chain(err)));
     }
-    WebError::Failed(format!("the request failed: {}", chain(&err)))
+    WebError::Failed(format!("the request failed: {}", chain(err)))
 }
 
 /// The error and its causes, without the URL (which may hold a secret; the caller shows it).
-fn chain(err: &reqwest::Error) -> String {
-    let mut parts = Vec::new();
-    let mut source = std::error::Error::source(err);
+fn chain(err: reqwest::Error) -> String {
+    let err = err.without_url();
+    let mut parts = vec![err.to_string()];
+    let mut source = std::error::Error::source(&err);
     while let Some(current) = source {
         parts.push(current.to_string());
         source = current.source();
     }
-    if parts.is_empty() {
-        parts.push(err.without_url_text());
-    }
     parts.join(": ")
-}
-
-trait WithoutUrl {
-    fn without_url_text(&self) -> String;
-}
-
-impl WithoutUrl for reqwest::Error {
-    fn without_url_text(&self) -> String {
-        let mut plain = self.to_string();
-        if let Some(url) = self.url() {
-            plain = plain.replace(url.as_str(), "<url>");
-        }
-        plain
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The built-in capabilities. A new capability is one module here plus one line in [`builtin`].
 
 mod billing;
+mod permits;
 pub mod sandbox;
 mod secrets;
 mod web;

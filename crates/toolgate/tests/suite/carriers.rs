@@ -216,8 +216,7 @@ async fn http2_clients_are_served() {
     let storage = Storage::sqlite(dir.path());
     let account = create_account(&storage, "h2@example.org");
     let server = Server::start(&storage, &[]).await;
-    toolgate_web::install_tls_provider();
-    let h2 = reqwest::Client::builder()
+    let h2 = client_builder()
         .no_proxy()
         .http2_prior_knowledge()
         .build()

@@ -150,8 +150,7 @@ async fn idle_and_half_sent_connections_cannot_lock_real_requests_out() {
         }
         held.push(stream);
     }
-    toolgate_web::install_tls_provider();
-    let http = reqwest::Client::builder()
+    let http = client_builder()
         .timeout(Duration::from_secs(5))
         .build()
         .unwrap();

@@ -158,8 +158,7 @@ async fn burst(
             stop.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            toolgate_web::install_tls_provider();
-            let http = reqwest::Client::builder()
+            let http = client_builder()
                 .no_proxy()
                 .http1_only()
                 .pool_max_idle_per_host(1)

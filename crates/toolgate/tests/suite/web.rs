@@ -170,6 +170,14 @@ async fn private_destinations_and_bad_input_are_refused_clearly() {
             "not a header name",
         ),
         (
+            json!({"url": "http://example.com/", "headers": {"Transfer-Encoding": "chunked"}}),
+            "set by the service",
+        ),
+        (
+            json!({"url": "http://example.com/", "headers": {"Proxy-Authorization": "x"}}),
+            "set by the service",
+        ),
+        (
             json!({"url": "http://example.com/", "max_bytes": 0}),
             "between 1 and",
         ),
@@ -255,4 +263,50 @@ async fn http_sends_writes_with_secrets_in_the_body() {
         assert_eq!(result["isError"], true, "{args}: {result}");
         assert!(result.to_string().contains(says), "{args}: {result}");
     }
+}
+
+/// One account's fetches take turns: however many it sends, at most four are in flight.
+#[tokio::test]
+async fn one_accounts_fetches_take_turns() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n, m) = (now.clone(), most.clone());
+    let app = Router::new().route(
+        "/hold",
+        get(move || {
+            let (n, m) = (n.clone(), m.clone());
+            async move {
+                let inside = n.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(inside, Ordering::SeqCst);
+                // the page takes a while to come, as a slow site's does
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                "held"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "many@example.org");
+    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+    let server = Arc::new(server);
+    let mut calls = Vec::new();
+    for _ in 0..10 {
+        let (server, key) = (server.clone(), alice.key.clone());
+        let url = format!("http://{addr}/hold");
+        calls.push(tokio::spawn(async move {
+            read(&server, &key, json!({"url": url})).await
+        }));
+    }
+    for call in calls {
+        assert_eq!(call.await.unwrap()["isError"], false);
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        (2..=4).contains(&most),
+        "{most} fetches of one account were in flight at once"
+    );
 }

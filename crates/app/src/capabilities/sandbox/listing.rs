@@ -153,18 +153,9 @@ impl Capability for CloseSession {
             .get("close_session")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let account = account_key(ctx);
-        let live = self
-            .sandbox
-            .sessions
-            .list(&account)
-            .await
-            .iter()
-            .any(|s| s.id == id);
-        if !live {
+        if !self.sandbox.sessions.close(&account_key(ctx), id).await {
             return Err(Failure::new("you have no live session with that id"));
         }
-        self.sandbox.sessions.close(&account, id).await;
         Ok(Output {
             content: vec![ContentItem::Text("closed the session".to_owned())],
             structured: json!({"id": id, "closed": true}),

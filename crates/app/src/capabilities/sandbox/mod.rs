@@ -9,7 +9,6 @@
 
 mod exposed;
 mod listing;
-mod permits;
 mod read;
 mod render;
 mod run;

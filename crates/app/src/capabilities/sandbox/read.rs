@@ -6,8 +6,8 @@ use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{Value, json};
 
-use super::permits::{self, ReadPermits};
 use super::{Sandbox, account_key, failure};
+use crate::capabilities::permits::{READS_GLOBAL, READS_PER_ACCOUNT, Turns};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
@@ -20,14 +20,14 @@ const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
 /// Reads a workspace file: text as text, images as image content, anything else as base64.
 pub struct ReadFile {
     sandbox: Arc<Sandbox>,
-    turns: ReadPermits,
+    turns: Turns,
 }
 
 impl ReadFile {
     pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
         Self {
             sandbox,
-            turns: ReadPermits::new(permits::GLOBAL, permits::PER_ACCOUNT),
+            turns: Turns::new(READS_GLOBAL, READS_PER_ACCOUNT),
         }
     }
 }

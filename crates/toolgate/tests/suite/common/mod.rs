@@ -488,11 +488,16 @@ async fn announced(stdout: std::process::ChildStdout) -> Option<std::net::Socket
     announced["listening"].as_str()?.parse().ok()
 }
 
-/// A plain HTTP client (no proxy, bounded waits).
-pub fn client() -> reqwest::Client {
-    // the build's reqwest carries no TLS provider of its own (see toolgate-web)
+/// A builder for the tests' HTTP clients: the build's reqwest carries no TLS provider of its own
+/// (see toolgate-web), so the process's is installed first.
+pub fn client_builder() -> reqwest::ClientBuilder {
     toolgate_web::install_tls_provider();
     reqwest::Client::builder()
+}
+
+/// A plain HTTP client (no proxy, bounded waits).
+pub fn client() -> reqwest::Client {
+    client_builder()
         .no_proxy()
         .timeout(Duration::from_secs(60))
         .build()

@@ -1,34 +1,39 @@
-//! How many workspace files are read back at once. A read of 8 MiB costs the server several
-//! times that while it is encoded and answered (base64, the JSON text), so six at once grew it by
-//! ~357 MiB: reads wait their turn, one per account and a few on the whole server.
+//! Turns for work the server does on a tenant's behalf that holds a lot of memory while it runs:
+//! reading workspace files back (a read of 8 MiB costs the server several times that while it is
+//! encoded and answered, so six at once grew it by ~357 MiB) and fetching pages (up to 8 MiB
+//! each, then rendered). Each kind waits its turn: a few per account, a few on the whole server.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Reads of one account at once.
-pub const PER_ACCOUNT: usize = 1;
-/// Reads on the whole server at once.
-pub const GLOBAL: usize = 2;
+/// Workspace reads of one account at once.
+pub const READS_PER_ACCOUNT: usize = 1;
+/// Workspace reads on the whole server at once.
+pub const READS_GLOBAL: usize = 2;
+/// Web requests (`url`, `http`) of one account at once.
+pub const FETCHES_PER_ACCOUNT: usize = 4;
+/// Web requests on the whole server at once: 32 × 8 MiB bodies bound what they hold.
+pub const FETCHES_GLOBAL: usize = 32;
 /// Accounts remembered before idle ones are forgotten.
 const REMEMBERED: usize = 1024;
 
-/// The turns of file reads.
-pub struct ReadPermits {
+/// The turns of one kind of work.
+pub struct Turns {
     global: Arc<Semaphore>,
     per_account: Mutex<HashMap<String, Arc<Semaphore>>>,
     account_limit: usize,
 }
 
-/// A read's turn; the next one may start when it is dropped.
-pub struct ReadTurn {
+/// One piece of work's turn; the next may start when it is dropped.
+pub struct Turn {
     _account: OwnedSemaphorePermit,
     _global: OwnedSemaphorePermit,
 }
 
-impl ReadPermits {
-    /// `global` reads on the server, `per_account` for one account.
+impl Turns {
+    /// `global` at once on the server, `per_account` for one account.
     pub fn new(global: usize, per_account: usize) -> Self {
         Self {
             global: Arc::new(Semaphore::new(global)),
@@ -38,7 +43,7 @@ impl ReadPermits {
     }
 
     /// Waits for `account`'s turn, then for the server's; `None` only if closed (never).
-    pub async fn turn(&self, account: &str) -> Option<ReadTurn> {
+    pub async fn turn(&self, account: &str) -> Option<Turn> {
         let own = {
             let mut accounts = self
                 .per_account
@@ -56,7 +61,7 @@ impl ReadPermits {
         };
         let account = own.acquire_owned().await.ok()?;
         let global = Arc::clone(&self.global).acquire_owned().await.ok()?;
-        Some(ReadTurn {
+        Some(Turn {
             _account: account,
             _global: global,
         })
@@ -71,7 +76,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_account_waits_for_its_own_turn_and_all_for_the_servers() {
-        let permits = ReadPermits::new(2, 1);
+        let permits = Turns::new(2, 1);
         let a = permits.turn("a").await.unwrap();
         let second_a = tokio::time::timeout(Duration::from_millis(50), permits.turn("a")).await;
         assert!(second_a.is_err(), "one read per account at once");
