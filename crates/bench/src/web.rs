@@ -5,12 +5,14 @@
 
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde_json::json;
 
-use crate::load::{self, Endpoint, Workload};
+use crate::load::{Endpoint, Workload};
+use crate::sandbox::Timings;
+use crate::sandbox::timed;
 use crate::server::{self, Toolgate};
 use crate::{personal_path, progress, wait_healthy};
 
@@ -56,58 +58,52 @@ pub fn run(binary: &Path) -> Result<()> {
         call,
         vec![b"\"isError\":false", b"\"status\":200"],
     )?;
-    progress(&format!("svc_read url of {url}: {CALLS} calls"));
-    let through = runtime.block_on(timed(&endpoint, &through))?;
+    progress(&format!(
+        "svc_read url of {url}: {CALLS} calls, bare POST and in a legacy session"
+    ));
+    let (bare, _) = runtime.block_on(timed(&endpoint, &through, CALLS / 10, CALLS))?;
+    let session = runtime.block_on(crate::paths::legacy_session(&endpoint, &personal))?;
+    let in_session = through.with_headers(session);
+    let (legacy, _) = runtime.block_on(timed(&endpoint, &in_session, CALLS / 10, CALLS))?;
     let direct = Workload::get("/healthz", vec![b"ok"])?;
     progress(&format!("the same page directly: {CALLS} requests"));
-    let direct = runtime.block_on(timed(&site_endpoint, &direct))?;
+    let (direct, _) = runtime.block_on(timed(&site_endpoint, &direct, CALLS / 10, CALLS))?;
     progress(&format!("curl: {CURL_RUNS} runs"));
     let curl = curl_times(&url)?;
     server.stop()?;
     site.stop()?;
     println!("toolgate-bench --web: a loopback page fetched through `svc_read url` and directly\n");
     println!(
-        "{:<44} {:>6} {:>8} {:>8}",
+        "{:<52} {:>6} {:>8} {:>8}",
         "figure", "n", "p50 ms", "p99 ms"
     );
     for (name, times) in [
-        ("svc_read url through toolgate (metered)", &through),
+        ("svc_read url, bare POST (metered)", &bare),
+        ("svc_read url, legacy session + SSE accepted", &legacy),
         ("direct GET, keep-alive (this program)", &direct),
         ("curl, its own time_total (new connection)", &curl),
     ] {
         println!(
-            "{name:<44} {:>6} {:>8.3} {:>8.3}",
+            "{name:<52} {:>6} {:>8.3} {:>8.3}",
             times.len(),
-            percentile(times, 50.0),
-            percentile(times, 99.0)
+            ms(times, 50.0),
+            ms(times, 99.0)
         );
     }
     println!(
         "\ntoolgate adds {:.3} ms at the median over a direct keep-alive GET (the MCP call, its \
          metering, the guarded client, rendering)",
-        percentile(&through, 50.0) - percentile(&direct, 50.0)
+        ms(&bare, 50.0) - ms(&direct, 50.0)
     );
     Ok(())
 }
 
-/// Sends `workload` `CALLS` times on one keep-alive connection (after a tenth untimed).
-async fn timed(endpoint: &Endpoint, workload: &Workload) -> Result<Vec<f64>> {
-    let mut sender = load::connect(endpoint).await?;
-    for _ in 0..CALLS / 10 {
-        load::call(&mut sender, endpoint, workload).await?;
-    }
-    let mut times = Vec::with_capacity(CALLS);
-    for _ in 0..CALLS {
-        let started = Instant::now();
-        load::call(&mut sender, endpoint, workload).await?;
-        times.push(started.elapsed().as_secs_f64() * 1000.0);
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times)
+fn ms(times: &Timings, pct: f64) -> f64 {
+    times.percentile_ms(pct).unwrap_or(f64::NAN)
 }
 
-fn curl_times(url: &str) -> Result<Vec<f64>> {
-    let mut times = Vec::with_capacity(CURL_RUNS);
+fn curl_times(url: &str) -> Result<Timings> {
+    let mut times = Timings::default();
     for _ in 0..CURL_RUNS {
         let out = Command::new("curl")
             .args(["-s", "-o", "/dev/null", "-w", "%{time_total}", url])
@@ -120,17 +116,7 @@ fn curl_times(url: &str) -> Result<Vec<f64>> {
             .trim()
             .parse()
             .context("curl printed no time")?;
-        times.push(seconds * 1000.0);
+        times.push(Duration::from_secs_f64(seconds));
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times)
-}
-
-/// The `pct` percentile of sorted `times`.
-fn percentile(times: &[f64], pct: f64) -> f64 {
-    if times.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((pct / 100.0) * times.len() as f64).ceil() as usize;
-    times[rank.clamp(1, times.len()) - 1]
+    Ok(times.sorted())
 }

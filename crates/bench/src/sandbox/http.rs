@@ -48,6 +48,8 @@ pub struct Http {
     pub warm: Timings,
     /// The same naming five vault secrets (opened, set as the run's environment, redacted).
     pub warm_secrets: Timings,
+    /// The same naming five secrets, in the legacy session.
+    pub warm_secrets_legacy: Timings,
     /// The same in a 2025-11-25 legacy session with SSE accepted (the path most clients take).
     pub warm_legacy: Timings,
     /// Three printed lines streamed as progress (an SSE answer), in a legacy session.
@@ -220,6 +222,18 @@ fn figures(
     let (warm_legacy, _) =
         runtime.block_on(timed(&endpoint, &warm_legacy, WARMUP_CALLS, plan.calls))?;
     report("warm 1+1 (legacy session)", &warm_legacy);
+    let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
+    let with_secrets_legacy = in_session(
+        write_call_with_secrets("1+1", "warm", &names),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm_secrets_legacy, _) = runtime.block_on(timed(
+        &endpoint,
+        &with_secrets_legacy,
+        WARMUP_CALLS,
+        plan.calls,
+    ))?;
+    report("warm 1+1 (legacy session, 5 secrets)", &warm_secrets_legacy);
     let streamed = in_session(
         progress_call(),
         vec![b"notifications/progress", b"\"isError\":false"],
@@ -262,6 +276,7 @@ fn figures(
         new_session,
         warm,
         warm_secrets,
+        warm_secrets_legacy,
         warm_legacy,
         progress: progress_stream,
         plot,
@@ -280,7 +295,7 @@ fn report(name: &str, timings: &Timings) {
 
 /// `warmup` untimed calls, then `count` timed ones, back to back on one new connection; returns
 /// the timings and the last answer.
-async fn timed(
+pub(crate) async fn timed(
     endpoint: &Endpoint,
     workload: &Workload,
     warmup: usize,

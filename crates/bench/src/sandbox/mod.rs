@@ -18,6 +18,8 @@ mod http;
 mod memory;
 mod report;
 
+pub(crate) use http::timed;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -236,12 +238,12 @@ fn in_checkout(relative: &str) -> Option<PathBuf> {
 pub struct Timings(Vec<u64>);
 
 impl Timings {
-    fn push(&mut self, elapsed: Duration) {
+    pub(crate) fn push(&mut self, elapsed: Duration) {
         self.0
             .push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
     }
 
-    fn sorted(mut self) -> Self {
+    pub(crate) fn sorted(mut self) -> Self {
         self.0.sort_unstable();
         self
     }

@@ -134,6 +134,12 @@ impl SandboxReport {
         );
         row(
             &mut out,
+            "warm 1+1, HTTP, legacy session, 5 vault secrets",
+            &h.warm_secrets_legacy,
+            &added_p50(&h.warm_secrets_legacy, &h.warm_legacy),
+        );
+        row(
+            &mut out,
             "3 printed lines as a progress stream (SSE), legacy",
             &h.progress,
             "—",
@@ -216,6 +222,7 @@ impl SandboxReport {
             "warm_1_plus_1_http": timings_json(&h.warm),
             "warm_1_plus_1_http_legacy_session": timings_json(&h.warm_legacy),
             "warm_1_plus_1_http_5_secrets": timings_json(&h.warm_secrets),
+            "warm_1_plus_1_http_legacy_session_5_secrets": timings_json(&h.warm_secrets_legacy),
             "progress_stream_http_legacy_session": timings_json(&h.progress),
             "warm_1_plus_1_server_side": timings_json(&d.warm),
             "matplotlib_http": timings_json(&h.plot),
