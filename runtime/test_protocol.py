@@ -14,10 +14,12 @@ from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, fork_refused, 
                      hardened_spec, frame, recv_frame, shape_differences, workspace, Zygote)
 
 SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "session/ping",
-                 "session/exec", "session/bash", "session/upcall_result", "session/upcall_error"}
+                 "session/exec", "session/bash", "session/sqlite", "session/upcall_result",
+                 "session/upcall_error"}
 RUNTIME_FRAMES = {"control/hello", "control/pong", "control/forked", "control/forked_hardened",
                   "control/exited", "control/error", "session/pong", "session/output",
-                  "session/result_exec", "session/result_bash", "session/error", "session/upcall"}
+                  "session/result_exec", "session/result_bash", "session/result_sqlite",
+                  "session/error", "session/upcall"}
 
 
 def fork_as_is(z, name):
@@ -155,6 +157,11 @@ def test_session_frames(zygote):
         assert r == dict(golden("session/result_bash"), duration_ms=r["duration_ms"],
                          execution_count=3)
         assert (r["stdout"], r["exit_status"]) == ("hello\n", 3)
+        s.send(golden("session/sqlite"))
+        r = s.recv()
+        assert_shape(r, "session/result_sqlite")
+        assert r == dict(golden("session/result_sqlite"), duration_ms=r["duration_ms"],
+                         execution_count=4)
         s.send({"op": "exec", "id": 9, "code": 5})
         e = s.recv()
         assert_shape(e, "session/error")

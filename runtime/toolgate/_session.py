@@ -18,6 +18,7 @@ from toolgate._protocol import (MAX_FRAME, TEXT_LIMIT, BadRequest, check_env, en
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._upcalls import UPCALLS
+from toolgate import _sqlite
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,7 +138,7 @@ class Session:
             if op == "ping":
                 self.chan.send({"op": "pong", "id": rid})
                 return
-            if op not in ("exec", "bash"):
+            if op not in ("exec", "bash", "sqlite"):
                 if op == "upcall_result":
                     return                       # a late answer to an interrupted upcall
                 raise BadRequest("unknown_op", f"unknown op {op!r} on a session channel")
@@ -147,7 +148,9 @@ class Session:
             stream = req.get("stream", False)
             if not isinstance(stream, bool):
                 raise BadRequest("bad_request", '"stream" must be true or false')
-            if op == "exec":
+            if op == "sqlite":
+                reply = self.run_sqlite(rid, req)
+            elif op == "exec":
                 if not isinstance(req.get("code"), str):
                     raise BadRequest("bad_request", '"exec" needs a string "code"')
                 reply = self.run_exec(rid, req["code"], stream, env)
@@ -276,6 +279,41 @@ class Session:
                 self.loop = asyncio.new_event_loop()
             value = self.loop.run_until_complete(value)
         return value
+
+    # --- SQLite
+    def run_sqlite(self, rid, req):
+        path, statement, write = req.get("path"), req.get("statement"), req.get("write", False)
+        max_rows, max_bytes, timeout = req.get("max_rows"), req.get("max_bytes"), req.get("timeout_s")
+        if not isinstance(path, str) or not path or "\0" in path:
+            raise BadRequest("bad_request", '"sqlite" needs a string "path"')
+        if not isinstance(statement, str):
+            raise BadRequest("bad_request", '"sqlite" needs a string "statement"')
+        if not isinstance(write, bool):
+            raise BadRequest("bad_request", '"write" must be true or false')
+        for name, value in (("max_rows", max_rows), ("max_bytes", max_bytes)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise BadRequest("bad_request", f'"{name}" must be a non-negative integer')
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not timeout > 0):
+            raise BadRequest("bad_request", '"timeout_s" must be a positive number')
+        t0 = time.perf_counter()
+        self.count += 1
+        table = error = None
+        if _signal.getsignal(signal.SIGINT) is not on_sigint:
+            signal.signal(signal.SIGINT, on_sigint)
+        self.capture.begin(rid, False)        # what SQLite or a callback might print
+        try:
+            try:
+                STATE.running = True
+                table = _sqlite.run(path, statement, write, max_rows, max_bytes, timeout)
+            finally:
+                STATE.running = False
+        except _sqlite.SqliteFailure as e:
+            error = {"type": "SqliteError", "message": str(e), "traceback": ""}
+        except KeyboardInterrupt:
+            error = {"type": "KeyboardInterrupt", "message": "the statement was interrupted",
+                     "traceback": ""}
+        return self._reply("sqlite", rid, t0, self.capture.end(), error=error, table=table)
 
     # --- bash
     def run_bash(self, rid, command, timeout, stream, env):

@@ -222,6 +222,13 @@ impl SessionManager {
         }
         check_upload(&files, &limits)?;
         check_env(&env)?;
+        if let Work::Sqlite(sqlite) = &work {
+            // the session opens it relative to its workspace, by the rules of an upload's path
+            files::check_paths(&[WorkspaceFile {
+                path: sqlite.path.clone(),
+                content: Vec::new(),
+            }])?;
+        }
         // who the session is, as this manager knows it: attached to each of its upcalls
         let upcalls = upcalls.map(|handler| Upcalls {
             handler,

@@ -269,6 +269,15 @@ fn request_frame(id: u64, call: &Call) -> SessionRequest<'_> {
             timeout_s: call.timeout.as_secs_f64(),
             env: &call.env,
         },
+        Work::Sqlite(sqlite) => SessionRequest::Sqlite {
+            id,
+            path: &sqlite.path,
+            statement: &sqlite.statement,
+            write: sqlite.write,
+            max_rows: sqlite.max_rows,
+            max_bytes: sqlite.max_bytes,
+            timeout_s: call.timeout.as_secs_f64(),
+        },
     }
 }
 
@@ -327,9 +336,10 @@ impl Driver {
         let mut budget = CallBudget::default();
         let limit = call.timeout;
         let mut interrupt_at = Instant::now() + limit;
-        if matches!(*call.work, Work::Bash { .. }) {
+        if matches!(*call.work, Work::Bash { .. } | Work::Sqlite(_)) {
             // bash has its own time limit in the session (SIGTERM, then SIGKILL to the
-            // command's process group, reported as timed_out); SIGINT is the back-stop
+            // command's process group, reported as timed_out), and so has a SQLite statement
+            // (its progress handler); SIGINT is the back-stop
             interrupt_at += BASH_SLACK;
         }
         let bytes = match frame::encode(&request_frame(id, &call)) {

@@ -106,6 +106,23 @@ pub enum SessionRequest<'a> {
         #[serde(skip_serializing_if = "BTreeMap::is_empty")]
         env: &'a BTreeMap<String, String>,
     },
+    /// Run a statement on a SQLite file of the workspace.
+    Sqlite {
+        /// the request's number; its frames carry it
+        id: u64,
+        /// the file, relative to the workspace
+        path: &'a str,
+        /// the statement (a script when `write`)
+        statement: &'a str,
+        /// open the file read-write (else read-only)
+        write: bool,
+        /// most rows returned
+        max_rows: u64,
+        /// about most bytes of values returned
+        max_bytes: u64,
+        /// the statement's own time limit, in seconds
+        timeout_s: f64,
+    },
     /// The service's answer to an upcall the running request made.
     UpcallResult {
         /// the running request's number
@@ -233,6 +250,8 @@ pub enum RequestKind {
     Exec,
     /// a `/bin/bash -c` command line in the workspace
     Bash,
+    /// a statement on a SQLite file of the workspace
+    Sqlite,
 }
 
 /// The value of a cell's last bare expression, as a notebook shows it (a MIME bundle).
@@ -306,6 +325,10 @@ pub struct ExecOutcome {
     pub execution_count: u64,
     /// Wall time of the run inside the session, in milliseconds.
     pub duration_ms: f64,
+    /// sqlite: what the statement returned, `{columns, rows, truncated, changes}` (see
+    /// PROTOCOL.md); `None` for exec and bash, and when the statement failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<serde_json::Value>,
     /// Set by the server (not in the frame) when it interrupted the call; the code then normally
     /// reports a KeyboardInterrupt and the session lives on.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]

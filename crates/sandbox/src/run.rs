@@ -42,6 +42,24 @@ pub enum Work {
         /// the command line
         command: String,
     },
+    /// One SQL statement (to write, a script) on a SQLite file of the workspace, run by the
+    /// session itself, so that the file is opened with the session's identity and confinement.
+    Sqlite(SqliteWork),
+}
+
+/// A statement on a SQLite file of a session's workspace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SqliteWork {
+    /// The file, relative to the workspace (checked like an upload's path).
+    pub path: String,
+    /// The statement; when `write`, possibly several, run as one transaction.
+    pub statement: String,
+    /// `false`: the file is opened read-only, so SQLite itself refuses any change.
+    pub write: bool,
+    /// Rows returned at most (the rest is left out, and the answer says so).
+    pub max_rows: u64,
+    /// About how many bytes of values are returned at most.
+    pub max_bytes: u64,
 }
 
 /// A file to write into a session's workspace before its run.

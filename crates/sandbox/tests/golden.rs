@@ -133,6 +133,16 @@ fn session_requests_the_server_sends() {
         env: &env,
     };
     assert_eq!(sent(&bash), golden("session/bash.json"));
+    let sqlite = SessionRequest::Sqlite {
+        id: 10,
+        path: "data.db",
+        statement: "SELECT 2 AS n, 3 AS m",
+        write: true,
+        max_rows: 1000,
+        max_bytes: 1 << 20,
+        timeout_s: 30.0,
+    };
+    assert_eq!(sent(&sqlite), golden("session/sqlite.json"));
     // without a per-run environment the field is left out, as the runtime allows
     let plain = sent(&SessionRequest::Exec {
         id: 1,
@@ -195,6 +205,9 @@ fn results_decode_into_the_outcome() {
     assert_eq!(exec.result.unwrap().text_plain, "5");
     let bash: ExecOutcome = serde_json::from_value(golden("session/result_bash.json")).unwrap();
     assert_eq!((bash.kind, bash.exit_status), (RequestKind::Bash, Some(3)));
+    let sqlite: ExecOutcome = serde_json::from_value(golden("session/result_sqlite.json")).unwrap();
+    assert_eq!(sqlite.kind, RequestKind::Sqlite);
+    assert_eq!(sqlite.table.unwrap()["rows"], serde_json::json!([[2, 3]]));
     // every field the outcome reads is in the golden frame, and the frame has no field the
     // outcome does not know (besides the frame's own op and id)
     let known = sent(&exec_like(&golden("session/result_exec.json")));

@@ -8,8 +8,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{
-    Capped, ErrorCode, ErrorText, ErrorType, Images, Op, OutputData, SignalName, Stderr, Stdout,
-    TextHtml, TextPlain, ValuePng,
+    Capped, ErrorCode, ErrorText, ErrorType, Images, MAX_TABLE_BYTES, Op, OutputData, SignalName,
+    Stderr, Stdout, TextHtml, TextPlain, ValuePng,
 };
 use toolgate_sandbox::{DisplayData, ExecOutcome, OutputStream, PyError, RequestKind};
 
@@ -146,11 +146,24 @@ pub(super) struct ResultFrame {
     timed_out: bool,
     execution_count: u64,
     duration_ms: f64,
+    /// sqlite only: kept as its text until its size is checked
+    #[serde(default)]
+    table: Option<Box<serde_json::value::RawValue>>,
 }
 
 impl ResultFrame {
-    pub(super) fn into_outcome(self) -> ExecOutcome {
-        ExecOutcome {
+    pub(super) fn into_outcome(self) -> Result<ExecOutcome, String> {
+        let table = match self.table {
+            None => None,
+            Some(raw) if raw.get().len() > MAX_TABLE_BYTES => {
+                return Err(format!(
+                    "the sqlite table is over its limit of {MAX_TABLE_BYTES} bytes"
+                ));
+            }
+            // serde_json's recursion limit bounds the nesting; the size bounds the rest
+            Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| e.to_string())?),
+        };
+        Ok(ExecOutcome {
             kind: self.kind,
             stdout: self.stdout.into_string(),
             stderr: self.stderr.into_string(),
@@ -178,7 +191,8 @@ impl ResultFrame {
             timed_out: self.timed_out,
             execution_count: self.execution_count,
             duration_ms: self.duration_ms,
+            table,
             interrupted: None,
-        }
+        })
     }
 }

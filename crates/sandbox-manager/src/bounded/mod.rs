@@ -44,6 +44,12 @@ pub const MAX_ERROR_CHARS: usize = (64 << 10) + 256;
 /// An exception's type name (the session cuts a longer one).
 pub const MAX_ERROR_TYPE_CHARS: usize = 256;
 
+/// A sqlite statement's `table`, as JSON text: the server asks for at most 1 MiB of values
+/// (the session stops before a row would pass that), and a value's JSON adds quotes and
+/// escapes. Decoded only once its size is known, so its parsed form stays within a few tens of
+/// MiB.
+pub const MAX_TABLE_BYTES: usize = 4 << 20;
+
 /// The most frame bytes one call reads, apart from `output` frames (which are bounded by
 /// [`MAX_OUTPUT_CHARS`] per stream instead): the largest frame the session may send.
 pub const CALL_FRAME_BYTES: u32 = toolgate_sandbox::frame::MAX_FRAME_BYTES;
@@ -193,7 +199,8 @@ impl<'de> Deserialize<'de> for Images {
 /// Decodes a session's `result` frame within the caps.
 pub(crate) fn decode_result(body: &[u8]) -> Result<ExecOutcome, String> {
     serde_json::from_slice::<frames::ResultFrame>(body)
-        .map(frames::ResultFrame::into_outcome)
+        .map_err(|e| e.to_string())
+        .and_then(frames::ResultFrame::into_outcome)
         .map_err(|e| format!("bad result frame: {e}"))
 }
 

@@ -161,3 +161,27 @@ fn a_call_budget_counts_frames_and_streamed_characters() {
     budget.charge_frame(usize::MAX);
     assert_eq!(budget.frame_limit(), 0);
 }
+
+#[test]
+fn a_sqlite_table_is_decoded_only_within_its_size() {
+    let table = json!({"columns": [{"name": "n", "type": "integer"}], "rows": [[1]],
+                       "truncated": false, "changes": 0});
+    let outcome = decode_result(&result(
+        json!({"kind": "sqlite", "result": null, "table": table}),
+    ))
+    .unwrap();
+    assert_eq!(outcome.table.unwrap()["rows"], json!([[1]]));
+    // just over the cap: refused before it is parsed into values
+    let rows: Vec<Value> = (0..MAX_TABLE_BYTES / 2).map(|_| json!(0)).collect();
+    let big = json!({"columns": [], "rows": rows, "truncated": false, "changes": 0});
+    let error = decode_result(&result(
+        json!({"kind": "sqlite", "result": null, "table": big}),
+    ))
+    .unwrap_err();
+    assert!(error.contains("sqlite table is over its limit"), "{error}");
+    // nested past serde_json's recursion limit: refused, not a stack overflow
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    let mut frame = String::from_utf8(result(json!({"kind": "sqlite", "result": null}))).unwrap();
+    frame.insert_str(frame.len() - 1, &format!(",\"table\":{deep}"));
+    assert!(decode_result(frame.as_bytes()).is_err());
+}
