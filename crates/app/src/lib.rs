@@ -8,6 +8,7 @@ pub mod auth;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
+pub mod database;
 pub mod metering;
 pub mod registry;
 mod schema;
@@ -38,8 +39,10 @@ pub struct Services {
     pub vault: Option<Arc<toolgate_vault::Vault>>,
     /// The HTTP client behind the egress guard (`url`).
     pub web: Option<Arc<dyn web::Web>>,
-    /// The sandbox (`code`, `bash`, `files`, `path`).
+    /// The sandbox (`code`, `bash`, `files`, `path`, and `sql` on `sqlite:` files).
     pub sandbox: Option<capabilities::Sandbox>,
+    /// The client of tenants' database servers (`sql` on `postgres://` and `mysql://`).
+    pub databases: Option<Arc<dyn database::Databases>>,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -72,6 +75,7 @@ impl App {
             secrets.clone(),
             services.web,
             services.sandbox,
+            services.databases,
         );
         let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
         app.secrets = secrets;

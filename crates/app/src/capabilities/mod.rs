@@ -4,11 +4,13 @@ mod billing;
 mod permits;
 pub mod sandbox;
 mod secrets;
+mod sql;
 mod web;
 
 use std::sync::Arc;
 
 use crate::capability::Capability;
+use crate::database::Databases;
 use crate::metering::Meter;
 use crate::secrets::Secrets;
 use crate::web::Web;
@@ -17,13 +19,14 @@ pub use billing::Billing;
 pub use sandbox::Sandbox;
 
 /// Every capability this build offers, in the order tool descriptions list them and a call
-/// runs them; the vault's only with `secrets`, `url` and `http` only with `web`, the sandbox's only when
-/// the server runs one.
+/// runs them; the vault's only with `secrets`, `url` and `http` only with `web`, the sandbox's
+/// only when the server runs one, `sql` when there are database servers or sessions to run it.
 pub fn builtin(
     meter: Arc<Meter>,
     secrets: Option<Arc<Secrets>>,
     web: Option<Arc<dyn Web>>,
     sandbox: Option<Sandbox>,
+    databases: Option<Arc<dyn Databases>>,
 ) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
     // a call that stores a secret and uses it runs the store first
@@ -34,8 +37,13 @@ pub fn builtin(
         capabilities.push(Arc::new(web::FetchUrl::new(web.clone(), secrets.clone())));
         capabilities.push(Arc::new(web::SendHttp::new(web, secrets.clone())));
     }
-    if let Some(sandbox) = sandbox {
-        capabilities.extend(sandbox.capabilities(secrets));
+    let sandbox = sandbox.map(|sandbox| sandbox.shared(secrets.clone()));
+    if let Some(sandbox) = &sandbox {
+        capabilities.extend(Sandbox::capabilities(sandbox));
+    }
+    // after the sandbox's, so that one call can write a SQLite file with code and query it
+    if databases.is_some() || sandbox.is_some() {
+        capabilities.extend(sql::capabilities(databases, secrets, sandbox));
     }
     capabilities
 }

@@ -61,12 +61,17 @@ impl Sandbox {
         }
     }
 
-    /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
-    /// close_session;
-    /// `secrets` on `code` and `bash` opens values from `secrets`.
-    pub fn capabilities(mut self, secrets: Option<Arc<Secrets>>) -> Vec<Arc<dyn Capability>> {
+    /// The sandbox as its capabilities (and `sql` on `sqlite:` files) share it; `secrets` on
+    /// `code` and `bash` opens values from `secrets`.
+    pub fn shared(mut self, secrets: Option<Arc<Secrets>>) -> Arc<Self> {
         self.secrets = secrets;
-        let shared = Arc::new(self);
+        Arc::new(self)
+    }
+
+    /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
+    /// close_session.
+    pub fn capabilities(shared: &Arc<Self>) -> Vec<Arc<dyn Capability>> {
+        let shared = Arc::clone(shared);
         vec![
             Arc::new(Upload::new(Arc::clone(&shared))),
             Arc::new(Runner::python(Arc::clone(&shared))),
@@ -294,8 +299,47 @@ impl Sandbox {
         }
     }
 
+    /// `session_id` as `tools/list` shows it.
+    pub(crate) fn session_id_field(&self) -> Field {
+        self.session_id.clone()
+    }
+
+    /// Whether the account's session `session_id` lives now.
+    pub(crate) async fn is_live(&self, account: &str, session_id: &str) -> bool {
+        self.sessions
+            .list(account)
+            .await
+            .iter()
+            .any(|s| s.id == session_id)
+    }
+
+    /// The operator's limits with a time limit of `timeout` (at most the operator's most).
+    pub(crate) fn limits_for(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<toolgate_sandbox::Limits, Failure> {
+        let seconds = timeout
+            .as_secs()
+            .clamp(1, self.limits.max_timeout.as_secs().max(1));
+        self.limits
+            .for_call(Some(seconds))
+            .map_err(|e| Failure::new(e.to_string()))
+    }
+
+    /// Runs `request` in its session.
+    pub(crate) async fn run(
+        &self,
+        request: toolgate_sandbox::RunRequest,
+    ) -> Result<toolgate_sandbox::RunOutcome, Failure> {
+        self.sessions.run(request).await.map_err(failure)
+    }
+
     /// A redactor for the secrets `session` was given (those that still exist).
-    async fn redactor_for(&self, ctx: &CallContext<'_>, session: &str) -> toolgate_vault::Redactor {
+    pub(crate) async fn redactor_for(
+        &self,
+        ctx: &CallContext<'_>,
+        session: &str,
+    ) -> toolgate_vault::Redactor {
         let names = self.exposed.of(&account_key(ctx), session);
         let Some(secrets) = self.secrets.as_ref().filter(|_| !names.is_empty()) else {
             return toolgate_vault::Redactor::new(std::iter::empty());

@@ -1,0 +1,158 @@
+//! The database seam: what `sql` needs from a client of a tenant's own database server, as
+//! values. The binary wires in the real one (crate `database`: sqlx behind the egress guard,
+//! pools per account and connection); `app` never speaks a database protocol itself. SQLite
+//! files are not served here but by the session whose workspace holds them.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+/// Whether a statement may change data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// One statement in a read-only transaction: the database refuses any write.
+    Read,
+    /// One or more statements in one transaction, committed when all succeed.
+    Write,
+}
+
+/// One statement on a tenant's database.
+#[derive(Clone)]
+pub struct DbQuery {
+    /// The account, which owns the connection pool.
+    pub account: String,
+    /// The vault secret the connection string came from (the pool's other key).
+    pub secret: String,
+    /// `postgres://…` (or `postgresql://…`) or `mysql://…`, credentials included.
+    pub connection: toolgate_vault::Zeroizing<String>,
+    /// The statement (with [`Access::Write`], possibly several).
+    pub statement: String,
+    /// Read-only or not.
+    pub access: Access,
+    /// Rows returned at most; the rest is left out and the answer says so.
+    pub max_rows: u64,
+    /// About how many bytes of values are returned at most.
+    pub max_bytes: u64,
+    /// The statement's time limit, enforced by the database.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for DbQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // the connection string holds a password
+        f.debug_struct("DbQuery")
+            .field("account", &self.account)
+            .field("secret", &self.secret)
+            .field("access", &self.access)
+            .field("statement_bytes", &self.statement.len())
+            .field("max_rows", &self.max_rows)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A result column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    /// Its name.
+    pub name: String,
+    /// The database's name of its type (`int4`, `text`, `integer`, …).
+    pub type_name: String,
+}
+
+/// What a statement returned.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Table {
+    /// The columns of the last statement that returned rows.
+    pub columns: Vec<Column>,
+    /// The rows, each value as JSON holds it: numbers and booleans as such, exact numerics,
+    /// dates and the like as the database writes them, JSON as JSON, binary as base64.
+    pub rows: Vec<Vec<Value>>,
+    /// Rows were left out (by `max_rows` or `max_bytes`).
+    pub truncated: bool,
+    /// Rows the statements inserted, updated or deleted.
+    pub changes: u64,
+}
+
+impl Table {
+    /// Reads the `table` object a session answers a SQLite statement with (`{columns: [{name,
+    /// type}], rows, truncated, changes}`); `None` if it is not one.
+    pub fn from_session(value: Value) -> Option<Self> {
+        let Value::Object(mut table) = value else {
+            return None;
+        };
+        let columns = table
+            .remove("columns")?
+            .as_array()?
+            .iter()
+            .map(|c| {
+                Some(Column {
+                    name: c.get("name")?.as_str()?.to_owned(),
+                    type_name: c.get("type")?.as_str()?.to_owned(),
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        let Value::Array(rows) = table.remove("rows")? else {
+            return None;
+        };
+        let rows = rows
+            .into_iter()
+            .map(|row| match row {
+                Value::Array(values) if values.len() == columns.len() => Some(values),
+                _ => None,
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            columns,
+            rows,
+            truncated: table.get("truncated")?.as_bool()?,
+            changes: table.get("changes")?.as_u64()?,
+        })
+    }
+}
+
+/// Why a statement did not run or failed; messages are safe to show the caller (they may name
+/// the host, never the password).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum DatabaseError {
+    /// the connection string, the egress guard or a limit refused it; nothing was sent
+    #[error("{0}")]
+    Refused(String),
+    /// the database refused the statement, or the connection failed or timed out
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Runs statements on tenants' database servers.
+#[async_trait]
+pub trait Databases: Send + Sync {
+    /// Runs `query`.
+    async fn query(&self, query: DbQuery) -> Result<Table, DatabaseError>;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_sessions_table_is_read_and_a_malformed_one_refused() {
+        let good = json!({"columns": [{"name": "n", "type": "integer"}], "rows": [[1], [2]],
+                          "truncated": true, "changes": 0});
+        let table = Table::from_session(good).unwrap();
+        assert_eq!(table.columns[0].type_name, "integer");
+        assert_eq!(table.rows, vec![vec![json!(1)], vec![json!(2)]]);
+        assert!(table.truncated);
+        for bad in [
+            json!([]),
+            json!({"columns": [{"name": "n"}], "rows": [], "truncated": false, "changes": 0}),
+            json!({"columns": [{"name": "n", "type": "t"}], "rows": [[1, 2]], "truncated": false,
+                   "changes": 0}),
+            json!({"columns": [], "rows": [], "truncated": false, "changes": -1}),
+        ] {
+            assert!(Table::from_session(bad.clone()).is_none(), "{bad}");
+        }
+    }
+}
