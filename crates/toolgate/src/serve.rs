@@ -90,6 +90,10 @@ pub async fn run(settings: &Settings) -> Result<()> {
         toolgate_web::WebClient::new(config.egress.clone(), WEB_TIMEOUT)
             .map_err(anyhow::Error::msg)?,
     );
+    let databases: Arc<dyn toolgate_app::database::Databases> = Arc::new(
+        toolgate_database::DatabaseServers::new(config.egress.clone())
+            .map_err(anyhow::Error::msg)?,
+    );
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
@@ -105,6 +109,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
             vault: Some(vault),
             web: Some(web),
             sandbox: capabilities,
+            databases: Some(databases),
         },
     );
     let http = config.http;

@@ -51,6 +51,24 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
         "the web client implements app's seam behind the egress guard and knows nothing else",
     ),
     (
+        "toolgate-database",
+        &[
+            "toolgate-server",
+            "toolgate-store",
+            "toolgate-store-sqlite",
+            "toolgate-store-postgres",
+            "toolgate-sandbox",
+            "toolgate-sandbox-manager",
+            "toolgate-web",
+            "rusqlite",
+            "reqwest",
+            "rmcp",
+            "axum",
+        ],
+        "the database client implements app's seam behind the egress guard and knows nothing \
+         else (SQLite files are the sessions' business, not this client's)",
+    ),
+    (
         "toolgate-egress",
         &[
             "tokio",
@@ -83,6 +101,7 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "rustix",
             "reqwest",
             "toolgate-web",
+            "toolgate-database",
         ],
         "the use cases know the store's traits and the sandbox seam, not HTTP, MCP, SQL or \
          what runs the sessions",

@@ -15,5 +15,6 @@ mod operations;
 mod protocol;
 mod reads;
 mod sandbox;
+mod sql;
 mod vault;
 mod web;
