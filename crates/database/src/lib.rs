@@ -6,6 +6,7 @@
 mod endpoint;
 mod pg_values;
 mod postgres;
+mod rows;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -123,7 +124,7 @@ impl Databases for DatabaseServers {
     async fn query(&self, query: DbQuery) -> Result<Table, DatabaseError> {
         let endpoint = Endpoint::parse(&query.connection)?;
         let pool = self.pool(&query, &endpoint).await?;
-        let caps = postgres::Caps {
+        let caps = rows::Caps {
             max_rows: query.max_rows,
             max_bytes: query.max_bytes,
             timeout: query.timeout,

@@ -1,0 +1,153 @@
+//! What PostgreSQL and MySQL share: a statement's answer read within its caps, and the guard
+//! around one use of a pooled connection (a time limit past the database's own, and a
+//! connection closed rather than pooled when it is not fit for reuse).
+
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use serde_json::Value;
+use sqlx::pool::PoolConnection;
+use sqlx::{Database, Either, Pool};
+use toolgate_app::database::{Column, DatabaseError, Table};
+
+/// Time to connect (or wait for a free connection).
+pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Time beyond the statement's own limit before the client gives up on the server.
+const SLACK: Duration = Duration::from_secs(5);
+
+/// What a statement may return.
+#[derive(Debug, Clone, Copy)]
+pub struct Caps {
+    pub max_rows: u64,
+    pub max_bytes: u64,
+    pub timeout: Duration,
+}
+
+/// How one engine's results are read.
+pub struct Reader<DB: Database> {
+    /// rows a result changed
+    pub changes: fn(&DB::QueryResult) -> u64,
+    /// a row's columns
+    pub columns: fn(&DB::Row) -> Vec<Column>,
+    /// a row's values as JSON
+    pub values: fn(&DB::Row) -> Vec<Value>,
+}
+
+/// One use of a connection: its result, and whether the connection is fit for reuse.
+pub type Work<'c> = BoxFuture<'c, (Result<Table, DatabaseError>, bool)>;
+
+/// A connection of `pool`, given to `work`, which answers with its result and whether the
+/// connection is still fit for reuse; after `caps.timeout` and some slack it is given up.
+pub async fn with_connection<DB: Database>(
+    pool: &Pool<DB>,
+    caps: Caps,
+    work: impl for<'c> FnOnce(&'c mut PoolConnection<DB>) -> Work<'c>,
+) -> Result<Table, DatabaseError> {
+    let mut conn = pool
+        .acquire()
+        .await
+        .map_err(|e| failed("cannot connect", &e))?;
+    let limit = caps.timeout + SLACK;
+    let (result, clean) = match tokio::time::timeout(limit, work(&mut conn)).await {
+        Ok(done) => done,
+        Err(_) => (
+            Err(DatabaseError::Failed(format!(
+                "the database did not answer within {} s",
+                limit.as_secs()
+            ))),
+            false,
+        ),
+    };
+    if !clean {
+        conn.close_on_drop();
+    }
+    result
+}
+
+/// The items of a statement's answer.
+pub type Items<'c, DB> = BoxStream<
+    'c,
+    Result<Either<<DB as Database>::QueryResult, <DB as Database>::Row>, sqlx::Error>,
+>;
+
+/// Reads results until the end or a cap: the rows of the last statement that returned any,
+/// the changes of all; `false` when it stopped at a cap.
+pub async fn collect<DB: Database>(
+    mut items: Items<'_, DB>,
+    caps: Caps,
+    reader: &Reader<DB>,
+) -> Result<(Table, bool), DatabaseError> {
+    let mut table = Table::default();
+    let mut bytes = 0u64;
+    let mut fresh_result = true;
+    while let Some(item) = items.try_next().await.map_err(statement_error)? {
+        match item {
+            Either::Left(done) => {
+                table.changes += (reader.changes)(&done);
+                fresh_result = true;
+            }
+            Either::Right(row) => {
+                if fresh_result {
+                    // a later statement's rows replace an earlier one's
+                    table.columns = (reader.columns)(&row);
+                    table.rows.clear();
+                    table.truncated = false;
+                    bytes = 0;
+                    fresh_result = false;
+                }
+                if table.rows.len() as u64 >= caps.max_rows {
+                    table.truncated = true;
+                    return Ok((table, false));
+                }
+                let values = (reader.values)(&row);
+                bytes += values
+                    .iter()
+                    .map(|v| v.to_string().len() as u64)
+                    .sum::<u64>();
+                if bytes > caps.max_bytes && !table.rows.is_empty() {
+                    table.truncated = true;
+                    return Ok((table, false));
+                }
+                table.rows.push(values);
+            }
+        }
+    }
+    Ok((table, true))
+}
+
+/// A write whose rows were cut short: nothing is committed.
+pub fn cut_write() -> DatabaseError {
+    DatabaseError::Failed(
+        "the statements returned more rows than max_rows or 1 MiB; nothing was committed: \
+         raise max_rows, or return fewer rows"
+            .to_owned(),
+    )
+}
+
+/// The database's own words for a statement it refused or that failed.
+pub fn statement_error(e: sqlx::Error) -> DatabaseError {
+    match e {
+        sqlx::Error::Database(db) => DatabaseError::Failed(match db.code() {
+            Some(code) => format!(
+                "the database refused the statement ({code}): {}",
+                db.message()
+            ),
+            None => format!("the database refused the statement: {}", db.message()),
+        }),
+        other => failed("the statement failed", &other),
+    }
+}
+
+/// A failure in our words, with sqlx's (which name the host at most, never the password).
+pub fn failed(what: &str, e: &sqlx::Error) -> DatabaseError {
+    match e {
+        sqlx::Error::Database(db) => DatabaseError::Failed(format!("{what}: {}", db.message())),
+        sqlx::Error::PoolTimedOut => DatabaseError::Failed(format!(
+            "{what}: no connection within {} s",
+            ACQUIRE_TIMEOUT.as_secs()
+        )),
+        other => DatabaseError::Failed(format!("{what}: {other}")),
+    }
+}
