@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite, from a fresh clone. Installs what it needs (Python venv with the
-# MCP SDK, Node 22, the npm packages, PostgreSQL from Debian's packages), starts a throw-away
-# PostgreSQL cluster on 127.0.0.1, and runs in order:
+# MCP SDK, Node 22, the npm packages, PostgreSQL and MariaDB from Debian's packages), starts a
+# throw-away PostgreSQL cluster and MariaDB server on 127.0.0.1 (the store's backend, and tenants'
+# databases for `sql`), and runs in order:
 #   1. cargo fmt --check and clippy -D warnings (also the conformance build)
 #   2. every Rust unit and integration test, SQLite and PostgreSQL
 #   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
@@ -18,14 +19,17 @@ step "dependencies"
 "$ROOT/scripts/deps.sh"
 "$ROOT/scripts/python-runtime.sh" "$DEPS/python-runtime"
 PG_DIR="$(mktemp -d /tmp/toolgate-pg.XXXXXX)"   # under /tmp: the postgres user must reach it
+MY_DIR="$(mktemp -d /tmp/toolgate-mysql.XXXXXX)"  # and the mysql user this one
 SERVER_PID=""
 cleanup() {
   [[ -z "$SERVER_PID" ]] || kill "$SERVER_PID" 2>/dev/null || true
   "$ROOT/scripts/pg-down.sh" "$PG_DIR" >/dev/null 2>&1 || true
-  rm -rf "$PG_DIR"
+  "$ROOT/scripts/mysql-down.sh" "$MY_DIR" >/dev/null 2>&1 || true
+  rm -rf "$PG_DIR" "$MY_DIR"
 }
 trap cleanup EXIT
 PG_URL="$("$ROOT/scripts/pg-up.sh" "$PG_DIR")"
+MY_URL="$("$ROOT/scripts/mysql-up.sh" "$MY_DIR")"
 
 step "format and lints"
 cargo fmt --all -- --check
@@ -35,7 +39,7 @@ cargo clippy -p toolgate-server -p toolgate --all-targets --locked --features to
 step "Rust tests (SQLite and PostgreSQL)"
 # the confinement library the zygote's children load; cargo test does not build a cdylib
 cargo build --locked -p toolgate-sandbox-harden
-TOOLGATE_TEST_POSTGRES_URL="$PG_URL" cargo test --workspace --locked
+TOOLGATE_TEST_POSTGRES_URL="$PG_URL" TOOLGATE_TEST_MYSQL_URL="$MY_URL" cargo test --workspace --locked
 
 step "release builds"
 # The conformance build adds the suite's fixture tools; it is copied aside so that the plain

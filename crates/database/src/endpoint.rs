@@ -18,6 +18,8 @@ use url::Url;
 pub enum Engine {
     /// PostgreSQL
     Postgres,
+    /// MySQL or MariaDB
+    Mysql,
 }
 
 /// How the connection is encrypted (PostgreSQL's `sslmode`, those that need no file).
@@ -68,9 +70,10 @@ impl Endpoint {
             .map_err(|e| refused(format!("the connection string is not a URL ({e})")))?;
         let engine = match url.scheme() {
             "postgres" | "postgresql" => Engine::Postgres,
+            "mysql" | "mariadb" => Engine::Mysql,
             other => {
                 return Err(refused(format!(
-                    "{}:// databases are not served here; postgres:// is",
+                    "{}:// databases are not served here; postgres:// and mysql:// are",
                     other.chars().take(16).collect::<String>()
                 )));
             }
@@ -93,13 +96,17 @@ impl Endpoint {
         let password = Zeroizing::new(decode(url.password().unwrap_or_default(), "password")?);
         let path = url.path().trim_start_matches('/');
         let database = match decode(path, "database name")? {
-            name if name.is_empty() => user.clone(),
+            // PostgreSQL's default; MySQL has none
+            name if name.is_empty() && engine == Engine::Postgres => user.clone(),
             name => name,
         };
         let mut endpoint = Self {
             engine,
             host,
-            port: url.port().unwrap_or(5432),
+            port: url.port().unwrap_or(match engine {
+                Engine::Postgres => 5432,
+                Engine::Mysql => 3306,
+            }),
             user,
             password,
             database,
@@ -112,8 +119,16 @@ impl Endpoint {
         Ok(endpoint)
     }
 
-    /// One `?key=value` of the string: only those that need nothing of this host.
+    /// One `?key=value` of the string: only those that need nothing of this host. MySQL's
+    /// `ssl-mode` (`DISABLED`, `PREFERRED`, `REQUIRED`) is read as `sslmode`.
     fn apply(&mut self, key: &str, value: &str) -> Result<(), DatabaseError> {
+        let (key, value) = match (key, value.to_ascii_uppercase().as_str()) {
+            ("ssl-mode", "DISABLED") => ("sslmode", "disable"),
+            ("ssl-mode", "PREFERRED") => ("sslmode", "prefer"),
+            ("ssl-mode", "REQUIRED") => ("sslmode", "require"),
+            ("ssl-mode", "VERIFY_CA" | "VERIFY_IDENTITY") => ("sslmode", "verify-full"),
+            _ => (key, value),
+        };
         match (key, value) {
             ("sslmode", "disable") => self.tls = Tls::Disable,
             ("sslmode", "allow" | "prefer") => self.tls = Tls::Prefer,
@@ -129,8 +144,8 @@ impl Endpoint {
             }
             _ => {
                 return Err(refused(format!(
-                    "the connection parameter {:?} is not accepted here (sslmode and \
-                     application_name are)",
+                    "the connection parameter {:?} is not accepted here (sslmode, ssl-mode \
+                     and application_name are)",
                     key.chars().take(64).collect::<String>()
                 )));
             }
@@ -199,6 +214,12 @@ mod tests {
             ("::1", 5432, "bob")
         );
         assert!(e.password.is_empty());
+        let e = Endpoint::parse("mysql://root:pw@db.example.com?ssl-mode=REQUIRED").unwrap();
+        assert_eq!(
+            (e.engine, e.port, e.tls),
+            (Engine::Mysql, 3306, Tls::Require)
+        );
+        assert_eq!(e.database, "", "MySQL has no default database");
     }
 
     #[test]
@@ -222,6 +243,8 @@ mod tests {
             ("postgres://:pw@h/db", "needs a user name"),
             ("postgres:///db", "names no host"),
             ("redis://u:pw@h", "redis:// databases are not served"),
+            ("mysql://u:pw@h/db?ssl-mode=VERIFY_IDENTITY", "verify-full"),
+            ("mysql://u:pw@h/db?local_infile=1", "\"local_infile\""),
             ("not a url pw", "not a URL"),
         ] {
             let message = err(bad);

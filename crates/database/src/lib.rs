@@ -1,9 +1,12 @@
-//! The client of tenants' own database servers: the implementation of the database seam
+//! The client of tenants' own PostgreSQL, MySQL and MariaDB servers: the implementation of the
+//! database seam
 //! ([`toolgate_app::database::Databases`]). A connection string is read strictly
 //! ([`endpoint`]), its host checked by the egress guard and connected to by address; each
 //! (account, secret, connection string) has its own small pool, closed when idle.
 
 mod endpoint;
+mod my_values;
+mod mysql;
 mod pg_values;
 mod postgres;
 mod rows;
@@ -14,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
-use sqlx::PgPool;
+use sqlx::{MySqlPool, PgPool};
 use toolgate_app::database::{DatabaseError, Databases, DbQuery, Table};
 use toolgate_egress::EgressPolicy;
 
@@ -46,8 +49,24 @@ struct PoolKey {
     connection: [u8; 32],
 }
 
+/// One engine's pool.
+#[derive(Clone)]
+enum AnyPool {
+    Postgres(PgPool),
+    Mysql(MySqlPool),
+}
+
+impl AnyPool {
+    async fn close(&self) {
+        match self {
+            Self::Postgres(pool) => pool.close().await,
+            Self::Mysql(pool) => pool.close().await,
+        }
+    }
+}
+
 struct Entry {
-    pool: PgPool,
+    pool: AnyPool,
     last_used: Instant,
 }
 
@@ -93,7 +112,7 @@ impl DatabaseServers {
         lock(&self.pools).len()
     }
 
-    async fn pool(&self, query: &DbQuery, endpoint: &Endpoint) -> Result<PgPool, DatabaseError> {
+    async fn pool(&self, query: &DbQuery, endpoint: &Endpoint) -> Result<AnyPool, DatabaseError> {
         let key = PoolKey {
             account: query.account.clone(),
             secret: query.secret.clone(),
@@ -104,7 +123,10 @@ impl DatabaseServers {
             return Ok(entry.pool.clone());
         }
         let addresses = endpoint.resolve(&self.policy).await?;
-        let pool = postgres::pool(endpoint, addresses[0]);
+        let pool = match endpoint.engine {
+            Engine::Postgres => AnyPool::Postgres(postgres::pool(endpoint, addresses[0])),
+            Engine::Mysql => AnyPool::Mysql(mysql::pool(endpoint, addresses[0])),
+        };
         let mut pools = lock(&self.pools);
         let pool = pools
             .entry(key.clone())
@@ -129,7 +151,12 @@ impl Databases for DatabaseServers {
             max_bytes: query.max_bytes,
             timeout: query.timeout,
         };
-        postgres::run(&pool, &query.statement, query.access, caps).await
+        match &pool {
+            AnyPool::Postgres(pool) => {
+                postgres::run(pool, &query.statement, query.access, caps).await
+            }
+            AnyPool::Mysql(pool) => mysql::run(pool, &query.statement, query.access, caps).await,
+        }
     }
 }
 

@@ -312,3 +312,47 @@ async fn bad_sql_input_gets_a_clear_error_before_anything_runs() {
         assert!(text(&refused).contains(says), "{says}: {refused}");
     }
 }
+
+#[tokio::test]
+async fn mysql_through_a_connection_string_in_the_vault() {
+    let f = fixture_with(&["--egress-allow-private", "127.0.0.1/32"]).await;
+    let url = std::env::var("TOOLGATE_TEST_MYSQL_URL")
+        .expect("TOOLGATE_TEST_MYSQL_URL: scripts/test.sh starts a server and sets it");
+    f.write(json!({"secret_set": {"name": "MY", "value": url}}))
+        .await;
+    let table = format!(
+        "sql_suite_{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    );
+    let made = f
+        .write(json!({"database": "MY",
+                      "sql": format!("CREATE TABLE {table}(id INT, price DECIMAL(6,2));\
+                                      INSERT INTO {table} VALUES (1, 9.99), (2, 0.50)")}))
+        .await;
+    assert_eq!(made["isError"], false, "{made}");
+    let rows = read(
+        &f,
+        &f.alice,
+        json!({"database": "MY", "sql": format!("SELECT id, price FROM {table} ORDER BY id")}),
+    )
+    .await;
+    assert_eq!(rows["isError"], false, "{rows}");
+    assert_eq!(rows["structuredContent"]["sql"]["database"], "mysql");
+    assert_eq!(
+        rows["structuredContent"]["sql"]["rows"],
+        json!([[1, "9.99"], [2, "0.50"]])
+    );
+    let refused = read(
+        &f,
+        &f.alice,
+        json!({"database": "MY", "sql": format!("UPDATE {table} SET price = 0")}),
+    )
+    .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(text(&refused).contains("READ ONLY"), "{refused}");
+    f.write(json!({"database": "MY", "sql": format!("DROP TABLE {table}")}))
+        .await;
+}

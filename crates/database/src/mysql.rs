@@ -1,0 +1,150 @@
+//! Statements on a tenant's MySQL or MariaDB server, by the rules of [`crate::postgres`]: a
+//! read is one prepared statement (the server refuses a string of several) in a `READ ONLY`
+//! transaction of a session whose transactions are all read-only, so that not even a statement
+//! that commits implicitly can write; a write is a script in one transaction (MySQL commits DDL
+//! implicitly, which no client can prevent). The time limit is the server's own:
+//! `max_statement_time` on MariaDB, `max_execution_time` (which bounds `SELECT` only) on MySQL.
+
+use futures::{StreamExt, TryStreamExt};
+use sqlx::mysql::{
+    MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow, MySqlSslMode,
+};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, Column, ConnectOptions, Either, Row, TypeInfo};
+use toolgate_app::database::{Access, Column as TableColumn, DatabaseError, Table};
+
+use crate::endpoint::{Endpoint, Tls};
+use crate::my_values::json_of;
+use crate::postgres::{CONNECTION_IDLE, POOL_CONNECTIONS};
+use crate::rows::{self, ACQUIRE_TIMEOUT, Caps, Reader};
+
+const READER: Reader<MySql> = Reader {
+    changes: |done| done.rows_affected(),
+    columns,
+    values: |row| (0..row.len()).map(|i| json_of(row, i)).collect(),
+};
+
+/// A lazy pool for `endpoint` at `address`: nothing connects until the first statement.
+pub fn pool(endpoint: &Endpoint, address: std::net::SocketAddr) -> MySqlPool {
+    let mut options = MySqlConnectOptions::new()
+        .host(&address.ip().to_string())
+        .port(address.port())
+        .username(&endpoint.user)
+        .password(&endpoint.password)
+        .ssl_mode(match endpoint.tls {
+            Tls::Disable => MySqlSslMode::Disabled,
+            Tls::Prefer => MySqlSslMode::Preferred,
+            Tls::Require => MySqlSslMode::Required,
+        })
+        .statement_cache_capacity(0)
+        .disable_statement_logging();
+    if !endpoint.database.is_empty() {
+        options = options.database(&endpoint.database);
+    }
+    MySqlPoolOptions::new()
+        .max_connections(POOL_CONNECTIONS)
+        .min_connections(0)
+        .idle_timeout(CONNECTION_IDLE)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+        .connect_lazy_with(options)
+}
+
+/// Runs `statement` on a connection of `pool`.
+pub async fn run(
+    pool: &MySqlPool,
+    statement: &str,
+    access: Access,
+    caps: Caps,
+) -> Result<Table, DatabaseError> {
+    let statement = statement.to_owned();
+    rows::with_connection(pool, caps, move |conn| {
+        Box::pin(async move { in_transaction(conn, statement, access, caps).await })
+    })
+    .await
+}
+
+async fn in_transaction(
+    conn: &mut PoolConnection<MySql>,
+    statement: String,
+    access: Access,
+    caps: Caps,
+) -> (Result<Table, DatabaseError>, bool) {
+    if let Err(e) = set_up(conn, access, caps).await {
+        return (Err(rows::failed("cannot start a transaction", &e)), false);
+    }
+    let result = match access {
+        Access::Read => {
+            let items = sqlx::query(AssertSqlSafe(statement))
+                .persistent(false)
+                .fetch(&mut **conn)
+                .map_ok(Either::Right)
+                .boxed();
+            rows::collect(items, caps, &READER).await
+        }
+        Access::Write => {
+            let items = sqlx::raw_sql(AssertSqlSafe(statement)).fetch_many(&mut **conn);
+            rows::collect(items, caps, &READER).await
+        }
+    };
+    let (table, drained) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            let fit = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await.is_ok();
+            return (Err(e), fit);
+        }
+    };
+    if !drained {
+        return match access {
+            Access::Read => (Ok(table), false),
+            Access::Write => (Err(rows::cut_write()), false),
+        };
+    }
+    let finish = match access {
+        Access::Read => "ROLLBACK",
+        Access::Write => "COMMIT",
+    };
+    match sqlx::raw_sql(finish).execute(&mut **conn).await {
+        Ok(_) => (Ok(table), true),
+        Err(e) => (
+            Err(rows::failed("the transaction could not be committed", &e)),
+            false,
+        ),
+    }
+}
+
+/// The session's time limit and transaction mode, then the transaction.
+async fn set_up(
+    conn: &mut PoolConnection<MySql>,
+    access: Access,
+    caps: Caps,
+) -> Result<(), sqlx::Error> {
+    let seconds = caps.timeout.as_secs_f64().max(0.001);
+    let mariadb = format!("SET SESSION max_statement_time = {seconds:.3}");
+    if sqlx::raw_sql(AssertSqlSafe(mariadb))
+        .execute(&mut **conn)
+        .await
+        .is_err()
+    {
+        let ms = caps.timeout.as_millis().max(1);
+        let mysql = format!("SET SESSION max_execution_time = {ms}");
+        sqlx::raw_sql(AssertSqlSafe(mysql))
+            .execute(&mut **conn)
+            .await?;
+    }
+    let begin = match access {
+        Access::Read => "SET SESSION TRANSACTION READ ONLY; START TRANSACTION READ ONLY",
+        Access::Write => "SET SESSION TRANSACTION READ WRITE; START TRANSACTION",
+    };
+    sqlx::raw_sql(begin).execute(&mut **conn).await?;
+    Ok(())
+}
+
+fn columns(row: &MySqlRow) -> Vec<TableColumn> {
+    row.columns()
+        .iter()
+        .map(|c| TableColumn {
+            name: c.name().to_owned(),
+            type_name: c.type_info().name().to_ascii_lowercase(),
+        })
+        .collect()
+}
