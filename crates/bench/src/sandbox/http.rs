@@ -46,10 +46,15 @@ pub struct Http {
     pub new_session: Timings,
     /// svc_write `1+1` in the warm session, bare POST (no MCP session).
     pub warm: Timings,
-    /// The same naming five vault secrets (opened, set as the run's environment, redacted).
+    /// The same naming five vault secrets (opened, set as the run's environment, redacted),
+    /// alternated call by call with `warm_secrets_base`.
     pub warm_secrets: Timings,
-    /// The same naming five secrets, in the legacy session.
+    /// `1+1` naming none, the calls between those of `warm_secrets`.
+    pub warm_secrets_base: Timings,
+    /// The same naming five secrets, in the legacy session, alternated with its base.
     pub warm_secrets_legacy: Timings,
+    /// `1+1` naming none in the legacy session, between those of `warm_secrets_legacy`.
+    pub warm_secrets_legacy_base: Timings,
     /// The same in a 2025-11-25 legacy session with SSE accepted (the path most clients take).
     pub warm_legacy: Timings,
     /// Three printed lines streamed as progress (an SSE answer), in a legacy session.
@@ -205,9 +210,20 @@ fn figures(
         write_call_with_secrets("1+1", "warm", &names),
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?;
-    let (warm_secrets, _) =
-        runtime.block_on(timed(&endpoint, &with_secrets, WARMUP_CALLS, plan.calls))?;
+    let bare = Workload::post(
+        &personal,
+        write_call("1+1", "warm"),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm_secrets, warm_secrets_base) = runtime.block_on(timed_pair(
+        &endpoint,
+        &with_secrets,
+        &bare,
+        WARMUP_CALLS,
+        plan.calls,
+    ))?;
     report("warm 1+1 (5 secrets)", &warm_secrets);
+    report("warm 1+1 (none, alternated with it)", &warm_secrets_base);
 
     wait_for_quiet(plan.quiet);
     progress("warm 1+1 and a progress stream in a legacy session (SSE accepted)");
@@ -227,13 +243,22 @@ fn figures(
         write_call_with_secrets("1+1", "warm", &names),
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?;
-    let (warm_secrets_legacy, _) = runtime.block_on(timed(
+    let bare_legacy = in_session(
+        write_call("1+1", "warm"),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let (warm_secrets_legacy, warm_secrets_legacy_base) = runtime.block_on(timed_pair(
         &endpoint,
         &with_secrets_legacy,
+        &bare_legacy,
         WARMUP_CALLS,
         plan.calls,
     ))?;
     report("warm 1+1 (legacy session, 5 secrets)", &warm_secrets_legacy);
+    report(
+        "warm 1+1 (legacy session, none, alternated with it)",
+        &warm_secrets_legacy_base,
+    );
     let streamed = in_session(
         progress_call(),
         vec![b"notifications/progress", b"\"isError\":false"],
@@ -276,7 +301,9 @@ fn figures(
         new_session,
         warm,
         warm_secrets,
+        warm_secrets_base,
         warm_secrets_legacy,
+        warm_secrets_legacy_base,
         warm_legacy,
         progress: progress_stream,
         plot,
@@ -317,6 +344,36 @@ pub(crate) async fn timed(
         timings.push(started.elapsed());
     }
     Ok((timings.sorted(), last))
+}
+
+/// Workloads `a` and `b` alternated call by call on one connection, so that whatever else the
+/// machine does touches both alike: the fair way to read what `a` adds to `b`.
+pub(crate) async fn timed_pair(
+    endpoint: &Endpoint,
+    a: &Workload,
+    b: &Workload,
+    warmup: usize,
+    count: usize,
+) -> Result<(Timings, Timings)> {
+    let mut sender = load::connect(endpoint).await?;
+    for _ in 0..warmup {
+        for workload in [a, b] {
+            load::call(&mut sender, endpoint, workload)
+                .await
+                .context("a warm-up call")?;
+        }
+    }
+    let (mut timed_a, mut timed_b) = (Timings::default(), Timings::default());
+    for i in 0..count {
+        for (workload, timings) in [(a, &mut timed_a), (b, &mut timed_b)] {
+            let started = Instant::now();
+            load::call(&mut sender, endpoint, workload)
+                .await
+                .with_context(|| format!("call {i} of {count}"))?;
+            timings.push(started.elapsed());
+        }
+    }
+    Ok((timed_a.sorted(), timed_b.sorted()))
 }
 
 /// `1+1` with a new session id each time, on one connection.
