@@ -162,24 +162,10 @@ impl Endpoint {
                 .map_err(|e| DatabaseError::Failed(format!("cannot resolve {}: {e}", self.host)))?
                 .collect(),
         };
-        let mut refusal = None;
-        let allowed: Vec<SocketAddr> = found
-            .into_iter()
-            .filter(|addr| match policy.check_ip(addr.ip()) {
-                Ok(()) => true,
-                Err(e) => {
-                    refusal = Some(e);
-                    false
-                }
-            })
-            .collect();
-        if allowed.is_empty() {
-            return Err(match refusal {
-                Some(refusal) => refused(format!("{}: {refusal}", self.host)),
-                None => DatabaseError::Failed(format!("{} has no address", self.host)),
-            });
-        }
-        Ok(allowed)
+        policy.allowed(found).map_err(|refusal| match refusal {
+            Some(refusal) => refused(format!("{}: {refusal}", self.host)),
+            None => DatabaseError::Failed(format!("{} has no address", self.host)),
+        })
     }
 }
 

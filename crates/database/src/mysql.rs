@@ -5,18 +5,15 @@
 //! implicitly, which no client can prevent). The time limit is the server's own:
 //! `max_statement_time` on MariaDB, `max_execution_time` (which bounds `SELECT` only) on MySQL.
 
-use futures::{StreamExt, TryStreamExt};
-use sqlx::mysql::{
-    MySql, MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlRow, MySqlSslMode,
-};
+use futures::future::BoxFuture;
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlRow, MySqlSslMode};
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, Column, ConnectOptions, Either, Row, TypeInfo};
+use sqlx::{AssertSqlSafe, Column, ConnectOptions, Row, TypeInfo};
 use toolgate_app::database::{Access, Column as TableColumn, DatabaseError, Table};
 
 use crate::endpoint::{Endpoint, Tls};
 use crate::my_values::json_of;
-use crate::postgres::{CONNECTION_IDLE, POOL_CONNECTIONS};
-use crate::rows::{self, ACQUIRE_TIMEOUT, Caps, Reader};
+use crate::rows::{self, Caps, Reader};
 
 const READER: Reader<MySql> = Reader {
     changes: |done| done.rows_affected(),
@@ -41,12 +38,7 @@ pub fn pool(endpoint: &Endpoint, address: std::net::SocketAddr) -> MySqlPool {
     if !endpoint.database.is_empty() {
         options = options.database(&endpoint.database);
     }
-    MySqlPoolOptions::new()
-        .max_connections(POOL_CONNECTIONS)
-        .min_connections(0)
-        .idle_timeout(CONNECTION_IDLE)
-        .acquire_timeout(ACQUIRE_TIMEOUT)
-        .connect_lazy_with(options)
+    rows::pool_options().connect_lazy_with(options)
 }
 
 /// Runs `statement` on a connection of `pool`.
@@ -56,64 +48,19 @@ pub async fn run(
     access: Access,
     caps: Caps,
 ) -> Result<Table, DatabaseError> {
-    let statement = statement.to_owned();
-    rows::with_connection(pool, caps, move |conn| {
-        Box::pin(async move { in_transaction(conn, statement, access, caps).await })
-    })
-    .await
+    rows::run(pool, statement, access, caps, (set_up, &READER)).await
 }
 
-async fn in_transaction(
+fn set_up(
     conn: &mut PoolConnection<MySql>,
-    statement: String,
     access: Access,
     caps: Caps,
-) -> (Result<Table, DatabaseError>, bool) {
-    if let Err(e) = set_up(conn, access, caps).await {
-        return (Err(rows::failed("cannot start a transaction", &e)), false);
-    }
-    let result = match access {
-        Access::Read => {
-            let items = sqlx::query(AssertSqlSafe(statement))
-                .persistent(false)
-                .fetch(&mut **conn)
-                .map_ok(Either::Right)
-                .boxed();
-            rows::collect(items, caps, &READER).await
-        }
-        Access::Write => {
-            let items = sqlx::raw_sql(AssertSqlSafe(statement)).fetch_many(&mut **conn);
-            rows::collect(items, caps, &READER).await
-        }
-    };
-    let (table, drained) = match result {
-        Ok(done) => done,
-        Err(e) => {
-            let fit = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await.is_ok();
-            return (Err(e), fit);
-        }
-    };
-    if !drained {
-        return match access {
-            Access::Read => (Ok(table), false),
-            Access::Write => (Err(rows::cut_write()), false),
-        };
-    }
-    let finish = match access {
-        Access::Read => "ROLLBACK",
-        Access::Write => "COMMIT",
-    };
-    match sqlx::raw_sql(finish).execute(&mut **conn).await {
-        Ok(_) => (Ok(table), true),
-        Err(e) => (
-            Err(rows::failed("the transaction could not be committed", &e)),
-            false,
-        ),
-    }
+) -> BoxFuture<'_, Result<(), sqlx::Error>> {
+    Box::pin(begin(conn, access, caps))
 }
 
 /// The session's time limit and transaction mode, then the transaction.
-async fn set_up(
+async fn begin(
     conn: &mut PoolConnection<MySql>,
     access: Access,
     caps: Caps,

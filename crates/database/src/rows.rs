@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use futures::TryStreamExt;
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
-use sqlx::{Database, Either, Pool};
-use toolgate_app::database::{Column, DatabaseError, Table};
+use sqlx::{AssertSqlSafe, Database, Either, Pool};
+use toolgate_app::database::{Access, Column, DatabaseError, Table};
 
 /// Time to connect (or wait for a free connection).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,9 +38,53 @@ pub struct Reader<DB: Database> {
 /// One use of a connection: its result, and whether the connection is fit for reuse.
 pub type Work<'c> = BoxFuture<'c, (Result<Table, DatabaseError>, bool)>;
 
+/// How an engine begins a statement's transaction: its time limit and access mode.
+pub type SetUp<DB> =
+    for<'c> fn(&'c mut PoolConnection<DB>, Access, Caps) -> BoxFuture<'c, Result<(), sqlx::Error>>;
+
+/// Connections of one pool at once: a tenant's pool serves one account's calls.
+const POOL_CONNECTIONS: u32 = 2;
+/// A connection unused this long is closed.
+const CONNECTION_IDLE: Duration = Duration::from_secs(60);
+
+/// The options of every tenant's pool: small, closing idle connections, connecting lazily.
+pub fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
+    sqlx::pool::PoolOptions::new()
+        .max_connections(POOL_CONNECTIONS)
+        .min_connections(0)
+        .idle_timeout(CONNECTION_IDLE)
+        .acquire_timeout(ACQUIRE_TIMEOUT)
+}
+
+/// Runs `statement` on a connection of `pool`: the engine's `set_up`, then
+/// [`run_statement`], all within the time limit.
+pub async fn run<DB>(
+    pool: &Pool<DB>,
+    statement: &str,
+    access: Access,
+    caps: Caps,
+    (set_up, reader): (SetUp<DB>, &'static Reader<DB>),
+) -> Result<Table, DatabaseError>
+where
+    DB: Database + sqlx::database::HasStatementCache,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let statement = statement.to_owned();
+    with_connection(pool, caps, move |conn| {
+        Box::pin(async move {
+            if let Err(e) = set_up(conn, access, caps).await {
+                return (Err(failed("cannot start a transaction", &e)), false);
+            }
+            run_statement(conn, statement, access, caps, reader).await
+        })
+    })
+    .await
+}
+
 /// A connection of `pool`, given to `work`, which answers with its result and whether the
 /// connection is still fit for reuse; after `caps.timeout` and some slack it is given up.
-pub async fn with_connection<DB: Database>(
+async fn with_connection<DB: Database>(
     pool: &Pool<DB>,
     caps: Caps,
     work: impl for<'c> FnOnce(&'c mut PoolConnection<DB>) -> Work<'c>,
@@ -118,7 +162,7 @@ pub async fn collect<DB: Database>(
 }
 
 /// A write whose rows were cut short: nothing is committed.
-pub fn cut_write() -> DatabaseError {
+fn cut_write() -> DatabaseError {
     DatabaseError::Failed(
         "the statements returned more rows than max_rows or 1 MiB; nothing was committed: \
          raise max_rows, or return fewer rows"
@@ -149,5 +193,62 @@ pub fn failed(what: &str, e: &sqlx::Error) -> DatabaseError {
             ACQUIRE_TIMEOUT.as_secs()
         )),
         other => DatabaseError::Failed(format!("{what}: {other}")),
+    }
+}
+
+/// Runs `statement` in the transaction the engine has begun on `conn` (a read as one prepared
+/// statement, a write as a script), reads its answer within `caps` and ends the transaction:
+/// the result, and whether the connection is fit for reuse.
+async fn run_statement<DB>(
+    conn: &mut PoolConnection<DB>,
+    statement: String,
+    access: Access,
+    caps: Caps,
+    reader: &Reader<DB>,
+) -> (Result<Table, DatabaseError>, bool)
+where
+    DB: Database + sqlx::database::HasStatementCache,
+    for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
+    DB::Arguments: sqlx::IntoArguments<DB>,
+{
+    let result = match access {
+        Access::Read => {
+            let items = sqlx::query::<DB>(AssertSqlSafe(statement))
+                .persistent(false)
+                .fetch(&mut **conn)
+                .map_ok(Either::Right)
+                .boxed();
+            collect(items, caps, reader).await
+        }
+        Access::Write => {
+            let items = sqlx::raw_sql(AssertSqlSafe(statement)).fetch_many(&mut **conn);
+            collect(items, caps, reader).await
+        }
+    };
+    let (table, drained) = match result {
+        Ok(done) => done,
+        Err(e) => {
+            let fit = sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await.is_ok();
+            return (Err(e), fit);
+        }
+    };
+    if !drained {
+        // the rest of the answer is still on its way: the connection goes, and with it the
+        // transaction (a write with rows cut short is not committed)
+        return match access {
+            Access::Read => (Ok(table), false),
+            Access::Write => (Err(cut_write()), false),
+        };
+    }
+    let finish = match access {
+        Access::Read => "ROLLBACK",
+        Access::Write => "COMMIT",
+    };
+    match sqlx::raw_sql(finish).execute(&mut **conn).await {
+        Ok(_) => (Ok(table), true),
+        Err(e) => (
+            Err(failed("the transaction could not be committed", &e)),
+            false,
+        ),
     }
 }

@@ -5,56 +5,22 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolgate_app::database::{Access, DatabaseError, Databases, DbQuery, Table};
-use toolgate_database::DatabaseServers;
-use toolgate_egress::EgressPolicy;
+use toolgate_app::database::{Access, Databases};
 use toolgate_vault::Zeroizing;
 
-fn url() -> String {
-    std::env::var("TOOLGATE_TEST_MYSQL_URL")
-        .expect("TOOLGATE_TEST_MYSQL_URL: scripts/test.sh starts a server and sets it")
-}
+mod common;
 
-fn servers() -> DatabaseServers {
-    DatabaseServers::new(EgressPolicy::new(&["127.0.0.0/8".to_owned()]).unwrap()).unwrap()
-}
+use common::{Db, unique};
 
-fn query(statement: &str, access: Access) -> DbQuery {
-    DbQuery {
-        account: "acct-1".into(),
-        secret: "MY".into(),
-        connection: Zeroizing::new(url()),
-        statement: statement.into(),
-        access,
-        max_rows: 1000,
-        max_bytes: 1 << 20,
-        timeout: Duration::from_secs(10),
-    }
-}
-
-async fn read(db: &DatabaseServers, statement: &str) -> Result<Table, DatabaseError> {
-    db.query(query(statement, Access::Read)).await
-}
-
-async fn write(db: &DatabaseServers, statement: &str) -> Result<Table, DatabaseError> {
-    db.query(query(statement, Access::Write)).await
-}
-
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}_{nanos}")
+fn db() -> Db {
+    Db::from_env("TOOLGATE_TEST_MYSQL_URL")
 }
 
 #[tokio::test]
 async fn values_of_many_types_come_back_typed() {
-    let db = servers();
+    let db = db();
     let name = unique("types");
-    write(
-        &db,
-        &format!(
+    db.write(&format!(
             "CREATE TABLE {name}(i INT, u BIGINT UNSIGNED, d DECIMAL(10,3), f DOUBLE, b BOOLEAN, \
              t VARCHAR(20), raw VARBINARY(4), day DATE, at DATETIME(6), dur TIME, j JSON, n TEXT);\
              INSERT INTO {name} VALUES (-7, 18446744073709551615, 12345.678, 2.5, TRUE, 'a|b', \
@@ -63,7 +29,7 @@ async fn values_of_many_types_come_back_typed() {
     )
     .await
     .unwrap();
-    let t = read(&db, &format!("SELECT * FROM {name}")).await.unwrap();
+    let t = db.read(&format!("SELECT * FROM {name}")).await.unwrap();
     let types: Vec<&str> = t.columns.iter().map(|c| c.type_name.as_str()).collect();
     assert_eq!(
         types,
@@ -101,17 +67,16 @@ async fn values_of_many_types_come_back_typed() {
     // MariaDB's JSON is a LONGTEXT it sends as a blob: its text, as written
     assert_eq!(row[10], json!("{\"k\": [1, null]}"));
     assert_eq!(row[11], json!(null));
-    write(&db, &format!("DROP TABLE {name}")).await.unwrap();
+    db.write(&format!("DROP TABLE {name}")).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_read_cannot_write_and_the_server_is_what_refuses() {
-    let db = servers();
+    let db = db();
     let name = unique("ro");
-    write(
-        &db,
-        &format!("CREATE TABLE {name}(x INT); INSERT INTO {name} VALUES (1)"),
-    )
+    db.write(&format!(
+        "CREATE TABLE {name}(x INT); INSERT INTO {name} VALUES (1)"
+    ))
     .await
     .unwrap();
     for statement in [
@@ -121,86 +86,89 @@ async fn a_read_cannot_write_and_the_server_is_what_refuses() {
         format!("CREATE TABLE {name}_b(y INT)"),
         format!("TRUNCATE TABLE {name}"),
     ] {
-        let refused = read(&db, &statement).await.unwrap_err().to_string();
+        let refused = db.read(&statement).await.unwrap_err().to_string();
         assert!(
             refused.contains("READ ONLY transaction"),
             "{statement}: {refused}"
         );
     }
     // two statements are never one
-    let refused = read(&db, &format!("COMMIT; DELETE FROM {name}"))
+    let refused = db
+        .read(&format!("COMMIT; DELETE FROM {name}"))
         .await
         .unwrap_err()
         .to_string();
     assert!(refused.contains("SQL syntax"), "{refused}");
     // a statement that ends the transaction leaves the session read-only
-    read(&db, "COMMIT").await.unwrap();
-    let refused = read(&db, &format!("DELETE FROM {name}"))
+    db.read("COMMIT").await.unwrap();
+    let refused = db
+        .read(&format!("DELETE FROM {name}"))
         .await
         .unwrap_err()
         .to_string();
     assert!(refused.contains("READ ONLY"), "{refused}");
-    let t = read(&db, &format!("SELECT count(*) AS n FROM {name}"))
+    let t = db
+        .read(&format!("SELECT count(*) AS n FROM {name}"))
         .await
         .unwrap();
     assert_eq!(t.rows, vec![vec![json!(1)]]);
-    write(&db, &format!("DROP TABLE {name}")).await.unwrap();
+    db.write(&format!("DROP TABLE {name}")).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_slow_statement_is_stopped_by_its_time_limit() {
-    let db = servers();
-    let mut slow = query(
+    let db = db();
+    let mut slow = db.query(
         "SELECT sum(a.seq * b.seq) FROM seq_1_to_100000 a, seq_1_to_100000 b",
         Access::Read,
     );
     slow.timeout = Duration::from_millis(300);
     let started = Instant::now();
-    let refused = db.query(slow).await.unwrap_err().to_string();
+    let refused = db.servers.query(slow).await.unwrap_err().to_string();
     let took = started.elapsed();
     assert!(refused.contains("max_statement_time"), "{refused}");
     assert!(took < Duration::from_secs(5), "{took:?}");
     println!("a 300 ms max_statement_time stopped a join of 10^10 rows after {took:?}");
     assert_eq!(
-        read(&db, "SELECT 2").await.unwrap().rows,
+        db.read("SELECT 2").await.unwrap().rows,
         vec![vec![json!(2)]]
     );
 }
 
 #[tokio::test]
 async fn rows_are_capped_and_a_script_commits_all_or_nothing() {
-    let db = servers();
-    let mut many = query("SELECT seq FROM seq_1_to_1000000", Access::Read);
+    let db = db();
+    let mut many = db.query("SELECT seq FROM seq_1_to_1000000", Access::Read);
     many.max_rows = 10;
-    let t = db.query(many).await.unwrap();
+    let t = db.servers.query(many).await.unwrap();
     assert_eq!((t.rows.len(), t.truncated), (10, true));
     assert_eq!(
-        read(&db, "SELECT 3").await.unwrap().rows,
+        db.read("SELECT 3").await.unwrap().rows,
         vec![vec![json!(3)]]
     );
     let name = unique("script");
-    write(
-        &db,
-        &format!("CREATE TABLE {name}(id INT PRIMARY KEY) ENGINE=InnoDB"),
-    )
+    db.write(&format!(
+        "CREATE TABLE {name}(id INT PRIMARY KEY) ENGINE=InnoDB"
+    ))
     .await
     .unwrap();
-    let t = write(
-        &db,
-        &format!("INSERT INTO {name} VALUES (1), (2); UPDATE {name} SET id = 3 WHERE id = 2"),
-    )
-    .await
-    .unwrap();
+    let t = db
+        .write(&format!(
+            "INSERT INTO {name} VALUES (1), (2); UPDATE {name} SET id = 3 WHERE id = 2"
+        ))
+        .await
+        .unwrap();
     assert_eq!(t.changes, 3);
-    let failed = write(
-        &db,
-        &format!("INSERT INTO {name} VALUES (4); INSERT INTO {name} VALUES (1)"),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let failed = db
+        .write(&format!(
+            "INSERT INTO {name} VALUES (4); INSERT INTO {name} VALUES (1)"
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(failed.contains("Duplicate entry"), "{failed}");
-    let t = read(&db, &format!("SELECT id FROM {name} ORDER BY id"))
+    let t = db
+        .read(&format!("SELECT id FROM {name} ORDER BY id"))
         .await
         .unwrap();
     assert_eq!(
@@ -208,18 +176,18 @@ async fn rows_are_capped_and_a_script_commits_all_or_nothing() {
         vec![vec![json!(1)], vec![json!(3)]],
         "the failed script left nothing"
     );
-    write(&db, &format!("DROP TABLE {name}")).await.unwrap();
+    db.write(&format!("DROP TABLE {name}")).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_wrong_password_is_a_clear_error_that_does_not_repeat_it() {
-    let db = servers();
-    let mut bad = query("SELECT 1", Access::Read);
-    let good = url();
+    let db = db();
+    let mut bad = db.query("SELECT 1", Access::Read);
+    let good = db.url().to_owned();
     let (head, rest) = good.split_once('@').unwrap();
     let user = head.rsplit_once(':').unwrap().0;
     bad.connection = Zeroizing::new(format!("{user}:not-the-password-xyz@{rest}"));
-    let failed = db.query(bad).await.unwrap_err().to_string();
+    let failed = db.servers.query(bad).await.unwrap_err().to_string();
     assert!(
         failed.contains("cannot connect") && failed.contains("Access denied"),
         "{failed}"

@@ -7,56 +7,23 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolgate_app::database::{Access, DatabaseError, Databases, DbQuery, Table};
+use toolgate_app::database::{Access, DatabaseError, Databases};
 use toolgate_database::DatabaseServers;
 use toolgate_egress::EgressPolicy;
 use toolgate_vault::Zeroizing;
 
-fn url() -> String {
-    std::env::var("TOOLGATE_TEST_POSTGRES_URL")
-        .expect("TOOLGATE_TEST_POSTGRES_URL: scripts/test.sh starts a server and sets it")
-}
+mod common;
 
-fn servers() -> DatabaseServers {
-    DatabaseServers::new(EgressPolicy::new(&["127.0.0.0/8".to_owned()]).unwrap()).unwrap()
-}
+use common::{Db, unique};
 
-fn query(statement: &str, access: Access) -> DbQuery {
-    DbQuery {
-        account: "acct-1".into(),
-        secret: "DB".into(),
-        connection: Zeroizing::new(url()),
-        statement: statement.into(),
-        access,
-        max_rows: 1000,
-        max_bytes: 1 << 20,
-        timeout: Duration::from_secs(10),
-    }
-}
-
-async fn read(db: &DatabaseServers, statement: &str) -> Result<Table, DatabaseError> {
-    db.query(query(statement, Access::Read)).await
-}
-
-async fn write(db: &DatabaseServers, statement: &str) -> Result<Table, DatabaseError> {
-    db.query(query(statement, Access::Write)).await
-}
-
-/// A table name of this test run, so that runs and tests do not meet.
-fn unique(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    format!("{prefix}_{nanos}")
+fn db() -> Db {
+    Db::from_env("TOOLGATE_TEST_POSTGRES_URL")
 }
 
 #[tokio::test]
 async fn values_of_many_types_come_back_typed() {
-    let db = servers();
-    let t = read(
-        &db,
-        "SELECT 1::int4 AS i, 9007199254740993::int8 AS big, 'a|b'::text AS t, 12345.678::numeric(10,3) AS n, \
+    let db = db();
+    let t = db.read("SELECT 1::int4 AS i, 9007199254740993::int8 AS big, 'a|b'::text AS t, 12345.678::numeric(10,3) AS n, \
          true AS b, '{\"k\": [1, null]}'::jsonb AS j, '2024-02-29 13:14:15.5+00'::timestamptz AS ts, \
          '\\x00ff'::bytea AS raw, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS u, NULL::text AS nothing, \
          'NaN'::float8 AS nan, 2.5::float8 AS f, '1999-12-31'::date AS d, 'happy'::name AS nm",
@@ -107,12 +74,11 @@ async fn values_of_many_types_come_back_typed() {
 
 #[tokio::test]
 async fn a_read_cannot_write_and_the_server_is_what_refuses() {
-    let db = servers();
+    let db = db();
     let name = unique("ro");
-    write(
-        &db,
-        &format!("CREATE TABLE {name}(x int); INSERT INTO {name} VALUES (1)"),
-    )
+    db.write(&format!(
+        "CREATE TABLE {name}(x int); INSERT INTO {name} VALUES (1)"
+    ))
     .await
     .unwrap();
     for statement in [
@@ -122,41 +88,44 @@ async fn a_read_cannot_write_and_the_server_is_what_refuses() {
         format!("CREATE TABLE {name}_b(y int)"),
         format!("WITH gone AS (DELETE FROM {name} RETURNING x) SELECT * FROM gone"),
     ] {
-        let refused = read(&db, &statement).await.unwrap_err().to_string();
+        let refused = db.read(&statement).await.unwrap_err().to_string();
         assert!(
             refused.contains("(25006)") && refused.contains("read-only transaction"),
             "{statement}: {refused}"
         );
     }
     // two statements are never one: the COMMIT cannot end the read-only transaction
-    let refused = read(&db, &format!("COMMIT; DELETE FROM {name}"))
+    let refused = db
+        .read(&format!("COMMIT; DELETE FROM {name}"))
         .await
         .unwrap_err()
         .to_string();
     assert!(refused.contains("multiple commands"), "{refused}");
     // nor can the session's defaults be turned against a later read
-    read(&db, "SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
+    db.read("SET SESSION CHARACTERISTICS AS TRANSACTION READ WRITE")
         .await
         .unwrap();
-    let refused = read(&db, &format!("DELETE FROM {name}"))
+    let refused = db
+        .read(&format!("DELETE FROM {name}"))
         .await
         .unwrap_err()
         .to_string();
     assert!(refused.contains("read-only"), "{refused}");
-    let t = read(&db, &format!("SELECT count(*) AS n FROM {name}"))
+    let t = db
+        .read(&format!("SELECT count(*) AS n FROM {name}"))
         .await
         .unwrap();
     assert_eq!(t.rows, vec![vec![json!(1)]]);
-    write(&db, &format!("DROP TABLE {name}")).await.unwrap();
+    db.write(&format!("DROP TABLE {name}")).await.unwrap();
 }
 
 #[tokio::test]
 async fn a_slow_statement_is_stopped_by_its_time_limit_and_the_pool_goes_on() {
-    let db = servers();
-    let mut slow = query("SELECT pg_sleep(5)", Access::Read);
+    let db = db();
+    let mut slow = db.query("SELECT pg_sleep(5)", Access::Read);
     slow.timeout = Duration::from_millis(300);
     let started = Instant::now();
-    let refused = db.query(slow).await.unwrap_err().to_string();
+    let refused = db.servers.query(slow).await.unwrap_err().to_string();
     let took = started.elapsed();
     assert!(
         refused.contains("57014") && refused.contains("statement timeout"),
@@ -165,25 +134,25 @@ async fn a_slow_statement_is_stopped_by_its_time_limit_and_the_pool_goes_on() {
     assert!(took >= Duration::from_millis(300), "{took:?}");
     println!("a 300 ms statement_timeout stopped pg_sleep(5) after {took:?}");
     assert_eq!(
-        read(&db, "SELECT 2 AS two").await.unwrap().rows,
+        db.read("SELECT 2 AS two").await.unwrap().rows,
         vec![vec![json!(2)]]
     );
 }
 
 #[tokio::test]
 async fn rows_are_capped_by_count_and_bytes_and_the_pool_survives_a_cut() {
-    let db = servers();
-    let mut many = query("SELECT g FROM generate_series(1, 1000000) g", Access::Read);
+    let db = db();
+    let mut many = db.query("SELECT g FROM generate_series(1, 1000000) g", Access::Read);
     many.max_rows = 10;
-    let t = db.query(many).await.unwrap();
+    let t = db.servers.query(many).await.unwrap();
     assert_eq!(t.rows.len(), 10);
     assert!(t.truncated);
-    let mut wide = query(
+    let mut wide = db.query(
         "SELECT repeat('x', 100000) FROM generate_series(1, 100)",
         Access::Read,
     );
     wide.max_bytes = 350_000;
-    let t = db.query(wide).await.unwrap();
+    let t = db.servers.query(wide).await.unwrap();
     assert!(
         t.truncated && (3..=4).contains(&t.rows.len()),
         "{}",
@@ -192,7 +161,7 @@ async fn rows_are_capped_by_count_and_bytes_and_the_pool_survives_a_cut() {
     // the connections cut short were closed, not reused mid-answer
     for _ in 0..3 {
         assert_eq!(
-            read(&db, "SELECT 3").await.unwrap().rows,
+            db.read("SELECT 3").await.unwrap().rows,
             vec![vec![json!(3)]]
         );
     }
@@ -200,30 +169,29 @@ async fn rows_are_capped_by_count_and_bytes_and_the_pool_survives_a_cut() {
 
 #[tokio::test]
 async fn a_script_commits_all_or_nothing() {
-    let db = servers();
+    let db = db();
     let name = unique("script");
-    let t = write(
-        &db,
-        &format!(
+    let t = db
+        .write(&format!(
             "CREATE TABLE {name}(id int PRIMARY KEY, note text); \
              INSERT INTO {name} VALUES (1, 'a'), (2, 'b'); \
              UPDATE {name} SET note = 'c' WHERE id = 2 RETURNING id, note"
-        ),
-    )
-    .await
-    .unwrap();
+        ))
+        .await
+        .unwrap();
     assert_eq!(t.changes, 3);
     assert_eq!(t.rows, vec![vec![json!(2), json!("c")]]);
     assert_eq!(t.columns[1].type_name, "text");
-    let failed = write(
-        &db,
-        &format!("INSERT INTO {name} VALUES (3, 'd'); INSERT INTO {name} VALUES (1, 'dup')"),
-    )
-    .await
-    .unwrap_err()
-    .to_string();
+    let failed = db
+        .write(&format!(
+            "INSERT INTO {name} VALUES (3, 'd'); INSERT INTO {name} VALUES (1, 'dup')"
+        ))
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(failed.contains("23505"), "{failed}");
-    let t = read(&db, &format!("SELECT id FROM {name} ORDER BY id"))
+    let t = db
+        .read(&format!("SELECT id FROM {name} ORDER BY id"))
         .await
         .unwrap();
     assert_eq!(
@@ -231,13 +199,17 @@ async fn a_script_commits_all_or_nothing() {
         vec![vec![json!(1)], vec![json!(2)]],
         "the failed script left nothing"
     );
-    write(&db, &format!("DROP TABLE {name}")).await.unwrap();
+    db.write(&format!("DROP TABLE {name}")).await.unwrap();
 }
 
 #[tokio::test]
 async fn the_egress_guard_and_the_connection_string_rules_come_first() {
+    let db = db();
     let closed = DatabaseServers::new(EgressPolicy::default()).unwrap();
-    let refused = read(&closed, "SELECT 1").await.unwrap_err();
+    let refused = closed
+        .query(db.query("SELECT 1", Access::Read))
+        .await
+        .unwrap_err();
     assert!(
         matches!(&refused, DatabaseError::Refused(m) if m.contains("loopback")),
         "{refused}"
@@ -247,15 +219,14 @@ async fn the_egress_guard_and_the_connection_string_rules_come_first() {
         0,
         "nothing was pooled for a refused host"
     );
-    let db = servers();
-    let mut bad = query("SELECT 1", Access::Read);
+    let mut bad = db.query("SELECT 1", Access::Read);
     let wrong_password = {
-        let mut u = url::Url::parse(&url()).unwrap();
+        let mut u = url::Url::parse(db.url()).unwrap();
         u.set_password(Some("not-the-password-xyz")).unwrap();
         u.to_string()
     };
     bad.connection = Zeroizing::new(wrong_password);
-    let failed = db.query(bad).await.unwrap_err().to_string();
+    let failed = db.servers.query(bad).await.unwrap_err().to_string();
     assert!(
         failed.contains("cannot connect") && failed.contains("password authentication failed"),
         "{failed}"
@@ -265,25 +236,28 @@ async fn the_egress_guard_and_the_connection_string_rules_come_first() {
 
 #[tokio::test]
 async fn pools_are_per_account_and_connection_string_and_bounded() {
-    let db = servers();
+    let db = db();
     for account in ["a", "b"] {
-        let mut q = query("SELECT 1", Access::Read);
+        let mut q = db.query("SELECT 1", Access::Read);
         q.account = account.into();
-        db.query(q).await.unwrap();
+        db.servers.query(q).await.unwrap();
     }
-    assert_eq!(db.pool_count(), 2, "one pool per account");
+    assert_eq!(db.servers.pool_count(), 2, "one pool per account");
     // one account naming many secrets keeps at most POOLS_PER_ACCOUNT pools
     for i in 0..toolgate_database::POOLS_PER_ACCOUNT + 3 {
-        let mut q = query("SELECT 1", Access::Read);
+        let mut q = db.query("SELECT 1", Access::Read);
         q.account = "c".into();
         q.secret = format!("DB_{i}");
-        db.query(q).await.unwrap();
+        db.servers.query(q).await.unwrap();
     }
-    assert_eq!(db.pool_count(), 2 + toolgate_database::POOLS_PER_ACCOUNT);
+    assert_eq!(
+        db.servers.pool_count(),
+        2 + toolgate_database::POOLS_PER_ACCOUNT
+    );
     // many calls at once share a pool of two connections
     let calls = (0..12).map(|i| {
         let db = &db;
-        async move { read(db, &format!("SELECT {i} AS n, pg_sleep(0.05)")).await }
+        async move { db.read(&format!("SELECT {i} AS n, pg_sleep(0.05)")).await }
     });
     let results = futures::future::join_all(calls).await;
     for (i, result) in results.into_iter().enumerate() {

@@ -4,7 +4,7 @@
 //! `[::ffff:127.0.0.1]` are all 127.0.0.1), names are checked after resolution (every resolved
 //! address, so DNS rebinding gains nothing), and every redirect is checked again.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;
 use url::{Host, Url};
@@ -67,6 +67,29 @@ impl EgressPolicy {
             Some(kind) => Err(Refusal::Private { address, kind }),
             None => Ok(()),
         }
+    }
+
+    /// The addresses among `found` that are allowed, in their order; when none is, the refusal
+    /// of the last one refused (`None`: `found` was empty).
+    pub fn allowed(
+        &self,
+        found: impl IntoIterator<Item = SocketAddr>,
+    ) -> Result<Vec<SocketAddr>, Option<Refusal>> {
+        let mut refusal = None;
+        let allowed: Vec<SocketAddr> = found
+            .into_iter()
+            .filter(|addr| match self.check_ip(addr.ip()) {
+                Ok(()) => true,
+                Err(err) => {
+                    refusal = Some(err);
+                    false
+                }
+            })
+            .collect();
+        if allowed.is_empty() {
+            return Err(refusal);
+        }
+        Ok(allowed)
     }
 
     /// Refuses a URL that is not http(s), carries credentials, or names a refused address by

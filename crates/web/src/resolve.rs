@@ -25,24 +25,13 @@ impl Resolve for GuardedResolver {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> =
                 tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let mut refusal = None;
-            let allowed: Vec<SocketAddr> = found
-                .into_iter()
-                .filter(|addr| match policy.check_ip(addr.ip()) {
-                    Ok(()) => true,
-                    Err(err) => {
-                        refusal = Some(err);
-                        false
-                    }
-                })
-                .collect();
-            if allowed.is_empty() {
+            let allowed = policy.allowed(found).map_err(|refusal| {
                 let err: Box<dyn std::error::Error + Send + Sync> = match refusal {
                     Some(refusal) => Box::new(refusal),
                     None => format!("{host} has no address").into(),
                 };
-                return Err(err);
-            }
+                err
+            })?;
             let addrs: Addrs = Box::new(allowed.into_iter());
             Ok(addrs)
         })

@@ -21,6 +21,15 @@ fn postgres_url() -> String {
         .expect("TOOLGATE_TEST_POSTGRES_URL: scripts/test.sh starts a server and sets it")
 }
 
+/// A table of this test alone on the suite's shared database servers.
+fn unique_table() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!("sql_suite_{nanos}")
+}
+
 async fn read(f: &Fixture, who: &Account, args: Value) -> Value {
     f.call(who, "svc_read", args).await
 }
@@ -168,13 +177,7 @@ async fn postgres_through_a_connection_string_in_the_vault() {
     let password = userinfo.split(':').nth(1).unwrap().to_owned();
     f.write(json!({"secret_set": {"name": "PG", "value": url}}))
         .await;
-    let table = format!(
-        "sql_suite_{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let table = unique_table();
     let made = f
         .write(json!({"database": "PG",
                       "sql": format!("CREATE TABLE {table}(id int, total numeric(8,2), at date);\
@@ -320,13 +323,7 @@ async fn mysql_through_a_connection_string_in_the_vault() {
         .expect("TOOLGATE_TEST_MYSQL_URL: scripts/test.sh starts a server and sets it");
     f.write(json!({"secret_set": {"name": "MY", "value": url}}))
         .await;
-    let table = format!(
-        "sql_suite_{}",
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    );
+    let table = unique_table();
     let made = f
         .write(json!({"database": "MY",
                       "sql": format!("CREATE TABLE {table}(id INT, price DECIMAL(6,2));\
