@@ -142,7 +142,7 @@ impl StreamRedactor<'_> {
         self.held.push_str(piece);
         // A value that starts before `safe` ends inside what is held, so every match starting
         // there is known whole; from `safe` on a value may still continue in the next piece.
-        let safe = self.held.len().saturating_sub(self.redactor.longest - 1);
+        let safe = self.unfinished_start();
         let mut shown = String::with_capacity(self.held.len());
         let mut at = 0;
         for found in automaton.find_iter(self.held.as_str()) {
@@ -161,6 +161,22 @@ impl StreamRedactor<'_> {
         shown.push_str(&self.held[at..end]);
         self.held.drain(..end);
         shown
+    }
+
+    /// Where the held text's longest tail that begins some value starts (its length when
+    /// none does): only that much must wait for the next piece.
+    fn unfinished_start(&self) -> usize {
+        let held = self.held.as_bytes();
+        let first = held.len().saturating_sub(self.redactor.longest - 1);
+        (first..held.len())
+            .find(|&start| {
+                let tail = &held[start..];
+                self.redactor
+                    .patterns
+                    .iter()
+                    .any(|pattern| pattern.len() > tail.len() && pattern.starts_with(tail))
+            })
+            .unwrap_or(held.len())
     }
 
     /// The rest of the stream, redacted.

@@ -74,3 +74,16 @@ fn a_stream_without_secrets_passes_at_once() {
     assert_eq!(stream.push("abc"), "abc");
     assert_eq!(stream.finish(), "");
 }
+
+#[test]
+fn a_stream_holds_back_only_a_tail_that_could_begin_a_value() {
+    let name = SecretName::parse("KEY").unwrap();
+    let redactor = Redactor::new([(&name, b"sk-secret-123".as_slice())]);
+    let mut stream = redactor.stream();
+    // nothing here can begin any form of the value: shown at once
+    assert_eq!(stream.push("Hello there, "), "Hello there, ");
+    // "sk-se" may be the start of it: held
+    assert_eq!(stream.push("key: sk-se"), "key: ");
+    assert_eq!(stream.push("cret-123 done"), "[REDACTED:KEY] done");
+    assert_eq!(stream.finish(), "");
+}
