@@ -4,6 +4,7 @@
 //! [`capabilities`]).
 
 pub mod admin;
+pub mod ai;
 pub mod auth;
 pub mod calls;
 pub mod capabilities;
@@ -43,6 +44,8 @@ pub struct Services {
     pub sandbox: Option<capabilities::Sandbox>,
     /// The client of tenants' database servers (`sql` on `postgres://` and `mysql://`).
     pub databases: Option<Arc<dyn database::Databases>>,
+    /// The client of language-model providers (`svc_ai`'s model call).
+    pub models: Option<Arc<dyn ai::Models>>,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -76,6 +79,7 @@ impl App {
             services.web,
             services.sandbox,
             services.databases,
+            services.models,
         );
         let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
         app.secrets = secrets;

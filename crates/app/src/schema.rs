@@ -21,6 +21,20 @@ pub enum FieldKind {
         /// largest accepted value
         max: i64,
     },
+    /// A number within bounds.
+    Number {
+        /// smallest accepted value
+        min: f64,
+        /// largest accepted value
+        max: f64,
+    },
+    /// A structured field whose schema and check its capability owns (`messages`, …).
+    Custom {
+        /// the property's JSON Schema, given its description
+        schema: fn(&str) -> Value,
+        /// `Err` with a sentence naming the field when a value does not fit
+        check: fn(&str, &Value) -> Result<(), String>,
+    },
     /// A caller's name for something (a session): 1 to `max_len` bytes, no control characters.
     Name {
         /// upper bound in bytes
@@ -68,6 +82,10 @@ impl FieldKind {
             FieldKind::Integer { min, max } => {
                 json!({"type": "integer", "minimum": min, "maximum": max, "description": description})
             }
+            FieldKind::Number { min, max } => {
+                json!({"type": "number", "minimum": min, "maximum": max, "description": description})
+            }
+            FieldKind::Custom { schema, .. } => schema(description),
             FieldKind::Name { max_len } => json!({
                 "type": "string", "minLength": 1, "maxLength": max_len,
                 "pattern": "^[^\\u0000-\\u001f\\u007f-\\u009f]+$", "description": description,
@@ -163,6 +181,17 @@ impl FieldKind {
                     type_of(value)
                 )),
             },
+            FieldKind::Number { min, max } => match value.as_f64() {
+                Some(n) if (*min..=*max).contains(&n) => Ok(()),
+                Some(n) => Err(format!(
+                    "field `{name}` must be between {min} and {max}, got {n}"
+                )),
+                None => Err(format!(
+                    "field `{name}` must be a number, got {}",
+                    type_of(value)
+                )),
+            },
+            FieldKind::Custom { check, .. } => check(name, value),
             FieldKind::Name { max_len } => match value.as_str() {
                 Some(text) if text.is_empty() || text.len() > *max_len => Err(format!(
                     "field `{name}` must be 1 to {max_len} bytes long, got {}",

@@ -228,6 +228,159 @@ pub struct Settings {
     /// [default: <data_dir>/vault.key]
     #[arg(long, env = "TOOLGATE_VAULT_KEY_FILE", global = true)]
     pub vault_key_file: Option<PathBuf>,
+
+    /// openai's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_OPENAI_BASE_URL", global = true)]
+    pub openai_base_url: Option<String>,
+
+    /// The operator's openai key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_OPENAI_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub openai_api_key: Option<Secret>,
+
+    /// anthropic's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_ANTHROPIC_BASE_URL", global = true)]
+    pub anthropic_base_url: Option<String>,
+
+    /// The operator's anthropic key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_ANTHROPIC_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub anthropic_api_key: Option<Secret>,
+
+    /// gemini's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_GEMINI_BASE_URL", global = true)]
+    pub gemini_base_url: Option<String>,
+
+    /// The operator's gemini key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_GEMINI_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub gemini_api_key: Option<Secret>,
+
+    /// mistral's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_MISTRAL_BASE_URL", global = true)]
+    pub mistral_base_url: Option<String>,
+
+    /// The operator's mistral key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_MISTRAL_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub mistral_api_key: Option<Secret>,
+
+    /// groq's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_GROQ_BASE_URL", global = true)]
+    pub groq_base_url: Option<String>,
+
+    /// The operator's groq key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_GROQ_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub groq_api_key: Option<Secret>,
+
+    /// openrouter's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_OPENROUTER_BASE_URL", global = true)]
+    pub openrouter_base_url: Option<String>,
+
+    /// The operator's openrouter key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_OPENROUTER_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub openrouter_api_key: Option<Secret>,
+
+    /// deepseek's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_DEEPSEEK_BASE_URL", global = true)]
+    pub deepseek_base_url: Option<String>,
+
+    /// The operator's deepseek key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_DEEPSEEK_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub deepseek_api_key: Option<Secret>,
+
+    /// xai's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_XAI_BASE_URL", global = true)]
+    pub xai_base_url: Option<String>,
+
+    /// The operator's xai key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_XAI_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub xai_api_key: Option<Secret>,
+
+    /// together's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_TOGETHER_BASE_URL", global = true)]
+    pub together_base_url: Option<String>,
+
+    /// The operator's together key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_TOGETHER_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub together_api_key: Option<Secret>,
+
+    /// ollama's API endpoint [default: the provider's own]
+    #[arg(long, env = "TOOLGATE_OLLAMA_BASE_URL", global = true)]
+    pub ollama_base_url: Option<String>,
+
+    /// The operator's ollama key, used when the caller's vault has none
+    #[arg(
+        long,
+        env = "TOOLGATE_OLLAMA_API_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub ollama_api_key: Option<Secret>,
+
+    /// OpenAI-compatible model endpoints, as NAME=BASE_URL (models then are NAME/model)
+    #[arg(
+        long,
+        env = "TOOLGATE_AI_ENDPOINTS",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub ai_endpoints: Option<Vec<String>>,
+
+    /// Keys of those endpoints, as NAME=KEY
+    #[arg(
+        long,
+        env = "TOOLGATE_AI_ENDPOINT_KEYS",
+        global = true,
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    pub ai_endpoint_keys: Option<Vec<Secret>>,
+
+    /// A model call's time limit, retries included, in seconds [default: 120]
+    #[arg(long, env = "TOOLGATE_AI_TIMEOUT_S", global = true)]
+    pub ai_timeout_s: Option<u64>,
 }
 
 macro_rules! fill {
@@ -282,7 +435,30 @@ impl Settings {
             sandbox_account_memory_mib,
             vault_master_key,
             vault_key_file,
-            egress_allow_private
+            egress_allow_private,
+            openai_base_url,
+            openai_api_key,
+            anthropic_base_url,
+            anthropic_api_key,
+            gemini_base_url,
+            gemini_api_key,
+            mistral_base_url,
+            mistral_api_key,
+            groq_base_url,
+            groq_api_key,
+            openrouter_base_url,
+            openrouter_api_key,
+            deepseek_base_url,
+            deepseek_api_key,
+            xai_base_url,
+            xai_api_key,
+            together_base_url,
+            together_api_key,
+            ollama_base_url,
+            ollama_api_key,
+            ai_endpoints,
+            ai_endpoint_keys,
+            ai_timeout_s
         );
         Ok(self)
     }

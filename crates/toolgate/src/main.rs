@@ -1,5 +1,6 @@
 //! `toolgate`: the service's single binary.
 
+mod ai;
 mod backend;
 mod commands;
 mod config;

@@ -94,6 +94,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
         toolgate_database::DatabaseServers::new(config.egress.clone())
             .map_err(anyhow::Error::msg)?,
     );
+    let models: Arc<dyn toolgate_app::ai::Models> =
+        Arc::new(crate::ai::models(settings, config.egress.clone())?);
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
@@ -110,6 +112,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
             web: Some(web),
             sandbox: capabilities,
             databases: Some(databases),
+            models: Some(models),
         },
     );
     let http = config.http;

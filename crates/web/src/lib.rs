@@ -25,6 +25,29 @@ pub fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A client for providers' APIs (models, search): the same guard on every address, no proxy
+/// from the environment, no redirects, and `timeout` for the whole of each request.
+pub fn api_client(policy: EgressPolicy, timeout: Duration) -> Result<reqwest::Client, String> {
+    install_tls_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .dns_resolver(Arc::new(resolve::GuardedResolver::new(Arc::new(policy))))
+        .redirect(redirect::Policy::none())
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
+        .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+}
+
+/// Why a request failed, in words safe to show (the egress guard's refusal when it was that;
+/// never the URL).
+pub fn describe_error(err: reqwest::Error) -> String {
+    match failed(err) {
+        WebError::Refused(message) | WebError::Failed(message) => message,
+    }
+}
+
 /// The longest Content-Type passed on, in characters.
 const MAX_CONTENT_TYPE: usize = 256;
 

@@ -1,5 +1,6 @@
 //! The built-in capabilities. A new capability is one module here plus one line in [`builtin`].
 
+mod ai;
 mod billing;
 mod permits;
 pub mod sandbox;
@@ -9,6 +10,7 @@ mod web;
 
 use std::sync::Arc;
 
+use crate::ai::Models;
 use crate::capability::Capability;
 use crate::database::Databases;
 use crate::metering::Meter;
@@ -27,6 +29,7 @@ pub fn builtin(
     web: Option<Arc<dyn Web>>,
     sandbox: Option<Sandbox>,
     databases: Option<Arc<dyn Databases>>,
+    models: Option<Arc<dyn Models>>,
 ) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
     // a call that stores a secret and uses it runs the store first
@@ -43,7 +46,10 @@ pub fn builtin(
     }
     // after the sandbox's, so that one call can write a SQLite file with code and query it
     if databases.is_some() || sandbox.is_some() {
-        capabilities.extend(sql::capabilities(databases, secrets, sandbox));
+        capabilities.extend(sql::capabilities(databases, secrets.clone(), sandbox));
+    }
+    if let Some(models) = models {
+        capabilities.push(Arc::new(ai::ModelCall::new(models, secrets)));
     }
     capabilities
 }

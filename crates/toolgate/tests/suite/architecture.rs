@@ -69,6 +69,23 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
          else (SQLite files are the sessions' business, not this client's)",
     ),
     (
+        "toolgate-providers",
+        &[
+            "toolgate-server",
+            "toolgate-store",
+            "toolgate-store-sqlite",
+            "toolgate-store-postgres",
+            "toolgate-sandbox",
+            "toolgate-sandbox-manager",
+            "toolgate-database",
+            "sqlx",
+            "rusqlite",
+            "rmcp",
+            "axum",
+        ],
+        "the model client implements app's seam behind the egress guard and knows nothing else",
+    ),
+    (
         "toolgate-egress",
         &[
             "tokio",
@@ -102,6 +119,7 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
             "reqwest",
             "toolgate-web",
             "toolgate-database",
+            "toolgate-providers",
         ],
         "the use cases know the store's traits and the sandbox seam, not HTTP, MCP, SQL or \
          what runs the sessions",

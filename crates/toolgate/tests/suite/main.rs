@@ -5,6 +5,7 @@
 
 mod common;
 
+mod ai;
 mod architecture;
 mod cancellation;
 mod carriers;

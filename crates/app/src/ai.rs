@@ -1,0 +1,138 @@
+//! The model seam: what `svc_ai` needs from a client of language-model providers, as values.
+//! The binary wires in the real one (crate `providers`: three wire formats behind the egress
+//! guard); `app` never speaks a provider's protocol itself. Keys are found by `app` (the
+//! vault) and handed over per call; a call without one uses the operator's key, if any.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use toolgate_vault::Zeroizing;
+
+/// Who wrote a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// the caller
+    User,
+    /// the model, earlier in the conversation
+    Assistant,
+}
+
+/// A piece of a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Part {
+    /// text
+    Text(String),
+    /// an image, base64 of its bytes
+    Image {
+        /// `image/png`, `image/jpeg`, …
+        mime_type: String,
+        /// base64
+        data: String,
+    },
+}
+
+/// One message of the conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// who wrote it
+    pub role: Role,
+    /// what it says
+    pub parts: Vec<Part>,
+}
+
+/// One call of a model.
+#[derive(Clone)]
+pub struct ModelRequest {
+    /// The provider's name (`openai`, `anthropic`, `google`, an operator's endpoint, …).
+    pub provider: String,
+    /// The model, as the provider names it.
+    pub model: String,
+    /// Instructions before the conversation.
+    pub system: Option<String>,
+    /// The conversation, ending with the caller's message.
+    pub messages: Vec<Message>,
+    /// Most tokens of the answer.
+    pub max_tokens: Option<u32>,
+    /// Sampling temperature.
+    pub temperature: Option<f64>,
+    /// Ask for JSON: `Some(Value::Null)` any JSON object, else this JSON Schema.
+    pub json: Option<Value>,
+    /// The key from the caller's vault; `None`: the operator's key for the provider.
+    pub api_key: Option<Zeroizing<String>>,
+}
+
+impl std::fmt::Debug for ModelRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRequest")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("messages", &self.messages.len())
+            .field("max_tokens", &self.max_tokens)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<vault>"))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Tokens a call used, as the provider counted them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// of the prompt
+    pub input_tokens: u64,
+    /// of the answer
+    pub output_tokens: u64,
+}
+
+/// A model's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelAnswer {
+    /// The answer's text.
+    pub text: String,
+    /// The model that answered, as the provider reports it.
+    pub model: String,
+    /// Why it stopped (`stop`, `length`, …, as the provider says it).
+    pub finish_reason: String,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Requests sent (more than one when a 429 or 5xx was retried).
+    pub attempts: u32,
+}
+
+/// What a provider is to a caller: where its key is looked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderInfo {
+    /// The vault secret looked for when the call names none (`OPENAI_API_KEY`, …).
+    pub key_secret: String,
+    /// The operator has a key for it.
+    pub operator_key: bool,
+    /// It needs no key at all (a local endpoint).
+    pub keyless: bool,
+}
+
+/// Why a model call failed; messages are safe to show the caller (never a key).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ModelError {
+    /// unknown provider, no key, the egress guard; nothing was sent
+    #[error("{0}")]
+    Refused(String),
+    /// the provider refused or failed, or did not answer in time
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Calls language models.
+#[async_trait]
+pub trait Models: Send + Sync {
+    /// What `provider` is, if this service knows it.
+    fn provider(&self, provider: &str) -> Option<ProviderInfo>;
+
+    /// The names of the providers known, for descriptions and errors.
+    fn providers(&self) -> Vec<String>;
+
+    /// Calls the model. With `tokens`, the answer's text is also sent there piece by piece as
+    /// it streams (never waited for: pieces a full channel cannot take are dropped).
+    async fn complete(
+        &self,
+        request: ModelRequest,
+        tokens: Option<mpsc::Sender<String>>,
+    ) -> Result<ModelAnswer, ModelError>;
+}

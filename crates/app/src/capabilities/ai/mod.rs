@@ -1,0 +1,310 @@
+//! `svc_ai`'s model call: `prompt` or `messages` with `model` (`provider/model`, split on the
+//! first `/`), through the model seam. The key is the vault secret named by `api_key_secret`,
+//! else the account's secret with the provider's conventional name (`OPENAI_API_KEY`, …), else
+//! the operator's; every key used is redacted from the answer and its errors. With a progress
+//! token the answer streams as progress notifications; a cancelled call drops the request.
+
+mod messages;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use toolgate_domain::SecretName;
+use toolgate_vault::{Redactor, Zeroizing};
+
+use crate::ai::{Message, ModelRequest, Models, Part, Role};
+use crate::capability::{
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+};
+use crate::schema::FieldKind;
+use crate::secrets::{Secrets, SecretsError};
+
+/// Longest `prompt` or `system`, in bytes.
+const MAX_PROMPT_BYTES: usize = 1024 * 1024;
+/// Longest `model`, in bytes.
+const MAX_MODEL_BYTES: usize = 256;
+/// Streamed pieces that may wait for the caller.
+const PIECES_QUEUE: usize = 256;
+
+/// The model call.
+pub struct ModelCall {
+    models: Arc<dyn Models>,
+    secrets: Option<Arc<Secrets>>,
+}
+
+impl ModelCall {
+    /// Calls through `models`, with keys from `secrets`.
+    pub fn new(models: Arc<dyn Models>, secrets: Option<Arc<Secrets>>) -> Self {
+        Self { models, secrets }
+    }
+
+    /// The key for this call, from the vault, and what redacts it; `None` leaves it to the
+    /// operator's key.
+    async fn key(
+        &self,
+        ctx: &CallContext<'_>,
+        named: Option<&str>,
+        conventional: &str,
+    ) -> Result<(Option<Zeroizing<String>>, Redactor), Failure> {
+        let Some(secrets) = &self.secrets else {
+            return Ok((None, Redactor::new(std::iter::empty())));
+        };
+        let (name, required) = match named {
+            Some(name) => (name, true),
+            None => (conventional, false),
+        };
+        let Ok(name) = SecretName::parse(name) else {
+            return Ok((None, Redactor::new(std::iter::empty())));
+        };
+        match secrets
+            .open(&ctx.account.id, std::slice::from_ref(&name))
+            .await
+        {
+            Ok(opened) => {
+                let redactor = opened.redactor();
+                let key = opened
+                    .iter()
+                    .next()
+                    .map(|(_, v)| Zeroizing::new(v.to_owned()));
+                Ok((key, redactor))
+            }
+            Err(SecretsError::Unknown(_)) if !required => {
+                Ok((None, Redactor::new(std::iter::empty())))
+            }
+            Err(e) => Err(Failure::new(e.to_string())),
+        }
+    }
+}
+
+/// `provider/model`, split on the first `/`.
+fn split_model(model: &str) -> Result<(&str, &str), String> {
+    let (provider, name) = model
+        .split_once('/')
+        .filter(|(p, m)| !p.is_empty() && !m.is_empty())
+        .ok_or("`model` must be provider/model, e.g. openai/gpt-4o-mini")?;
+    let fine = |c: char| c.is_ascii_alphanumeric() || "._:/@+-".contains(c);
+    if !name.chars().all(fine) || name.contains("..") || !provider.chars().all(fine) {
+        return Err("`model` may hold letters, digits and . _ : / @ + - only".to_owned());
+    }
+    Ok((provider, name))
+}
+
+#[async_trait]
+impl Capability for ModelCall {
+    fn key(&self) -> &'static str {
+        "llm"
+    }
+
+    fn tool(&self) -> ToolKind {
+        ToolKind::Ai
+    }
+
+    fn summary(&self) -> &'static str {
+        "`prompt` (or `messages`) with `model` as provider/model (openai, anthropic, google, \
+         mistral, groq, openrouter, deepseek, xai, together, ollama, or the operator's own \
+         endpoints) calls that model; `system`, `max_tokens`, `temperature`, `response_format` \
+         (\"json\" or a JSON Schema) tune it. The key is the vault secret named by \
+         `api_key_secret`, else your secret with the provider's usual name (OPENAI_API_KEY, \
+         ANTHROPIC_API_KEY, GEMINI_API_KEY, …), else the operator's. The answer is the text; \
+         model, finish reason, token usage and latency are in structuredContent."
+    }
+
+    fn fields(&self) -> Vec<Field> {
+        let text = |max_len| FieldKind::String { max_len };
+        vec![
+            Field {
+                name: "prompt",
+                kind: text(MAX_PROMPT_BYTES),
+                description: "what to ask the model",
+            },
+            Field {
+                name: "messages",
+                kind: FieldKind::Custom {
+                    schema: messages::messages_schema,
+                    check: messages::check_messages,
+                },
+                description: "a conversation instead of `prompt`: [{role: user|assistant, content: text or [{type: text, text} | {type: image, data: base64, mime_type}]}]",
+            },
+            Field {
+                name: "model",
+                kind: text(MAX_MODEL_BYTES),
+                description: "provider/model, e.g. openai/gpt-4o-mini or anthropic/claude-sonnet-4-5",
+            },
+            Field {
+                name: "system",
+                kind: text(MAX_PROMPT_BYTES),
+                description: "instructions for the model",
+            },
+            Field {
+                name: "max_tokens",
+                kind: FieldKind::Integer {
+                    min: 1,
+                    max: 1_000_000,
+                },
+                description: "most tokens of the answer (Anthropic: 1024 when not given)",
+            },
+            Field {
+                name: "temperature",
+                kind: FieldKind::Number { min: 0.0, max: 2.0 },
+                description: "sampling temperature",
+            },
+            Field {
+                name: "response_format",
+                kind: FieldKind::Custom {
+                    schema: messages::format_schema,
+                    check: messages::check_format,
+                },
+                description: "\"json\" for a JSON object, or a JSON Schema the answer must follow",
+            },
+            Field {
+                name: "api_key_secret",
+                kind: FieldKind::SecretName,
+                description: "the vault secret holding the provider key to use",
+            },
+        ]
+    }
+
+    fn output_schema(&self) -> Value {
+        let text = json!({"type": "string"});
+        json!({"type": "object", "properties": {
+            "model": text, "provider": text, "finish_reason": text,
+            "usage": {"type": "object", "properties": {
+                "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}},
+            "latency_ms": {"type": "number"}, "attempts": {"type": "integer"}},
+            "required": ["model", "provider", "finish_reason", "usage", "latency_ms", "attempts"]})
+    }
+
+    fn overlaps_commit(&self) -> bool {
+        true
+    }
+
+    fn wants(&self, args: &JsonObject) -> bool {
+        (args.contains_key("prompt") || args.contains_key("messages"))
+            && !args.contains_key("search")
+    }
+
+    fn validate(&self, args: &JsonObject) -> Result<(), String> {
+        if args.contains_key("prompt") == args.contains_key("messages") {
+            return Err("give either `prompt` or `messages`, not both".to_owned());
+        }
+        let model = args
+            .get("model")
+            .and_then(Value::as_str)
+            .ok_or("a model call needs `model`: provider/model, e.g. openai/gpt-4o-mini")?;
+        let (provider, _) = split_model(model)?;
+        if self.models.provider(provider).is_none() {
+            return Err(format!(
+                "unknown provider {provider:?} in `model`: known are {}",
+                self.models.providers().join(", ")
+            ));
+        }
+        Ok(())
+    }
+
+    async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
+        let text = |key: &str| args.get(key).and_then(Value::as_str);
+        let (provider, model) =
+            split_model(text("model").unwrap_or_default()).map_err(Failure::new)?;
+        let info = self
+            .models
+            .provider(provider)
+            .ok_or_else(|| Failure::new(format!("unknown provider {provider:?}")))?;
+        let messages = match args.get("messages") {
+            Some(value) => messages::parse_messages(value).map_err(Failure::new)?,
+            None => vec![Message {
+                role: Role::User,
+                parts: vec![Part::Text(text("prompt").unwrap_or_default().to_owned())],
+            }],
+        };
+        let (api_key, redactor) = self
+            .key(ctx, text("api_key_secret"), &info.key_secret)
+            .await?;
+        let request = ModelRequest {
+            provider: provider.to_owned(),
+            model: model.to_owned(),
+            system: text("system").map(str::to_owned),
+            messages,
+            max_tokens: args
+                .get("max_tokens")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok()),
+            temperature: args.get("temperature").and_then(Value::as_f64),
+            json: messages::json_request(args.get("response_format")),
+            api_key,
+        };
+        let started = Instant::now();
+        let answer = self.complete(ctx, request, &redactor).await?;
+        let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        Ok(Output {
+            content: vec![ContentItem::Text(redactor.redact(&answer.text))],
+            structured: json!({
+                "model": answer.model, "provider": provider, "finish_reason": answer.finish_reason,
+                "usage": {"input_tokens": answer.usage.input_tokens,
+                          "output_tokens": answer.usage.output_tokens},
+                "latency_ms": (latency_ms * 1000.0).round() / 1000.0, "attempts": answer.attempts,
+            }),
+            is_error: false,
+        })
+    }
+}
+
+impl ModelCall {
+    /// The call, its text streamed as progress when the caller wants it, given up when the
+    /// caller cancels (dropping the request stops it upstream).
+    async fn complete(
+        &self,
+        ctx: &CallContext<'_>,
+        request: ModelRequest,
+        redactor: &Redactor,
+    ) -> Result<crate::ai::ModelAnswer, Failure> {
+        let (tokens, mut pieces) = match ctx.progress {
+            Some(_) => {
+                let (tx, rx) = mpsc::channel(PIECES_QUEUE);
+                (Some(tx), Some(rx))
+            }
+            None => (None, None),
+        };
+        let call = self.models.complete(request, tokens);
+        tokio::pin!(call);
+        let mut stream = redactor.stream();
+        let mut sent = 0u64;
+        let cancelled = async {
+            match ctx.cancel {
+                Some(token) => token.cancelled().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(cancelled);
+        loop {
+            tokio::select! {
+                // pieces first: what has streamed is passed on before the end is
+                biased;
+                Some(piece) = async { match pieces.as_mut() { Some(rx) => rx.recv().await, None => None } } => {
+                    let shown = stream.push(&piece);
+                    if let (Some(sink), false) = (ctx.progress, shown.is_empty()) {
+                        sent += shown.len() as u64;
+                        sink.report(sent as f64, &shown);
+                    }
+                }
+                result = &mut call => {
+                    // what streamed just before the end is still passed on, then the held tail
+                    let mut rest = String::new();
+                    if let Some(rx) = pieces.as_mut() {
+                        while let Ok(piece) = rx.try_recv() {
+                            rest.push_str(&stream.push(&piece));
+                        }
+                    }
+                    rest.push_str(&stream.finish());
+                    if let (Some(sink), false) = (ctx.progress, rest.is_empty()) {
+                        sink.report((sent + rest.len() as u64) as f64, &rest);
+                    }
+                    return result.map_err(|e| Failure::new(redactor.redact(&e.to_string())));
+                }
+                () = &mut cancelled => return Err(Failure::new("the call was cancelled")),
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! The model providers `serve` uses, from the settings: each built-in provider's
+//! `<name>_base_url` and `<name>_api_key`, and the operator's OpenAI-compatible endpoints.
+
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use toolgate_egress::EgressPolicy;
+use toolgate_providers::{ModelClients, ProviderSettings};
+use toolgate_vault::Zeroizing;
+
+use crate::config::{Secret, Settings};
+
+/// The clients, reached only where `policy` allows.
+pub fn models(settings: &Settings, policy: EgressPolicy) -> Result<ModelClients> {
+    let mut providers = ProviderSettings {
+        timeout: settings.ai_timeout_s.map(Duration::from_secs),
+        ..ProviderSettings::default()
+    };
+    let each: [(&str, &Option<String>, &Option<Secret>); 10] = [
+        (
+            "openai",
+            &settings.openai_base_url,
+            &settings.openai_api_key,
+        ),
+        (
+            "anthropic",
+            &settings.anthropic_base_url,
+            &settings.anthropic_api_key,
+        ),
+        (
+            "gemini",
+            &settings.gemini_base_url,
+            &settings.gemini_api_key,
+        ),
+        (
+            "mistral",
+            &settings.mistral_base_url,
+            &settings.mistral_api_key,
+        ),
+        ("groq", &settings.groq_base_url, &settings.groq_api_key),
+        (
+            "openrouter",
+            &settings.openrouter_base_url,
+            &settings.openrouter_api_key,
+        ),
+        (
+            "deepseek",
+            &settings.deepseek_base_url,
+            &settings.deepseek_api_key,
+        ),
+        ("xai", &settings.xai_base_url, &settings.xai_api_key),
+        (
+            "together",
+            &settings.together_base_url,
+            &settings.together_api_key,
+        ),
+        (
+            "ollama",
+            &settings.ollama_base_url,
+            &settings.ollama_api_key,
+        ),
+    ];
+    for (name, base_url, key) in each {
+        if let Some(url) = base_url {
+            providers.base_urls.insert(name.to_owned(), url.clone());
+        }
+        if let Some(key) = key {
+            providers
+                .api_keys
+                .insert(name.to_owned(), Zeroizing::new(key.expose().to_owned()));
+        }
+    }
+    let keys: Vec<(String, String)> = settings
+        .ai_endpoint_keys
+        .iter()
+        .flatten()
+        .map(|entry| split(entry.expose(), "ai_endpoint_keys"))
+        .collect::<Result<_>>()?;
+    for entry in settings.ai_endpoints.iter().flatten() {
+        let (name, url) = split(entry, "ai_endpoints")?;
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        {
+            bail!("ai_endpoints: the name {name:?} may hold letters, digits, - and _ only");
+        }
+        let key = keys
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, k)| Zeroizing::new(k.clone()));
+        providers.compatible.push((name, url, key));
+    }
+    ModelClients::new(policy, providers).map_err(anyhow::Error::msg)
+}
+
+/// `NAME=VALUE`; the error never repeats the value (it may be a key).
+fn split(entry: &str, setting: &str) -> Result<(String, String)> {
+    match entry.split_once('=') {
+        Some((name, value)) if !name.trim().is_empty() && !value.trim().is_empty() => {
+            Ok((name.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => bail!("{setting}: each entry is NAME=VALUE"),
+    }
+}

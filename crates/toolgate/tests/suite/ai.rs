@@ -1,0 +1,284 @@
+//! `svc_ai`'s model call through HTTP, against a loopback stand-in that speaks OpenAI's chat
+//! completions (plain and streamed): the key found in the vault (named, or by the provider's
+//! usual name) and never shown, the answer streamed as progress, bad input refused for free.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use axum::routing::post;
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+const KEY: &str = "sk-vault-7e6d5c4b3a291807";
+
+/// A stand-in OpenAI endpoint that records each request's Authorization header; it answers
+/// with the key it was given when the prompt asks for it (a provider echoing a key).
+async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let app = Router::new().route(
+        "/v1/chat/completions",
+        post(move |headers: HeaderMap, body: String| {
+            let record = record.clone();
+            async move {
+                let auth = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                record.lock().unwrap().push(auth.clone());
+                let body: Value = serde_json::from_str(&body).unwrap();
+                let asked = body["messages"].to_string();
+                let text = if asked.contains("echo your key") {
+                    format!("my key is {}", auth.trim_start_matches("Bearer "))
+                } else {
+                    "Hello from the stand-in!".to_owned()
+                };
+                if body["stream"] == true {
+                    let mut events: String = text
+                        .split_inclusive(' ')
+                        .map(|piece| {
+                            format!("data: {}\n\n", json!({"model": body["model"], "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}))
+                        })
+                        .collect();
+                    events.push_str(&format!("data: {}\n\n", json!({"model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 4, "completion_tokens": 5}})));
+                    events.push_str("data: [DONE]\n\n");
+                    // one event at a time, as a model writes them
+                    let pieces: Vec<String> =
+                        events.split_inclusive("\n\n").map(str::to_owned).collect();
+                    let paced = futures::stream::iter(pieces).then(|piece| async move {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        Ok::<_, std::convert::Infallible>(piece)
+                    });
+                    return Response::builder()
+                        .header("content-type", "text/event-stream")
+                        .body(axum::body::Body::from_stream(paced))
+                        .unwrap();
+                }
+                Response::builder()
+                    .header("content-type", "application/json")
+                    .body(axum::body::Body::from(
+                        json!({"id": "c1", "object": "chat.completion", "model": body["model"],
+                               "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                               "usage": {"prompt_tokens": 4, "completion_tokens": 5}})
+                        .to_string(),
+                    ))
+                    .unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+async fn ai(server: &Server, key: &str, args: Value) -> Value {
+    post_personal(&client(), server, key, &tool_call("svc_ai", args))
+        .await
+        .result()
+}
+
+async fn write(server: &Server, key: &str, args: Value) -> Value {
+    post_personal(&client(), server, key, &tool_call("svc_write", args))
+        .await
+        .result()
+}
+
+async fn started() -> (
+    tempfile::TempDir,
+    Server,
+    Account,
+    Account,
+    Arc<Mutex<Vec<String>>>,
+) {
+    let (addr, seen) = stand_in().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "ai-alice@example.org");
+    let bob = create_account(&storage, "ai-bob@example.org");
+    let base = format!("http://{addr}/v1");
+    let server = Server::start(
+        &storage,
+        &[
+            "--egress-allow-private",
+            "127.0.0.1/32",
+            "--openai-base-url",
+            &base,
+            "--ai-endpoints",
+            &format!("local={base}"),
+        ],
+    )
+    .await;
+    (dir, server, alice, bob, seen)
+}
+
+#[tokio::test]
+async fn a_model_answers_with_the_key_from_the_vault_which_never_comes_back() {
+    let (_dir, server, alice, bob, seen) = started().await;
+    // no key anywhere: a clear error that says where to put one
+    let keyless = ai(
+        &server,
+        &alice.key,
+        json!({"model": "openai/gpt-x", "prompt": "hi"}),
+    )
+    .await;
+    assert_eq!(keyless["isError"], true, "{keyless}");
+    assert!(keyless.to_string().contains("OPENAI_API_KEY"), "{keyless}");
+    let stored = write(
+        &server,
+        &alice.key,
+        json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}),
+    )
+    .await;
+    assert_eq!(stored["isError"], false, "{stored}");
+    let answer = ai(&server, &alice.key, json!({"model": "openai/gpt-x", "prompt": "hi", "system": "be kind", "max_tokens": 20, "temperature": 0.5})).await;
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert_eq!(answer["content"][0]["text"], "Hello from the stand-in!");
+    let llm = &answer["structuredContent"]["llm"];
+    assert_eq!(
+        (
+            llm["model"].clone(),
+            llm["provider"].clone(),
+            llm["finish_reason"].clone()
+        ),
+        (json!("gpt-x"), json!("openai"), json!("stop"))
+    );
+    assert_eq!(llm["usage"], json!({"input_tokens": 4, "output_tokens": 5}));
+    assert!(llm["latency_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &format!("Bearer {KEY}")
+    );
+    // a provider that echoes the key: the answer shows the secret's name instead
+    let echoed = ai(
+        &server,
+        &alice.key,
+        json!({"model": "openai/gpt-x", "prompt": "echo your key"}),
+    )
+    .await;
+    assert!(!echoed.to_string().contains(KEY), "{echoed}");
+    assert!(
+        echoed.to_string().contains("[REDACTED:OPENAI_API_KEY]"),
+        "{echoed}"
+    );
+    // a key named by the call; bob's vault is his own
+    write(
+        &server,
+        &bob.key,
+        json!({"secret_set": {"name": "MY_LLM", "value": "sk-bob-1111222233334444"}}),
+    )
+    .await;
+    let named = ai(
+        &server,
+        &bob.key,
+        json!({"model": "openai/gpt-x", "prompt": "hi", "api_key_secret": "MY_LLM"}),
+    )
+    .await;
+    assert_eq!(named["isError"], false, "{named}");
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        "Bearer sk-bob-1111222233334444"
+    );
+    let missing = ai(
+        &server,
+        &bob.key,
+        json!({"model": "openai/gpt-x", "prompt": "hi", "api_key_secret": "OPENAI_API_KEY"}),
+    )
+    .await;
+    assert!(
+        missing
+            .to_string()
+            .contains("no secret named OPENAI_API_KEY"),
+        "{missing}"
+    );
+    // the operator's keyless endpoint
+    let local = ai(
+        &server,
+        &bob.key,
+        json!({"model": "local/tiny", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
+    assert_eq!(
+        local["content"][0]["text"], "Hello from the stand-in!",
+        "{local}"
+    );
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "");
+    let log = server.log_text();
+    assert!(!log.contains(KEY), "the key reached the log");
+}
+
+#[tokio::test]
+async fn the_answer_streams_as_progress() {
+    let (_dir, server, alice, _bob, _seen) = started().await;
+    write(
+        &server,
+        &alice.key,
+        json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}),
+    )
+    .await;
+    let url = server.personal(&alice.key);
+    let http = client();
+    let session = open_session(&http, &url).await.unwrap();
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "svc_ai", "arguments": {"model": "openai/gpt-x", "prompt": "hi"},
+        "_meta": {"progressToken": "t"}}});
+    let reply = send(in_session(&http, &url, &session, &call)).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let progress = reply.body.matches("notifications/progress").count();
+    assert!(
+        progress >= 2,
+        "{progress} progress notifications: {reply:?}"
+    );
+    assert!(reply.body.contains("Hello from the stand-in!"), "{reply:?}");
+}
+
+#[tokio::test]
+async fn bad_model_calls_are_refused_before_metering() {
+    let (_dir, server, alice, _bob, _seen) = started().await;
+    let before = server.free_remaining(&alice.key).await;
+    for (args, says) in [
+        (json!({"prompt": "hi"}), "needs `model`"),
+        (json!({"model": "gpt-x", "prompt": "hi"}), "provider/model"),
+        (
+            json!({"model": "nope/x", "prompt": "hi"}),
+            "unknown provider \"nope\"",
+        ),
+        (
+            json!({"model": "openai/x", "prompt": "hi", "messages": [{"role": "user", "content": "x"}]}),
+            "not both",
+        ),
+        (json!({"model": "openai/../x", "prompt": "hi"}), "may hold"),
+        (
+            json!({"model": "openai/x", "messages": [{"role": "tool", "content": "x"}]}),
+            "`role`",
+        ),
+        (
+            json!({"model": "openai/x", "prompt": "hi", "temperature": 3}),
+            "between 0 and 2",
+        ),
+        (
+            json!({"model": "openai/x", "prompt": "hi", "response_format": "yaml"}),
+            "JSON Schema",
+        ),
+        (
+            json!({"model": "openai/x", "prompt": "x".repeat(1024 * 1024 + 1)}),
+            "the limit is",
+        ),
+    ] {
+        let refused = ai(&server, &alice.key, args.clone()).await;
+        assert_eq!(refused["isError"], true, "{args}: {refused}");
+        let text = refused["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains(says), "{says}: {refused}");
+    }
+    assert_eq!(
+        server.free_remaining(&alice.key).await,
+        before,
+        "refused calls are free"
+    );
+}
