@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the client and conformance tests need into .deps/ and the tests' node_modules.
+# Installs what the client, conformance and search tests need: .deps/, the tests' node_modules,
+# and Debian's searx.
 # Idempotent: a second run with everything in place does nothing and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -31,3 +32,11 @@ for dir in "$ROOT/tests/clients/ts" "$ROOT/tests/conformance"; do
     printf '%s' "$want" >"$dir/node_modules/.toolgate-lock"
   fi
 done
+
+# 4. Debian's searx: a real SearXNG JSON API for the search tests (scripts/searxng-up.sh).
+if [[ ! -f /usr/share/doc/searx/examples/settings.yml ]]; then
+  [[ $EUID -eq 0 ]] || die "searx is not installed and installing needs root"
+  export DEBIAN_FRONTEND=noninteractive
+  quiet apt-get update
+  quiet apt-get install -y --no-install-recommends searx
+fi

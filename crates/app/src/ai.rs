@@ -136,3 +136,88 @@ pub trait Models: Send + Sync {
         tokens: Option<mpsc::Sender<String>>,
     ) -> Result<ModelAnswer, ModelError>;
 }
+
+/// How recent search results must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Freshness {
+    /// the last day
+    Day,
+    /// the last week
+    Week,
+    /// the last month
+    Month,
+    /// the last year
+    Year,
+}
+
+impl Freshness {
+    /// The word a caller writes.
+    pub const WORDS: [&'static str; 4] = ["day", "week", "month", "year"];
+
+    /// Reads a caller's word.
+    pub fn parse(word: &str) -> Option<Self> {
+        match word {
+            "day" => Some(Self::Day),
+            "week" => Some(Self::Week),
+            "month" => Some(Self::Month),
+            "year" => Some(Self::Year),
+            _ => None,
+        }
+    }
+}
+
+/// One web search.
+#[derive(Clone)]
+pub struct SearchQuery {
+    /// What to search for.
+    pub query: String,
+    /// Results wanted at most.
+    pub max_results: u32,
+    /// How recent they must be.
+    pub freshness: Option<Freshness>,
+    /// The engine and the caller's key for it, from the vault; `None`: the operator's engine.
+    pub engine: Option<(String, Zeroizing<String>)>,
+}
+
+impl std::fmt::Debug for SearchQuery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SearchQuery")
+            .field("max_results", &self.max_results)
+            .field("freshness", &self.freshness)
+            .field("engine", &self.engine.as_ref().map(|(e, _)| e))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchResult {
+    /// The page's title.
+    pub title: String,
+    /// Its address.
+    pub url: String,
+    /// A short passage.
+    pub snippet: String,
+    /// When it was published, where the engine says.
+    pub date: Option<String>,
+}
+
+/// What a search found, and which engine found it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchAnswer {
+    /// `searxng`, `brave`, `tavily` or `exa`.
+    pub engine: String,
+    /// The results, best first.
+    pub results: Vec<SearchResult>,
+}
+
+/// Searches the web.
+#[async_trait]
+pub trait Searches: Send + Sync {
+    /// The engines a caller's vault key may choose, in the order they are tried: the engine's
+    /// name and its secret's name (`BRAVE_API_KEY`, …).
+    fn key_secrets(&self) -> Vec<(String, String)>;
+
+    /// Searches with the caller's engine and key, else the operator's engine.
+    async fn search(&self, query: SearchQuery) -> Result<SearchAnswer, ModelError>;
+}

@@ -46,6 +46,8 @@ pub struct Services {
     pub databases: Option<Arc<dyn database::Databases>>,
     /// The client of language-model providers (`svc_ai`'s model call).
     pub models: Option<Arc<dyn ai::Models>>,
+    /// The web search engines (`svc_ai`'s `search`).
+    pub searches: Option<Arc<dyn ai::Searches>>,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -67,20 +69,14 @@ impl App {
         brand: Brand,
         pricing: Pricing,
         public_url: &str,
-        services: Services,
+        mut services: Services,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
         let secrets = services
             .vault
+            .take()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
-        let capabilities = capabilities::builtin(
-            meter.clone(),
-            secrets.clone(),
-            services.web,
-            services.sandbox,
-            services.databases,
-            services.models,
-        );
+        let capabilities = capabilities::builtin(meter.clone(), secrets.clone(), services);
         let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
         app.secrets = secrets;
         app

@@ -7,6 +7,7 @@
 mod catalog;
 mod formats;
 mod retry;
+mod search;
 mod sse;
 
 use std::collections::BTreeMap;
@@ -24,6 +25,7 @@ use toolgate_vault::Zeroizing;
 
 pub use catalog::{BUILTIN, setting_prefix};
 pub use formats::Format;
+pub use search::{SearchEngines, SearchSettings};
 
 /// A whole answer read at most, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 8 << 20;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Result, bail};
 use toolgate_egress::EgressPolicy;
-use toolgate_providers::{ModelClients, ProviderSettings};
+use toolgate_providers::{ModelClients, ProviderSettings, SearchEngines, SearchSettings};
 use toolgate_vault::Zeroizing;
 
 use crate::config::{Secret, Settings};
@@ -102,3 +102,34 @@ fn split(entry: &str, setting: &str) -> Result<(String, String)> {
         _ => bail!("{setting}: each entry is NAME=VALUE"),
     }
 }
+
+/// The search engines, reached only where `policy` allows.
+pub fn searches(settings: &Settings, policy: EgressPolicy) -> Result<SearchEngines> {
+    let mut search = SearchSettings {
+        searxng_url: settings.searxng_url.clone(),
+        ..SearchSettings::default()
+    };
+    let each: [(&str, &Option<String>, &Option<Secret>); 3] = [
+        ("brave", &settings.brave_base_url, &settings.brave_api_key),
+        (
+            "tavily",
+            &settings.tavily_base_url,
+            &settings.tavily_api_key,
+        ),
+        ("exa", &settings.exa_base_url, &settings.exa_api_key),
+    ];
+    for (name, base_url, key) in each {
+        if let Some(url) = base_url {
+            search.base_urls.insert(name.to_owned(), url.clone());
+        }
+        if let Some(key) = key {
+            search
+                .api_keys
+                .insert(name.to_owned(), Zeroizing::new(key.expose().to_owned()));
+        }
+    }
+    SearchEngines::new(policy, search, SEARCH_TIMEOUT).map_err(anyhow::Error::msg)
+}
+
+/// A search's time limit.
+const SEARCH_TIMEOUT: Duration = Duration::from_secs(20);

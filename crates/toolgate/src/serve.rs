@@ -96,6 +96,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
     );
     let models: Arc<dyn toolgate_app::ai::Models> =
         Arc::new(crate::ai::models(settings, config.egress.clone())?);
+    let searches: Arc<dyn toolgate_app::ai::Searches> =
+        Arc::new(crate::ai::searches(settings, config.egress.clone())?);
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
@@ -113,6 +115,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
             sandbox: capabilities,
             databases: Some(databases),
             models: Some(models),
+            searches: Some(searches),
         },
     );
     let http = config.http;

@@ -10,12 +10,10 @@ mod web;
 
 use std::sync::Arc;
 
-use crate::ai::Models;
+use crate::Services;
 use crate::capability::Capability;
-use crate::database::Databases;
 use crate::metering::Meter;
 use crate::secrets::Secrets;
-use crate::web::Web;
 
 pub use billing::Billing;
 pub use sandbox::Sandbox;
@@ -26,16 +24,21 @@ pub use sandbox::Sandbox;
 pub fn builtin(
     meter: Arc<Meter>,
     secrets: Option<Arc<Secrets>>,
-    web: Option<Arc<dyn Web>>,
-    sandbox: Option<Sandbox>,
-    databases: Option<Arc<dyn Databases>>,
-    models: Option<Arc<dyn Models>>,
+    services: Services,
 ) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
     // a call that stores a secret and uses it runs the store first
     if let Some(secrets) = &secrets {
         capabilities.extend(secrets::capabilities(secrets));
     }
+    let Services {
+        web,
+        sandbox,
+        databases,
+        models,
+        searches,
+        ..
+    } = services;
     if let Some(web) = web {
         capabilities.push(Arc::new(web::FetchUrl::new(web.clone(), secrets.clone())));
         capabilities.push(Arc::new(web::SendHttp::new(web, secrets.clone())));
@@ -48,8 +51,12 @@ pub fn builtin(
     if databases.is_some() || sandbox.is_some() {
         capabilities.extend(sql::capabilities(databases, secrets.clone(), sandbox));
     }
-    if let Some(models) = models {
-        capabilities.push(Arc::new(ai::ModelCall::new(models, secrets)));
+    let llm = models.map(|models| Arc::new(ai::ModelCall::new(models, secrets.clone())));
+    if let Some(llm) = &llm {
+        capabilities.push(llm.clone());
+    }
+    if let Some(searches) = searches {
+        capabilities.push(Arc::new(ai::SearchCall::new(searches, secrets, llm)));
     }
     capabilities
 }

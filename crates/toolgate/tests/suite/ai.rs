@@ -36,6 +36,8 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                 let asked = body["messages"].to_string();
                 let text = if asked.contains("echo your key") {
                     format!("my key is {}", auth.trim_start_matches("Bearer "))
+                } else if asked.contains("Search results") {
+                    "Tokio is an async runtime [1], explained in [2].".to_owned()
                 } else {
                     "Hello from the stand-in!".to_owned()
                 };
@@ -280,5 +282,141 @@ async fn bad_model_calls_are_refused_before_metering() {
         server.free_remaining(&alice.key).await,
         before,
         "refused calls are free"
+    );
+}
+
+/// A real searx (Debian's package, `scripts/searxng-up.sh`) whose one engine asks a loopback
+/// stand-in; stopped when dropped.
+struct Searx {
+    dir: tempfile::TempDir,
+    url: String,
+}
+
+impl Drop for Searx {
+    fn drop(&mut self) {
+        let script = checkout().join("scripts/searxng-down.sh");
+        let _ = std::process::Command::new(script)
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+async fn searx() -> Searx {
+    let upstream = Router::new().route(
+        "/search",
+        axum::routing::get(|| async {
+            axum::Json(json!({"results": [
+                {"url": "https://docs.example.org/tokio", "title": "Tokio docs", "content": "An async runtime for Rust."},
+                {"url": "https://blog.example.org/async", "title": "Async in depth", "content": "How futures are polled."}]}))
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, upstream).await });
+    let dir = tempfile::tempdir().unwrap();
+    let script = checkout().join("scripts/searxng-up.sh");
+    let out = tokio::process::Command::new(script)
+        .arg(dir.path())
+        .arg(format!("http://{addr}"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "searx did not start: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    Searx { dir, url }
+}
+
+#[tokio::test]
+async fn search_through_a_real_searxng_and_an_answer_that_cites_it() {
+    let searx = searx().await;
+    let (addr, _seen) = stand_in().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "search-alice@example.org");
+    let base = format!("http://{addr}/v1");
+    let server = Server::start(
+        &storage,
+        &[
+            "--egress-allow-private",
+            "127.0.0.1/32",
+            "--searxng-url",
+            &searx.url,
+            "--ai-endpoints",
+            &format!("local={base}"),
+        ],
+    )
+    .await;
+    let found = ai(
+        &server,
+        &alice.key,
+        json!({"search": "tokio runtime", "max_results": 5}),
+    )
+    .await;
+    assert_eq!(found["isError"], false, "{found}");
+    let search = &found["structuredContent"]["search"];
+    assert_eq!(search["engine"], "searxng");
+    assert_eq!(
+        search["results"][0],
+        json!({"title": "Tokio docs", "url": "https://docs.example.org/tokio",
+                                            "snippet": "An async runtime for Rust.", "date": null})
+    );
+    assert_eq!(search["results"].as_array().unwrap().len(), 2);
+    assert!(
+        found["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("1. Tokio docs\n   https://docs.example.org/tokio"),
+        "{found}"
+    );
+    let one = ai(
+        &server,
+        &alice.key,
+        json!({"search": "tokio runtime", "max_results": 1}),
+    )
+    .await;
+    assert_eq!(
+        one["structuredContent"]["search"]["results"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // with a prompt the model answers from the results, and its marks become links
+    let answered = ai(
+        &server,
+        &alice.key,
+        json!({"search": "tokio runtime", "prompt": "what is tokio?", "model": "local/tiny"}),
+    )
+    .await;
+    assert_eq!(answered["isError"], false, "{answered}");
+    assert_eq!(
+        answered["content"][0]["text"],
+        "Tokio is an async runtime [1](https://docs.example.org/tokio), explained in [2](https://blog.example.org/async)."
+    );
+    assert_eq!(
+        answered["structuredContent"]["search"]["citations"],
+        json!([{"n": 1, "title": "Tokio docs", "url": "https://docs.example.org/tokio"},
+               {"n": 2, "title": "Async in depth", "url": "https://blog.example.org/async"}])
+    );
+    assert_eq!(
+        answered["structuredContent"]["search"]["llm"]["provider"],
+        "local"
+    );
+    let bad = ai(
+        &server,
+        &alice.key,
+        json!({"search": "x", "freshness": "hour"}),
+    )
+    .await;
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("`freshness` must be one of"),
+        "{bad}"
     );
 }

@@ -5,6 +5,9 @@
 //! token the answer streams as progress notifications; a cancelled call drops the request.
 
 mod messages;
+mod search;
+
+pub use search::SearchCall;
 
 use std::sync::Arc;
 use std::time::Instant;
