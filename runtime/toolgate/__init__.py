@@ -2,6 +2,8 @@
 
     import toolgate
     toolgate.billing()      # {'tier': 'free', 'free_remaining_this_month': 998, ...}
+    toolgate.invoke_llm("openai/gpt-4o-mini", "Say hello")          # 'Hello!'
+    toolgate.web_search("rust async runtime", max_results=3)        # [{'title', 'url', 'snippet', 'date'}]
 
 A call to the service is possible only while the session is running a call of the service
 (a cell): from any thread of the session's Python, never from a bash command, a subprocess or
@@ -9,7 +11,7 @@ a thread that outlives its cell. It fails with ToolgateError (see its codes belo
 session and the service talk is described in runtime/PROTOCOL.md ("upcalls").
 """
 
-__all__ = ["ToolgateError", "billing"]
+__all__ = ["ToolgateError", "billing", "invoke_llm", "web_search"]
 
 
 class ToolgateError(Exception):
@@ -49,6 +51,48 @@ def billing() -> dict:
     if not isinstance(record, dict):
         raise ToolgateError("bad_answer", 'the answer to "billing" holds no billing record')
     return record
+
+
+_LLM_OPTIONS = ("system", "max_tokens", "temperature", "response_format", "api_key_secret")
+
+
+def invoke_llm(model: str, prompt: str, **options) -> str:
+    """The answer of the language model MODEL ("provider/model", e.g. "openai/gpt-4o-mini")
+    to PROMPT, as text. Options: system, max_tokens, temperature, response_format ("json" or
+    a JSON Schema), api_key_secret (a vault secret's name). The key is found as for the AI
+    tool: the named secret, else your secret with the provider's usual name
+    (OPENAI_API_KEY, ...), else the operator's; the session never sees it.
+
+    One metered call. Raises ToolgateError: "refused" when the allowance is used up and the
+    wallet is empty, "failed" with the provider's words when the model call fails,
+    "bad_request" for arguments the service does not accept."""
+    if not isinstance(model, str) or not isinstance(prompt, str):
+        raise TypeError("invoke_llm(model, prompt): both are strings")
+    if options.pop("stream", False):
+        raise ToolgateError("bad_request", "stream=True is not served yet: call without it")
+    unknown = sorted(set(options) - set(_LLM_OPTIONS))
+    if unknown:
+        raise TypeError(f"invoke_llm() got unknown options {unknown}; it takes {list(_LLM_OPTIONS)}")
+    request = {"kind": "invoke_llm", "model": model, "prompt": prompt}
+    request.update({k: v for k, v in options.items() if v is not None})
+    answer = _upcall(request).get("llm")
+    if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
+        raise ToolgateError("bad_answer", 'the answer to "invoke_llm" holds no text')
+    return answer["text"]
+
+
+def web_search(query: str, max_results: int = 5) -> list:
+    """Live web results for QUERY: a list of {"title", "url", "snippet", "date"} (date None
+    where the engine gives none), best first, at most MAX_RESULTS (1 to 20). One metered call;
+    raises ToolgateError as invoke_llm does."""
+    if not isinstance(query, str):
+        raise TypeError("web_search(query): a string")
+    if isinstance(max_results, bool) or not isinstance(max_results, int):
+        raise TypeError("web_search(max_results=...): an integer")
+    results = _upcall({"kind": "web_search", "query": query, "max_results": max_results}).get("web_search")
+    if not isinstance(results, list):
+        raise ToolgateError("bad_answer", 'the answer to "web_search" holds no results')
+    return results
 
 
 def _upcall(request: dict) -> dict:

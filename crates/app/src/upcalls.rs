@@ -68,7 +68,7 @@ impl UpcallHandler for SessionUpcalls {
             }
             Err(CallError::NotRecorded(_) | CallError::UnknownTool) => return Err(unavailable()),
         };
-        value(&upcall, outcome.structured)
+        value(&upcall, outcome.structured, &outcome.content)
     }
 }
 
@@ -76,6 +76,37 @@ impl UpcallHandler for SessionUpcalls {
 fn tool_call(upcall: &Upcall) -> (ToolKind, JsonObject) {
     let (kind, args) = match upcall {
         Upcall::Billing {} => (ToolKind::Read, json!({"billing": true})),
+        Upcall::InvokeLlm {
+            model,
+            prompt,
+            system,
+            max_tokens,
+            temperature,
+            response_format,
+            api_key_secret,
+        } => {
+            let mut args = json!({"model": model, "prompt": prompt});
+            let optional = [
+                ("system", system.as_ref().map(|s| json!(s))),
+                ("max_tokens", max_tokens.map(|n| json!(n))),
+                ("temperature", temperature.map(|t| json!(t))),
+                ("response_format", response_format.clone()),
+                ("api_key_secret", api_key_secret.as_ref().map(|s| json!(s))),
+            ];
+            for (name, value) in optional {
+                if let Some(value) = value {
+                    args[name] = value;
+                }
+            }
+            (ToolKind::Ai, args)
+        }
+        Upcall::WebSearch { query, max_results } => {
+            let mut args = json!({"search": query});
+            if let Some(n) = max_results {
+                args["max_results"] = json!(n);
+            }
+            (ToolKind::Ai, args)
+        }
     };
     let Value::Object(args) = args else {
         return (kind, JsonObject::new());
@@ -84,12 +115,29 @@ fn tool_call(upcall: &Upcall) -> (ToolKind, JsonObject) {
 }
 
 /// The typed answer, from the call's structured content.
-fn value(upcall: &Upcall, mut structured: JsonObject) -> Result<UpcallValue, UpcallError> {
+fn value(
+    upcall: &Upcall,
+    mut structured: JsonObject,
+    content: &[ContentItem],
+) -> Result<UpcallValue, UpcallError> {
     match upcall {
         Upcall::Billing {} => structured
             .remove("billing")
             .and_then(|record| serde_json::from_value::<BillingStatus>(record).ok())
             .map(UpcallValue::Billing)
+            .ok_or_else(unavailable),
+        Upcall::InvokeLlm { .. } => {
+            let mut llm = structured.remove("llm").ok_or_else(unavailable)?;
+            llm["text"] = json!(text(content));
+            Ok(UpcallValue::Llm(llm))
+        }
+        Upcall::WebSearch { .. } => structured
+            .remove("search")
+            .and_then(|mut search| search.get_mut("results").map(Value::take))
+            .and_then(|results| match results {
+                Value::Array(results) => Some(UpcallValue::WebSearch(results)),
+                _ => None,
+            })
             .ok_or_else(unavailable),
     }
 }
@@ -181,7 +229,9 @@ mod tests {
             .answer(origin(&account), Upcall::Billing {})
             .await
             .unwrap();
-        let UpcallValue::Billing(record) = answer;
+        let UpcallValue::Billing(record) = answer else {
+            panic!("not a billing record: {answer:?}")
+        };
         assert_eq!(record.free_remaining_this_month, 1);
         assert_eq!(free_left(&app, &account).await, 1);
         upcalls
@@ -203,7 +253,10 @@ mod tests {
         let UpcallValue::Billing(paid) = upcalls
             .answer(origin(&account), Upcall::Billing {})
             .await
-            .unwrap();
+            .unwrap()
+        else {
+            panic!("not a billing record")
+        };
         assert_eq!(paid.wallet_balance_usd, "0.99");
     }
 

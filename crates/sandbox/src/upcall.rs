@@ -12,14 +12,44 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use toolgate_domain::BillingStatus;
 
-/// What code in a session asks the service for. Today: the billing status; language models,
-/// web search and secrets come the same way.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// What code in a session asks the service for: the billing status, a language model's
+/// answer, web search results. Each is one metered call, as the matching tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Upcall {
     /// The account's billing status record (one metered call, as `billing` on the read tool).
     /// It takes no fields (`{}` keeps unknown ones refused).
     Billing {},
+    /// A language model's answer (as `prompt` and `model` on the AI tool).
+    InvokeLlm {
+        /// `provider/model`
+        model: String,
+        /// what to ask
+        prompt: String,
+        /// instructions for the model
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        system: Option<String>,
+        /// most tokens of the answer
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_tokens: Option<u64>,
+        /// sampling temperature
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        temperature: Option<f64>,
+        /// `"json"` or a JSON Schema
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response_format: Option<serde_json::Value>,
+        /// the vault secret holding the key to use
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        api_key_secret: Option<String>,
+    },
+    /// Web search results (as `search` on the AI tool).
+    WebSearch {
+        /// what to search for
+        query: String,
+        /// results wanted at most
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_results: Option<u64>,
+    },
 }
 
 /// The service's answer to an [`Upcall`], one variant per kind.
@@ -28,6 +58,10 @@ pub enum Upcall {
 pub enum UpcallValue {
     /// The billing status record, already counting the upcall itself.
     Billing(BillingStatus),
+    /// The model's answer: `{"text", "model", "provider", "finish_reason", "usage"}`.
+    Llm(serde_json::Value),
+    /// The results: `[{"title", "url", "snippet", "date"}]`.
+    WebSearch(Vec<serde_json::Value>),
 }
 
 /// Why an upcall got no value. The message is for the code's author (it becomes the Python

@@ -54,9 +54,9 @@ pub const MAX_TABLE_BYTES: usize = 4 << 20;
 /// [`MAX_OUTPUT_CHARS`] per stream instead): the largest frame the session may send.
 pub const CALL_FRAME_BYTES: u32 = toolgate_sandbox::frame::MAX_FRAME_BYTES;
 
-/// The largest `upcall` frame, in bytes: a request to the service is small (a larger one is a
-/// protocol violation).
-pub const MAX_UPCALL_FRAME_BYTES: usize = 64 << 10;
+/// The largest `upcall` frame, in bytes: a request to the service is small, a model's prompt
+/// its largest part (a larger one is a protocol violation).
+pub const MAX_UPCALL_FRAME_BYTES: usize = 2 << 20;
 
 /// Upcalls of one call that may wait for their answers at once; one more is answered `busy`
 /// (the runtime sends one at a time).

@@ -420,3 +420,59 @@ async fn search_through_a_real_searxng_and_an_answer_that_cites_it() {
         "{bad}"
     );
 }
+
+#[tokio::test]
+async fn code_in_a_session_calls_models_and_search_without_holding_a_key() {
+    let searx = searx().await;
+    let (addr, seen) = stand_in().await;
+    let base = format!("http://{addr}/v1");
+    let f = fixture_with(&[
+        "--egress-allow-private",
+        "127.0.0.1/32",
+        "--openai-base-url",
+        &base,
+        "--searxng-url",
+        &searx.url,
+        "--free-monthly-calls",
+        "6",
+    ])
+    .await;
+    f.write(json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}))
+        .await;
+    let before = f.server.free_remaining(&f.alice.key).await;
+    let code = "import os, toolgate\n\
+                text = toolgate.invoke_llm('openai/gpt-x', 'hi', system='be brief', max_tokens=10)\n\
+                found = toolgate.web_search('tokio', max_results=1)\n\
+                print(text)\nprint(found[0]['url'], len(found))\n\
+                print('OPENAI_API_KEY' in os.environ)";
+    let ran = f.write(json!({"code": code})).await;
+    assert_eq!(ran["isError"], false, "{ran}");
+    let out = ran["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        out, "Hello from the stand-in!\nhttps://docs.example.org/tokio 1\nFalse\n",
+        "{ran}"
+    );
+    assert_eq!(
+        seen.lock().unwrap().last().unwrap(),
+        &format!("Bearer {KEY}")
+    );
+    // the code's call and its two upcalls: three metered calls
+    assert_eq!(f.server.free_remaining(&f.alice.key).await, before - 3);
+    // a model error and bad arguments reach the code as ToolgateError
+    let failed = f.write(json!({"code": "import toolgate\ntry:\n    toolgate.invoke_llm('nope/x', 'hi')\nexcept toolgate.ToolgateError as e:\n    print(e.code, '|', e.message)"})).await;
+    let out = failed["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap();
+    assert!(
+        out.starts_with("bad_request | unknown provider \"nope\""),
+        "{failed}"
+    );
+    // the allowance used up and no wallet: the upcall is refused like a tool call
+    let refused = f.write(json!({"code": "import toolgate\ntry:\n    toolgate.invoke_llm('openai/gpt-x', 'hi')\nexcept toolgate.ToolgateError as e:\n    print(e.code)"})).await;
+    let out = refused["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(out, "refused\n", "{refused}");
+}
