@@ -1,6 +1,7 @@
 //! A bare axum server that answers every POST with a small fixed body. Measured with the same
 //! load generator as toolgate, it shows what the HTTP stack and the generator itself reach on
 //! this machine: if toolgate's figure is far below it, the generator is not what limits it.
+//! For `--ai` it is also the model provider and the search upstream ([`crate::stand_in`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -25,7 +26,9 @@ pub fn serve(addr: SocketAddr, limit: Duration) -> Result<()> {
             .route(
                 "/u/{key}",
                 post(|| async { ([(header::CONTENT_TYPE, "application/json")], BODY) }),
-            );
+            )
+            .route("/v1/chat/completions", post(crate::stand_in::chat))
+            .route("/search", get(crate::stand_in::search));
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;

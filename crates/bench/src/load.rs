@@ -280,6 +280,37 @@ async fn one_request(
 }
 
 /// One request of `workload` on an open connection: the body of a 200 that holds every needle.
+/// Sends `workload` on `sender` and reads its answer as it streams: the time until `first`
+/// appears in the body, and the time until the body ends.
+pub async fn call_streamed(
+    sender: &mut Sender,
+    endpoint: &Endpoint,
+    workload: &Workload,
+    first: &[u8],
+) -> Result<(Duration, Duration)> {
+    let started = Instant::now();
+    sender.ready().await?;
+    let response = sender.send_request(workload.request(endpoint)?).await?;
+    if response.status() != StatusCode::OK {
+        anyhow::bail!("status {}", response.status());
+    }
+    let mut body = response.into_body();
+    let mut seen = Vec::new();
+    let mut first_at = None;
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            seen.extend_from_slice(&data);
+            if first_at.is_none() && seen.windows(first.len()).any(|w| w == first) {
+                first_at = Some(started.elapsed());
+            }
+        }
+    }
+    let whole = started.elapsed();
+    let first_at = first_at
+        .with_context(|| format!("the answer never held the first piece: {}", snippet(&seen)))?;
+    Ok((first_at, whole))
+}
+
 pub async fn call(sender: &mut Sender, endpoint: &Endpoint, workload: &Workload) -> Result<Bytes> {
     one_request(sender, endpoint, workload)
         .await

@@ -2,6 +2,7 @@
 //! and memory figures for it, next to the project's targets. It reports figures, not pass/fail.
 //! With `--sandbox` it measures the sandbox's figures instead (see `sandbox/`).
 
+mod ai;
 mod floor;
 mod load;
 mod paths;
@@ -9,6 +10,7 @@ mod proc;
 mod report;
 mod sandbox;
 mod server;
+mod stand_in;
 mod web;
 
 use std::net::SocketAddr;
@@ -86,6 +88,11 @@ struct Args {
     /// and with curl (needs curl)
     #[arg(long)]
     web: bool,
+    /// Measure svc_ai (a model call, its first streamed piece, the same from code, a search)
+    /// against the same stand-ins asked directly (as root, with the sandbox's runtime; search
+    /// figures need Debian's searx)
+    #[arg(long)]
+    ai: bool,
     #[command(flatten)]
     sandbox: sandbox::SandboxArgs,
 }
@@ -133,6 +140,9 @@ fn run(args: &Args) -> Result<()> {
     }
     if args.web {
         return web::run(&binary);
+    }
+    if args.ai {
+        return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());
     }
     if args.sandbox.sandbox {
         return sandbox::run(args, &binary);

@@ -18,7 +18,7 @@ mod http;
 mod memory;
 mod report;
 
-pub(crate) use http::timed;
+pub(crate) use http::{timed, timed_pair};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -63,10 +63,10 @@ pub struct SandboxArgs {
 
 /// The files a sandbox needs, found once and given to both the in-process manager and `serve`.
 #[derive(Debug, Clone)]
-struct Files {
-    runtime: PathBuf,
-    zygote: PathBuf,
-    harden_lib: PathBuf,
+pub(crate) struct Files {
+    pub(crate) runtime: PathBuf,
+    pub(crate) zygote: PathBuf,
+    pub(crate) harden_lib: PathBuf,
 }
 
 /// Runs the sandbox figures and prints them.
@@ -160,7 +160,7 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
 /// A temporary directory under `target/` (beside this program's profile directory), mode 0711:
 /// the sessions' uids must be able to pass through it to their workspaces, and it must not be
 /// under `/tmp`.
-fn scratch_dir() -> Result<tempfile::TempDir> {
+pub(crate) fn scratch_dir() -> Result<tempfile::TempDir> {
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let target = exe
         .parent()
@@ -192,7 +192,7 @@ fn scratch_dir() -> Result<tempfile::TempDir> {
 
 /// The runtime and zygote script as `serve` finds them (working directory, else the checkout
 /// this program was built in), and the confinement library beside the toolgate binary.
-fn locate(runtime: Option<&Path>, binary: &Path) -> Result<Files> {
+pub(crate) fn locate(runtime: Option<&Path>, binary: &Path) -> Result<Files> {
     let runtime = match runtime {
         Some(path) => path.to_owned(),
         None => in_checkout(RUNTIME).with_context(|| {
@@ -222,7 +222,7 @@ fn locate(runtime: Option<&Path>, binary: &Path) -> Result<Files> {
 
 /// `relative` under the working directory, else under the checkout of this program
 /// (`<checkout>/target/<profile>/toolgate-bench`).
-fn in_checkout(relative: &str) -> Option<PathBuf> {
+pub(crate) fn in_checkout(relative: &str) -> Option<PathBuf> {
     let here = Path::new(relative);
     if here.exists() {
         return Some(here.to_owned());
