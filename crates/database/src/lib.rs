@@ -153,9 +153,13 @@ impl Databases for DatabaseServers {
         };
         match &pool {
             AnyPool::Postgres(pool) => {
-                postgres::run(pool, &query.statement, query.access, caps).await
+                let engine = (postgres::set_up as rows::SetUp<_>, &postgres::READER);
+                rows::run(pool, &query.statement, query.access, caps, engine).await
             }
-            AnyPool::Mysql(pool) => mysql::run(pool, &query.statement, query.access, caps).await,
+            AnyPool::Mysql(pool) => {
+                let engine = (mysql::set_up as rows::SetUp<_>, &mysql::READER);
+                rows::run(pool, &query.statement, query.access, caps, engine).await
+            }
         }
     }
 }

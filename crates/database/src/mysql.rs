@@ -6,18 +6,18 @@
 //! `max_statement_time` on MariaDB, `max_execution_time` (which bounds `SELECT` only) on MySQL.
 
 use futures::future::BoxFuture;
-use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlRow, MySqlSslMode};
+use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlSslMode};
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, Column, ConnectOptions, Row, TypeInfo};
-use toolgate_app::database::{Access, Column as TableColumn, DatabaseError, Table};
+use sqlx::{AssertSqlSafe, ConnectOptions, Row};
+use toolgate_app::database::Access;
 
 use crate::endpoint::{Endpoint, Tls};
 use crate::my_values::json_of;
 use crate::rows::{self, Caps, Reader};
 
-const READER: Reader<MySql> = Reader {
+pub const READER: Reader<MySql> = Reader {
     changes: |done| done.rows_affected(),
-    columns,
+    columns: rows::columns,
     values: |row| (0..row.len()).map(|i| json_of(row, i)).collect(),
 };
 
@@ -41,17 +41,7 @@ pub fn pool(endpoint: &Endpoint, address: std::net::SocketAddr) -> MySqlPool {
     rows::pool_options().connect_lazy_with(options)
 }
 
-/// Runs `statement` on a connection of `pool`.
-pub async fn run(
-    pool: &MySqlPool,
-    statement: &str,
-    access: Access,
-    caps: Caps,
-) -> Result<Table, DatabaseError> {
-    rows::run(pool, statement, access, caps, (set_up, &READER)).await
-}
-
-fn set_up(
+pub fn set_up(
     conn: &mut PoolConnection<MySql>,
     access: Access,
     caps: Caps,
@@ -84,14 +74,4 @@ async fn begin(
     };
     sqlx::raw_sql(begin).execute(&mut **conn).await?;
     Ok(())
-}
-
-fn columns(row: &MySqlRow) -> Vec<TableColumn> {
-    row.columns()
-        .iter()
-        .map(|c| TableColumn {
-            name: c.name().to_owned(),
-            type_name: c.type_info().name().to_ascii_lowercase(),
-        })
-        .collect()
 }

@@ -9,17 +9,17 @@
 
 use futures::future::BoxFuture;
 use sqlx::pool::PoolConnection;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgRow, PgSslMode};
-use sqlx::{AssertSqlSafe, Column, ConnectOptions, Postgres, Row, TypeInfo};
-use toolgate_app::database::{Access, Column as TableColumn, DatabaseError, Table};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
+use sqlx::{AssertSqlSafe, ConnectOptions, Postgres, Row};
+use toolgate_app::database::Access;
 
 use crate::endpoint::{Endpoint, Tls};
 use crate::pg_values::json_of;
 use crate::rows::{self, Caps, Reader};
 
-const READER: Reader<Postgres> = Reader {
+pub const READER: Reader<Postgres> = Reader {
     changes: |done| done.rows_affected(),
-    columns,
+    columns: rows::columns,
     values: |row| {
         (0..row.len())
             .filter_map(|i| row.try_get_raw(i).ok().map(json_of))
@@ -48,18 +48,8 @@ pub fn pool(endpoint: &Endpoint, address: std::net::SocketAddr) -> PgPool {
     rows::pool_options().connect_lazy_with(options)
 }
 
-/// Runs `statement` on a connection of `pool`.
-pub async fn run(
-    pool: &PgPool,
-    statement: &str,
-    access: Access,
-    caps: Caps,
-) -> Result<Table, DatabaseError> {
-    rows::run(pool, statement, access, caps, (set_up, &READER)).await
-}
-
 /// The transaction, read-only for a read, with the statement's time limit.
-fn set_up(
+pub fn set_up(
     conn: &mut PoolConnection<Postgres>,
     access: Access,
     caps: Caps,
@@ -76,14 +66,4 @@ fn set_up(
             .await
             .map(drop)
     })
-}
-
-fn columns(row: &PgRow) -> Vec<TableColumn> {
-    row.columns()
-        .iter()
-        .map(|c| TableColumn {
-            name: c.name().to_owned(),
-            type_name: c.type_info().name().to_ascii_lowercase(),
-        })
-        .collect()
 }

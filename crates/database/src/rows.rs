@@ -161,6 +161,18 @@ pub async fn collect<DB: Database>(
     Ok((table, true))
 }
 
+/// A row's columns: names, and type names in lower case.
+pub fn columns<R: sqlx::Row>(row: &R) -> Vec<Column> {
+    use sqlx::{Column as _, TypeInfo as _};
+    row.columns()
+        .iter()
+        .map(|c| Column {
+            name: c.name().to_owned(),
+            type_name: c.type_info().name().to_ascii_lowercase(),
+        })
+        .collect()
+}
+
 /// A write whose rows were cut short: nothing is committed.
 fn cut_write() -> DatabaseError {
     DatabaseError::Failed(
