@@ -246,13 +246,14 @@ pub fn parse(engine: &str, body: &Value) -> Vec<SearchResult> {
                 .iter()
                 .filter_map(|item| {
                     let url = item.get("url")?.as_str()?.to_owned();
+                    let mut snippet = text(item, snippet).unwrap_or_default();
+                    if engine == "brave" {
+                        // Brave marks the query's words up: <strong>word</strong>
+                        snippet = plain(&snippet);
+                    }
                     Some(SearchResult {
                         title: text(item, &["title"]).unwrap_or_else(|| url.clone()),
-                        snippet: text(item, snippet)
-                            .unwrap_or_default()
-                            .chars()
-                            .take(MAX_SNIPPET)
-                            .collect(),
+                        snippet: snippet.chars().take(MAX_SNIPPET).collect(),
                         date: text(item, date),
                         url,
                     })
@@ -260,6 +261,34 @@ pub fn parse(engine: &str, body: &Value) -> Vec<SearchResult> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// `text` without its inline tags (`<strong>`, `</b>`, …) and with the common entities read.
+fn plain(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find('<') {
+        out.push_str(&rest[..open]);
+        let after = &rest[open + 1..];
+        let tag_end = after.find('>');
+        let is_tag = tag_end.is_some_and(|end| {
+            let name = after[..end].trim_start_matches('/');
+            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())
+        });
+        match (is_tag, tag_end) {
+            (true, Some(end)) => rest = &after[end + 1..],
+            _ => {
+                out.push('<');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out.replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
 }
 
 #[async_trait]

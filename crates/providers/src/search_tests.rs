@@ -23,7 +23,7 @@ async fn rig() -> (SearchEngines, Seen) {
         .route("/brave/web/search", get(move |uri: Uri, headers: HeaderMap| async move {
             a.0.lock().unwrap().push((uri.to_string(), headers, Value::Null));
             axum::Json(json!({"type": "search", "web": {"type": "search", "results": [
-                {"title": "Brave one", "url": "https://b.example/1", "description": "first <strong>hit</strong>", "age": "2 days ago"},
+                {"title": "Brave one", "url": "https://b.example/1", "description": "first <strong>hit</strong> &amp; more <3", "age": "2 days ago"},
                 {"title": "Brave two", "url": "https://b.example/2", "description": "second"}]}}))
         }))
         .route("/tavily/search", post(move |headers: HeaderMap, body: axum::Json<Value>| async move {
@@ -78,7 +78,7 @@ async fn each_engine_is_asked_its_way_and_read_into_one_shape() {
         SearchResult {
             title: "Brave one".into(),
             url: "https://b.example/1".into(),
-            snippet: "first <strong>hit</strong>".into(),
+            snippet: "first hit & more <3".into(),
             date: Some("2 days ago".into()),
         }
     );

@@ -81,6 +81,9 @@ async fn openai(State(seen): State<Seen>, headers: HeaderMap, body: axum::body::
     if let Some(response) = misbehaviour(&model, calls).await {
         return response;
     }
+    if model == "endless" {
+        return endless();
+    }
     if body["stream"] == true {
         let mut events: Vec<String> = ["Hel", "lo", "!"]
             .iter()
@@ -185,6 +188,35 @@ async fn gemini(
         return sse(events);
     }
     json_response(200, piece("Hello!", Some("STOP")))
+}
+
+/// Set when the endless stream is dropped: the client went away.
+static ENDLESS_DROPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Marks [`ENDLESS_DROPPED`] when the stream holding it is dropped.
+struct DropMark;
+
+impl Drop for DropMark {
+    fn drop(&mut self) {
+        ENDLESS_DROPPED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// A streamed answer that never ends: a piece every 10 ms.
+fn endless() -> Response {
+    let mark = DropMark;
+    let pieces = futures::stream::unfold(mark, |mark| async move {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let chunk = json!({"model": "endless", "choices": [{"index": 0, "delta": {"content": "la "}, "finish_reason": null}]});
+        Some((
+            Ok::<_, std::convert::Infallible>(format!("data: {chunk}\n\n")),
+            mark,
+        ))
+    });
+    Response::builder()
+        .header("content-type", "text/event-stream")
+        .body(Body::from_stream(pieces))
+        .unwrap()
 }
 
 fn record(seen: &Seen, path: &str, headers: HeaderMap, body: &Value) -> usize {
@@ -486,4 +518,28 @@ async fn json_output_is_asked_for_in_each_formats_way() {
         "application/json"
     );
     assert_eq!(seen[2].2["generationConfig"]["responseJsonSchema"], schema);
+}
+
+#[tokio::test]
+async fn a_dropped_call_stops_the_request_upstream() {
+    let (clients, _) = rig().await;
+    let (tx, mut rx) = mpsc::channel(64);
+    let call = tokio::spawn(async move {
+        clients
+            .complete(request("openai", "endless"), Some(tx))
+            .await
+    });
+    assert_eq!(rx.recv().await.unwrap(), "la ", "the stream began");
+    assert!(!ENDLESS_DROPPED.load(std::sync::atomic::Ordering::SeqCst));
+    // what a cancelled tool call does: the future is dropped; the upstream stream ends well
+    // before the call's own 2 s limit would have ended it
+    call.abort();
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    while !ENDLESS_DROPPED.load(std::sync::atomic::Ordering::SeqCst) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the provider's stream went on after the call was dropped"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }

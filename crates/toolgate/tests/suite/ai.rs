@@ -21,10 +21,12 @@ const KEY: &str = "sk-vault-7e6d5c4b3a291807";
 async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
+    let flaky_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let app = Router::new().route(
         "/v1/chat/completions",
         post(move |headers: HeaderMap, body: String| {
             let record = record.clone();
+            let flaky_calls = flaky_calls.clone();
             async move {
                 let auth = headers
                     .get("authorization")
@@ -34,6 +36,16 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                 record.lock().unwrap().push(auth.clone());
                 let body: Value = serde_json::from_str(&body).unwrap();
                 let asked = body["messages"].to_string();
+                // the first "flaky" request is throttled, as a provider does under load
+                if asked.contains("flaky")
+                    && flaky_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
+                {
+                    return Response::builder()
+                        .status(429)
+                        .header("retry-after", "0.1")
+                        .body(axum::body::Body::from(r#"{"error":{"message":"slow down"}}"#))
+                        .unwrap();
+                }
                 let text = if asked.contains("echo your key") {
                     format!("my key is {}", auth.trim_start_matches("Bearer "))
                 } else if asked.contains("Search results") {
@@ -213,6 +225,34 @@ async fn a_model_answers_with_the_key_from_the_vault_which_never_comes_back() {
     assert_eq!(seen.lock().unwrap().last().unwrap(), "");
     let log = server.log_text();
     assert!(!log.contains(KEY), "the key reached the log");
+}
+
+#[tokio::test]
+async fn a_retried_model_call_is_charged_once() {
+    let (_dir, server, alice, _bob, _seen) = started().await;
+    write(
+        &server,
+        &alice.key,
+        json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}),
+    )
+    .await;
+    let before = server.free_remaining(&alice.key).await;
+    let answer = ai(
+        &server,
+        &alice.key,
+        json!({"model": "openai/gpt-x", "prompt": "flaky"}),
+    )
+    .await;
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert_eq!(
+        answer["structuredContent"]["llm"]["attempts"], 2,
+        "{answer}"
+    );
+    assert_eq!(
+        server.free_remaining(&alice.key).await,
+        before - 1,
+        "one call, whatever its retries"
+    );
 }
 
 #[tokio::test]
