@@ -15,7 +15,7 @@ from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, fork_refused, 
 
 SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "session/ping",
                  "session/exec", "session/bash", "session/sqlite", "session/upcall_result",
-                 "session/upcall_error"}
+                 "session/upcall_error", "session/upcall_progress"}
 RUNTIME_FRAMES = {"control/hello", "control/pong", "control/forked", "control/forked_hardened",
                   "control/exited", "control/error", "session/pong", "session/output",
                   "session/result_exec", "session/result_bash", "session/result_sqlite",

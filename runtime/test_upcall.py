@@ -220,3 +220,37 @@ def test_toolgate_in_a_hardened_session(hardened, workspaces, base_prefix):
         assert expect_result(s, rid)["error"]["type"] == "ToolgateError"
     finally:
         s.close()
+
+
+def test_a_streamed_answer_comes_in_pieces_and_an_abandoned_one_is_dropped(zygote):
+    s = zygote.fork("upcall-stream")
+    llm = {"llm": {"text": "Hello!", "model": "m", "provider": "p", "finish_reason": "stop"}}
+    try:
+        code = ("import toolgate\n"
+                "pieces = []\n"
+                "for p in toolgate.invoke_llm('p/m', 'hi', stream=True):\n"
+                "    pieces.append(p)\n"
+                "pieces")
+        rid = start(s, code)
+        f = s.recv()
+        assert f["op"] == "upcall" and f["request"] == {"kind": "invoke_llm", "model": "p/m",
+                                                        "prompt": "hi", "stream": True}, f
+        for piece in ("Hel", "lo!"):
+            s.send({"op": "upcall_progress", "id": rid, "upcall": 1, "data": piece})
+        # another upcall's piece (a stale one) is not this one's
+        s.send({"op": "upcall_progress", "id": rid, "upcall": 9, "data": "stale"})
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": llm})
+        assert expect_result(s, rid)["result"]["text/plain"] == "['Hel', 'lo!']"
+        # code that stops after the first piece lets the upcall go; what comes later is dropped
+        code = ("first = next(iter(toolgate.invoke_llm('p/m', 'hi', stream=True)))\n"
+                "first")
+        rid = start(s, code)
+        s.recv()
+        s.send({"op": "upcall_progress", "id": rid, "upcall": 1, "data": "only"})
+        r = expect_result(s, rid)
+        assert r["error"] is None and r["result"]["text/plain"] == "'only'", r
+        s.send({"op": "upcall_progress", "id": rid, "upcall": 1, "data": "late"})
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": llm})
+        assert s.value("1 + 1") == "2"          # the late frames were ignored between requests
+    finally:
+        s.close()

@@ -56,9 +56,10 @@ def billing() -> dict:
 _LLM_OPTIONS = ("system", "max_tokens", "temperature", "response_format", "api_key_secret")
 
 
-def invoke_llm(model: str, prompt: str, **options) -> str:
+def invoke_llm(model: str, prompt: str, **options):
     """The answer of the language model MODEL ("provider/model", e.g. "openai/gpt-4o-mini")
-    to PROMPT, as text. Options: system, max_tokens, temperature, response_format ("json" or
+    to PROMPT, as text; with stream=True, an iterator of its pieces as they come
+    (for piece in invoke_llm(..., stream=True): print(piece, end="")). Options: system, max_tokens, temperature, response_format ("json" or
     a JSON Schema), api_key_secret (a vault secret's name). The key is found as for the AI
     tool: the named secret, else your secret with the provider's usual name
     (OPENAI_API_KEY, ...), else the operator's; the session never sees it.
@@ -68,17 +69,26 @@ def invoke_llm(model: str, prompt: str, **options) -> str:
     "bad_request" for arguments the service does not accept."""
     if not isinstance(model, str) or not isinstance(prompt, str):
         raise TypeError("invoke_llm(model, prompt): both are strings")
-    if options.pop("stream", False):
-        raise ToolgateError("bad_request", "stream=True is not served yet: call without it")
+    stream = options.pop("stream", False)
     unknown = sorted(set(options) - set(_LLM_OPTIONS))
     if unknown:
         raise TypeError(f"invoke_llm() got unknown options {unknown}; it takes {list(_LLM_OPTIONS)}")
     request = {"kind": "invoke_llm", "model": model, "prompt": prompt}
     request.update({k: v for k, v in options.items() if v is not None})
+    if stream:
+        request["stream"] = True
+        return _streamed(request)
     answer = _upcall(request).get("llm")
     if not isinstance(answer, dict) or not isinstance(answer.get("text"), str):
         raise ToolgateError("bad_answer", 'the answer to "invoke_llm" holds no text')
     return answer["text"]
+
+
+def _streamed(request):
+    from toolgate._upcalls import upcall_stream
+    answer = yield from upcall_stream(request)
+    if not isinstance(answer.get("llm"), dict):
+        raise ToolgateError("bad_answer", 'the answer to "invoke_llm" holds no text')
 
 
 def web_search(query: str, max_results: int = 5) -> list:

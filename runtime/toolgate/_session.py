@@ -139,7 +139,7 @@ class Session:
                 self.chan.send({"op": "pong", "id": rid})
                 return
             if op not in ("exec", "bash", "sqlite"):
-                if op == "upcall_result":
+                if op in ("upcall_result", "upcall_progress"):
                     return                       # a late answer to an interrupted upcall
                 raise BadRequest("unknown_op", f"unknown op {op!r} on a session channel")
             if rid is None:

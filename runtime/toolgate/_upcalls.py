@@ -38,6 +38,19 @@ UPCALLS = _Upcalls()
 
 def upcall(request):
     """The "value" object of the server's answer to REQUEST, or ToolgateError."""
+    pieces = upcall_stream(request)
+    while True:
+        try:
+            next(pieces)                 # a request that does not stream has no pieces
+        except StopIteration as done:
+            return done.value
+
+
+def upcall_stream(request):
+    """A generator: yields the pieces of a streamed answer to REQUEST ("upcall_progress"
+    frames) as they come, and returns the answer's "value" object (or raises ToolgateError).
+    The session's one upcall at a time is held while it runs; a generator dropped before its
+    end lets it go, and the rest of its answer is dropped when it comes."""
     if not isinstance(request, dict) or not isinstance(request.get("kind"), str):
         raise ToolgateError("bad_request", 'a request is an object with a string "kind"')
     st = UPCALLS
@@ -59,7 +72,13 @@ def upcall(request):
             _critical(st.chan.send, frame)
         else:
             st.chan.send(frame)
-        return _answer(_wait(st.chan, rid, n, main))
+        pieces = []
+        while True:
+            answer = _read(st.chan, rid, n, main, pieces)
+            while pieces:
+                yield pieces.pop(0)
+            if answer is not None:
+                return _answer(answer)
 
 
 def _critical(f, *args):
@@ -76,23 +95,24 @@ def _critical(f, *args):
             raise KeyboardInterrupt
 
 
-def _wait(chan, rid, n, main):
-    """Reads the session socket until the answer to upcall (rid, n) comes; returns it."""
+def _read(chan, rid, n, main, pieces):
+    """Reads the session socket once: the answer to upcall (rid, n) if it came, and the pieces
+    of it that came appended to PIECES."""
     sock, buf, view = chan.sock, chan.rbuf, chan.rview
-    while True:
-        try:
-            k = sock.recv_into(buf)        # KeyboardInterrupt (SIGINT) leaves the decoder whole
-        except OSError:
-            k = 0
-        if not k:
-            os._exit(0)                    # the server closed the session
-        answer = _critical(_take, chan, view[:k], rid, n) if main else _take(chan, view[:k], rid, n)
-        if answer is not None:
-            return answer
+    try:
+        k = sock.recv_into(buf)            # KeyboardInterrupt (SIGINT) leaves the decoder whole
+    except OSError:
+        k = 0
+    if not k:
+        os._exit(0)                        # the server closed the session
+    if main:
+        return _critical(_take, chan, view[:k], rid, n, pieces)
+    return _take(chan, view[:k], rid, n, pieces)
 
 
-def _take(chan, data, rid, n):
-    """Feeds DATA to the channel's decoder; returns the answer to (rid, n) if it came."""
+def _take(chan, data, rid, n, pieces):
+    """Feeds DATA to the channel's decoder; returns the answer to (rid, n) if it came, and
+    appends its pieces to PIECES."""
     answer = None
     for event in chan.decoder.feed(data):
         if event[0] == "frame":
@@ -100,11 +120,14 @@ def _take(chan, data, rid, n):
                 f = parse_request(event[1])
             except BadRequest:
                 f = None
-            if f is not None and f["op"] == "upcall_result":
-                if answer is None and f.get("id") == rid and f.get("upcall") == n \
-                        and not isinstance(f.get("upcall"), bool):
+            if f is not None and f["op"] in ("upcall_result", "upcall_progress"):
+                ours = answer is None and f.get("id") == rid and f.get("upcall") == n \
+                    and not isinstance(f.get("upcall"), bool)
+                if ours and f["op"] == "upcall_result":
                     answer = f
-                continue                   # a stale answer: dropped
+                elif ours and isinstance(f.get("data"), str):
+                    pieces.append(f["data"])
+                continue                   # stale (an upcall interrupted or dropped): dropped
         chan.pending.append(event)         # for the executor's loop, after this request
     return answer
 

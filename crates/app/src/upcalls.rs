@@ -29,12 +29,42 @@ impl SessionUpcalls {
     }
 }
 
+/// Passes a streamed answer's pieces (the call's progress messages) on to the session.
+struct Pieces(tokio::sync::mpsc::Sender<String>);
+
+impl crate::capability::ProgressSink for Pieces {
+    fn report(&self, _progress: f64, message: &str) {
+        // never waited for: a session that does not keep up loses pieces, not the answer
+        let _ = self.0.try_send(message.to_owned());
+    }
+}
+
 #[async_trait]
 impl UpcallHandler for SessionUpcalls {
     async fn answer(
         &self,
         origin: UpcallOrigin,
         upcall: Upcall,
+    ) -> Result<UpcallValue, UpcallError> {
+        self.answered(origin, upcall, None).await
+    }
+
+    async fn answer_streaming(
+        &self,
+        origin: UpcallOrigin,
+        upcall: Upcall,
+        pieces: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<UpcallValue, UpcallError> {
+        self.answered(origin, upcall, Some(Pieces(pieces))).await
+    }
+}
+
+impl SessionUpcalls {
+    async fn answered(
+        &self,
+        origin: UpcallOrigin,
+        upcall: Upcall,
+        pieces: Option<Pieces>,
     ) -> Result<UpcallValue, UpcallError> {
         // The sandbox attaches the session's account; it is the run's. Anything else is a bug
         // that must not charge or serve the wrong account.
@@ -46,9 +76,13 @@ impl UpcallHandler for SessionUpcalls {
         let (kind, args) = tool_call(&upcall);
         let tool = calls.tool_name(kind).ok_or_else(unavailable)?;
         tracing::debug!(?upcall, tool, "upcall from a session");
-        let answer = calls
-            .call(&self.account, tool, Some(args), CallIo::default())
-            .await;
+        let io = CallIo {
+            progress: pieces
+                .as_ref()
+                .map(|p| p as &dyn crate::capability::ProgressSink),
+            cancel: None,
+        };
+        let answer = calls.call(&self.account, tool, Some(args), io).await;
         let outcome = match answer {
             Ok(Answer::Ran(outcome)) if !outcome.is_error => outcome,
             Ok(Answer::Ran(outcome)) => {
@@ -84,6 +118,7 @@ fn tool_call(upcall: &Upcall) -> (ToolKind, JsonObject) {
             temperature,
             response_format,
             api_key_secret,
+            stream: _,
         } => {
             let mut args = json!({"model": model, "prompt": prompt});
             let optional = [

@@ -26,7 +26,7 @@ use crate::bounded::CallBudget;
 use crate::frame_io::FrameReader;
 use crate::session_error::{KillReason, SessionError};
 use crate::session_input::{Idle, Step, idle_input, on_frame};
-use crate::upcalls::{PendingUpcalls, Upcalls};
+use crate::upcalls::{PendingUpcalls, Ready, Upcalls};
 
 /// A forked session child. Dropping it closes the session (the child reads end of file and exits;
 /// it is killed if it does not); [`Session::close`] does the same and waits for it.
@@ -418,8 +418,12 @@ impl Driver {
                     }
                     Err(e) => return self.broken(reply, format!("{e}"), limit).await,
                 },
-                Some(answer) = upcalls.next(), if killed.is_none() => {
-                    if let Err(what) = self.send_answer(id, answer).await {
+                Some(ready) = upcalls.next(), if killed.is_none() => {
+                    let sent = match ready {
+                        Ready::Answer(n, answer) => self.send_answer(id, (n, answer)).await,
+                        Ready::Piece(n, piece) => self.send_piece(id, n, &piece).await,
+                    };
+                    if let Err(what) = sent {
                         return self.broken(reply, what, limit).await;
                     }
                 }
@@ -478,6 +482,21 @@ impl Driver {
             )),
             Err(_) => Err(format!(
                 "it did not read the answer to its upcall within {} s",
+                ANSWER_WRITE.as_secs()
+            )),
+        }
+    }
+
+    /// Writes a piece of a streamed answer to one of the running request's upcalls, under the
+    /// rule of [`Self::send_answer`].
+    async fn send_piece(&mut self, id: u64, upcall: u64, data: &str) -> Result<(), String> {
+        let frame = SessionRequest::UpcallProgress { id, upcall, data };
+        let bytes = frame::encode(&frame).map_err(|e| format!("a piece of an answer: {e}"))?;
+        match tokio::time::timeout(ANSWER_WRITE, self.stream.write_all(&bytes)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(format!("a piece of an answer could not be written: {e}")),
+            Err(_) => Err(format!(
+                "it did not read a piece of an answer within {} s",
                 ANSWER_WRITE.as_secs()
             )),
         }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
 use tokio::task::{Id, JoinSet};
 use toolgate_sandbox::upcall::{
     UpcallAnswer, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin,
@@ -29,6 +30,27 @@ impl std::fmt::Debug for Upcalls {
     }
 }
 
+/// Pieces of streamed answers waiting to be written, for all of a call's upcalls: a session
+/// that does not read them holds its answers back, not the server's memory.
+const PIECES_QUEUE: usize = 64;
+
+/// A piece of upcall `n`'s streamed answer, as it waits to be written.
+type Tagged = (u64, String);
+
+/// What is ready for the session.
+pub(crate) enum Ready {
+    /// A piece of upcall `n`'s streamed answer.
+    Piece(u64, String),
+    /// Upcall `n`'s answer (after all its pieces).
+    Answer(u64, UpcallAnswer),
+}
+
+impl From<(u64, UpcallAnswer)> for Ready {
+    fn from((n, answer): (u64, UpcallAnswer)) -> Self {
+        Self::Answer(n, answer)
+    }
+}
+
 /// The upcalls of one call that are being answered.
 pub(crate) struct PendingUpcalls {
     /// Where they go; `None`: this call takes none (each is answered with an error).
@@ -37,6 +59,9 @@ pub(crate) struct PendingUpcalls {
     answering: JoinSet<(u64, UpcallAnswer)>,
     /// The session's number of each upcall being answered, by task.
     numbers: HashMap<Id, u64>,
+    /// Pieces of streamed answers, tagged with their upcall: where tasks send them, and
+    /// where they are read.
+    pieces: (mpsc::Sender<Tagged>, mpsc::Receiver<Tagged>),
 }
 
 impl PendingUpcalls {
@@ -45,6 +70,7 @@ impl PendingUpcalls {
             upcalls,
             answering: JoinSet::new(),
             numbers: HashMap::new(),
+            pieces: mpsc::channel(PIECES_QUEUE),
         }
     }
 
@@ -77,29 +103,90 @@ impl PendingUpcalls {
         }
         let (handler, origin) = (Arc::clone(&upcalls.handler), upcalls.origin.clone());
         let upcall = asked.upcall;
-        let task = self
-            .answering
-            .spawn(async move { (upcall, handler.answer(origin, request).await.into()) });
+        let task = if request.streams() {
+            let tagged = self.pieces.0.clone();
+            self.answering.spawn(async move {
+                (
+                    upcall,
+                    streaming(handler, origin, request, upcall, tagged)
+                        .await
+                        .into(),
+                )
+            })
+        } else {
+            self.answering
+                .spawn(async move { (upcall, handler.answer(origin, request).await.into()) })
+        };
         self.numbers.insert(task.id(), upcall);
         None
     }
 
-    /// The next answer made, once one is; pending while none is being made.
-    pub(crate) async fn next(&mut self) -> Option<(u64, UpcallAnswer)> {
-        let joined = self.answering.join_next_with_id().await?;
-        let (task, answer) = match joined {
-            Ok((task, (_, answer))) => (task, answer),
-            // a handler that panicked: its upcall is answered all the same, not left waiting
-            Err(e) => (
-                e.id(),
-                UpcallAnswer::Error(UpcallError::new(
-                    UpcallErrorCode::Unavailable,
-                    "the service failed to answer; nothing was charged for it",
-                )),
-            ),
-        };
-        let upcall = self.numbers.remove(&task)?;
-        Some((upcall, answer))
+    /// What is ready next: a piece, else an answer; pending while nothing is.
+    pub(crate) async fn next(&mut self) -> Option<Ready> {
+        // pieces first: a task queues all of its pieces before its answer is joined
+        if let Ok((n, piece)) = self.pieces.1.try_recv() {
+            return Some(Ready::Piece(n, piece));
+        }
+        let Self {
+            answering,
+            numbers,
+            pieces,
+            ..
+        } = self;
+        tokio::select! {
+            biased;
+            Some((n, piece)) = pieces.1.recv() => Some(Ready::Piece(n, piece)),
+            answer = next_answer(answering, numbers) => answer.map(|(n, a)| Ready::Answer(n, a)),
+        }
+    }
+}
+
+/// The next answer made, once one is; pending while none is being made.
+async fn next_answer(
+    answering: &mut JoinSet<(u64, UpcallAnswer)>,
+    numbers: &mut HashMap<Id, u64>,
+) -> Option<(u64, UpcallAnswer)> {
+    let joined = answering.join_next_with_id().await?;
+    let (task, answer) = match joined {
+        Ok((task, (_, answer))) => (task, answer),
+        // a handler that panicked: its upcall is answered all the same, not left waiting
+        Err(e) => (
+            e.id(),
+            UpcallAnswer::Error(UpcallError::new(
+                UpcallErrorCode::Unavailable,
+                "the service failed to answer; nothing was charged for it",
+            )),
+        ),
+    };
+    let upcall = numbers.remove(&task)?;
+    Some((upcall, answer))
+}
+
+/// Answers a streaming upcall, passing its pieces on tagged with its number; every piece is
+/// queued before the answer is returned.
+async fn streaming(
+    handler: Arc<dyn UpcallHandler>,
+    origin: UpcallOrigin,
+    request: toolgate_sandbox::upcall::Upcall,
+    upcall: u64,
+    tagged: mpsc::Sender<Tagged>,
+) -> Result<toolgate_sandbox::upcall::UpcallValue, UpcallError> {
+    let (pieces, mut coming) = mpsc::channel(PIECES_QUEUE);
+    let answering = handler.answer_streaming(origin, request, pieces);
+    tokio::pin!(answering);
+    loop {
+        tokio::select! {
+            biased;
+            Some(piece) = coming.recv() => {
+                let _ = tagged.send((upcall, piece)).await;
+            }
+            result = &mut answering => {
+                while let Ok(piece) = coming.try_recv() {
+                    let _ = tagged.send((upcall, piece)).await;
+                }
+                return result;
+            }
+        }
     }
 }
 
@@ -154,10 +241,10 @@ mod tests {
         }
     }
 
-    fn code(answer: Option<(u64, UpcallAnswer)>) -> Option<(u64, UpcallErrorCode)> {
+    fn code(answer: Option<Ready>) -> Option<(u64, UpcallErrorCode)> {
         match answer? {
-            (n, UpcallAnswer::Error(e)) => Some((n, e.code)),
-            (_, UpcallAnswer::Value(_)) => None,
+            Ready::Answer(n, UpcallAnswer::Error(e)) => Some((n, e.code)),
+            Ready::Answer(_, UpcallAnswer::Value(_)) | Ready::Piece(..) => None,
         }
     }
 
@@ -171,7 +258,7 @@ mod tests {
         }
         let over = MAX_UPCALLS_IN_FLIGHT as u64 + 1;
         assert_eq!(
-            code(upcalls.ask(ask(over))),
+            code(upcalls.ask(ask(over)).map(Ready::from)),
             Some((over, UpcallErrorCode::Busy))
         );
         let unknown = UpcallAsked {
@@ -179,12 +266,12 @@ mod tests {
             request: Err("no such kind".into()),
         };
         assert_eq!(
-            code(upcalls.ask(unknown)),
+            code(upcalls.ask(unknown).map(Ready::from)),
             Some((50, UpcallErrorCode::BadRequest))
         );
         let mut none = PendingUpcalls::new(None);
         assert_eq!(
-            code(none.ask(ask(1))),
+            code(none.ask(ask(1)).map(Ready::from)),
             Some((1, UpcallErrorCode::Unavailable))
         );
     }

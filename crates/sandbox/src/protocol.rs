@@ -123,6 +123,15 @@ pub enum SessionRequest<'a> {
         /// the statement's own time limit, in seconds
         timeout_s: f64,
     },
+    /// A piece of a streamed answer to an upcall, before its `upcall_result`.
+    UpcallProgress {
+        /// the running request's number
+        id: u64,
+        /// the session's number for the upcall
+        upcall: u64,
+        /// the piece of text
+        data: &'a str,
+    },
     /// The service's answer to an upcall the running request made.
     UpcallResult {
         /// the running request's number

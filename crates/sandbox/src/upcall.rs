@@ -41,6 +41,9 @@ pub enum Upcall {
         /// the vault secret holding the key to use
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_key_secret: Option<String>,
+        /// send the answer's text in pieces (`upcall_progress` frames) as it comes
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stream: bool,
     },
     /// Web search results (as `search` on the AI tool).
     WebSearch {
@@ -153,4 +156,23 @@ pub trait UpcallHandler: Send + Sync {
         origin: UpcallOrigin,
         upcall: Upcall,
     ) -> Result<UpcallValue, UpcallError>;
+
+    /// Answers `upcall` as [`Self::answer`] does, passing the pieces of a streamed answer to
+    /// `pieces` as they come (never waiting for it); without streaming there are none.
+    async fn answer_streaming(
+        &self,
+        origin: UpcallOrigin,
+        upcall: Upcall,
+        pieces: tokio::sync::mpsc::Sender<String>,
+    ) -> Result<UpcallValue, UpcallError> {
+        drop(pieces);
+        self.answer(origin, upcall).await
+    }
+}
+
+impl Upcall {
+    /// Whether its answer streams in pieces before it comes whole.
+    pub fn streams(&self) -> bool {
+        matches!(self, Self::InvokeLlm { stream: true, .. })
+    }
 }

@@ -177,6 +177,12 @@ fn upcall_answers_the_server_sends() {
         )),
     };
     assert_eq!(sent(&refused), golden("session/upcall_error.json"));
+    let piece = SessionRequest::UpcallProgress {
+        id: 7,
+        upcall: 1,
+        data: "Hel",
+    };
+    assert_eq!(sent(&piece), golden("session/upcall_progress.json"));
 }
 
 #[test]

@@ -474,7 +474,7 @@ async fn code_in_a_session_calls_models_and_search_without_holding_a_key() {
         "--searxng-url",
         &searx.url,
         "--free-monthly-calls",
-        "6",
+        "8",
     ])
     .await;
     f.write(json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}))
@@ -500,6 +500,12 @@ async fn code_in_a_session_calls_models_and_search_without_holding_a_key() {
     );
     // the code's call and its two upcalls: three metered calls
     assert_eq!(f.server.free_remaining(&f.alice.key).await, before - 3);
+    // a streamed answer comes to the code in pieces
+    let streamed = f.write(json!({"code": "import toolgate\npieces = list(toolgate.invoke_llm('openai/gpt-x', 'hi', stream=True))\nprint(len(pieces) > 1, repr(''.join(pieces)))"})).await;
+    let out = streamed["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(out, "True 'Hello from the stand-in!'\n", "{streamed}");
     // a model error and bad arguments reach the code as ToolgateError
     let failed = f.write(json!({"code": "import toolgate\ntry:\n    toolgate.invoke_llm('nope/x', 'hi')\nexcept toolgate.ToolgateError as e:\n    print(e.code, '|', e.message)"})).await;
     let out = failed["structuredContent"]["python"]["stdout"]
