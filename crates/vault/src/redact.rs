@@ -135,14 +135,24 @@ pub struct StreamRedactor<'a> {
 impl StreamRedactor<'_> {
     /// What of the stream so far can be shown, redacted.
     pub fn push(&mut self, piece: &str) -> String {
-        let automaton = match self.redactor.automaton() {
-            Some(automaton) if !self.redactor.is_empty() => automaton,
-            _ => return piece.to_owned(),
-        };
+        if self.redactor.is_empty() {
+            return piece.to_owned();
+        }
         self.held.push_str(piece);
         // A value that starts before `safe` ends inside what is held, so every match starting
         // there is known whole; from `safe` on a value may still continue in the next piece.
         let safe = self.unfinished_start();
+        if !self.redactor.may_hold_a_value(&self.held) {
+            // nothing to replace: the automaton (costly to build) is not needed
+            let mut end = safe;
+            while !self.held.is_char_boundary(end) {
+                end -= 1;
+            }
+            return self.held.drain(..end).collect();
+        }
+        let Some(automaton) = self.redactor.automaton() else {
+            return std::mem::take(&mut self.held);
+        };
         let mut shown = String::with_capacity(self.held.len());
         let mut at = 0;
         for found in automaton.find_iter(self.held.as_str()) {
