@@ -201,7 +201,9 @@ impl SessionManager {
     /// first (at most [`MAX_UPLOAD_FILES`], relative paths, replacing what is there; see
     /// [`WorkspaceFile`]); if one cannot be, nothing runs. Time limits, streaming and
     /// cancellation work as in [`Session::run`](crate::Session::run). A session that dies or is
-    /// killed during the call is removed; the next call with its id starts fresh.
+    /// killed during the call is removed; the next call with its id starts fresh. With
+    /// `existing_only` the call runs only in the session as it lives now, and is refused
+    /// ([`ManagerError::NoSuchSession`]) rather than start one.
     pub async fn run(&self, request: RunRequest) -> Result<RunOutcome, ManagerError> {
         let RunRequest {
             account,
@@ -213,6 +215,7 @@ impl SessionManager {
             output,
             upcalls,
             cancel,
+            existing_only,
         } = request;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
@@ -249,6 +252,9 @@ impl SessionManager {
         let limits = &limits;
         let mut call = Some((call, files));
         let Some(id) = session_id.as_deref() else {
+            if existing_only {
+                return Err(ManagerError::NoSuchSession);
+            }
             let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
             let (entry, slot) = loop {
                 match self.inner.claim(account, Name::Call(n), limits)? {
@@ -269,6 +275,10 @@ impl SessionManager {
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return Err(ManagerError::InvalidSessionId);
         }
+        // looked up first, so that a refused read takes no warm session
+        if existing_only && self.inner.lookup(account, id).is_none() {
+            return Err(ManagerError::NoSuchSession);
+        }
         loop {
             match self
                 .inner
@@ -277,17 +287,32 @@ impl SessionManager {
                 Claim::Existing(entry) => {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
                     if slot.closed {
+                        if existing_only {
+                            return Err(ManagerError::NoSuchSession);
+                        }
                         continue; // retired while we waited: look up again
+                    }
+                    let alive = slot.live.as_ref().is_some_and(|l| l.session.is_alive());
+                    if existing_only && !alive {
+                        return Err(ManagerError::NoSuchSession);
                     }
                     let call = call.take().ok_or(ManagerError::ShutDown)?;
                     return self.call_in(entry, slot, false, false, call, limits).await;
                 }
                 Claim::New(entry, slot, expired) => {
+                    if existing_only {
+                        // it went between the look-up and the claim
+                        retire(Arc::clone(&self.inner), entry, slot, false).await;
+                        return Err(ManagerError::NoSuchSession);
+                    }
                     let call = call.take().ok_or(ManagerError::ShutDown)?;
                     return self.call_in(entry, slot, true, expired, call, limits).await;
                 }
                 Claim::Expired(entry, slot) => {
                     retire(Arc::clone(&self.inner), entry, slot, true).await;
+                    if existing_only {
+                        return Err(ManagerError::NoSuchSession);
+                    }
                 }
                 Claim::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
             }

@@ -112,6 +112,9 @@ pub struct RunRequest {
     pub upcalls: Option<Arc<dyn UpcallHandler>>,
     /// Cancels the run: the code is interrupted, the session survives.
     pub cancel: Option<CancellationToken>,
+    /// Run only in the caller's session as it lives now: never start one (nor a fresh one for
+    /// a dead or expired session); refused when there is none. For reads.
+    pub existing_only: bool,
 }
 
 impl RunRequest {
@@ -133,6 +136,7 @@ impl RunRequest {
             output: None,
             upcalls: None,
             cancel: None,
+            existing_only: false,
         }
     }
 }
@@ -150,6 +154,7 @@ impl fmt::Debug for RunRequest {
             .field("output", &self.output.is_some())
             .field("upcalls", &self.upcalls.is_some())
             .field("cancel", &self.cancel.is_some())
+            .field("existing_only", &self.existing_only)
             .finish()
     }
 }

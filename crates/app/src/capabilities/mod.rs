@@ -51,12 +51,17 @@ pub fn builtin(
     if databases.is_some() || sandbox.is_some() {
         capabilities.extend(sql::capabilities(databases, secrets.clone(), sandbox));
     }
-    let llm = models.map(|models| Arc::new(ai::ModelCall::new(models, secrets.clone())));
+    let turns = Arc::new(permits::Turns::new(
+        permits::PROVIDER_CALLS_GLOBAL,
+        permits::PROVIDER_CALLS_PER_ACCOUNT,
+    ));
+    let llm =
+        models.map(|models| Arc::new(ai::ModelCall::new(models, secrets.clone(), turns.clone())));
     if let Some(llm) = &llm {
         capabilities.push(llm.clone());
     }
     if let Some(searches) = searches {
-        capabilities.push(Arc::new(ai::SearchCall::new(searches, secrets, llm)));
+        capabilities.push(Arc::new(ai::SearchCall::new(searches, secrets, llm, turns)));
     }
     capabilities
 }

@@ -16,6 +16,11 @@ pub const READS_GLOBAL: usize = 2;
 pub const FETCHES_PER_ACCOUNT: usize = 4;
 /// Web requests on the whole server at once: 32 × 8 MiB bodies bound what they hold.
 pub const FETCHES_GLOBAL: usize = 32;
+/// Model calls and searches (`svc_ai`, and from code) of one account at once: each may hold an
+/// 8 MiB answer.
+pub const PROVIDER_CALLS_PER_ACCOUNT: usize = 4;
+/// Model calls and searches on the whole server at once.
+pub const PROVIDER_CALLS_GLOBAL: usize = 32;
 /// Accounts remembered before idle ones are forgotten.
 const REMEMBERED: usize = 1024;
 

@@ -584,3 +584,40 @@ async fn a_runs_environment_is_that_runs_only() {
         assert!(!error.to_string().contains("hidden-value"), "{error}");
     }
 }
+
+/// A run that asks for the session as it lives never starts one: not for an id never used,
+/// not for one closed or expired, not without an id; in a live session it runs as usual.
+#[tokio::test]
+async fn an_existing_only_run_never_starts_a_session() {
+    use toolgate_sandbox_manager::{RunRequest, Work};
+
+    let root = tempfile::tempdir().unwrap();
+    let m = manager(root.path(), |_| {}).await;
+    let only = |id: Option<&str>| RunRequest {
+        existing_only: true,
+        ..RunRequest::new(
+            "a",
+            id.map(str::to_owned),
+            Work::Python { code: "x".into() },
+            limits(10),
+        )
+    };
+    for id in [Some("never"), None] {
+        let refused = m.run(only(id)).await;
+        assert!(
+            matches!(refused, Err(ManagerError::NoSuchSession)),
+            "{id:?}: {refused:?}"
+        );
+    }
+    assert_eq!(m.live_sessions("a"), 0, "a refused run started nothing");
+    exec(&m, "a", Some("s"), "x = 41").await;
+    let ran = m.run(only(Some("s"))).await.unwrap();
+    assert_eq!(text(&ran), "41");
+    assert!(m.close_session("a", "s").await);
+    let refused = m.run(only(Some("s"))).await;
+    assert!(
+        matches!(refused, Err(ManagerError::NoSuchSession)),
+        "{refused:?}"
+    );
+    assert_eq!(m.live_sessions("a"), 0);
+}

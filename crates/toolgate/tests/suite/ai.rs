@@ -3,6 +3,8 @@
 //! usual name) and never shown, the answer streamed as progress, bad input refused for free.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -15,6 +17,10 @@ use serde_json::{Value, json};
 use crate::common::*;
 
 const KEY: &str = "sk-vault-7e6d5c4b3a291807";
+
+/// Requests whose prompt says "slow" in flight at the stand-in now, and at most.
+static SLOW_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
+static SLOW_MOST: AtomicUsize = AtomicUsize::new(0);
 
 /// A stand-in OpenAI endpoint that records each request's Authorization header; it answers
 /// with the key it was given when the prompt asks for it (a provider echoing a key).
@@ -36,6 +42,12 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                 record.lock().unwrap().push(auth.clone());
                 let body: Value = serde_json::from_str(&body).unwrap();
                 let asked = body["messages"].to_string();
+                if asked.contains("slow") {
+                    let now = SLOW_IN_FLIGHT.fetch_add(1, SeqCst) + 1;
+                    SLOW_MOST.fetch_max(now, SeqCst);
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    SLOW_IN_FLIGHT.fetch_sub(1, SeqCst);
+                }
                 // the first "flaky" request is throttled, as a provider does under load
                 if asked.contains("flaky")
                     && flaky_calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0
@@ -225,6 +237,28 @@ async fn a_model_answers_with_the_key_from_the_vault_which_never_comes_back() {
     assert_eq!(seen.lock().unwrap().last().unwrap(), "");
     let log = server.log_text();
     assert!(!log.contains(KEY), "the key reached the log");
+}
+
+#[tokio::test]
+async fn one_account_has_at_most_four_provider_calls_in_flight() {
+    let (_dir, server, alice, _bob, _seen) = started().await;
+    write(
+        &server,
+        &alice.key,
+        json!({"secret_set": {"name": "OPENAI_API_KEY", "value": KEY}}),
+    )
+    .await;
+    let calls = (0..8).map(|_| {
+        ai(
+            &server,
+            &alice.key,
+            json!({"model": "openai/gpt-x", "prompt": "slow"}),
+        )
+    });
+    for answer in futures::future::join_all(calls).await {
+        assert_eq!(answer["isError"], false, "{answer}");
+    }
+    assert_eq!(SLOW_MOST.load(SeqCst), 4, "the rest waited their turn");
 }
 
 #[tokio::test]

@@ -133,7 +133,7 @@ async fn sqlite_paths_stay_in_the_workspace_and_sessions_in_their_account() {
     )
     .await;
     assert_eq!(theirs["isError"], true, "{theirs}");
-    assert!(text(&theirs).contains("no live session"), "{theirs}");
+    assert!(text(&theirs).contains("no such session"), "{theirs}");
     // a read never starts a session
     let sessions = read(&f, &f.bob, json!({"sessions": true})).await;
     assert_eq!(
@@ -307,7 +307,7 @@ async fn bad_sql_input_gets_a_clear_error_before_anything_runs() {
         ),
         (
             json!({"sql": "SELECT 1", "database": "sqlite:x.db", "session_id": "none"}),
-            "no live session",
+            "no such session",
         ),
     ] {
         let refused = read(&f, &f.alice, args.clone()).await;

@@ -18,6 +18,7 @@ use tokio::sync::mpsc;
 use toolgate_domain::SecretName;
 use toolgate_vault::{Redactor, Zeroizing};
 
+use super::permits::Turns;
 use crate::ai::{Message, ModelRequest, Models, Part, Role};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
@@ -36,12 +37,18 @@ const PIECES_QUEUE: usize = 256;
 pub struct ModelCall {
     models: Arc<dyn Models>,
     secrets: Option<Arc<Secrets>>,
+    /// Provider calls in flight, shared with `search`.
+    turns: Arc<Turns>,
 }
 
 impl ModelCall {
-    /// Calls through `models`, with keys from `secrets`.
-    pub fn new(models: Arc<dyn Models>, secrets: Option<Arc<Secrets>>) -> Self {
-        Self { models, secrets }
+    /// Calls through `models`, with keys from `secrets`, a few at a time (`turns`).
+    pub fn new(models: Arc<dyn Models>, secrets: Option<Arc<Secrets>>, turns: Arc<Turns>) -> Self {
+        Self {
+            models,
+            secrets,
+            turns,
+        }
     }
 
     /// The key for this call, from the vault, and what redacts it; `None` leaves it to the
@@ -238,6 +245,7 @@ impl Capability for ModelCall {
             json: messages::json_request(args.get("response_format")),
             api_key,
         };
+        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
         let started = Instant::now();
         let answer = self.complete(ctx, request, &redactor).await?;
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;

@@ -304,15 +304,6 @@ impl Sandbox {
         self.session_id.clone()
     }
 
-    /// Whether the account's session `session_id` lives now.
-    pub(crate) async fn is_live(&self, account: &str, session_id: &str) -> bool {
-        self.sessions
-            .list(account)
-            .await
-            .iter()
-            .any(|s| s.id == session_id)
-    }
-
     /// The operator's limits with a time limit of `timeout` (at most the operator's most).
     pub(crate) fn limits_for(
         &self,

@@ -159,13 +159,6 @@ impl Sql {
             )
         })?;
         let account = ctx.account.id.to_string();
-        if self.tool == ToolKind::Read && !sandbox.is_live(&account, session_id).await {
-            // a read never starts a session (an empty one would hold no database anyway)
-            return Err(Failure::new(format!(
-                "no live session {session_id:?}: a sqlite: database is a file in a session's \
-                 workspace"
-            )));
-        }
         let limits = sandbox.limits_for(timeout)?;
         let work = Work::Sqlite(SqliteWork {
             path,
@@ -176,6 +169,8 @@ impl Sql {
         });
         let request = RunRequest {
             cancel: ctx.cancel.cloned(),
+            // a read never starts a session (an empty one would hold no database anyway)
+            existing_only: self.tool == ToolKind::Read,
             ..RunRequest::new(account, Some(session_id.to_owned()), work, limits)
         };
         let run = sandbox.run(request).await?;
