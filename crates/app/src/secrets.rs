@@ -141,7 +141,7 @@ impl Secrets {
                 .sealed_secrets(account, &missing)
                 .await
                 .map_err(unavailable)?;
-            self.sealed.keep(account, &read, changes);
+            self.sealed.keep(account, &missing, &read, changes);
             sealed.extend(read);
         }
         let unknown: Vec<String> = names
