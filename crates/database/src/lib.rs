@@ -122,10 +122,16 @@ impl DatabaseServers {
             entry.last_used = Instant::now();
             return Ok(entry.pool.clone());
         }
-        let addresses = endpoint.resolve(&self.policy).await?;
+        // the guard's first allowed address (resolve never returns none)
+        let address = endpoint
+            .resolve(&self.policy)
+            .await?
+            .first()
+            .copied()
+            .ok_or_else(|| DatabaseError::Failed(format!("{} has no address", endpoint.host)))?;
         let pool = match endpoint.engine {
-            Engine::Postgres => AnyPool::Postgres(postgres::pool(endpoint, addresses[0])),
-            Engine::Mysql => AnyPool::Mysql(mysql::pool(endpoint, addresses[0])),
+            Engine::Postgres => AnyPool::Postgres(postgres::pool(endpoint, address)),
+            Engine::Mysql => AnyPool::Mysql(mysql::pool(endpoint, address)),
         };
         let mut pools = lock(&self.pools);
         let pool = pools
