@@ -79,19 +79,20 @@ def _run(conn, statement, write, max_rows, max_bytes):
 def _script(conn, script):
     """Yields once per statement of `script`, run in order on `conn` (no COMMIT of its own, unlike
     `executescript`), so that a failure rolls back the statements before it too."""
-    rest = script
-    while rest.strip():
-        end = _statement_end(rest)
-        conn.execute(rest[:end])
-        rest = rest[end:]
+    start = 0
+    while script[start:].strip():
+        end = _statement_end(script, start)
+        conn.execute(script[start:end])
+        start = end
         yield
 
 
-def _statement_end(text):
-    """Where the first complete statement of `text` ends (SQLite's own notion of complete)."""
-    at = text.find(";")
+def _statement_end(text, start):
+    """Where the first complete statement of `text` from `start` ends (SQLite's own notion of
+    complete); only that statement is scanned, so a script costs time in proportion to it."""
+    at = text.find(";", start)
     while at != -1:
-        if sqlite3.complete_statement(text[:at + 1]):
+        if sqlite3.complete_statement(text[start:at + 1]):
             return at + 1
         at = text.find(";", at + 1)
     return len(text)

@@ -11,7 +11,6 @@ mod search;
 mod sse;
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -336,16 +335,14 @@ impl Models for ModelClients {
         request: ModelRequest,
         tokens: Option<mpsc::Sender<String>>,
     ) -> Result<ModelAnswer, ModelError> {
-        let provider = Arc::new(self.providers.get(&request.provider).cloned().ok_or_else(
-            || {
-                ModelError::Refused(format!(
-                    "unknown provider {:?}: known are {}",
-                    request.provider,
-                    self.providers().join(", ")
-                ))
-            },
-        )?);
-        self.call(&provider, &request, tokens).await
+        let provider = self.providers.get(&request.provider).ok_or_else(|| {
+            ModelError::Refused(format!(
+                "unknown provider {:?}: known are {}",
+                request.provider,
+                self.providers().join(", ")
+            ))
+        })?;
+        self.call(provider, &request, tokens).await
     }
 }
 
