@@ -5,6 +5,7 @@
 //! guarded single-statement updates and the row locks they take, not from a single writer.
 
 mod admit;
+mod dashboard;
 mod rows;
 mod secrets;
 #[cfg(feature = "testkit")]
@@ -114,14 +115,19 @@ impl Accounts for PgStore {
     }
 
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
-        let done =
-            sqlx::query("UPDATE accounts SET key_hash = $1, key_rotated_at = $2 WHERE id = $3")
-                .bind(&new_hash.as_bytes()[..])
-                .bind(now_millis())
-                .bind(account.as_str())
-                .execute(&self.pool)
-                .await
-                .map_err(map_error)?;
+        // The sealed copy belongs to the old key: forgetting it in the same statement means no
+        // reader ever sees the new hash beside the old key's sealed copy.
+        let done = sqlx::query(
+            "UPDATE accounts SET key_hash = $1, key_rotated_at = $2,
+                 key_sealed_version = NULL, key_wrapped = NULL, key_ciphertext = NULL
+             WHERE id = $3",
+        )
+        .bind(&new_hash.as_bytes()[..])
+        .bind(now_millis())
+        .bind(account.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(map_error)?;
         if done.rows_affected() == 1 {
             Ok(())
         } else {

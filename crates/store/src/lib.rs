@@ -12,8 +12,13 @@ use toolgate_domain::{
     SecretName, UsageSnapshot,
 };
 
+mod dashboard;
 #[cfg(feature = "testkit")]
 pub mod testkit;
+
+pub use dashboard::{
+    DailyCalls, History, NewWebSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+};
 
 /// What went wrong in storage, kept apart so that callers answer each case differently.
 #[derive(Debug, thiserror::Error)]
@@ -123,7 +128,8 @@ pub trait Accounts: Send + Sync {
         None
     }
 
-    /// Replaces the account's key; the old hash stops matching when this returns.
+    /// Replaces the account's key; the old hash stops matching when this returns, and the
+    /// sealed copy of the old key ([`SealedKeys`]) is forgotten in the same statement.
     /// `Err(NotFound)` when there is no such account.
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError>;
 }
@@ -233,9 +239,9 @@ pub trait Secrets: Send + Sync {
 }
 
 /// Everything the service stores.
-pub trait Store: Accounts + Metering + Secrets {}
+pub trait Store: Accounts + Metering + Secrets + SignIns + SealedKeys + History {}
 
-impl<T: Accounts + Metering + Secrets> Store for T {}
+impl<T: Accounts + Metering + Secrets + SignIns + SealedKeys + History> Store for T {}
 
 /// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
 pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {

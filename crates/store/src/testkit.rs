@@ -2,6 +2,7 @@
 //! cannot drift apart. Each step panics with a message naming what broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod dashboard;
 mod secrets;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
     months_are_counted_apart(&*store, tag).await;
     concurrent_calls_are_counted_exactly(store.clone(), tag).await;
     decided_calls_are_counted_exactly(store.clone(), tag).await;
+    dashboard::dashboard_story(store.clone(), tag).await;
     secrets::secrets_story(store, tag).await;
 }
 

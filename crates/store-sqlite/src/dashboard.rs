@@ -1,0 +1,344 @@
+//! What the dashboard stores: sign-in links, sessions, the sealed key and the history it shows.
+//! Writes go through the writer connection like every write that is not an admission; reads
+//! through the reader pool. Tokens arrive hashed, and no error carries a hash, an address or a
+//! sealed byte.
+
+use async_trait::async_trait;
+use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
+use toolgate_store::{
+    DailyCalls, History, NewWebSession, SealedKeys, SignIns, StoreError, TokenHash, WalletCredit,
+    account_from_columns, now_millis, sealed_from_columns,
+};
+
+use crate::SqliteStore;
+use crate::rows::map_error;
+
+/// The sealed key's columns, all NULL when none is stored.
+type SealedColumns = (Option<i64>, Option<Vec<u8>>, Option<Vec<u8>>);
+
+#[async_trait]
+impl SignIns for SqliteStore {
+    async fn put_sign_in_link(
+        &self,
+        token_hash: &TokenHash,
+        email: &Email,
+        created_at: i64,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO sign_in_links (token_hash, email, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .bind(&token_hash[..])
+        .bind(email.as_str())
+        .bind(created_at)
+        .bind(expires_at)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn peek_sign_in_link(
+        &self,
+        token_hash: &TokenHash,
+        now: i64,
+    ) -> Result<Option<Email>, StoreError> {
+        let email: Option<String> = sqlx::query_scalar(
+            "SELECT email FROM sign_in_links
+             WHERE token_hash = ?1 AND used_at IS NULL AND expires_at > ?2",
+        )
+        .bind(&token_hash[..])
+        .bind(now)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        email.as_deref().map(link_email).transpose()
+    }
+
+    async fn use_sign_in_link(
+        &self,
+        token_hash: &TokenHash,
+        now: i64,
+    ) -> Result<Option<Email>, StoreError> {
+        // One guarded statement: whichever caller marks the row first gets the address, and the
+        // guard makes every later one match nothing.
+        let email: Option<String> = sqlx::query_scalar(
+            "UPDATE sign_in_links SET used_at = ?2
+             WHERE token_hash = ?1 AND used_at IS NULL AND expires_at > ?2
+             RETURNING email",
+        )
+        .bind(&token_hash[..])
+        .bind(now)
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(map_error)?;
+        email.as_deref().map(link_email).transpose()
+    }
+
+    async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError> {
+        sqlx::query_scalar(
+            "SELECT COUNT(*) FROM sign_in_links WHERE email = ?1 AND created_at >= ?2",
+        )
+        .bind(email.as_str())
+        .bind(since)
+        .fetch_one(&self.reader)
+        .await
+        .map_err(map_error)
+    }
+
+    async fn create_web_session(&self, session: &NewWebSession) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO web_sessions (token_hash, account_id, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .bind(&session.token_hash[..])
+        .bind(session.account.as_str())
+        .bind(now_millis())
+        .bind(session.expires_at)
+        .execute(&self.writer)
+        .await
+        .map_err(map_write_error)?;
+        Ok(())
+    }
+
+    async fn find_web_session(
+        &self,
+        token_hash: &TokenHash,
+        now: i64,
+    ) -> Result<Option<Account>, StoreError> {
+        let row: Option<(String, String, String)> = sqlx::query_as(
+            "SELECT a.id, a.email, a.tier FROM web_sessions s
+             JOIN accounts a ON a.id = s.account_id
+             WHERE s.token_hash = ?1 AND s.expires_at > ?2",
+        )
+        .bind(&token_hash[..])
+        .bind(now)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
+            .transpose()
+    }
+
+    async fn end_web_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM web_sessions WHERE token_hash = ?1")
+            .bind(&token_hash[..])
+            .execute(&self.writer)
+            .await
+            .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn end_all_web_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
+        let done = sqlx::query("DELETE FROM web_sessions WHERE account_id = ?1")
+            .bind(account.as_str())
+            .execute(&self.writer)
+            .await
+            .map_err(map_error)?;
+        Ok(done.rows_affected())
+    }
+
+    async fn purge_expired(&self, now: i64) -> Result<u64, StoreError> {
+        // IMMEDIATE, as for credits: the admissions thread writes through its own connection.
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let links = sqlx::query("DELETE FROM sign_in_links WHERE expires_at < ?1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        let sessions = sqlx::query("DELETE FROM web_sessions WHERE expires_at < ?1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        tx.commit().await.map_err(map_error)?;
+        Ok(links.rows_affected() + sessions.rows_affected())
+    }
+}
+
+#[async_trait]
+impl SealedKeys for SqliteStore {
+    async fn put_sealed_key(
+        &self,
+        account: &AccountId,
+        key_hash: &KeyHash,
+        sealed: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        // Guarded by the key hash: a rotation that committed first leaves this matching nothing,
+        // so the sealed copy of a replaced key is never stored over the forgetting.
+        let done = sqlx::query(
+            "UPDATE accounts SET key_sealed_version = ?3, key_wrapped = ?4, key_ciphertext = ?5
+             WHERE id = ?1 AND key_hash = ?2",
+        )
+        .bind(account.as_str())
+        .bind(&key_hash.as_bytes()[..])
+        .bind(i64::from(sealed.key_version))
+        .bind(sealed.wrapped_key.as_slice())
+        .bind(sealed.ciphertext.as_slice())
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn sealed_key(&self, account: &AccountId) -> Result<Option<SealedSecret>, StoreError> {
+        let row: Option<SealedColumns> = sqlx::query_as(
+            "SELECT key_sealed_version, key_wrapped, key_ciphertext FROM accounts WHERE id = ?1",
+        )
+        .bind(account.as_str())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        match row {
+            None | Some((None, None, None)) => Ok(None),
+            Some((Some(version), Some(wrapped_key), Some(ciphertext))) => {
+                sealed_from_columns(version, wrapped_key, ciphertext).map(Some)
+            }
+            // The table's CHECK keeps the three together; only a damaged file splits them.
+            Some(_) => Err(StoreError::Unavailable(
+                "corrupt accounts row: sealed key".to_owned(),
+            )),
+        }
+    }
+}
+
+#[async_trait]
+impl History for SqliteStore {
+    async fn daily_calls(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<Vec<DailyCalls>, StoreError> {
+        // The month column picks the rows (its index serves the look-up); the day is read from
+        // the row's own time, in UTC as month keys are.
+        let rows: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT CAST(strftime('%d', created_at / 1000, 'unixepoch') AS INTEGER) AS day,
+                    COALESCE(SUM(paid_from = 'free'), 0),
+                    COALESCE(SUM(paid_from = 'wallet'), 0),
+                    COALESCE(SUM(CASE WHEN paid_from = 'wallet' THEN cost_micros ELSE 0 END), 0)
+             FROM call_ledger WHERE account_id = ?1 AND month = ?2
+             GROUP BY day ORDER BY day",
+        )
+        .bind(account.as_str())
+        .bind(month.as_str())
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_error)?;
+        rows.into_iter()
+            .map(|(day, free, paid, paid_cost)| {
+                Ok(DailyCalls {
+                    day: day_from_column(day)?,
+                    free,
+                    paid,
+                    paid_cost: Micros(paid_cost),
+                })
+            })
+            .collect()
+    }
+
+    async fn wallet_credits(
+        &self,
+        account: &AccountId,
+        limit: u32,
+    ) -> Result<Vec<WalletCredit>, StoreError> {
+        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+            "SELECT reference, amount_micros, created_at FROM wallet_credits
+             WHERE account_id = ?1
+             ORDER BY created_at DESC, reference DESC LIMIT ?2",
+        )
+        .bind(account.as_str())
+        .bind(i64::from(limit))
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(reference, amount, at)| WalletCredit {
+                reference,
+                amount: Micros(amount),
+                at,
+            })
+            .collect())
+    }
+}
+
+/// A link's stored address; a malformed one means corrupt storage.
+fn link_email(raw: &str) -> Result<Email, StoreError> {
+    Email::parse(raw)
+        .map_err(|_| StoreError::Unavailable("corrupt sign_in_links row: email".to_owned()))
+}
+
+/// A day of the month as the ledger query computes it; outside 1–31 means a corrupt time.
+fn day_from_column(day: i64) -> Result<u8, StoreError> {
+    u8::try_from(day)
+        .ok()
+        .filter(|d| (1..=31).contains(d))
+        .ok_or_else(|| StoreError::Unavailable("corrupt call_ledger row: created_at".to_owned()))
+}
+
+/// A write's errors, where a broken foreign key means the account does not exist.
+fn map_write_error(error: sqlx::Error) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
+        _ => map_error(error),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use toolgate_domain::{ApiKey, Brand};
+    use toolgate_store::{Accounts, NewAccount};
+
+    use super::*;
+    use crate::Durability;
+
+    #[tokio::test]
+    async fn a_split_sealed_key_is_refused_and_reported_as_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("t.db"), Durability::Normal)
+            .await
+            .unwrap();
+        let account = NewAccount {
+            id: AccountId::generate(),
+            email: Email::parse("split@example.org").unwrap(),
+            key_hash: ApiKey::generate(&Brand::parse("svc").unwrap())
+                .unwrap()
+                .hash(),
+        };
+        store.create_account(&account).await.unwrap();
+        let split = "UPDATE accounts SET key_wrapped = x'AB' WHERE id = ?1";
+        let refused = sqlx::query(split)
+            .bind(account.id.as_str())
+            .execute(&store.writer)
+            .await;
+        assert!(refused.is_err(), "the table keeps the three columns whole");
+
+        // Only a damaged or hand-edited file could hold one; it is reported, never half-read.
+        let mut conn = store.writer.acquire().await.unwrap();
+        for statement in ["PRAGMA ignore_check_constraints = ON", split] {
+            sqlx::query(statement)
+                .bind(account.id.as_str())
+                .execute(&mut *conn)
+                .await
+                .unwrap();
+        }
+        sqlx::query("PRAGMA ignore_check_constraints = OFF")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        drop(conn);
+        match store.sealed_key(&account.id).await {
+            Err(StoreError::Unavailable(detail)) => {
+                assert_eq!(detail, "corrupt accounts row: sealed key");
+            }
+            other => panic!("expected a corrupt sealed key, got {other:?}"),
+        }
+    }
+}
