@@ -8,12 +8,14 @@ pub mod billing;
 pub mod key;
 pub mod money;
 pub mod secret;
+pub mod token;
 
 pub use account::{Account, AccountId, Email, EmailError};
 pub use billing::{Admission, BillingStatus, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
 pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};
+pub use token::SecretToken;
 
 /// The `time` crate, re-exported so callers name dates in the same version.
 pub use time as time_reexport;

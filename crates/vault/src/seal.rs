@@ -52,6 +52,39 @@ impl Vault {
         name: &SecretName,
         value: &[u8],
     ) -> Result<SealedSecret, VaultError> {
+        self.seal_as(account, Label::Secret(name), value)
+    }
+
+    /// Encrypts the account's own API key, so that its owner can see the personal URL again.
+    /// Bound to the account and to this purpose: it never opens as a secret, nor a secret as it.
+    pub fn seal_account_key(
+        &self,
+        account: &AccountId,
+        key: &[u8],
+    ) -> Result<SealedSecret, VaultError> {
+        self.seal_as(account, Label::AccountKey, key)
+    }
+
+    /// Decrypts what [`Vault::seal_account_key`] sealed for `account`.
+    pub fn open_account_key(
+        &self,
+        account: &AccountId,
+        sealed: &SealedSecret,
+    ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        let data_key = self.unwrap_key(account, Label::AccountKey, sealed)?;
+        decrypt(
+            &data_key,
+            &sealed.ciphertext,
+            &value_context(account, Label::AccountKey),
+        )
+    }
+
+    fn seal_as(
+        &self,
+        account: &AccountId,
+        name: Label<'_>,
+        value: &[u8],
+    ) -> Result<SealedSecret, VaultError> {
         if value.len() > MAX_SECRET_BYTES {
             return Err(VaultError::TooLarge {
                 max: MAX_SECRET_BYTES,
@@ -85,6 +118,7 @@ impl Vault {
         name: &SecretName,
         sealed: &SealedSecret,
     ) -> Result<Zeroizing<Vec<u8>>, VaultError> {
+        let name = Label::Secret(name);
         let data_key = self.unwrap_key(account, name, sealed)?;
         decrypt(&data_key, &sealed.ciphertext, &value_context(account, name))
     }
@@ -104,6 +138,7 @@ impl Vault {
         if sealed.key_version >= version {
             return Ok(None);
         }
+        let name = Label::Secret(name);
         let data_key = self.unwrap_key(account, name, sealed)?;
         let wrapped_key = encrypt(
             master,
@@ -135,7 +170,7 @@ impl Vault {
     fn unwrap_key(
         &self,
         account: &AccountId,
-        name: &SecretName,
+        name: Label<'_>,
         sealed: &SealedSecret,
     ) -> Result<KeyBytes, VaultError> {
         let version = sealed.key_version;
@@ -165,27 +200,58 @@ fn to_key(bytes: &[u8]) -> Result<KeyBytes, VaultError> {
 }
 
 /// What a value's encryption is bound to.
-fn value_context(account: &AccountId, name: &SecretName) -> Vec<u8> {
+fn value_context(account: &AccountId, name: Label<'_>) -> Vec<u8> {
     [
-        b"toolgate/secret-value/1\0",
+        name.value_purpose(),
         account.as_str().as_bytes(),
         b"\0",
-        name.as_str().as_bytes(),
+        name.as_bytes(),
     ]
     .concat()
 }
 
 /// What a data key's wrapping is bound to.
-fn key_context(account: &AccountId, name: &SecretName, version: u32) -> Vec<u8> {
+fn key_context(account: &AccountId, name: Label<'_>, version: u32) -> Vec<u8> {
     [
-        b"toolgate/data-key/1\0" as &[u8],
+        name.key_purpose(),
         account.as_str().as_bytes(),
         b"\0",
-        name.as_str().as_bytes(),
+        name.as_bytes(),
         b"\0",
         &version.to_be_bytes(),
     ]
     .concat()
+}
+
+/// What a sealed value is: a tenant's named secret, or the account's API key. Each has its own
+/// purpose strings in the associated data, so one can never be opened as the other.
+#[derive(Clone, Copy)]
+enum Label<'a> {
+    Secret(&'a SecretName),
+    AccountKey,
+}
+
+impl Label<'_> {
+    fn value_purpose(self) -> &'static [u8] {
+        match self {
+            Self::Secret(_) => b"toolgate/secret-value/1\0",
+            Self::AccountKey => b"toolgate/account-key-value/1\0",
+        }
+    }
+
+    fn key_purpose(self) -> &'static [u8] {
+        match self {
+            Self::Secret(_) => b"toolgate/data-key/1\0",
+            Self::AccountKey => b"toolgate/account-key-data-key/1\0",
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Self::Secret(name) => name.as_str().as_bytes(),
+            Self::AccountKey => b"",
+        }
+    }
 }
 
 fn encrypt(key: &[u8; 32], plain: &[u8], context: &[u8]) -> Result<Vec<u8>, VaultError> {

@@ -128,3 +128,24 @@ fn rotation_through_the_key_file_rewraps_and_a_running_vault_follows() {
     );
     assert_eq!(running.newest_version(), 2);
 }
+
+#[test]
+fn an_account_key_opens_only_as_that_accounts_key() {
+    let vault = given();
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let sealed = vault.seal_account_key(&alice, b"svck_0123").unwrap();
+    assert_eq!(
+        vault.open_account_key(&alice, &sealed).unwrap().as_slice(),
+        b"svck_0123"
+    );
+    assert!(matches!(
+        vault.open_account_key(&bob, &sealed),
+        Err(VaultError::Undecryptable)
+    ));
+    // never as a secret of any name (the empty-named label included), nor a secret as the key
+    for secret in ["A", "_"] {
+        assert!(vault.open(&alice, &name(secret), &sealed).is_err());
+    }
+    let secret = vault.seal(&alice, &name("KEY"), b"svck_0123").unwrap();
+    assert!(vault.open_account_key(&alice, &secret).is_err());
+}
