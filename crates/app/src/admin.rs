@@ -60,6 +60,7 @@ pub struct Admin {
     brand: Brand,
     pricing: Pricing,
     public_url: String,
+    vault: Option<Arc<toolgate_vault::Vault>>,
 }
 
 /// Longest credit reference accepted; references are event ids, not prose.
@@ -74,7 +75,14 @@ impl Admin {
             brand,
             pricing,
             public_url,
+            vault: None,
         }
+    }
+
+    /// Keeps each issued key sealed by `vault`, so the owner's dashboard can show it again.
+    pub fn keeping_keys(mut self, vault: Arc<toolgate_vault::Vault>) -> Self {
+        self.vault = Some(vault);
+        self
     }
 
     /// Creates an account with a fresh key.
@@ -87,6 +95,7 @@ impl Admin {
             key_hash: key.hash(),
         };
         let created = self.store.create_account(&account).await?;
+        crate::owner::keep_key(&*self.store, self.vault.as_deref(), &created.id, &key).await;
         Ok(self.issued(&created.id, &created.email, &key))
     }
 
@@ -100,6 +109,7 @@ impl Admin {
             .ok_or(AdminError::NoSuchAccount)?;
         let key = self.new_key()?;
         self.store.replace_key(&account.id, &key.hash()).await?;
+        crate::owner::keep_key(&*self.store, self.vault.as_deref(), &account.id, &key).await;
         Ok(self.issued(&account.id, &account.email, &key))
     }
 

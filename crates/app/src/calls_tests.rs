@@ -404,3 +404,94 @@ async fn bad_arguments_and_unknown_tools_are_answered_before_admission() {
     assert!(!rig.ran.load(Ordering::SeqCst));
     assert_eq!(rig.charged().await, (0, 0));
 }
+
+// The dashboard's storage passes straight through: the gate holds admissions only.
+#[async_trait]
+impl toolgate_store::SignIns for GatedStore {
+    async fn put_sign_in_link(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        email: &Email,
+        created_at: i64,
+        expires_at: i64,
+    ) -> Result<(), StoreError> {
+        self.inner
+            .put_sign_in_link(token_hash, email, created_at, expires_at)
+            .await
+    }
+    async fn peek_sign_in_link(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<Option<Email>, StoreError> {
+        self.inner.peek_sign_in_link(token_hash, now).await
+    }
+    async fn use_sign_in_link(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<Option<Email>, StoreError> {
+        self.inner.use_sign_in_link(token_hash, now).await
+    }
+    async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError> {
+        self.inner.count_sign_in_links(email, since).await
+    }
+    async fn create_web_session(
+        &self,
+        session: &toolgate_store::NewWebSession,
+    ) -> Result<(), StoreError> {
+        self.inner.create_web_session(session).await
+    }
+    async fn find_web_session(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<Option<Account>, StoreError> {
+        self.inner.find_web_session(token_hash, now).await
+    }
+    async fn end_web_session(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+    ) -> Result<bool, StoreError> {
+        self.inner.end_web_session(token_hash).await
+    }
+    async fn end_all_web_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
+        self.inner.end_all_web_sessions(account).await
+    }
+    async fn purge_expired(&self, now: i64) -> Result<u64, StoreError> {
+        self.inner.purge_expired(now).await
+    }
+}
+
+#[async_trait]
+impl toolgate_store::SealedKeys for GatedStore {
+    async fn put_sealed_key(
+        &self,
+        account: &AccountId,
+        key_hash: &KeyHash,
+        sealed: &SealedSecret,
+    ) -> Result<bool, StoreError> {
+        self.inner.put_sealed_key(account, key_hash, sealed).await
+    }
+    async fn sealed_key(&self, account: &AccountId) -> Result<Option<SealedSecret>, StoreError> {
+        self.inner.sealed_key(account).await
+    }
+}
+
+#[async_trait]
+impl toolgate_store::History for GatedStore {
+    async fn daily_calls(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<Vec<toolgate_store::DailyCalls>, StoreError> {
+        self.inner.daily_calls(account, month).await
+    }
+    async fn wallet_credits(
+        &self,
+        account: &AccountId,
+        limit: u32,
+    ) -> Result<Vec<toolgate_store::WalletCredit>, StoreError> {
+        self.inner.wallet_credits(account, limit).await
+    }
+}

@@ -10,7 +10,10 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 pub mod database;
+pub mod mail;
 pub mod metering;
+pub mod owner;
+pub mod payments;
 pub mod registry;
 mod schema;
 mod sealed_cache;
@@ -48,6 +51,12 @@ pub struct Services {
     pub models: Option<Arc<dyn ai::Models>>,
     /// The web search engines (`svc_ai`'s `search`).
     pub searches: Option<Arc<dyn ai::Searches>>,
+    /// The mail transport of sign-in links (absent: the dashboard's sign-in is off).
+    pub mailer: Option<Arc<dyn mail::Mailer>>,
+    /// The payment provider of wallet top-ups (absent: top-ups are refused).
+    pub payments: Option<Arc<dyn payments::Payments>>,
+    /// How many sign-in links an address and a client may ask for.
+    pub sign_in_limits: owner::SignInLimits,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -59,6 +68,9 @@ pub struct App {
     calls: Arc<ToolCalls>,
     admin: Arc<Admin>,
     secrets: Option<Arc<Secrets>>,
+    sign_in: Option<Arc<owner::SignIn>>,
+    owner: Arc<owner::Owner>,
+    wallets: Arc<owner::Wallets>,
 }
 
 impl App {
@@ -72,13 +84,54 @@ impl App {
         mut services: Services,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        let secrets = services
-            .vault
-            .take()
+        let vault = services.vault.take();
+        let secrets = vault
+            .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
+        let mailer = services.mailer.take();
+        let payments = services.payments.take();
+        let limits = services.sign_in_limits;
+        let brand_for_admin = brand.clone();
         let capabilities = capabilities::builtin(meter.clone(), secrets.clone(), services);
-        let mut app = Self::assemble(store, brand, pricing, public_url, meter, capabilities);
+        let mut app = Self::assemble(
+            store.clone(),
+            brand.clone(),
+            pricing.clone(),
+            public_url,
+            meter,
+            capabilities,
+        );
         app.secrets = secrets;
+        app.sign_in = mailer.map(|mailer| {
+            Arc::new(owner::SignIn::new(
+                store.clone(),
+                mailer,
+                vault.clone(),
+                brand.clone(),
+                public_url,
+                limits,
+            ))
+        });
+        app.owner = Arc::new(owner::Owner::new(
+            store.clone(),
+            vault.clone(),
+            sandbox_sessions,
+            brand,
+            pricing.clone(),
+            public_url,
+        ));
+        app.wallets = Arc::new(owner::Wallets::new(
+            store.clone(),
+            payments,
+            pricing.clone(),
+            public_url,
+        ));
+        if let Some(vault) = vault {
+            app.admin = Arc::new(
+                Admin::new(store, brand_for_admin, pricing, public_url).keeping_keys(vault),
+            );
+        }
         app
     }
 
@@ -103,6 +156,15 @@ impl App {
         capabilities: Vec<Arc<dyn Capability>>,
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
+        let owner = owner::Owner::new(
+            store.clone(),
+            None,
+            None,
+            brand.clone(),
+            pricing.clone(),
+            public_url,
+        );
+        let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
             calls: ToolCalls::new(meter.clone(), registry.clone()),
@@ -110,6 +172,9 @@ impl App {
             registry,
             meter,
             secrets: None,
+            sign_in: None,
+            owner: Arc::new(owner),
+            wallets: Arc::new(wallets),
         }
     }
 
@@ -141,5 +206,20 @@ impl App {
     /// The secrets vault, when the service has one.
     pub fn secrets(&self) -> Option<&Secrets> {
         self.secrets.as_deref()
+    }
+
+    /// Dashboard sign-in, when the service has a mail transport.
+    pub fn sign_in(&self) -> Option<&owner::SignIn> {
+        self.sign_in.as_deref()
+    }
+
+    /// What an account's owner does from the dashboard.
+    pub fn owner(&self) -> &owner::Owner {
+        &self.owner
+    }
+
+    /// Wallet history and top-ups.
+    pub fn wallets(&self) -> &owner::Wallets {
+        &self.wallets
     }
 }

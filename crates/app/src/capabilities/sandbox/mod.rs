@@ -47,6 +47,11 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
+    /// The sessions it runs calls in (the dashboard lists and ends them too).
+    pub fn sessions(&self) -> Arc<dyn Sessions> {
+        Arc::clone(&self.sessions)
+    }
+
     /// Runs calls in `sessions` under `limits`.
     pub fn new(sessions: Arc<dyn Sessions>, limits: LimitSettings) -> Self {
         let timeout = timeout_field(&limits);
