@@ -3,6 +3,7 @@
 //! With `--sandbox` it measures the sandbox's figures instead (see `sandbox/`).
 
 mod ai;
+mod dashboard;
 mod floor;
 mod load;
 mod paths;
@@ -93,6 +94,9 @@ struct Args {
     /// figures need Debian's searx)
     #[arg(long)]
     ai: bool,
+    /// Measure the owner's dashboard pages: time to first byte with a signed-in cookie
+    #[arg(long)]
+    dashboard: bool,
     #[command(flatten)]
     sandbox: sandbox::SandboxArgs,
 }
@@ -140,6 +144,9 @@ fn run(args: &Args) -> Result<()> {
     }
     if args.web {
         return web::run(&binary);
+    }
+    if args.dashboard {
+        return dashboard::run(&binary);
     }
     if args.ai {
         return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());

@@ -202,11 +202,16 @@ impl Connection {
                 close: close.clone(),
             },
         );
+        // the client's address, for per-client limits (the sign-in form's)
+        let peer = stream
+            .peer_addr()
+            .unwrap_or_else(|_| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
         let service = counted(
             self.router,
             self.table.clone(),
             in_flight.clone(),
             last_done.clone(),
+            peer,
         );
         let conn = self
             .builder
@@ -246,13 +251,17 @@ fn counted(
     table: Arc<Table>,
     in_flight: Arc<AtomicUsize>,
     last_done: Arc<AtomicU64>,
+    peer: std::net::SocketAddr,
 ) -> impl hyper::service::Service<
     http::Request<Incoming>,
     Response = http::Response<Body>,
     Error = Infallible,
     Future = impl Future<Output = Result<http::Response<Body>, Infallible>> + Send,
 > + Clone {
-    hyper::service::service_fn(move |request: http::Request<Incoming>| {
+    hyper::service::service_fn(move |mut request: http::Request<Incoming>| {
+        request
+            .extensions_mut()
+            .insert(axum::extract::ConnectInfo(peer));
         let guard = InFlight::begin(table.clone(), in_flight.clone(), last_done.clone());
         let router = router.clone();
         async move {

@@ -90,13 +90,21 @@ pub fn router(
         Arc::new(LocalSessionManager::default()),
         config,
     );
+    let sessions = mcp_sessions::McpSessions::new(settings.sessions);
+    let dashboard = toolgate_dashboard::router(
+        app.clone(),
+        toolgate_dashboard::DashboardSettings {
+            public_url: settings.public_url.clone(),
+            on_key_rotated: key_rotated(&sessions),
+        },
+    );
     let shared = Shared(Arc::new(ServerState {
         app,
         metrics,
         origins,
         public_url: settings.public_url.trim_end_matches('/').to_owned(),
         max_body: settings.max_request_bytes,
-        sessions: mcp_sessions::McpSessions::new(settings.sessions),
+        sessions,
         tools_list,
         mcp,
     }));
@@ -108,11 +116,26 @@ pub fn router(
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)
+        .with_state(shared.clone())
+        .merge(dashboard)
         .layer(axum::middleware::from_fn_with_state(
-            shared.clone(),
+            shared,
             routes::access_log,
         ))
-        .with_state(shared)
+}
+
+/// What the dashboard calls after a rotation: the old key's open MCP sessions end at once
+/// (their next request would be refused anyway; this also cancels calls in flight).
+fn key_rotated(
+    sessions: &Arc<mcp_sessions::McpSessions>,
+) -> Arc<dyn Fn(&toolgate_domain::AccountId) + Send + Sync> {
+    let sessions = Arc::clone(sessions);
+    Arc::new(move |account| {
+        let closed = sessions.close_all(account);
+        if closed > 0 {
+            tracing::info!(closed, "key rotated: its MCP sessions were closed");
+        }
+    })
 }
 
 fn rmcp_config(

@@ -149,6 +149,22 @@ impl McpSessions {
         }
     }
 
+    /// Closes every session of `owner` (its key was rotated), cancelling their calls in
+    /// flight; returns how many there were.
+    pub fn close_all(&self, owner: &AccountId) -> usize {
+        let mut table = self.lock();
+        let ids: Vec<String> = table
+            .sessions
+            .iter()
+            .filter(|(_, s)| &s.owner == owner)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            table.remove(id);
+        }
+        ids.len()
+    }
+
     /// Registers a call with `request_id` (its JSON text) in session `id`: the returned token is
     /// cancelled by the client's `notifications/cancelled`; the guard unregisters it.
     pub fn begin_call(self: &Arc<Self>, id: &str, request_id: String) -> Option<CallGuard> {

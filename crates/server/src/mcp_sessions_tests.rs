@@ -116,3 +116,20 @@ fn cancellation_reaches_only_the_named_call_of_the_owner() {
         "closing a session cancels its calls"
     );
 }
+
+#[test]
+fn a_rotation_closes_every_session_of_the_account_and_only_those() {
+    let sessions = McpSessions::new(SessionLimits::default());
+    let (alice, bob) = (AccountId::generate(), AccountId::generate());
+    let (a1, a2, b1) = (
+        sessions.open(&alice).unwrap(),
+        sessions.open(&alice).unwrap(),
+        sessions.open(&bob).unwrap(),
+    );
+    let call = sessions.begin_call(&a1, "1".into()).unwrap();
+    assert_eq!(sessions.close_all(&alice), 2);
+    assert!(call.token().is_cancelled(), "a call in flight is cancelled");
+    assert!(!sessions.touch(&a1, &alice) && !sessions.touch(&a2, &alice));
+    assert!(sessions.touch(&b1, &bob), "another account's session stays");
+    assert_eq!(sessions.close_all(&alice), 0);
+}

@@ -76,6 +76,9 @@ fn route_label(matched: Option<&MatchedPath>) -> &'static str {
         Some("/billing/status") => "/billing/status",
         Some("/healthz") => "/healthz",
         Some("/metrics") => "/metrics",
+        Some("/magic-link") => "/magic-link",
+        Some("/billing/stripe/webhook") => "/billing/stripe/webhook",
+        Some(path) if path.starts_with("/dashboard") => "/dashboard",
         _ => "other",
     }
 }

@@ -37,13 +37,22 @@ fn print_json(value: &impl Serialize) -> Result<()> {
 
 /// `account create --email E`.
 pub async fn create_account(settings: &Settings, email: &str) -> Result<()> {
-    let issued = app(settings).await?.admin().create_account(email).await?;
+    // with the vault, so the key is also kept sealed for the owner's dashboard
+    let issued = app_with_vault(settings, true)
+        .await?
+        .admin()
+        .create_account(email)
+        .await?;
     print_json(&issued)
 }
 
 /// `account rotate-key --email E`.
 pub async fn rotate_key(settings: &Settings, email: &str) -> Result<()> {
-    let issued = app(settings).await?.admin().rotate_key(email).await?;
+    let issued = app_with_vault(settings, true)
+        .await?
+        .admin()
+        .rotate_key(email)
+        .await?;
     print_json(&issued)
 }
 

@@ -1,5 +1,6 @@
 //! `toolgate`: the service's single binary.
 
+mod accounts;
 mod ai;
 mod backend;
 mod commands;

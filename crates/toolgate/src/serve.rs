@@ -104,6 +104,8 @@ pub async fn run(settings: &Settings) -> Result<()> {
         None => (None, None),
     };
     let public_url = config.http.public_url.clone();
+    let mailer = crate::accounts::mailer(settings, &public_url)?;
+    let payments = crate::accounts::payments(settings)?;
     let app = App::new(
         store,
         config.brand,
@@ -116,8 +118,12 @@ pub async fn run(settings: &Settings) -> Result<()> {
             databases: Some(databases),
             models: Some(models),
             searches: Some(searches),
+            mailer: Some(mailer),
+            payments,
+            sign_in_limits: crate::accounts::sign_in_limits(settings),
         },
     );
+    crate::accounts::purge_expired(&app);
     let http = config.http;
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());

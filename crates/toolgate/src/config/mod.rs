@@ -422,6 +422,46 @@ pub struct Settings {
         hide_env_values = true
     )]
     pub exa_api_key: Option<Secret>,
+
+    /// Where sign-in mails go: smtp://user:pass@host:port (STARTTLS when offered) or
+    /// smtps://… [default: none: each mail is an .eml file in <data-dir>/outbox, its link logged]
+    #[arg(long, env = "TOOLGATE_SMTP_URL", global = true, hide_env_values = true)]
+    pub smtp_url: Option<Secret>,
+
+    /// The sender of sign-in mails [default: toolgate@<the public URL's host>]
+    #[arg(long, env = "TOOLGATE_MAIL_FROM", global = true)]
+    pub mail_from: Option<String>,
+
+    /// Stripe's secret key (sk_live_… or sk_test_…): wallet top-ups through Stripe Checkout
+    /// [default: none: top-ups are off]
+    #[arg(
+        long,
+        env = "TOOLGATE_STRIPE_SECRET_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub stripe_secret_key: Option<Secret>,
+
+    /// The signing secret (whsec_…) of the webhook endpoint POST <public-url>/billing/stripe/webhook
+    #[arg(
+        long,
+        env = "TOOLGATE_STRIPE_WEBHOOK_SECRET",
+        global = true,
+        hide_env_values = true
+    )]
+    pub stripe_webhook_secret: Option<Secret>,
+
+    /// Stripe's API base URL [default: https://api.stripe.com]
+    #[arg(long, env = "TOOLGATE_STRIPE_API_BASE", global = true)]
+    pub stripe_api_base: Option<String>,
+
+    /// Sign-in links one e-mail address may ask for per 15 minutes [default: 5]
+    #[arg(long, env = "TOOLGATE_SIGN_IN_LIMIT_PER_ADDRESS", global = true)]
+    pub sign_in_limit_per_address: Option<u32>,
+
+    /// Sign-in requests one client address (IPv6: one /64) may make per 15 minutes [default: 30]
+    #[arg(long, env = "TOOLGATE_SIGN_IN_LIMIT_PER_CLIENT", global = true)]
+    pub sign_in_limit_per_client: Option<u32>,
 }
 
 macro_rules! fill {
@@ -506,7 +546,14 @@ impl Settings {
             tavily_base_url,
             tavily_api_key,
             exa_base_url,
-            exa_api_key
+            exa_api_key,
+            smtp_url,
+            mail_from,
+            stripe_secret_key,
+            stripe_webhook_secret,
+            stripe_api_base,
+            sign_in_limit_per_address,
+            sign_in_limit_per_client
         );
         Ok(self)
     }
@@ -515,63 +562,4 @@ impl Settings {
 mod derived;
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn flags_win_over_the_file_and_the_file_over_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("toolgate.toml");
-        std::fs::write(
-            &file,
-            "brand = \"acme\"\nfree_monthly_calls = 7\nallowed_origins = [\"https://a.example\"]\n",
-        )
-        .unwrap();
-        let given = Settings {
-            free_monthly_calls: Some(3),
-            ..Settings::default()
-        };
-        let merged = given.merged_with_file(Some(&file)).unwrap();
-        assert_eq!(merged.free_monthly_calls, Some(3));
-        assert_eq!(merged.brand().unwrap().tool_name("read"), "acme_read");
-        assert_eq!(
-            merged.allowed_origins.as_deref(),
-            Some(&["https://a.example".to_owned()][..])
-        );
-        assert_eq!(merged.pricing().unwrap().free_monthly_calls, 3);
-        assert_eq!(merged.listen().to_string(), "127.0.0.1:8080");
-    }
-
-    #[test]
-    fn the_database_url_never_shows_in_debug() {
-        let settings = Settings {
-            database_url: Some("postgres://u:hunter2@db/x".parse().unwrap()),
-            ..Settings::default()
-        };
-        let shown = format!("{settings:?}");
-        assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(shown.contains("<redacted>"), "{shown}");
-    }
-
-    #[test]
-    fn bad_settings_are_named() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("bad.toml");
-        std::fs::write(&file, "brnad = \"x\"\n").unwrap();
-        let err = Settings::default()
-            .merged_with_file(Some(&file))
-            .unwrap_err();
-        assert!(format!("{err:#}").contains("brnad"), "{err:#}");
-        let bad_price = Settings {
-            paid_call_cost_usd: Some("abc".into()),
-            ..Settings::default()
-        };
-        assert!(format!("{:#}", bad_price.pricing().unwrap_err()).contains("paid_call_cost_usd"));
-        let bad_url = Settings {
-            public_url: Some("ftp://x".into()),
-            ..Settings::default()
-        };
-        assert!(bad_url.public_url().is_err());
-    }
-}
+mod tests;

@@ -1,0 +1,232 @@
+//! Who is signed in, and whether a form may be trusted: the session cookie, the origin of a
+//! form post, the anti-forgery value, and the headers every page carries.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::Markup;
+use toolgate_domain::{Account, SecretToken};
+
+use crate::Dash;
+use crate::views;
+
+/// The session cookie's name.
+pub const COOKIE: &str = "toolgate_session";
+/// Seconds the cookie is kept by the browser (the session's own expiry is enforced on the server).
+const COOKIE_MAX_AGE: u64 = 7 * 24 * 3600;
+
+/// Scripts and styles from this origin only, no frames, no plug-ins, no referrer: the
+/// confirmation page's URL holds a sign-in token that must not travel on.
+const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
+                   connect-src 'none'; base-uri 'none'; frame-ancestors 'none'";
+
+/// A signed-in owner: the account and the session's token (for the anti-forgery value).
+pub struct Signed {
+    /// Whose session it is.
+    pub account: Account,
+    /// The cookie's token.
+    pub token: SecretToken,
+}
+
+impl Signed {
+    /// The anti-forgery value every form of this session carries.
+    pub fn csrf(&self) -> String {
+        self.token.csrf()
+    }
+}
+
+impl FromRequestParts<Dash> for Signed {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &Dash) -> Result<Self, Response> {
+        let Some(token) = session_token(&parts.headers) else {
+            return Err(see_other("/dashboard/sign-in"));
+        };
+        let Some(sign_in) = state.app.sign_in() else {
+            return Err(unavailable());
+        };
+        match sign_in.session(&token).await {
+            Ok(Some(account)) => Ok(Self { account, token }),
+            Ok(None) => Err(with_cookie(
+                see_other("/dashboard/sign-in"),
+                &clear_cookie(state.secure),
+            )),
+            Err(err) => {
+                tracing::error!(error = %err, "cannot read a dashboard session");
+                Err(unavailable())
+            }
+        }
+    }
+}
+
+/// The session token in the request's cookies, if one has the right shape.
+pub fn session_token(headers: &HeaderMap) -> Option<SecretToken> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|line| line.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .and_then(|(_, value)| SecretToken::parse(value.trim()))
+}
+
+/// `scheme://host[:port]` of a URL.
+pub fn origin_of(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split('/').next().unwrap_or(rest);
+    format!(
+        "{}://{}",
+        scheme.to_ascii_lowercase(),
+        authority.to_ascii_lowercase()
+    )
+}
+
+/// Whether a form post comes from the dashboard's own pages. A browser names the page's origin
+/// (`Origin`, else `Sec-Fetch-Site`); a request naming neither is no browser's cross-site post.
+pub fn same_origin(state: &Dash, headers: &HeaderMap) -> bool {
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        return origin
+            .to_str()
+            .is_ok_and(|o| o.eq_ignore_ascii_case(&state.origin));
+    }
+    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        Some(site) => site == "same-origin" || site == "none",
+        None => true,
+    }
+}
+
+/// Whether a signed-in form may be trusted: its origin and its anti-forgery value.
+pub fn form_ok(state: &Dash, headers: &HeaderMap, signed: &Signed, csrf: &str) -> bool {
+    same_origin(state, headers) && signed.token.csrf_matches(csrf)
+}
+
+/// 403 for a forged or cross-site form.
+pub fn forbidden() -> Response {
+    page(
+        StatusCode::FORBIDDEN,
+        views::message_page(
+            "Request refused",
+            "This form did not come from your dashboard (or the page was open too long). \
+             Reload the page and try again.",
+            true,
+        ),
+    )
+}
+
+/// 503 when storage or the vault fails.
+pub fn unavailable() -> Response {
+    page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        views::message_page(
+            "Temporarily unavailable",
+            "The dashboard cannot do this right now. Please retry in a moment.",
+            true,
+        ),
+    )
+}
+
+/// An HTML page with the headers every dashboard page carries.
+pub fn page(status: StatusCode, markup: Markup) -> Response {
+    let mut response = (status, markup).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    secure_headers(headers);
+    response
+}
+
+/// No caching, no sniffing, no framing, no referrer, and the content policy.
+pub fn secure_headers(headers: &mut HeaderMap) {
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+}
+
+/// 303 to `location` (after a form: the browser then GETs it).
+pub fn see_other(location: &str) -> Response {
+    let mut response = StatusCode::SEE_OTHER.into_response();
+    if let Ok(value) = HeaderValue::from_str(location) {
+        response.headers_mut().insert(header::LOCATION, value);
+    }
+    secure_headers(response.headers_mut());
+    response
+}
+
+/// The cookie that carries a new session.
+pub fn session_cookie(token: &SecretToken, secure: bool) -> String {
+    format!(
+        "{COOKIE}={}; Path=/dashboard; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Lax{}",
+        token.expose(),
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// The cookie that makes the browser forget the session.
+pub fn clear_cookie(secure: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/dashboard; Max-Age=0; HttpOnly; SameSite=Lax{}",
+        if secure { "; Secure" } else { "" }
+    )
+}
+
+/// Adds a `Set-Cookie` to `response`.
+pub fn with_cookie(mut response: Response, cookie: &str) -> Response {
+    if let Ok(value) = HeaderValue::from_str(cookie) {
+        response.headers_mut().append(header::SET_COOKIE, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_session_cookie_is_found_among_others() {
+        let token = SecretToken::generate().unwrap();
+        let mut headers = HeaderMap::new();
+        let line = format!("a=b; {COOKIE}={}; c=d", token.expose());
+        headers.insert(header::COOKIE, HeaderValue::from_str(&line).unwrap());
+        assert_eq!(session_token(&headers).unwrap().hash(), token.hash());
+        headers.insert(
+            header::COOKIE,
+            HeaderValue::from_static("toolgate_session=nothex"),
+        );
+        assert!(session_token(&headers).is_none());
+    }
+
+    #[test]
+    fn origins_are_scheme_and_authority() {
+        assert_eq!(
+            origin_of("https://Tools.Example/x/y"),
+            "https://tools.example"
+        );
+        assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
+    }
+
+    #[test]
+    fn cookies_are_http_only_and_lax_and_secure_behind_https() {
+        let token = SecretToken::generate().unwrap();
+        let plain = session_cookie(&token, false);
+        assert!(plain.contains("HttpOnly") && plain.contains("SameSite=Lax"));
+        assert!(!plain.contains("Secure"));
+        assert!(session_cookie(&token, true).ends_with("; Secure"));
+        assert!(clear_cookie(false).contains("Max-Age=0"));
+    }
+}

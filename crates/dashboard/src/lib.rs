@@ -1,0 +1,95 @@
+//! The account owner's dashboard under `/dashboard`, the sign-in request `POST /magic-link` and
+//! the payment provider's callback `POST /billing/stripe/webhook`.
+//!
+//! Pages are rendered on the server (maud, escaped by default) with one stylesheet and one small
+//! script served from here: no external asset, usable without the script except "Copy". Every
+//! form is checked for its origin, and every signed-in form for an anti-forgery value derived
+//! from the session cookie.
+
+mod assets;
+mod guard;
+mod pages;
+mod sign_in;
+mod views;
+mod webhook;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::{get, post};
+use toolgate_app::App;
+use toolgate_domain::AccountId;
+
+/// What the dashboard needs from the server around it.
+#[derive(Clone)]
+pub struct DashboardSettings {
+    /// The externally visible base URL: links, redirects and the cookie's `Secure` flag.
+    pub public_url: String,
+    /// Called after an owner rotated the key: the server ends the old key's open MCP sessions.
+    pub on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+}
+
+impl std::fmt::Debug for DashboardSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DashboardSettings")
+            .field("public_url", &self.public_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State of every dashboard handler.
+#[derive(Clone)]
+pub(crate) struct Dash(Arc<DashState>);
+
+pub(crate) struct DashState {
+    app: App,
+    /// The public URL's origin: forms must come from it.
+    origin: String,
+    secure: bool,
+    on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+}
+
+impl std::ops::Deref for Dash {
+    type Target = DashState;
+    fn deref(&self) -> &DashState {
+        &self.0
+    }
+}
+
+/// The dashboard's routes, to be merged into the server's router.
+pub fn router(app: App, settings: DashboardSettings) -> Router {
+    let public_url = settings.public_url.trim_end_matches('/').to_owned();
+    let state = Dash(Arc::new(DashState {
+        app,
+        origin: guard::origin_of(&public_url),
+        secure: public_url.starts_with("https://"),
+        on_key_rotated: settings.on_key_rotated,
+    }));
+    Router::new()
+        .route("/magic-link", post(sign_in::request_link))
+        .route("/billing/stripe/webhook", post(webhook::stripe))
+        .route("/dashboard/sign-in", get(sign_in::page))
+        .route(
+            "/dashboard/sign-in/confirm",
+            get(sign_in::confirm_page).post(sign_in::confirm),
+        )
+        .route("/dashboard/sign-out", post(sign_in::sign_out))
+        .route(
+            "/dashboard/sign-out-everywhere",
+            post(sign_in::sign_out_everywhere),
+        )
+        .route("/dashboard", get(pages::overview))
+        .route("/dashboard/", get(pages::overview))
+        .route("/dashboard/key/rotate", post(pages::rotate_key))
+        .route("/dashboard/secrets", get(pages::secrets))
+        .route("/dashboard/secrets/set", post(pages::set_secret))
+        .route("/dashboard/secrets/delete", post(pages::delete_secret))
+        .route("/dashboard/usage", get(pages::usage))
+        .route("/dashboard/wallet", get(pages::wallet))
+        .route("/dashboard/wallet/top-up", post(pages::top_up))
+        .route("/dashboard/sessions", get(pages::sessions))
+        .route("/dashboard/sessions/end", post(pages::end_session))
+        .route("/dashboard/assets/app.css", get(assets::css))
+        .route("/dashboard/assets/app.js", get(assets::js))
+        .with_state(state)
+}

@@ -1,0 +1,454 @@
+//! Both mailers against the real thing: `Smtp` against an aiosmtpd server
+//! (scripts/smtp-sink.py, installed by scripts/deps.sh), `Outbox` against the file system; every
+//! message is read back by Python's own RFC 5322 parser.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use toolgate_app::mail::{Mail, MailError, Mailer};
+use toolgate_domain::Email;
+use toolgate_mail::{Outbox, Smtp};
+
+const PYTHON: &str = "/usr/bin/python3";
+const SINK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/smtp-sink.py");
+const FROM: &str = "Toolgate <login@toolgate.example>";
+const PASSWORD: &str = "hunter2-s3cr3t";
+
+/// A running smtp-sink.py, killed when dropped.
+struct Sink {
+    _child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Sink {
+    /// Starts the sink with `args` after its folder.
+    async fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut command = Command::new(PYTHON);
+        command.arg(SINK).arg(dir.path()).args(args);
+        if args.contains(&"--starttls") {
+            // The refused handshake is the point of that test; aiosmtpd prints its traceback.
+            command.stderr(Stdio::null());
+        }
+        let mut child = command
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("python3 runs scripts/smtp-sink.py (scripts/deps.sh installs aiosmtpd)");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("the sink starts within 20 s")
+            .unwrap()
+            .expect("the sink prints READY <port> (is python3-aiosmtpd installed?)");
+        let port = line
+            .strip_prefix("READY ")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("unexpected first line {line:?}"));
+        Self {
+            _child: child,
+            dir,
+            port,
+        }
+    }
+
+    /// The `n`th message the sink saved (it saves before it answers 250).
+    fn message(&self, n: usize) -> PathBuf {
+        let path = self.dir.path().join(format!("{n}.eml"));
+        assert!(path.exists(), "{} was not saved", path.display());
+        path
+    }
+}
+
+/// What Python's `email` package reads from a message file.
+#[derive(Debug)]
+struct Parsed {
+    to: String,
+    from: String,
+    subject: String,
+    body: String,
+    defects: Vec<String>,
+    raw: String,
+}
+
+fn parse(path: &Path) -> Parsed {
+    let script = r#"
+import email, email.policy, json, sys
+raw = open(sys.argv[1], "rb").read()
+m = email.message_from_bytes(raw, policy=email.policy.default)
+print(json.dumps({
+    "to": str(m["To"]), "from": str(m["From"]), "subject": str(m["Subject"]),
+    "body": m.get_content(), "defects": [repr(d) for d in m.defects],
+    "raw": raw.decode("utf-8"),
+}))
+"#;
+    let output = std::process::Command::new(PYTHON)
+        .args(["-c", script])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let value: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let text = |key: &str| value[key].as_str().unwrap().to_owned();
+    Parsed {
+        to: text("to"),
+        from: text("from"),
+        subject: text("subject"),
+        body: text("body"),
+        defects: value["defects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d.as_str().unwrap().to_owned())
+            .collect(),
+        raw: text("raw"),
+    }
+}
+
+/// A sign-in link longer than quoted-printable's 76-character lines.
+fn link() -> String {
+    format!(
+        "https://toolgate.example/magic-link/verify?token={}&next=%2Fdashboard",
+        "Zx9_".repeat(30)
+    )
+}
+
+fn mail(to: &str, text: String) -> Mail {
+    Mail {
+        to: Email::parse(to).unwrap(),
+        subject: "Your Toolgate sign-in link — valid 15 minutes".to_owned(),
+        text,
+        link: Some(link()),
+    }
+}
+
+fn sign_in_text() -> String {
+    format!(
+        "Hello,\n\nOpen this link to sign in:\n\n{}\n\nIf you did not ask for it, ignore this mail.\n",
+        link()
+    )
+}
+
+/// Checks a delivered sign-in mail as a reader would see it.
+fn assert_sign_in_mail(parsed: &Parsed, to: &str, text: &str) {
+    assert!(parsed.defects.is_empty(), "{parsed:?}");
+    assert_eq!(parsed.to, to);
+    assert_eq!(parsed.from, FROM);
+    assert_eq!(
+        parsed.subject,
+        "Your Toolgate sign-in link — valid 15 minutes"
+    );
+    // lettre ends DATA with CRLF.CRLF after a body that already ends in CRLF: one blank line
+    // more at the end over SMTP, which changes nothing a reader sees.
+    assert_eq!(
+        parsed.body.replace("\r\n", "\n").trim_end(),
+        text.trim_end()
+    );
+    // The link is one unbroken line of the raw message, clickable as it stands.
+    let link = link();
+    assert!(
+        parsed.raw.split("\r\n").any(|line| line == link),
+        "the link is not one line of the raw message:\n{}",
+        parsed.raw
+    );
+}
+
+#[tokio::test]
+async fn smtp_delivers_to_a_real_server_without_auth() {
+    let sink = Sink::start(&[]).await;
+    let smtp = Smtp::from_url(&format!("smtp://127.0.0.1:{}", sink.port), FROM).unwrap();
+    smtp.send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    let parsed = parse(&sink.message(1));
+    assert_sign_in_mail(&parsed, "alice@example.com", &sign_in_text());
+    assert!(
+        parsed.raw.contains("Content-Transfer-Encoding: 7bit"),
+        "{}",
+        parsed.raw
+    );
+}
+
+#[tokio::test]
+async fn smtp_authenticates_and_sends_utf8_as_8bit() {
+    let sink = Sink::start(&["--auth", &format!("mailer:{PASSWORD}")]).await;
+    let smtp = Smtp::from_url(
+        &format!("smtp://mailer:{PASSWORD}@localhost:{}", sink.port),
+        FROM,
+    )
+    .unwrap();
+    let text = format!("Grüße — hier ist Ihr Link:\n\n{}\n", link());
+    smtp.send(&mail("bob@example.com", text.clone()))
+        .await
+        .unwrap();
+    smtp.send(&mail("carol@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    let first = parse(&sink.message(1));
+    assert_sign_in_mail(&first, "bob@example.com", &text);
+    assert!(
+        first.raw.contains("Content-Transfer-Encoding: 8bit"),
+        "{}",
+        first.raw
+    );
+    assert_sign_in_mail(
+        &parse(&sink.message(2)),
+        "carol@example.com",
+        &sign_in_text(),
+    );
+}
+
+#[tokio::test]
+async fn smtp_without_auth_or_with_a_wrong_password_is_refused_without_the_password() {
+    let sink = Sink::start(&["--auth", &format!("mailer:{PASSWORD}")]).await;
+    for url in [
+        format!("smtp://127.0.0.1:{}", sink.port),
+        format!("smtp://mailer:wrong-{PASSWORD}@127.0.0.1:{}", sink.port),
+    ] {
+        let smtp = Smtp::from_url(&url, FROM).unwrap();
+        let MailError::Unavailable(detail) = smtp
+            .send(&mail("alice@example.com", sign_in_text()))
+            .await
+            .unwrap_err();
+        assert!(!detail.contains(PASSWORD), "{detail}");
+        assert!(!detail.contains("token="), "{detail}");
+        assert!(detail.contains(&sink.port.to_string()), "{detail}");
+    }
+    assert!(!sink.dir.path().join("1.eml").exists());
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unavailable_at_once_and_names_no_password() {
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let smtp = Smtp::from_url(&format!("smtp://mailer:{PASSWORD}@127.0.0.1:{port}"), FROM).unwrap();
+    let started = Instant::now();
+    let MailError::Unavailable(detail) = smtp
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap_err();
+    assert!(started.elapsed() < toolgate_mail_timeout(), "{detail}");
+    assert!(!detail.contains(PASSWORD), "{detail}");
+    assert!(!detail.contains("token="), "{detail}");
+    assert!(detail.contains(&format!("127.0.0.1:{port}")), "{detail}");
+}
+
+#[tokio::test]
+async fn a_silent_server_is_given_up_on_after_the_timeout() {
+    // Accepts the connection and never greets: the send must not hang past its bound.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let holder = tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(socket);
+    });
+    let smtp = Smtp::from_url(&format!("smtp://mailer:{PASSWORD}@127.0.0.1:{port}"), FROM).unwrap();
+    let started = Instant::now();
+    let MailError::Unavailable(detail) = smtp
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap_err();
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= toolgate_mail_timeout() - Duration::from_millis(500),
+        "{elapsed:?}"
+    );
+    assert!(
+        elapsed < toolgate_mail_timeout() + Duration::from_secs(3),
+        "{elapsed:?}"
+    );
+    assert!(!detail.contains(PASSWORD), "{detail}");
+    holder.abort();
+}
+
+/// This machine's address toward the outside (no packet is sent), when it has one: a host
+/// `Smtp` does not treat as loopback.
+fn outward_address() -> Option<std::net::IpAddr> {
+    let socket = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    socket.connect("192.0.2.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+/// A self-signed certificate and key for `localhost`, which no client trusts.
+fn self_signed(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+        ])
+        .args(["-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    made.then_some((cert, key))
+}
+
+#[tokio::test]
+async fn smtp_to_another_host_takes_starttls_when_offered_and_loopback_stays_plain() {
+    let Some(ip) = outward_address() else {
+        eprintln!("skipped: this machine has no address but loopback");
+        return;
+    };
+    let keys = tempfile::tempdir().unwrap();
+    let Some((cert, key)) = self_signed(keys.path()) else {
+        eprintln!("skipped: openssl cannot make a certificate here");
+        return;
+    };
+    // Not offered: opportunistic STARTTLS delivers in plain.
+    let plain = Sink::start(&["--host", "0.0.0.0"]).await;
+    Smtp::from_url(&format!("smtp://{ip}:{}", plain.port), FROM)
+        .unwrap()
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    assert_sign_in_mail(
+        &parse(&plain.message(1)),
+        "alice@example.com",
+        &sign_in_text(),
+    );
+
+    // Offered with a certificate nobody trusts: the upgrade is attempted (and fails on the
+    // certificate) rather than the password and the link going out in the clear.
+    let starttls = format!("{}:{}", cert.display(), key.display());
+    let offering = Sink::start(&["--host", "0.0.0.0", "--starttls", &starttls]).await;
+    let url = format!("smtp://mailer:{PASSWORD}@{ip}:{}", offering.port);
+    let MailError::Unavailable(detail) = Smtp::from_url(&url, FROM)
+        .unwrap()
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap_err();
+    assert!(
+        detail.contains("tls") || detail.contains("certificate"),
+        "{detail}"
+    );
+    assert!(!detail.contains(PASSWORD), "{detail}");
+    assert!(!offering.dir.path().join("1.eml").exists());
+
+    // ?tls=required insists even on loopback; a bare smtp:// to loopback stays plain.
+    let required = format!("smtp://127.0.0.1:{}?tls=required", offering.port);
+    let err = Smtp::from_url(&required, FROM)
+        .unwrap()
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await;
+    assert!(err.is_err(), "{err:?}");
+    Smtp::from_url(&format!("smtp://127.0.0.1:{}", offering.port), FROM)
+        .unwrap()
+        .send(&mail("bob@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    assert_sign_in_mail(
+        &parse(&offering.message(1)),
+        "bob@example.com",
+        &sign_in_text(),
+    );
+}
+
+fn toolgate_mail_timeout() -> Duration {
+    toolgate_mail::SEND_TIMEOUT
+}
+
+/// Collects what the fmt subscriber writes, to read the log back.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_outbox_writes_private_parseable_files_and_logs_the_link() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("data/outbox");
+    let outbox = Outbox::new(&dir, FROM).unwrap();
+    assert_eq!(outbox.dir(), dir);
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{mode:o}");
+
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let guard = tracing::subscriber::set_default(subscriber);
+    outbox
+        .send(&mail("alice@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    outbox
+        .send(&mail("bob@example.com", sign_in_text()))
+        .await
+        .unwrap();
+    drop(guard);
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(
+        files.len(),
+        2,
+        "only the two messages, no temporary: {files:?}"
+    );
+    let mut recipients = Vec::new();
+    for file in &files {
+        let name = file.file_name().unwrap().to_str().unwrap();
+        assert!(name.ends_with(".eml") && !name.starts_with('.'), "{name}");
+        let mode = std::fs::metadata(file).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{name}: {mode:o}");
+        let parsed = parse(file);
+        assert_sign_in_mail(&parsed, &parsed.to.clone(), &sign_in_text());
+        recipients.push(parsed.to);
+    }
+    recipients.sort();
+    assert_eq!(recipients, ["alice@example.com", "bob@example.com"]);
+
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("alice@example.com"), "{log}");
+    assert!(log.contains(&link()), "{log}");
+    assert_eq!(log.lines().count(), 2, "{log}");
+}
+
+#[tokio::test]
+async fn the_outbox_tightens_an_existing_folder_and_refuses_a_bad_from() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("outbox");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    Outbox::new(&dir, "login@toolgate.example").unwrap();
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "{mode:o}");
+
+    let err = Outbox::new(&dir, "Toolgate login@")
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("mail_from \"Toolgate login@\""), "{err}");
+
+    let file = root.path().join("a-file");
+    std::fs::write(&file, b"").unwrap();
+    let err = Outbox::new(file.join("outbox"), FROM)
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("cannot prepare the mail outbox"), "{err}");
+}
