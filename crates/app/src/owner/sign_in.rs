@@ -89,6 +89,9 @@ pub struct SignIn {
     public_url: String,
     limits: SignInLimits,
     per_client: Limiter,
+    /// The per-address limit within this process, counted before storage is asked: concurrent
+    /// requests cannot all pass the stored count at once (storage counts across hosts).
+    per_address: Limiter,
 }
 
 impl SignIn {
@@ -108,6 +111,7 @@ impl SignIn {
             brand,
             public_url: public_url.trim_end_matches('/').to_owned(),
             per_client: Limiter::new(limits.per_client, LIMIT_WINDOW),
+            per_address: Limiter::new(limits.per_address, LIMIT_WINDOW),
             limits,
         }
     }
@@ -119,6 +123,9 @@ impl SignIn {
             Email::parse(email).map_err(|err| SignInError::InvalidEmail(err.to_string()))?;
         self.per_client
             .admit(&client_key(client))
+            .map_err(SignInError::TooMany)?;
+        self.per_address
+            .admit(email.as_str())
             .map_err(SignInError::TooMany)?;
         let now = now_millis();
         let since = now - millis(LIMIT_WINDOW);
