@@ -35,6 +35,7 @@ fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
         }
         "secret-saved" => "Secret saved. Its value is not shown again.",
         "secret-deleted" => "Secret deleted.",
+        "secret-gone" => "There was no secret of that name.",
         "session-ended" => "Session ended.",
         "session-gone" => "That session had already ended.",
         _ => return None,
@@ -234,7 +235,8 @@ pub async fn delete_secret(
         .await;
     };
     match vault.delete(&signed.account.id, &name).await {
-        Ok(_) => guard::see_other("/dashboard/secrets?notice=secret-deleted"),
+        Ok(true) => guard::see_other("/dashboard/secrets?notice=secret-deleted"),
+        Ok(false) => guard::see_other("/dashboard/secrets?notice=secret-gone"),
         Err(err) => {
             tracing::error!(error = ?err, "cannot delete a secret");
             guard::unavailable()

@@ -3,6 +3,7 @@
 //! commands, and speak JSON-RPC to it over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+mod dashboard;
 mod rpc;
 mod sandboxed;
 
@@ -18,6 +19,7 @@ use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
+pub use dashboard::*;
 pub use rpc::*;
 pub use sandboxed::*;
 

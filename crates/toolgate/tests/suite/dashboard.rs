@@ -1,0 +1,381 @@
+//! The owner's dashboard over real HTTP: asking for a sign-in link (answers, refusals, limits,
+//! the mail in the outbox and what the log shows of it) and using a link (once, not forged, not
+//! expired, not from another site). Signed-in pages (rotation, secrets, sign-out) are in
+//! `dashboard_owner`; wallet, webhook and usage pages in `dashboard_wallet`.
+
+use std::time::Duration;
+
+use crate::common::*;
+use serde_json::{Value, json};
+
+/// What `POST /magic-link` answers for any acceptable address.
+fn assert_sent(reply: &Reply) -> Value {
+    assert_eq!(reply.status, 202, "{reply:?}");
+    assert!(
+        reply
+            .header("content-type")
+            .is_some_and(|t| t.starts_with("application/json")),
+        "{reply:?}"
+    );
+    let body = reply.json();
+    assert_eq!(body["status"], "sent", "{reply:?}");
+    assert!(
+        body["message"].as_str().is_some_and(|m| m.contains("link")),
+        "{reply:?}"
+    );
+    body
+}
+
+/// A JSON refusal with a readable `error`.
+fn assert_json_error(reply: &Reply, status: u16) -> String {
+    assert_eq!(reply.status, status, "{reply:?}");
+    let error = reply.json()["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no `error` text: {reply:?}"))
+        .to_owned();
+    assert!(error.len() > 10, "{reply:?}");
+    error
+}
+
+/// `Retry-After` in whole seconds, within the 15-minute window.
+fn retry_after(reply: &Reply) -> u64 {
+    let seconds: u64 = reply
+        .header("retry-after")
+        .unwrap_or_else(|| panic!("no Retry-After: {reply:?}"))
+        .parse()
+        .unwrap();
+    assert!((1..=900).contains(&seconds), "{reply:?}");
+    seconds
+}
+
+#[tokio::test]
+async fn a_link_is_asked_for_alike_for_known_and_unknown_addresses_and_only_mailed() {
+    let d = Dash::start(&[]).await;
+    create_account(&d.storage, "known@example.org");
+
+    let known = assert_sent(&d.ask_link("known@example.org").await);
+    let unknown = assert_sent(&d.ask_link("nobody@example.org").await);
+    assert_eq!(known, unknown, "the answer tells whether an account exists");
+
+    // the sign-in page's form: a page with the notice, same words
+    let page = d
+        .post_from(
+            "/magic-link",
+            None,
+            &[("email", "Form.User@Example.org")],
+            Some(&d.origin()),
+        )
+        .await;
+    assert_eq!(page.status, 202, "{page:?}");
+    assert!(
+        page.header("content-type")
+            .is_some_and(|t| t.starts_with("text/html")),
+        "{page:?}"
+    );
+    assert_eq!(
+        text_of_id(&page.body, "notice").as_deref(),
+        known["message"].as_str(),
+        "{page:?}"
+    );
+    // the same form from another site is refused and mails nothing
+    let forged = d
+        .post_from(
+            "/magic-link",
+            None,
+            &[("email", "victim@example.org")],
+            Some("http://evil.example"),
+        )
+        .await;
+    assert_eq!(forged.status, 403, "{forged:?}");
+
+    // one mail each, with one link of the documented shape (the form's address lower-cased)
+    let known_token = d.wait_mails("known@example.org", 1).await.remove(0);
+    let unknown_token = d.wait_mails("nobody@example.org", 1).await.remove(0);
+    d.wait_mails("form.user@example.org", 1).await;
+    assert_ne!(known_token, unknown_token);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(d.mails_to("victim@example.org").is_empty());
+    assert_eq!(std::fs::read_dir(d.outbox()).unwrap().count(), 3);
+
+    // the confirmation page's access-log line hides the token
+    assert_eq!(d.confirm_page(&known_token).await.status, 200);
+    let session = d.session_from(&known_token).await;
+    let log = d
+        .server
+        .log_after("/dashboard/sign-in/confirm?token=…")
+        .await;
+    assert!(
+        log.contains("/dashboard/sign-in/confirm?token=…"),
+        "no redacted confirm path in the log:\n{log}"
+    );
+    for token in [&known_token, &unknown_token] {
+        let lines: Vec<&str> = log.lines().filter(|l| l.contains(token.as_str())).collect();
+        assert_eq!(lines.len(), 1, "the token is logged elsewhere: {lines:#?}");
+        assert!(
+            lines[0].contains("INFO") && lines[0].contains("outbox"),
+            "{lines:?}"
+        );
+    }
+    assert!(
+        !log.contains(&session.token),
+        "the session cookie is in the log"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_link_request_is_refused_with_a_clear_error() {
+    let d = Dash::start(&[]).await;
+    let json = "application/json";
+    let cases: Vec<(&str, &str, String)> = vec![
+        ("not JSON", json, "{email: x@example.org".to_owned()),
+        ("an array", json, r#"["x@example.org"]"#.to_owned()),
+        ("a number", json, r#"{"email": 5}"#.to_owned()),
+        ("no email", json, "{}".to_owned()),
+        ("an empty email", json, r#"{"email": "  "}"#.to_owned()),
+        (
+            "not an address",
+            json,
+            r#"{"email": "x.example.org"}"#.to_owned(),
+        ),
+        ("no domain", json, r#"{"email": "x@localhost"}"#.to_owned()),
+        (
+            "text/plain",
+            "text/plain",
+            r#"{"email": "x@example.org"}"#.to_owned(),
+        ),
+        (
+            "5 KB",
+            json,
+            json!({"email": "x@example.org", "pad": "p".repeat(5 * 1024)}).to_string(),
+        ),
+    ];
+    for (what, content_type, body) in cases {
+        let reply = d.ask_link_raw(content_type, body).await;
+        assert_eq!(reply.status, 400, "{what}: {reply:?}");
+        let error = assert_json_error(&reply, 400);
+        assert!(!error.contains("x@example.org"), "{what}: {error}");
+    }
+    // the sign-in page's form gets its page back, with the error
+    for fields in [
+        &[("email", "x.example.org")][..],
+        &[("mail", "x@example.org")][..],
+    ] {
+        let page = d
+            .post_from("/magic-link", None, fields, Some(&d.origin()))
+            .await;
+        assert_error_page(&page, 400);
+        assert!(has_id(&page.body, "sign-in"), "{page:?}");
+    }
+    // the address's five links are all still there: nothing above was counted
+    for _ in 0..5 {
+        assert_sent(&d.ask_link("x@example.org").await);
+    }
+    d.wait_mails("x@example.org", 5).await;
+}
+
+#[tokio::test]
+async fn the_sixth_link_for_one_address_waits() {
+    let d = Dash::start(&[]).await;
+    for _ in 0..5 {
+        assert_sent(&d.ask_link("busy@example.org").await);
+    }
+    let refused = d.ask_link("busy@example.org").await;
+    let error = assert_json_error(&refused, 429);
+    assert!(error.contains("too many"), "{error}");
+    retry_after(&refused);
+    // the limit is the address's, not everyone's
+    assert_sent(&d.ask_link("other@example.org").await);
+    d.wait_mails("busy@example.org", 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(d.mails_to("busy@example.org").len(), 5);
+}
+
+#[tokio::test]
+async fn twenty_concurrent_requests_for_one_address_send_five_links() {
+    let d = Dash::start(&[]).await;
+    let requests = (0..20).map(|_| d.ask_link("rush@example.org"));
+    let replies = futures::future::join_all(requests).await;
+    let sent = replies.iter().filter(|r| r.status == 202).count();
+    let refused: Vec<&Reply> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!((sent, refused.len()), (5, 15), "{replies:#?}");
+    for reply in refused {
+        retry_after(reply);
+    }
+    d.wait_mails("rush@example.org", 5).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(d.mails_to("rush@example.org").len(), 5);
+}
+
+#[tokio::test]
+async fn one_client_gets_its_limit_of_links_across_addresses() {
+    let d = Dash::start(&[("TOOLGATE_SIGN_IN_LIMIT_PER_CLIENT", "3")]).await;
+    for email in ["c1@example.org", "c2@example.org", "c3@example.org"] {
+        assert_sent(&d.ask_link(email).await);
+    }
+    let refused = d.ask_link("c4@example.org").await;
+    assert_json_error(&refused, 429);
+    retry_after(&refused);
+    d.wait_mails("c3@example.org", 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(d.mails_to("c4@example.org").is_empty());
+}
+
+#[tokio::test]
+async fn a_link_shows_a_button_and_signs_in_once() {
+    let d = Dash::start(&[]).await;
+    let token = d.new_link("first@example.org").await;
+
+    // opening the link (twice: a mail scanner, then the owner) uses nothing
+    for _ in 0..2 {
+        let page = d.confirm_page(&token).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        assert!(page.body.contains(r#"id="confirm""#), "{page:?}");
+        assert!(page.body.contains("first@example.org"), "{page:?}");
+        assert!(page.body.contains(&token), "the form carries the token");
+        assert_eq!(page.header("cache-control").as_deref(), Some("no-store"));
+        assert_eq!(
+            page.header("referrer-policy").as_deref(),
+            Some("no-referrer")
+        );
+    }
+
+    let used = d.confirm(&token).await;
+    assert_eq!(used.status, 303, "{used:?}");
+    let to = location(&used);
+    assert!(to.starts_with("/dashboard"), "{to}");
+    assert_eq!(to, "/dashboard?notice=welcome", "a new account is welcomed");
+    let cookies = set_cookies(&used);
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    let cookie = &cookies[0];
+    let value = session_cookie(&used).unwrap();
+    assert!(is_hex64(&value), "{cookie}");
+    assert_ne!(value, token, "the cookie is not the link's token");
+    for attribute in ["Path=/dashboard", "HttpOnly", "SameSite=Lax"] {
+        assert!(
+            cookie.split("; ").any(|a| a == attribute),
+            "{attribute} missing: {cookie}"
+        );
+    }
+    assert!(!cookie.contains("Secure"), "Secure on plain http: {cookie}");
+    let session = Session {
+        cookie: format!("{COOKIE}={value}"),
+        token: value,
+        csrf: String::new(),
+    };
+    let welcome = d.page("/dashboard?notice=welcome", &session).await;
+    assert!(has_id(&welcome, "notice"), "{welcome}");
+
+    // used: neither the button nor the page works again
+    assert_error_page(&d.confirm(&token).await, 400);
+    assert_error_page(&d.confirm_page(&token).await, 400);
+
+    // the first sign-in created the account: the operator finds it by its address
+    let rotated = rotate_key(&d.storage, "first@example.org");
+    assert_eq!(rotated.email, "first@example.org");
+    billing_of(&post_personal(&client(), &d.server, &rotated.key, &billing_call()).await);
+
+    // a second sign-in reaches the same account, and both sessions see its current key; of
+    // five presses of one button at once, one signs in
+    let again = d.new_link("first@example.org").await;
+    let presses = futures::future::join_all((0..5).map(|_| d.confirm(&again))).await;
+    let mut statuses: Vec<u16> = presses.iter().map(|r| r.status).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [303, 400, 400, 400, 400], "{presses:#?}");
+    let reply = presses.iter().find(|r| r.status == 303).unwrap();
+    assert_see_other(reply, "/dashboard");
+    let second = format!("{COOKIE}={}", session_cookie(reply).unwrap());
+    for cookie in [&session.cookie, &second] {
+        let page = d.get("/dashboard", Some(cookie)).await;
+        assert_eq!(page.status, 200, "{page:?}");
+        let url = text_of_id(&page.body, "personal-url-full").unwrap();
+        assert_eq!(url, d.server.personal(&rotated.key), "{page:?}");
+        assert!(page.body.contains("first@example.org"));
+    }
+}
+
+#[tokio::test]
+async fn behind_https_the_session_cookie_is_secure() {
+    let d = Dash::start(&[("TOOLGATE_PUBLIC_URL", "https://tools.example.test")]).await;
+    let token = d.new_link("tls@example.org").await;
+    // the page's own origin is the public one: the loopback address is another site
+    let local = d.server.base.clone();
+    assert_eq!(d.confirm_from(&token, Some(&local)).await.status, 403);
+    let reply = d.confirm(&token).await;
+    assert_eq!(reply.status, 303, "{reply:?}");
+    let cookies = set_cookies(&reply);
+    assert_eq!(cookies.len(), 1, "{cookies:?}");
+    assert!(cookies[0].ends_with("; Secure"), "{cookies:?}");
+    assert!(cookies[0].contains("HttpOnly") && cookies[0].contains("SameSite=Lax"));
+}
+
+#[tokio::test]
+async fn forged_malformed_and_expired_links_are_refused() {
+    let d = Dash::start(&[]).await;
+    let forged = forged_token();
+    let malformed = [
+        "".to_owned(),
+        "abc".to_owned(),
+        forged[..63].to_owned(),
+        format!("{forged}0"),
+        forged.to_ascii_uppercase(),
+        format!("{}g", &forged[..63]),
+    ];
+    for token in std::iter::once(&forged).chain(malformed.iter()) {
+        assert_error_page(&d.confirm_page(token).await, 400);
+        let used = d.confirm(token).await;
+        assert_error_page(&used, 400);
+        assert!(set_cookies(&used).is_empty(), "{used:?}");
+    }
+    let missing = d.get("/dashboard/sign-in/confirm", None).await;
+    assert_error_page(&missing, 400);
+
+    // a link past its 15 minutes
+    let token = d.new_link("late@example.org").await;
+    assert_eq!(d.confirm_page(&token).await.status, 200);
+    let hash = toolgate_domain::SecretToken::parse(&token).unwrap().hash();
+    let db = rusqlite::Connection::open(d.storage.data_dir.join("toolgate.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let past = toolgate_store::now_millis() - 1000;
+    let changed = db
+        .execute(
+            "UPDATE sign_in_links SET expires_at = ?1 WHERE token_hash = ?2",
+            rusqlite::params![past, &hash[..]],
+        )
+        .unwrap();
+    assert_eq!(changed, 1, "the link's row is found by the token's SHA-256");
+    drop(db);
+    assert_error_page(&d.confirm_page(&token).await, 400);
+    let used = d.confirm(&token).await;
+    assert_error_page(&used, 400);
+    assert!(session_cookie(&used).is_none(), "{used:?}");
+}
+
+#[tokio::test]
+async fn a_cross_site_confirmation_is_refused_and_the_link_still_works() {
+    let d = Dash::start(&[]).await;
+    let token = d.new_link("victim@example.org").await;
+    let evil = d.confirm_from(&token, Some("http://evil.example")).await;
+    assert_error_page(&evil, 403);
+    assert!(set_cookies(&evil).is_empty(), "{evil:?}");
+    // a browser that names no origin but says the request is cross-site
+    let fetch = send(
+        d.http
+            .post(d.server.url("/dashboard/sign-in/confirm"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Sec-Fetch-Site", "cross-site")
+            .body(form(&[("token", &token)])),
+    )
+    .await;
+    assert_eq!(fetch.status, 403, "{fetch:?}");
+    // another port of the same host is another origin
+    let other_port = format!("http://127.0.0.1:{}", d.server.port.wrapping_add(1));
+    assert_eq!(d.confirm_from(&token, Some(&other_port)).await.status, 403);
+
+    assert_eq!(d.confirm_page(&token).await.status, 200);
+    let session = d.session_from(&token).await;
+    assert!(
+        d.page("/dashboard", &session)
+            .await
+            .contains("victim@example.org")
+    );
+}
