@@ -403,3 +403,75 @@ async fn signing_out_ends_this_session_or_every_session_of_the_account() {
         .await;
     assert_see_other(&late, "/dashboard/sign-in");
 }
+
+/// Runs `code` in `session_id` of the owner of `key`; the Python result's structured part.
+async fn run_code(d: &Dash, key: &str, session_id: &str, code: &str) -> serde_json::Value {
+    let reply = post_personal(
+        &client(),
+        &d.server,
+        key,
+        &tool_call("svc_write", json!({"code": code, "session_id": session_id})),
+    )
+    .await;
+    let result = reply.result();
+    assert_eq!(result["isError"], false, "{result}");
+    result["structuredContent"]["python"].clone()
+}
+
+#[tokio::test]
+async fn the_sessions_page_lists_and_ends_only_the_owners_sandbox_sessions() {
+    let d = Dash::start_sandboxed().await;
+    let alice = d.sign_in("alice@example.org").await;
+    let bob = d.sign_in("bob@example.org").await;
+    let key = d.key_of(&alice).await;
+    run_code(&d, &key, "notebook-1", "x = 41").await;
+    let page = d.page("/dashboard/sessions", &alice).await;
+    assert!(page.contains(r#"data-id="notebook-1""#), "{page}");
+    assert!(
+        !d.page("/dashboard/sessions", &bob)
+            .await
+            .contains("notebook-1"),
+        "another account sees no session of Alice's"
+    );
+    // Bob cannot end it, and is told there was none
+    let refused = d
+        .post(
+            "/dashboard/sessions/end",
+            &bob,
+            &[("csrf", &bob.csrf), ("id", "notebook-1")],
+        )
+        .await;
+    assert_see_other(&refused, "/dashboard/sessions?notice=session-gone");
+    assert_eq!(
+        run_code(&d, &key, "notebook-1", "x + 1").await["result"]["text"],
+        "42"
+    );
+    // a forged anti-forgery value changes nothing
+    let forged = "0".repeat(32);
+    let refused = d
+        .post(
+            "/dashboard/sessions/end",
+            &alice,
+            &[("csrf", &forged), ("id", "notebook-1")],
+        )
+        .await;
+    assert_eq!(refused.status, 403, "{refused:?}");
+    let ended = d
+        .post(
+            "/dashboard/sessions/end",
+            &alice,
+            &[("csrf", &alice.csrf), ("id", "notebook-1")],
+        )
+        .await;
+    assert_see_other(&ended, "/dashboard/sessions?notice=session-ended");
+    assert!(
+        !d.page("/dashboard/sessions", &alice)
+            .await
+            .contains(r#"data-id="notebook-1""#)
+    );
+    let fresh = run_code(&d, &key, "notebook-1", "'x' in globals()").await;
+    assert_eq!(
+        fresh["result"]["text"], "False",
+        "the ended session's variables are gone: {fresh}"
+    );
+}

@@ -65,6 +65,29 @@ impl Dash {
         }
     }
 
+    /// Starts `toolgate serve` with the sandbox on (the sessions page lists real sessions).
+    pub async fn start_sandboxed() -> Self {
+        let dir = super::sandbox_dir();
+        let storage = Storage::sqlite(dir.path());
+        let flags = super::sandbox_flags(dir.path());
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let server = Server::start(&storage, &flags).await;
+        Self {
+            storage,
+            public: server.base.clone(),
+            server,
+            http: browser(),
+            _dir: dir,
+        }
+    }
+
+    /// The key of a signed-in owner, read from the overview's revealed URL.
+    pub async fn key_of(&self, session: &Session) -> String {
+        let overview = self.page("/dashboard", session).await;
+        let url = text_of_id(&overview, "personal-url-full").expect("the overview shows the URL");
+        url.rsplit_once("/u/").expect("a personal URL").1.to_owned()
+    }
+
     /// The dashboard's origin, as a browser sends it in `Origin`.
     pub fn origin(&self) -> String {
         self.public.trim_end_matches('/').to_owned()
