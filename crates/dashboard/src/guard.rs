@@ -115,6 +115,12 @@ pub fn forbidden() -> Response {
     )
 }
 
+/// Logs why an action failed (never sent) and answers 503.
+pub fn failed(what: &str, error: &dyn std::fmt::Debug) -> Response {
+    tracing::error!(error = ?error, "{what}");
+    unavailable()
+}
+
 /// 503 when storage or the vault fails.
 pub fn unavailable() -> Response {
     page(

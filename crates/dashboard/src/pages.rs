@@ -60,10 +60,7 @@ pub async fn overview(
 ) -> Response {
     let url = match state.app.owner().personal_url(&signed.account.id).await {
         Ok(url) => url,
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot read the personal URL");
-            return guard::unavailable();
-        }
+        Err(err) => return guard::failed("cannot read the personal URL", &err),
     };
     let chrome = chrome(&signed, Tab::Overview, notice_text(&query));
     guard::page(
@@ -117,10 +114,7 @@ pub async fn rotate_key(
             (state.on_key_rotated)(&signed.account.id);
             guard::see_other("/dashboard?notice=rotated")
         }
-        Err(err) => {
-            tracing::error!(error = ?err, "key rotation failed");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("key rotation failed", &err),
     }
 }
 
@@ -151,10 +145,7 @@ async fn secrets_page(
             chrome.error = error;
             guard::page(status, views::secrets::page(&chrome, Some(&list)))
         }
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot list secrets");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("cannot list secrets", &err),
     }
 }
 
@@ -207,10 +198,7 @@ pub async fn set_secret(
             )
             .await
         }
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot store a secret");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("cannot store a secret", &err),
     }
 }
 
@@ -237,10 +225,7 @@ pub async fn delete_secret(
     match vault.delete(&signed.account.id, &name).await {
         Ok(true) => guard::see_other("/dashboard/secrets?notice=secret-deleted"),
         Ok(false) => guard::see_other("/dashboard/secrets?notice=secret-gone"),
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot delete a secret");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("cannot delete a secret", &err),
     }
 }
 
@@ -251,10 +236,7 @@ pub async fn usage(State(state): State<Dash>, signed: Signed) -> Response {
             let chrome = chrome(&signed, Tab::Usage, None);
             guard::page(StatusCode::OK, views::usage::page(&chrome, &report))
         }
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot read usage");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("cannot read usage", &err),
     }
 }
 
@@ -282,10 +264,7 @@ async fn wallet_page(
             let payments = wallets.payments_enabled();
             guard::page(status, views::wallet::page(&chrome, &report, payments))
         }
-        Err(err) => {
-            tracing::error!(error = ?err, "cannot read the wallet");
-            guard::unavailable()
-        }
+        Err(err) => guard::failed("cannot read the wallet", &err),
     }
 }
 

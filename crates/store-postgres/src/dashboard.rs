@@ -10,7 +10,7 @@ use toolgate_store::{
 };
 
 use crate::PgStore;
-use crate::rows::map_error;
+use crate::rows::{map_error, map_write_error, version_to_column};
 
 /// The sealed key's columns, all NULL when none is stored.
 type SealedColumns = (Option<i32>, Option<Vec<u8>>, Option<Vec<u8>>);
@@ -276,21 +276,4 @@ fn day_from_column(day: i64) -> Result<u8, StoreError> {
         .ok()
         .filter(|d| (1..=31).contains(d))
         .ok_or_else(|| StoreError::Unavailable("corrupt call_ledger row: created_at".to_owned()))
-}
-
-/// A key version as the INTEGER column holds it.
-fn version_to_column(version: u32) -> Result<i32, StoreError> {
-    i32::try_from(version).map_err(|_| {
-        StoreError::Unavailable(format!(
-            "key version {version} does not fit the accounts table"
-        ))
-    })
-}
-
-/// A write's errors, where a broken foreign key means the account does not exist.
-fn map_write_error(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
-        _ => map_error(error),
-    }
 }

@@ -8,7 +8,7 @@ use toolgate_store::{
 };
 
 use crate::PgStore;
-use crate::rows::map_error;
+use crate::rows::{map_error, map_write_error, version_to_column};
 
 /// A rewrap candidate's columns: account id, name, key version, wrapped key, ciphertext.
 type RewrapRow = (String, String, i32, Vec<u8>, Vec<u8>);
@@ -180,23 +180,6 @@ impl Secrets for PgStore {
         .map_err(map_error)?;
         Ok(done.rows_affected() == 1)
     }
-}
-
-/// A write's errors, where a broken foreign key means the account does not exist.
-fn map_write_error(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
-        _ => map_error(error),
-    }
-}
-
-/// A key version as the INTEGER column holds it.
-fn version_to_column(version: u32) -> Result<i32, StoreError> {
-    i32::try_from(version).map_err(|_| {
-        StoreError::Unavailable(format!(
-            "key version {version} does not fit the secrets table"
-        ))
-    })
 }
 
 #[cfg(all(test, feature = "testkit"))]

@@ -11,7 +11,7 @@ use toolgate_store::{
 };
 
 use crate::SqliteStore;
-use crate::rows::map_error;
+use crate::rows::{map_error, map_write_error};
 
 /// The sealed key's columns, all NULL when none is stored.
 type SealedColumns = (Option<i64>, Option<Vec<u8>>, Option<Vec<u8>>);
@@ -279,14 +279,6 @@ fn day_from_column(day: i64) -> Result<u8, StoreError> {
         .ok()
         .filter(|d| (1..=31).contains(d))
         .ok_or_else(|| StoreError::Unavailable("corrupt call_ledger row: created_at".to_owned()))
-}
-
-/// A write's errors, where a broken foreign key means the account does not exist.
-fn map_write_error(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
-        _ => map_error(error),
-    }
 }
 
 #[cfg(test)]

@@ -12,3 +12,11 @@ pub(crate) fn map_error(error: sqlx::Error) -> StoreError {
         _ => StoreError::Unavailable(error.to_string()),
     }
 }
+
+/// A write's errors, where a broken foreign key means the account does not exist.
+pub(crate) fn map_write_error(error: sqlx::Error) -> StoreError {
+    match &error {
+        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
+        _ => map_error(error),
+    }
+}

@@ -12,7 +12,7 @@ use toolgate_store::{
 };
 
 use crate::SqliteStore;
-use crate::rows::map_error;
+use crate::rows::{map_error, map_write_error};
 
 /// Names looked up per query, well under SQLite's limit on bound parameters.
 const NAMES_PER_QUERY: usize = 500;
@@ -213,14 +213,6 @@ impl Secrets for SqliteStore {
         .await
         .map_err(map_error)?;
         Ok(done.rows_affected() == 1)
-    }
-}
-
-/// A write's errors, where a broken foreign key means the account does not exist.
-fn map_write_error(error: sqlx::Error) -> StoreError {
-    match &error {
-        sqlx::Error::Database(db) if db.is_foreign_key_violation() => StoreError::NotFound,
-        _ => map_error(error),
     }
 }
 
