@@ -16,8 +16,7 @@ pub const COOKIE: &str = "toolgate_session";
 /// Seconds the cookie is kept by the browser (the session's own expiry is enforced on the server).
 const COOKIE_MAX_AGE: u64 = 7 * 24 * 3600;
 
-/// Scripts and styles from this origin only, no frames, no plug-ins, no referrer: the
-/// confirmation page's URL holds a sign-in token that must not travel on.
+/// Scripts and styles from this origin only, no frames, no plug-ins.
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
                    connect-src 'none'; base-uri 'none'; frame-ancestors 'none'";
 
@@ -86,14 +85,13 @@ pub fn origin_of(url: &str) -> String {
 /// Whether a form post comes from the dashboard's own pages. A browser names the page's origin
 /// (`Origin`, else `Sec-Fetch-Site`); a request naming neither is no browser's cross-site post.
 pub fn same_origin(state: &Dash, headers: &HeaderMap) -> bool {
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        return origin
-            .to_str()
-            .is_ok_and(|o| o.eq_ignore_ascii_case(&state.origin));
-    }
-    match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        Some(site) => site == "same-origin" || site == "none",
-        None => true,
+    let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
+    match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
+        // an opaque origin (a privacy setting, a sandboxed frame): only the browser's own
+        // account of where the request came from can vouch for it
+        Some("null") => site == Some("same-origin"),
+        Some(origin) => origin.eq_ignore_ascii_case(&state.origin),
+        None => site.is_none_or(|site| site == "same-origin" || site == "none"),
     }
 }
 
@@ -145,7 +143,10 @@ pub fn page(status: StatusCode, markup: Markup) -> Response {
     response
 }
 
-/// No caching, no sniffing, no framing, no referrer, and the content policy.
+/// No caching, no sniffing, no framing, the content policy, and a referrer only to this
+/// origin: the confirmation page's URL holds a sign-in token that must not reach another site
+/// (and same-origin posts then carry their real `Origin`; under `no-referrer` Chromium sends
+/// `Origin: null`).
 pub fn secure_headers(headers: &mut HeaderMap) {
     headers.insert(
         header::CONTENT_SECURITY_POLICY,
@@ -158,7 +159,7 @@ pub fn secure_headers(headers: &mut HeaderMap) {
     );
     headers.insert(
         header::REFERRER_POLICY,
-        HeaderValue::from_static("no-referrer"),
+        HeaderValue::from_static("same-origin"),
     );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
 }

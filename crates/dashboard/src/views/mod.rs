@@ -60,7 +60,7 @@ fn head(title: &str) -> Markup {
         head {
             meta charset="utf-8";
             meta name="viewport" content="width=device-width, initial-scale=1";
-            meta name="referrer" content="no-referrer";
+            meta name="referrer" content="same-origin";
             title { (title) " · toolgate" }
             link rel="stylesheet" href="/dashboard/assets/app.css";
             script src="/dashboard/assets/app.js" defer {}

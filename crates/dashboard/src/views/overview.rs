@@ -38,7 +38,7 @@ pub fn page(chrome: &Chrome<'_>, url: Option<&str>, read_tool: &str) -> Markup {
                     p {
                         input #rotate-confirm type="checkbox" name="confirm" value="yes" required;
                         " "
-                        label for="rotate-confirm" style="display:inline" {
+                        label.inline for="rotate-confirm" {
                             "I understand the old URL stops working at once"
                         }
                     }

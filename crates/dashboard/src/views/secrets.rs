@@ -20,7 +20,7 @@ pub fn page(chrome: &Chrome<'_>, list: Option<&[SecretInfo]>) -> Markup {
                     @if list.is_empty() {
                         p.muted { "No secrets yet." }
                     }
-                    table #secrets {
+                    div.table-scroll { table #secrets {
                         thead { tr { th scope="col" { "Name" } th scope="col" { "Created" } th scope="col" { "Updated" } th { span.skip { "Actions" } } } }
                         tbody {
                             @for secret in list {
@@ -38,7 +38,7 @@ pub fn page(chrome: &Chrome<'_>, list: Option<&[SecretInfo]>) -> Markup {
                                 }
                             }
                         }
-                    }
+                    } }
                 }
                 section.card aria-labelledby="set-title" {
                     h2 #set-title { "Add or replace a secret" }

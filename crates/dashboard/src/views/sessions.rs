@@ -16,7 +16,7 @@ pub fn page(chrome: &Chrome<'_>, list: &[SessionInfo]) -> Markup {
             @if list.is_empty() {
                 p #no-sessions { "No live sessions." }
             }
-            table #sessions {
+            div.table-scroll { table #sessions {
                 thead { tr {
                     th scope="col" { "Session" } th.num scope="col" { "Open" }
                     th.num scope="col" { "Idle" } th.num scope="col" { "Memory" }
@@ -43,7 +43,7 @@ pub fn page(chrome: &Chrome<'_>, list: &[SessionInfo]) -> Markup {
                         }
                     }
                 }
-            }
+            } }
         },
     )
 }

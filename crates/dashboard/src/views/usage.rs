@@ -29,17 +29,17 @@ pub fn page(chrome: &Chrome<'_>, report: &UsageReport) -> Markup {
                 h2 #chart-title { "Calls per day, " (report.month) " (UTC)" }
                 (chart(report))
                 p.legend.muted {
-                    span style="background:var(--free)" {} "free" " "
-                    span style="background:var(--paid)" {} "paid from the wallet"
+                    span.swatch-free {} "free" " "
+                    span.swatch-paid {} "paid from the wallet"
                 }
                 details {
                     summary { "As a table" }
-                    table #usage-days {
+                    div.table-scroll { table #usage-days {
                         thead { tr { th scope="col" { "Day" } th.num scope="col" { "Free" } th.num scope="col" { "Paid" } th.num scope="col" { "Charged (USD)" } } }
                         tbody { @for day in &report.days {
                             tr { td { (day.day) } td.num { (day.free) } td.num { (day.paid) } td.num { (day.paid_cost.to_usd_price_string()) } }
                         } }
-                    }
+                    } }
                 }
             }
             section.card aria-labelledby="status-title" {

@@ -35,7 +35,7 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
             }
             section.card aria-labelledby="history-title" {
                 h2 #history-title { "History" }
-                table #wallet-history {
+                div.table-scroll { table #wallet-history {
                     thead { tr { th scope="col" { "When" } th scope="col" { "What" } th.num scope="col" { "USD" } } }
                     tbody {
                         @for credit in &report.credits {
@@ -53,7 +53,7 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
                             }
                         }
                     }
-                }
+                } }
                 @if report.credits.is_empty() && report.charges.is_empty() {
                     p.muted { "No top-ups or charges yet." }
                 }

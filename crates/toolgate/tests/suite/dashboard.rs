@@ -235,7 +235,7 @@ async fn a_link_shows_a_button_and_signs_in_once() {
         assert_eq!(page.header("cache-control").as_deref(), Some("no-store"));
         assert_eq!(
             page.header("referrer-policy").as_deref(),
-            Some("no-referrer")
+            Some("same-origin")
         );
     }
 
@@ -367,6 +367,23 @@ async fn a_cross_site_confirmation_is_refused_and_the_link_still_works() {
     )
     .await;
     assert_eq!(fetch.status, 403, "{fetch:?}");
+    // an opaque origin (`Origin: null`) passes only when the browser vouches for the site
+    for (site, status) in [
+        (None, 403),
+        (Some("cross-site"), 403),
+        (Some("same-site"), 403),
+    ] {
+        let mut request = d
+            .http
+            .post(d.server.url("/dashboard/sign-in/confirm"))
+            .header("Content-Type", "application/x-www-form-urlencoded")
+            .header("Origin", "null")
+            .body(form(&[("token", &token)]));
+        if let Some(site) = site {
+            request = request.header("Sec-Fetch-Site", site);
+        }
+        assert_eq!(send(request).await.status, status, "Origin: null, {site:?}");
+    }
     // another port of the same host is another origin
     let other_port = format!("http://127.0.0.1:{}", d.server.port.wrapping_add(1));
     assert_eq!(d.confirm_from(&token, Some(&other_port)).await.status, 403);
