@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what the client, conformance and search tests need: .deps/, the tests' node_modules,
-# and Debian's searx.
+# Installs what the client, conformance, search, mail and dashboard tests need: .deps/, the
+# tests' node_modules, and Debian's searx, aiosmtpd and chromium.
 # Idempotent: a second run with everything in place does nothing and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -24,8 +24,9 @@ if [[ "$("$NODE22" --version 2>/dev/null)" != "v$NODE22_VERSION" ]]; then
   [[ "$("$NODE22" --version)" == "v$NODE22_VERSION" ]] || die "node@$NODE22_VERSION did not land at $NODE22"
 fi
 
-# 3. The pinned npm packages of the TypeScript client tests and the conformance suite.
-for dir in "$ROOT/tests/clients/ts" "$ROOT/tests/conformance"; do
+# 3. The pinned npm packages of the TypeScript client tests, the conformance suite and the
+#    dashboard's browser tests (playwright-core only: it downloads no browser; they drive Debian's).
+for dir in "$ROOT/tests/clients/ts" "$ROOT/tests/conformance" "$ROOT/tests/dashboard"; do
   want="$(sha256sum <"$dir/package-lock.json")"   # npm ci again only when the lock changed
   if [[ "$(cat "$dir/node_modules/.toolgate-lock" 2>/dev/null)" != "$want" ]]; then
     (cd "$dir" && PATH="$(dirname "$NODE22"):$PATH" quiet npm ci)
@@ -39,4 +40,21 @@ if [[ ! -f /usr/share/doc/searx/examples/settings.yml ]]; then
   export DEBIAN_FRONTEND=noninteractive
   quiet apt-get update
   quiet apt-get install -y --no-install-recommends searx
+fi
+
+# 5. Debian's aiosmtpd: a real SMTP server for the mail tests (scripts/smtp-sink.py).
+if ! /usr/bin/python3 -c 'import aiosmtpd' 2>/dev/null; then
+  [[ $EUID -eq 0 ]] || die "python3-aiosmtpd is not installed and installing needs root"
+  export DEBIAN_FRONTEND=noninteractive
+  quiet apt-get update
+  quiet apt-get install -y --no-install-recommends python3-aiosmtpd
+fi
+
+# 6. Debian's chromium (and a font for its pages): the real browser of the dashboard tests
+#    (scripts/test-dashboard.sh), driven by playwright-core.
+if [[ ! -x /usr/bin/chromium ]]; then
+  [[ $EUID -eq 0 ]] || die "chromium is not installed and installing needs root"
+  export DEBIAN_FRONTEND=noninteractive
+  quiet apt-get update
+  quiet apt-get install -y --no-install-recommends chromium fonts-dejavu-core
 fi

@@ -6,6 +6,7 @@
 #   1. cargo fmt --check and clippy -D warnings (also the conformance build)
 #   2. every Rust unit and integration test, SQLite and PostgreSQL
 #   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
+#   3b. the web dashboard in a real browser (chromium, a real SMTP sink, a Stripe stand-in), SQLite
 #   4. the MCP conformance suite, both protocol revisions, against its baselines
 #   5. the sandbox's Python side (zygote and session executor) on the project's own runtime
 # Exits non-zero at the first failing step.
@@ -53,6 +54,9 @@ step "client SDK tests on SQLite"
 TOOLGATE_BIN="$ROOT/target/release/toolgate" "$ROOT/scripts/test-clients.sh"
 step "client SDK tests on PostgreSQL"
 TOOLGATE_BIN="$ROOT/target/release/toolgate" TOOLGATE_TEST_DATABASE_URL="$PG_URL" "$ROOT/scripts/test-clients.sh"
+
+step "dashboard in a real browser"
+TOOLGATE_BIN="$ROOT/target/release/toolgate" "$ROOT/scripts/test-dashboard.sh"
 
 step "MCP conformance suite"
 DATA="$(mktemp -d)"
