@@ -27,6 +27,8 @@ pub(crate) fn map_write_error(error: sqlx::Error) -> StoreError {
 /// A master key version as the INTEGER columns hold it.
 pub(crate) fn version_to_column(version: u32) -> Result<i32, StoreError> {
     i32::try_from(version).map_err(|_| {
-        StoreError::Unavailable(format!("key version {version} does not fit an INTEGER column"))
+        StoreError::Unavailable(format!(
+            "key version {version} does not fit an INTEGER column"
+        ))
     })
 }
