@@ -405,7 +405,8 @@ async fn bad_arguments_and_unknown_tools_are_answered_before_admission() {
     assert_eq!(rig.charged().await, (0, 0));
 }
 
-// The dashboard's storage passes straight through: the gate holds admissions only.
+// The dashboard's and the OAuth server's storage pass straight through: the gate holds
+// admissions only.
 #[async_trait]
 impl toolgate_store::SignIns for GatedStore {
     async fn put_sign_in_link(
@@ -493,5 +494,69 @@ impl toolgate_store::History for GatedStore {
         limit: u32,
     ) -> Result<Vec<toolgate_store::WalletCredit>, StoreError> {
         self.inner.wallet_credits(account, limit).await
+    }
+}
+
+#[async_trait]
+impl toolgate_store::OAuthStore for GatedStore {
+    async fn put_client(&self, client: &toolgate_store::OAuthClient) -> Result<(), StoreError> {
+        self.inner.put_client(client).await
+    }
+    async fn client(
+        &self,
+        client_id: &str,
+    ) -> Result<Option<toolgate_store::OAuthClient>, StoreError> {
+        self.inner.client(client_id).await
+    }
+    async fn put_code(&self, code: &toolgate_store::NewCode) -> Result<(), StoreError> {
+        self.inner.put_code(code).await
+    }
+    async fn use_code(
+        &self,
+        code_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<toolgate_store::CodeUse, StoreError> {
+        self.inner.use_code(code_hash, now).await
+    }
+    async fn put_tokens(&self, tokens: &toolgate_store::NewTokens) -> Result<(), StoreError> {
+        self.inner.put_tokens(tokens).await
+    }
+    async fn find_access(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<Option<toolgate_store::AccessGrant>, StoreError> {
+        self.inner.find_access(token_hash, now).await
+    }
+    async fn refresh(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        client_id: &str,
+        now: i64,
+        next: &toolgate_store::NewTokens,
+    ) -> Result<toolgate_store::Refreshed, StoreError> {
+        self.inner.refresh(token_hash, client_id, now, next).await
+    }
+    async fn revoke_token(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.revoke_token(token_hash, now).await
+    }
+    async fn revoke_client(
+        &self,
+        account: &AccountId,
+        client_id: &str,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        self.inner.revoke_client(account, client_id, now).await
+    }
+    async fn connected_apps(
+        &self,
+        account: &AccountId,
+        now: i64,
+    ) -> Result<Vec<toolgate_store::ConnectedApp>, StoreError> {
+        self.inner.connected_apps(account, now).await
     }
 }

@@ -6,6 +6,7 @@
 
 mod admit;
 mod dashboard;
+mod oauth;
 mod rows;
 mod secrets;
 #[cfg(feature = "testkit")]

@@ -10,6 +10,7 @@ mod admit;
 mod allowance;
 mod dashboard;
 mod epoch;
+mod oauth;
 mod private;
 mod rows;
 mod secrets;

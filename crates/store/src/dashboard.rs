@@ -73,7 +73,9 @@ pub trait SignIns: Send + Sync {
         now: i64,
     ) -> Result<Option<Email>, StoreError>;
 
-    /// How many links were requested for `email` since `since` (Unix ms), used or not.
+    /// How many links were requested for `email` since `since` (Unix ms), used or not. Links
+    /// go with [`SignIns::purge_expired`] once expired, so a caller counts within a window no
+    /// longer than a link's life (sign-in counts the last 15 minutes, links last 15 minutes).
     async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError>;
 
     /// Stores a dashboard session. `Err(NotFound)` if the account does not exist.

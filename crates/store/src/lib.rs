@@ -13,11 +13,17 @@ use toolgate_domain::{
 };
 
 mod dashboard;
+mod oauth;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use dashboard::{
     DailyCalls, History, NewWebSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+};
+pub use oauth::{
+    AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
+    OAuthStore, Refreshed, UsedCode, connected_apps_from_groups, redirect_uris_from_column,
+    redirect_uris_to_column,
 };
 
 /// What went wrong in storage, kept apart so that callers answer each case differently.
@@ -239,9 +245,12 @@ pub trait Secrets: Send + Sync {
 }
 
 /// Everything the service stores.
-pub trait Store: Accounts + Metering + Secrets + SignIns + SealedKeys + History {}
+pub trait Store:
+    Accounts + Metering + Secrets + SignIns + SealedKeys + History + OAuthStore
+{
+}
 
-impl<T: Accounts + Metering + Secrets + SignIns + SealedKeys + History> Store for T {}
+impl<T: Accounts + Metering + Secrets + SignIns + SealedKeys + History + OAuthStore> Store for T {}
 
 /// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
 pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {

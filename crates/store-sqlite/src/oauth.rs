@@ -1,0 +1,380 @@
+//! What the OAuth authorization server stores: clients, codes and token families. Writes go
+//! through the writer connection, each that reads before it writes in a `BEGIN IMMEDIATE`
+//! transaction; with the single writer that serialises every change to a family, so a
+//! revocation and the tokens added to the family never interleave. Reads go through the reader
+//! pool. Codes and tokens arrive hashed, and no error carries a hash.
+
+use async_trait::async_trait;
+use sqlx::SqliteConnection;
+use toolgate_domain::AccountId;
+use toolgate_store::{
+    AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
+    OAuthStore, Refreshed, StoreError, TokenHash, UsedCode, account_from_columns,
+    connected_apps_from_groups, now_millis, redirect_uris_from_column, redirect_uris_to_column,
+};
+
+use crate::SqliteStore;
+use crate::rows::{map_error, map_write_error};
+
+/// A code's columns: family, account, client, scope, resource, redirect URI, challenge,
+/// expiry, and when it was used and revoked.
+type CodeRow = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// A live access token joined with its account: id, email, tier, client, scope, resource, expiry.
+type AccessRow = (String, String, String, String, String, String, i64);
+
+/// A live refresh token's family, account, scope, resource and when it was used.
+type RefreshRow = (String, String, String, String, Option<i64>);
+
+#[async_trait]
+impl OAuthStore for SqliteStore {
+    async fn put_client(&self, client: &OAuthClient) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO oauth_clients (client_id, name, redirect_uris, updated_at)
+             VALUES (?1, ?2, ?3, ?4)
+             ON CONFLICT (client_id) DO UPDATE SET name = excluded.name,
+                 redirect_uris = excluded.redirect_uris, updated_at = excluded.updated_at",
+        )
+        .bind(&client.client_id)
+        .bind(&client.name)
+        .bind(redirect_uris_to_column(&client.redirect_uris))
+        .bind(client.updated_at)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(())
+    }
+
+    async fn client(&self, client_id: &str) -> Result<Option<OAuthClient>, StoreError> {
+        let row: Option<(String, String, String, i64)> = sqlx::query_as(
+            "SELECT client_id, name, redirect_uris, updated_at FROM oauth_clients
+             WHERE client_id = ?1",
+        )
+        .bind(client_id)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        row.map(|(client_id, name, uris, updated_at)| {
+            Ok(OAuthClient {
+                client_id,
+                name,
+                redirect_uris: redirect_uris_from_column(&uris)?,
+                updated_at,
+            })
+        })
+        .transpose()
+    }
+
+    async fn put_code(&self, code: &NewCode) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO oauth_codes (code_hash, family, account_id, client_id, scope, resource,
+                 redirect_uri, code_challenge, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .bind(&code.code_hash[..])
+        .bind(&code.family)
+        .bind(code.grant.account.as_str())
+        .bind(&code.grant.client_id)
+        .bind(&code.grant.scope)
+        .bind(&code.grant.resource)
+        .bind(&code.redirect_uri)
+        .bind(&code.code_challenge)
+        .bind(code.expires_at)
+        .execute(&self.writer)
+        .await
+        .map_err(map_write_error)?;
+        Ok(())
+    }
+
+    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError> {
+        // IMMEDIATE: the decision and its write are one step, never split by another writer.
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let row: Option<CodeRow> = sqlx::query_as(
+            "SELECT family, account_id, client_id, scope, resource, redirect_uri, code_challenge,
+                    expires_at, used_at, revoked_at
+             FROM oauth_codes WHERE code_hash = ?1",
+        )
+        .bind(&code_hash[..])
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let Some(row) = row else {
+            return Ok(CodeUse::Invalid);
+        };
+        let (family, account, client_id, scope, resource, redirect_uri, code_challenge) =
+            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
+        let (expires_at, used_at, revoked_at) = (row.7, row.8, row.9);
+        let outcome = if used_at.is_some() {
+            revoke_family(&mut tx, &family, now).await?;
+            CodeUse::Reused
+        } else if revoked_at.is_none() && now < expires_at {
+            sqlx::query("UPDATE oauth_codes SET used_at = ?2 WHERE code_hash = ?1")
+                .bind(&code_hash[..])
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(map_error)?;
+            CodeUse::Fresh(UsedCode {
+                family,
+                grant: Grant {
+                    account: AccountId::from_stored(account),
+                    client_id,
+                    scope,
+                    resource,
+                },
+                redirect_uri,
+                code_challenge,
+            })
+        } else {
+            return Ok(CodeUse::Invalid);
+        };
+        tx.commit().await.map_err(map_error)?;
+        Ok(outcome)
+    }
+
+    async fn put_tokens(&self, tokens: &NewTokens) -> Result<(), StoreError> {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        insert_tokens(&mut tx, &tokens.family, &tokens.grant, tokens).await?;
+        tx.commit().await.map_err(map_error)
+    }
+
+    async fn find_access(
+        &self,
+        token_hash: &TokenHash,
+        now: i64,
+    ) -> Result<Option<AccessGrant>, StoreError> {
+        let row: Option<AccessRow> = sqlx::query_as(
+            "SELECT a.id, a.email, a.tier, t.client_id, t.scope, t.resource, t.expires_at
+             FROM oauth_tokens t JOIN accounts a ON a.id = t.account_id
+             WHERE t.token_hash = ?1 AND t.kind = 'access' AND t.revoked_at IS NULL
+               AND t.expires_at > ?2",
+        )
+        .bind(&token_hash[..])
+        .bind(now)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        row.map(
+            |(id, email, tier, client_id, scope, resource, expires_at)| {
+                let account = account_from_columns(id, &email, tier)?;
+                Ok(AccessGrant {
+                    grant: Grant {
+                        account: account.id.clone(),
+                        client_id,
+                        scope,
+                        resource,
+                    },
+                    account,
+                    expires_at,
+                })
+            },
+        )
+        .transpose()
+    }
+
+    async fn refresh(
+        &self,
+        token_hash: &TokenHash,
+        client_id: &str,
+        now: i64,
+        next: &NewTokens,
+    ) -> Result<Refreshed, StoreError> {
+        // IMMEDIATE, and everything below in it: of concurrent callers the first rotates, the
+        // next finds the token used and revokes the family, the rest find it revoked.
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let row: Option<RefreshRow> = sqlx::query_as(
+            "SELECT family, account_id, scope, resource, used_at FROM oauth_tokens
+             WHERE token_hash = ?1 AND kind = 'refresh' AND client_id = ?2
+               AND revoked_at IS NULL AND expires_at > ?3",
+        )
+        .bind(&token_hash[..])
+        .bind(client_id)
+        .bind(now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let Some((family, account, scope, resource, used_at)) = row else {
+            return Ok(Refreshed::Invalid);
+        };
+        if used_at.is_some() {
+            revoke_family(&mut tx, &family, now).await?;
+            tx.commit().await.map_err(map_error)?;
+            return Ok(Refreshed::Reused);
+        }
+        if next.family != family {
+            return Err(StoreError::Conflict(
+                "a rotated refresh token's tokens must join its family",
+            ));
+        }
+        sqlx::query("UPDATE oauth_tokens SET used_at = ?2 WHERE token_hash = ?1")
+            .bind(&token_hash[..])
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
+        let grant = Grant {
+            account: AccountId::from_stored(account),
+            client_id: client_id.to_owned(),
+            scope,
+            resource,
+        };
+        insert_tokens(&mut tx, &family, &grant, next).await?;
+        tx.commit().await.map_err(map_error)?;
+        Ok(Refreshed::Rotated(grant))
+    }
+
+    async fn revoke_token(&self, token_hash: &TokenHash, now: i64) -> Result<bool, StoreError> {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let family: Option<String> =
+            sqlx::query_scalar("SELECT family FROM oauth_tokens WHERE token_hash = ?1")
+                .bind(&token_hash[..])
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(map_error)?;
+        let Some(family) = family else {
+            return Ok(false);
+        };
+        revoke_family(&mut tx, &family, now).await?;
+        tx.commit().await.map_err(map_error)?;
+        Ok(true)
+    }
+
+    async fn revoke_client(
+        &self,
+        account: &AccountId,
+        client_id: &str,
+        now: i64,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let tokens = sqlx::query(
+            "UPDATE oauth_tokens SET revoked_at = ?3
+             WHERE account_id = ?1 AND client_id = ?2 AND revoked_at IS NULL",
+        )
+        .bind(account.as_str())
+        .bind(client_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        // Its pending codes too, so that none starts a new family after the disconnection.
+        sqlx::query(
+            "UPDATE oauth_codes SET revoked_at = ?3
+             WHERE account_id = ?1 AND client_id = ?2 AND revoked_at IS NULL",
+        )
+        .bind(account.as_str())
+        .bind(client_id)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let revoked = tokens.rows_affected();
+        tx.commit().await.map_err(map_error)?;
+        Ok(revoked)
+    }
+
+    async fn connected_apps(
+        &self,
+        account: &AccountId,
+        now: i64,
+    ) -> Result<Vec<ConnectedApp>, StoreError> {
+        let groups: Vec<LiveTokenGroup> = sqlx::query_as(
+            "SELECT t.client_id, c.name, t.scope, MIN(t.created_at)
+             FROM oauth_tokens t LEFT JOIN oauth_clients c ON c.client_id = t.client_id
+             WHERE t.account_id = ?1 AND t.revoked_at IS NULL AND t.expires_at > ?2
+             GROUP BY t.client_id, c.name, t.scope",
+        )
+        .bind(account.as_str())
+        .bind(now)
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_error)?;
+        Ok(connected_apps_from_groups(groups))
+    }
+}
+
+/// Stores the access and refresh tokens of `tokens` into `family` under `grant`, created now;
+/// into a revoked family (its code or any of its tokens revoked) they are stored revoked.
+async fn insert_tokens(
+    conn: &mut SqliteConnection,
+    family: &str,
+    grant: &Grant,
+    tokens: &NewTokens,
+) -> Result<(), StoreError> {
+    let created_at = now_millis();
+    let access = std::iter::once(("access", &tokens.access));
+    for (kind, (hash, expires_at)) in access.chain(tokens.refresh.iter().map(|r| ("refresh", r))) {
+        sqlx::query(
+            "INSERT INTO oauth_tokens (token_hash, kind, family, account_id, client_id, scope,
+                 resource, created_at, expires_at, revoked_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9,
+                 (SELECT MIN(at) FROM (
+                      SELECT revoked_at AS at FROM oauth_codes WHERE family = ?3
+                      UNION ALL SELECT revoked_at FROM oauth_tokens WHERE family = ?3
+                  ) AS revoked))",
+        )
+        .bind(&hash[..])
+        .bind(kind)
+        .bind(family)
+        .bind(grant.account.as_str())
+        .bind(&grant.client_id)
+        .bind(&grant.scope)
+        .bind(&grant.resource)
+        .bind(created_at)
+        .bind(*expires_at)
+        .execute(&mut *conn)
+        .await
+        .map_err(map_write_error)?;
+    }
+    Ok(())
+}
+
+/// Revokes every token of the family and its code, those revoked already keeping their time.
+async fn revoke_family(
+    conn: &mut SqliteConnection,
+    family: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    for statement in [
+        "UPDATE oauth_tokens SET revoked_at = ?2 WHERE family = ?1 AND revoked_at IS NULL",
+        "UPDATE oauth_codes SET revoked_at = ?2 WHERE family = ?1 AND revoked_at IS NULL",
+    ] {
+        sqlx::query(statement)
+            .bind(family)
+            .bind(now)
+            .execute(&mut *conn)
+            .await
+            .map_err(map_error)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,449 @@
+//! What the OAuth authorization server stores: registered clients, authorization codes, and
+//! access and refresh tokens. Every code and token is stored as its SHA-256 only; a refresh
+//! token belongs to a family (one authorization), and reusing a rotated one revokes the family.
+//!
+//! A family is revoked as a whole, never in part, and stays revoked: tokens stored into it
+//! afterwards are stored revoked. Its code and tokens belong to one account and one client.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use async_trait::async_trait;
+use toolgate_domain::{Account, AccountId};
+
+use crate::{StoreError, TokenHash};
+
+/// A client allowed to ask for authorization.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OAuthClient {
+    /// `client_id`: a random id (Dynamic Client Registration) or an https URL (a Client ID
+    /// Metadata Document's own address).
+    pub client_id: String,
+    /// The name shown on the consent page and among connected apps.
+    pub name: String,
+    /// Redirect URIs, matched exactly.
+    pub redirect_uris: Vec<String>,
+    /// When it was registered or its metadata document last fetched (Unix ms).
+    pub updated_at: i64,
+}
+
+/// An authorization code to be stored, bound to what the token request must repeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewCode {
+    /// SHA-256 of the code.
+    pub code_hash: TokenHash,
+    /// The token family its tokens will belong to (so that a replayed code revokes them): random,
+    /// made for this authorization; no two codes share one.
+    pub family: String,
+    /// The grant it will start.
+    pub grant: Grant,
+    /// The redirect URI the authorization request named.
+    pub redirect_uri: String,
+    /// The PKCE S256 challenge (base64url of SHA-256 of the verifier).
+    pub code_challenge: String,
+    /// Unix ms after which the code is refused.
+    pub expires_at: i64,
+}
+
+/// Who authorized which client for what: what a code carries into its tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    /// The account that consented.
+    pub account: AccountId,
+    /// The client it consented to.
+    pub client_id: String,
+    /// Granted scopes, space-separated.
+    pub scope: String,
+    /// The resource (RFC 8707) the tokens are for: this service's `/mcp`.
+    pub resource: String,
+}
+
+/// A used code: its grant and what the token request must match.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsedCode {
+    /// The family its tokens belong to.
+    pub family: String,
+    /// The grant.
+    pub grant: Grant,
+    /// The redirect URI of the authorization request.
+    pub redirect_uri: String,
+    /// The PKCE challenge.
+    pub code_challenge: String,
+}
+
+/// A pair of tokens to be stored for one family.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewTokens {
+    /// The family (one authorization) the tokens belong to.
+    pub family: String,
+    /// The grant.
+    pub grant: Grant,
+    /// SHA-256 of the access token and its expiry (Unix ms).
+    pub access: (TokenHash, i64),
+    /// SHA-256 of the refresh token and its expiry, if one is issued.
+    pub refresh: Option<(TokenHash, i64)>,
+}
+
+/// A live access token's account and grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccessGrant {
+    /// The account the token acts for.
+    pub account: Account,
+    /// What it was granted.
+    pub grant: Grant,
+    /// Unix ms after which it is refused.
+    pub expires_at: i64,
+}
+
+/// What presenting a code did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CodeUse {
+    /// It was live and is now used.
+    Fresh(UsedCode),
+    /// It had been used before: the tokens issued for it are revoked now (RFC 6749 §4.1.2).
+    Reused,
+    /// Unknown or expired.
+    Invalid,
+}
+
+/// What presenting a refresh token did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refreshed {
+    /// It was live and is now used; the family's new tokens are stored.
+    Rotated(Grant),
+    /// It had been used before: the whole family is revoked now (a stolen token was replayed).
+    Reused,
+    /// Unknown, expired, revoked, or another client's.
+    Invalid,
+}
+
+/// A client holding live tokens of an account, for the dashboard's "Connected apps".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectedApp {
+    /// The client's id.
+    pub client_id: String,
+    /// Its name.
+    pub name: String,
+    /// Scopes granted (the union over its live families), space-separated.
+    pub scope: String,
+    /// When it was first authorized (Unix ms).
+    pub since: i64,
+}
+
+/// The authorization server's storage.
+#[async_trait]
+pub trait OAuthStore: Send + Sync {
+    /// Creates or replaces a client.
+    async fn put_client(&self, client: &OAuthClient) -> Result<(), StoreError>;
+
+    /// The client of that id. `Ok(None)`: none.
+    async fn client(&self, client_id: &str) -> Result<Option<OAuthClient>, StoreError>;
+
+    /// Stores a code. `Err(NotFound)` if the account does not exist; `Err(Conflict)` if the
+    /// hash or the family is taken.
+    async fn put_code(&self, code: &NewCode) -> Result<(), StoreError>;
+
+    /// Presents a code, in one atomic step: unused, unrevoked and `now < expires_at` → marked
+    /// used, `Fresh` (of concurrent callers at most one gets it); used before (expired or not)
+    /// → its family revoked, tokens stored later included, `Reused`; otherwise `Invalid`.
+    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError>;
+
+    /// Stores an access token and, if given, a refresh token of one family, created now.
+    /// `Err(NotFound)` if the account does not exist; `Err(Conflict)` if a hash is taken. Into
+    /// a revoked family (its code replayed meanwhile) they are stored revoked.
+    async fn put_tokens(&self, tokens: &NewTokens) -> Result<(), StoreError>;
+
+    /// The account and grant of a live access token: unrevoked and `now < expires_at`.
+    async fn find_access(
+        &self,
+        token_hash: &TokenHash,
+        now: i64,
+    ) -> Result<Option<AccessGrant>, StoreError>;
+
+    /// Presents a refresh token of `client_id`, in one transaction. Unrevoked, `now <
+    /// expires_at`, unused → marked used, `next` stored, `Rotated` with the token's grant; used
+    /// before → its whole family revoked, `Reused`; otherwise (unknown, another client's,
+    /// expired, revoked, an access token) `Invalid`. `next.family` must be the token's family,
+    /// else `Err(Conflict)` and nothing changes; `next.grant` is not read: the new tokens
+    /// inherit the presented token's grant. Of concurrent callers at most one gets `Rotated`.
+    async fn refresh(
+        &self,
+        token_hash: &TokenHash,
+        client_id: &str,
+        now: i64,
+        next: &NewTokens,
+    ) -> Result<Refreshed, StoreError>;
+
+    /// Revokes the whole family of the token (access or refresh, live or not); `false` if the
+    /// token is unknown.
+    async fn revoke_token(&self, token_hash: &TokenHash, now: i64) -> Result<bool, StoreError>;
+
+    /// Revokes every family the account granted `client_id` (their codes too, so a pending
+    /// code no longer works); returns how many tokens it revoked, expired ones included.
+    async fn revoke_client(
+        &self,
+        account: &AccountId,
+        client_id: &str,
+        now: i64,
+    ) -> Result<u64, StoreError>;
+
+    /// The clients holding live (unrevoked, unexpired) tokens of the account, ordered by name
+    /// (then id); a client without a stored row is named by its id.
+    async fn connected_apps(
+        &self,
+        account: &AccountId,
+        now: i64,
+    ) -> Result<Vec<ConnectedApp>, StoreError>;
+}
+
+/// Redirect URIs as the `redirect_uris` column holds them: a JSON array of strings.
+pub fn redirect_uris_to_column(uris: &[String]) -> String {
+    let mut out = String::from("[");
+    for (n, uri) in uris.iter().enumerate() {
+        if n > 0 {
+            out.push(',');
+        }
+        out.push('"');
+        for c in uri.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
+    out.push(']');
+    out
+}
+
+/// Rebuilds redirect URIs from the `redirect_uris` column; anything but a JSON array of strings
+/// means corrupt storage.
+pub fn redirect_uris_from_column(raw: &str) -> Result<Vec<String>, StoreError> {
+    string_array(raw).ok_or_else(|| {
+        StoreError::Unavailable("corrupt oauth_clients row: redirect_uris".to_owned())
+    })
+}
+
+/// A JSON array of strings, or `None`.
+fn string_array(raw: &str) -> Option<Vec<String>> {
+    let mut chars = raw.chars().peekable();
+    let mut out = Vec::new();
+    skip_space(&mut chars);
+    if chars.next()? != '[' {
+        return None;
+    }
+    skip_space(&mut chars);
+    if chars.peek() == Some(&']') {
+        chars.next();
+    } else {
+        loop {
+            skip_space(&mut chars);
+            if chars.next()? != '"' {
+                return None;
+            }
+            out.push(string_rest(&mut chars)?);
+            skip_space(&mut chars);
+            match chars.next()? {
+                ',' => {}
+                ']' => break,
+                _ => return None,
+            }
+        }
+    }
+    skip_space(&mut chars);
+    chars.next().is_none().then_some(out)
+}
+
+/// The characters of a JSON text being read.
+type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
+
+/// Skips JSON whitespace.
+fn skip_space(chars: &mut Chars<'_>) {
+    let space = |c: &char| matches!(c, ' ' | '\t' | '\n' | '\r');
+    while chars.next_if(space).is_some() {}
+}
+
+/// The rest of a JSON string after its opening quote, through its closing one.
+fn string_rest(chars: &mut Chars<'_>) -> Option<String> {
+    let mut out = String::new();
+    loop {
+        match chars.next()? {
+            '"' => return Some(out),
+            '\\' => out.push(match chars.next()? {
+                '"' => '"',
+                '\\' => '\\',
+                '/' => '/',
+                'b' => '\u{8}',
+                'f' => '\u{c}',
+                'n' => '\n',
+                'r' => '\r',
+                't' => '\t',
+                'u' => escaped_char(chars)?,
+                _ => return None,
+            }),
+            c if u32::from(c) < 0x20 => return None,
+            c => out.push(c),
+        }
+    }
+}
+
+/// The character of a `\u` escape (its `\u` read already), a surrogate pair joined.
+fn escaped_char(chars: &mut Chars<'_>) -> Option<char> {
+    let high = hex4(chars)?;
+    if !(0xD800..0xDC00).contains(&high) {
+        // A lone low surrogate is no char, and from_u32 refuses it.
+        return char::from_u32(high);
+    }
+    if chars.next()? != '\\' || chars.next()? != 'u' {
+        return None;
+    }
+    let low = hex4(chars)?;
+    if !(0xDC00..0xE000).contains(&low) {
+        return None;
+    }
+    char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
+}
+
+/// Four hex digits as a number.
+fn hex4(chars: &mut Chars<'_>) -> Option<u32> {
+    let mut value = 0;
+    for _ in 0..4 {
+        value = value * 16 + chars.next()?.to_digit(16)?;
+    }
+    Some(value)
+}
+
+/// One group of an account's live tokens as a backend reads it: the client's id, its stored
+/// name if any, a scope, and the group's earliest creation time (Unix ms).
+pub type LiveTokenGroup = (String, Option<String>, String, i64);
+
+/// Folds an account's live token groups into its connected apps: per client, the sorted union
+/// of the scopes and the earliest time; ordered by name, then id (in byte order on every
+/// backend, whatever the database's collation).
+pub fn connected_apps_from_groups(groups: Vec<LiveTokenGroup>) -> Vec<ConnectedApp> {
+    let mut clients: BTreeMap<String, (String, BTreeSet<String>, i64)> = BTreeMap::new();
+    for (client_id, name, scope, since) in groups {
+        let entry = clients
+            .entry(client_id.clone())
+            .or_insert_with(|| (name.unwrap_or(client_id), BTreeSet::new(), since));
+        entry
+            .1
+            .extend(scope.split_ascii_whitespace().map(str::to_owned));
+        entry.2 = entry.2.min(since);
+    }
+    let mut apps: Vec<ConnectedApp> = clients
+        .into_iter()
+        .map(|(client_id, (name, scopes, since))| ConnectedApp {
+            client_id,
+            name,
+            scope: scopes.into_iter().collect::<Vec<_>>().join(" "),
+            since,
+        })
+        .collect();
+    apps.sort_by(|a, b| (&a.name, &a.client_id).cmp(&(&b.name, &b.client_id)));
+    apps
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn redirect_uris_survive_the_column() {
+        let cases: [&[&str]; 4] = [
+            &[],
+            &["https://app.example/cb"],
+            &["http://127.0.0.1:8765/cb?a=\"b\"&c=\\d", "é🦀\u{1}\n/"],
+            &["", "x"],
+        ];
+        for case in cases {
+            let uris: Vec<String> = case.iter().map(|u| (*u).to_owned()).collect();
+            let column = redirect_uris_to_column(&uris);
+            assert_eq!(
+                redirect_uris_from_column(&column).unwrap(),
+                uris,
+                "{column}"
+            );
+        }
+        assert_eq!(
+            redirect_uris_to_column(&["a\"\\\u{1f}".to_owned()]),
+            r#"["a\"\\\u001f"]"#
+        );
+    }
+
+    #[test]
+    fn any_json_array_of_strings_is_read() {
+        let read = redirect_uris_from_column(" [ \"a\\/b\\u00e9\\ud83e\\udd80\" ,\"\\t\" ] ");
+        assert_eq!(read.unwrap(), vec!["a/bé🦀".to_owned(), "\t".to_owned()]);
+    }
+
+    #[test]
+    fn anything_else_is_corrupt() {
+        let bad = [
+            "",
+            "[",
+            "]",
+            "{}",
+            "[1]",
+            "[\"a\",]",
+            "[\"a\"] x",
+            "[\"a\" \"b\"]",
+            "[\"\\x\"]",
+            "[\"\\ud83e\"]",
+            "[\"\\udd80\"]",
+            "[\"\\u12\"]",
+            "[\"a\u{1}\"]",
+            "[\"a]",
+            "[,]",
+        ];
+        for raw in bad {
+            assert!(
+                matches!(
+                    redirect_uris_from_column(raw),
+                    Err(StoreError::Unavailable(ref d)) if d == "corrupt oauth_clients row: redirect_uris"
+                ),
+                "{raw:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn groups_fold_into_apps_by_name() {
+        let group = |id: &str, name: Option<&str>, scope: &str, since| {
+            (
+                id.to_owned(),
+                name.map(str::to_owned),
+                scope.to_owned(),
+                since,
+            )
+        };
+        let apps = connected_apps_from_groups(vec![
+            group("b", Some("Zed"), "write read", 30),
+            group("c", None, "", 5),
+            group("b", Some("Zed"), "admin  read", 20),
+            group("a", Some("Alpha"), "read", 40),
+        ]);
+        let seen: Vec<(&str, &str, &str, i64)> = apps
+            .iter()
+            .map(|a| {
+                (
+                    a.client_id.as_str(),
+                    a.name.as_str(),
+                    a.scope.as_str(),
+                    a.since,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("a", "Alpha", "read", 40),
+                ("b", "Zed", "admin read write", 20),
+                ("c", "c", "", 5),
+            ]
+        );
+    }
+}
