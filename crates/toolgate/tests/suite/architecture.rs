@@ -179,6 +179,23 @@ const FORBIDDEN: &[(&str, &[&str], &str)] = &[
          what runs the sessions",
     ),
     (
+        "toolgate-oauth",
+        &[
+            "axum",
+            "hyper",
+            "rmcp",
+            "sqlx",
+            "rusqlite",
+            "reqwest",
+            "toolgate-server",
+            "toolgate-store-sqlite",
+            "toolgate-store-postgres",
+            "toolgate-dashboard",
+        ],
+        "the authorization server is logic over the store's traits and app's web seam: the HTTP \
+         layer decodes its requests, a backend stores its state",
+    ),
+    (
         "toolgate-server",
         &[
             "toolgate-store-sqlite",

@@ -1,0 +1,155 @@
+//! Which client is asking: a Client ID Metadata Document (an https `client_id` that names its
+//! own metadata, fetched and kept for a day) or a client registered with RFC 7591.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use toolgate_app::web::{Method, WebContent, WebRequest};
+use toolgate_store::{OAuthClient, StoreError};
+
+use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};
+use crate::{AuthServer, millis};
+
+/// Largest metadata document read.
+pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
+/// How long a fetched metadata document is reused before it is fetched again.
+pub(crate) const DOCUMENT_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// Why a client could not be resolved.
+#[derive(Debug)]
+pub(crate) enum ClientError {
+    /// Unknown, or its metadata is unacceptable: the message says which (it shows no secret).
+    Refused(String),
+    /// Storage failed (logged).
+    Unavailable,
+}
+
+impl AuthServer {
+    /// The client named `client_id`: an https URL is a metadata document, anything else a
+    /// registered client.
+    pub(crate) async fn resolve_client(&self, client_id: &str) -> Result<OAuthClient, ClientError> {
+        if client_id.starts_with("https://") {
+            return self.document_client(client_id).await;
+        }
+        match self.store.client(client_id).await {
+            Ok(Some(client)) => Ok(client),
+            Ok(None) => Err(ClientError::Refused(
+                "this client is unknown to the service: the app must register again (or use a \
+                 client metadata document)"
+                    .to_owned(),
+            )),
+            Err(err) => Err(unavailable(err)),
+        }
+    }
+
+    /// The client whose metadata document is at `url`: the stored copy if fetched within a
+    /// day, else fetched now through the web seam, checked and stored.
+    async fn document_client(&self, url: &str) -> Result<OAuthClient, ClientError> {
+        check_document_url(url).map_err(ClientError::Refused)?;
+        let now = self.now();
+        match self.store.client(url).await {
+            Ok(Some(stored))
+                if stored.updated_at <= now && now - stored.updated_at < millis(DOCUMENT_TTL) =>
+            {
+                return Ok(stored);
+            }
+            Ok(_) => {}
+            Err(err) => return Err(unavailable(err)),
+        }
+        let Some(web) = &self.web else {
+            return Err(ClientError::Refused(
+                "this service does not fetch client metadata documents: the app must register \
+                 itself instead"
+                    .to_owned(),
+            ));
+        };
+        let refused = |why: &str| {
+            ClientError::Refused(format!("the client's metadata document at {url} {why}"))
+        };
+        let page = web
+            .send(WebRequest {
+                method: Method::Get,
+                url: url.to_owned(),
+                headers: vec![("Accept".to_owned(), "application/json".to_owned())],
+                body: None,
+                max_bytes: MAX_DOCUMENT_BYTES,
+            })
+            .await
+            .map_err(|err| refused(&format!("could not be fetched: {err}")))?;
+        if page.status != 200 {
+            return Err(refused(&format!("answered HTTP {}", page.status)));
+        }
+        // the document must live at its own id: a redirect could lead to anyone's document
+        if page.final_url != url {
+            return Err(refused(
+                "redirected elsewhere; it must be served at its client_id",
+            ));
+        }
+        if page.truncated || page.bytes > MAX_DOCUMENT_BYTES {
+            return Err(refused(&format!(
+                "is larger than {} KiB",
+                MAX_DOCUMENT_BYTES / 1024
+            )));
+        }
+        let WebContent::Text { text, .. } = page.content else {
+            return Err(refused("is not JSON"));
+        };
+        let Ok(Value::Object(document)) = serde_json::from_str::<Value>(&text) else {
+            return Err(refused("is not a JSON object"));
+        };
+        if document.get("client_id").and_then(Value::as_str) != Some(url) {
+            return Err(refused(
+                "names another client_id than its own URL: the two must be equal",
+            ));
+        }
+        let uris = redirect_uris(document.get("redirect_uris"))
+            .map_err(|why| refused(&format!("is not acceptable: {why}")))?;
+        let host = parse_uri(url)
+            .ok()
+            .and_then(|parts| parts.host)
+            .unwrap_or("unnamed client");
+        let name = client_name(document.get("client_name"), host)
+            .map_err(|why| refused(&format!("is not acceptable: {why}")))?;
+        let client = OAuthClient {
+            client_id: url.to_owned(),
+            name,
+            redirect_uris: uris,
+            updated_at: now,
+        };
+        self.store.put_client(&client).await.map_err(unavailable)?;
+        tracing::info!(client_id = %url, "oauth: client metadata document fetched");
+        Ok(client)
+    }
+}
+
+/// Whether `url` may be a metadata document's address: https, a host, a path other than `/`,
+/// no fragment, user information or dot segments.
+fn check_document_url(url: &str) -> Result<(), String> {
+    let refused = |why: &str| {
+        format!(
+            "a URL client_id must be an https URL with a path, at most {MAX_URI_CHARS} \
+             characters, serving the client's metadata document: {why}"
+        )
+    };
+    let parts = parse_uri(url).map_err(|why| refused(&why))?;
+    if parts.scheme != "https" || parts.host.is_none() {
+        return Err(refused("it needs https and a host"));
+    }
+    if parts.path.len() < 2 {
+        return Err(refused("it has no path"));
+    }
+    if parts
+        .path
+        .split('/')
+        .any(|segment| segment == "." || segment == "..")
+    {
+        return Err(refused("it has a . or .. segment"));
+    }
+    Ok(())
+}
+
+/// Logs a storage failure of the client look-up.
+fn unavailable(err: StoreError) -> ClientError {
+    tracing::error!(error = %err, "oauth: client look-up failed");
+    ClientError::Unavailable
+}
