@@ -94,7 +94,7 @@ async fn measure(
 }
 
 /// Asks for a link, reads it from the outbox, confirms it; returns the `Cookie` header value.
-async fn sign_in(toolgate: &Toolgate, endpoint: &Endpoint) -> Result<HeaderValue> {
+pub(crate) async fn sign_in(toolgate: &Toolgate, endpoint: &Endpoint) -> Result<HeaderValue> {
     let ask = Workload::post("/magic-link", r#"{"email":"owner@example.org"}"#, vec![])?;
     let (status, _, body) = ask.send_once(endpoint).await?;
     if status != StatusCode::ACCEPTED {
@@ -146,6 +146,22 @@ async fn outbox_token(dir: &Path) -> Result<String> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     bail!("no sign-in link arrived in {}", dir.display())
+}
+
+/// The `/u/<key>` path of the signed-in owner, read from the overview's revealed URL.
+pub(crate) async fn personal_path_of(endpoint: &Endpoint, cookie: &HeaderValue) -> Result<String> {
+    let overview =
+        Workload::get("/dashboard", vec![])?.with_headers(vec![(header::COOKIE, cookie.clone())]);
+    let (_, _, page) = overview.send_once(endpoint).await?;
+    let page = String::from_utf8_lossy(&page);
+    let marker = "id=\"personal-url-full\">";
+    let start = page
+        .find(marker)
+        .context("the overview shows no personal URL")?
+        + marker.len();
+    let url = &page[start..];
+    let url = &url[..url.find('<').context("unterminated URL")?];
+    Ok(url[url.find("/u/").context("no /u/ in the URL")?..].to_owned())
 }
 
 /// 30 metered calls (20 free, 10 paid after a credit) with the URL the overview shows, so the

@@ -6,6 +6,7 @@ mod ai;
 mod dashboard;
 mod floor;
 mod load;
+mod oauth;
 mod paths;
 mod proc;
 mod report;
@@ -97,6 +98,9 @@ struct Args {
     /// Measure the owner's dashboard pages: time to first byte with a signed-in cookie
     #[arg(long)]
     dashboard: bool,
+    /// Measure a tools/call on /mcp with an OAuth access token against the personal URL
+    #[arg(long)]
+    oauth: bool,
     #[command(flatten)]
     sandbox: sandbox::SandboxArgs,
 }
@@ -147,6 +151,9 @@ fn run(args: &Args) -> Result<()> {
     }
     if args.dashboard {
         return dashboard::run(&binary);
+    }
+    if args.oauth {
+        return oauth::run(&binary);
     }
     if args.ai {
         return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());

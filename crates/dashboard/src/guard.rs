@@ -39,23 +39,32 @@ impl FromRequestParts<Dash> for Signed {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, state: &Dash) -> Result<Self, Response> {
-        let Some(token) = session_token(&parts.headers) else {
-            return Err(see_other("/dashboard/sign-in"));
-        };
-        let Some(sign_in) = state.app.sign_in() else {
-            return Err(unavailable());
-        };
-        match sign_in.session(&token).await {
-            Ok(Some(account)) => Ok(Self { account, token }),
+        match current(state, &parts.headers).await {
+            Ok(Some(signed)) => Ok(signed),
+            Ok(None) if session_token(&parts.headers).is_none() => {
+                Err(see_other("/dashboard/sign-in"))
+            }
             Ok(None) => Err(with_cookie(
                 see_other("/dashboard/sign-in"),
                 &clear_cookie(state.secure),
             )),
-            Err(err) => {
-                tracing::error!(error = %err, "cannot read a dashboard session");
-                Err(unavailable())
-            }
+            Err(refused) => Err(refused),
         }
+    }
+}
+
+/// The signed-in owner of a request, `Ok(None)` when there is no live session.
+pub async fn current(state: &Dash, headers: &HeaderMap) -> Result<Option<Signed>, Response> {
+    let Some(token) = session_token(headers) else {
+        return Ok(None);
+    };
+    let Some(sign_in) = state.app.sign_in() else {
+        return Err(unavailable());
+    };
+    match sign_in.session(&token).await {
+        Ok(Some(account)) => Ok(Some(Signed { account, token })),
+        Ok(None) => Ok(None),
+        Err(err) => Err(failed("cannot read a dashboard session", &err)),
     }
 }
 
@@ -93,6 +102,15 @@ pub fn same_origin(state: &Dash, headers: &HeaderMap) -> bool {
         Some(origin) => origin.eq_ignore_ascii_case(&state.origin),
         None => site.is_none_or(|site| site == "same-origin" || site == "none"),
     }
+}
+
+/// Where a sign-in may lead on to: only an authorization request of this service (a path, so
+/// never another site), of a sane length.
+pub fn safe_next(next: &str) -> Option<&str> {
+    let ok = next.starts_with("/dashboard/oauth/authorize?")
+        && next.len() <= 4096
+        && !next.contains(['\r', '\n', '\\']);
+    ok.then_some(next)
 }
 
 /// Whether a signed-in form may be trusted: its origin and its anti-forgery value.

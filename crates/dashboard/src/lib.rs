@@ -7,6 +7,7 @@
 //! from the session cookie.
 
 mod assets;
+mod consent;
 mod guard;
 mod pages;
 mod sign_in;
@@ -27,6 +28,8 @@ pub struct DashboardSettings {
     pub public_url: String,
     /// Called after an owner rotated the key: the server ends the old key's open MCP sessions.
     pub on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+    /// The OAuth authorization server, for the consent page and connected apps.
+    pub oauth: Option<Arc<toolgate_oauth::AuthServer>>,
 }
 
 impl std::fmt::Debug for DashboardSettings {
@@ -47,6 +50,7 @@ pub(crate) struct DashState {
     origin: String,
     secure: bool,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
 }
 
 impl std::ops::Deref for Dash {
@@ -64,6 +68,7 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         origin: guard::origin_of(&public_url),
         secure: public_url.starts_with("https://"),
         on_key_rotated: settings.on_key_rotated,
+        oauth: settings.oauth,
     }));
     Router::new()
         .route("/magic-link", post(sign_in::request_link))
@@ -89,6 +94,12 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         .route("/dashboard/wallet/top-up", post(pages::top_up))
         .route("/dashboard/sessions", get(pages::sessions))
         .route("/dashboard/sessions/end", post(pages::end_session))
+        .route(
+            "/dashboard/oauth/authorize",
+            get(consent::page).post(consent::decide),
+        )
+        .route("/dashboard/apps", get(consent::apps))
+        .route("/dashboard/apps/revoke", post(consent::revoke))
         .route("/dashboard/assets/app.css", get(assets::css))
         .route("/dashboard/assets/app.js", get(assets::js))
         .with_state(state)

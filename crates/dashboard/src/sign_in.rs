@@ -23,17 +23,28 @@ const SENT: &str = "If this address can receive mail, a sign-in link valid for 1
 #[derive(Deserialize)]
 struct LinkRequest {
     email: Option<String>,
+    /// Where to go after signing in (an authorization request of this service).
+    next: Option<String>,
 }
 
 #[derive(Deserialize)]
 pub struct SignInQuery {
     notice: Option<String>,
+    next: Option<String>,
 }
 
-/// `GET /dashboard/sign-in`.
+/// `GET /dashboard/sign-in` (`?next=` when an app's authorization request sent the owner here).
 pub async fn page(Query(query): Query<SignInQuery>) -> Response {
-    let notice = (query.notice.as_deref() == Some("signed-out")).then_some("You are signed out.");
-    guard::page(StatusCode::OK, views::sign_in::form_with(None, notice))
+    let notice = match (query.notice.as_deref(), &query.next) {
+        (Some("signed-out"), _) => Some("You are signed out."),
+        (_, Some(_)) => Some("Sign in to continue connecting the app."),
+        _ => None,
+    };
+    let next = query.next.as_deref().and_then(guard::safe_next);
+    guard::page(
+        StatusCode::OK,
+        views::sign_in::form_full(None, notice, next),
+    )
 }
 
 /// `POST /magic-link`: JSON `{"email": …}` (API) or a form post from the sign-in page.
@@ -45,17 +56,24 @@ pub async fn request_link(State(state): State<Dash>, request: Request) -> Respon
     if form && !guard::same_origin(&state, &parts.headers) {
         return guard::forbidden();
     }
-    let email = match read_email(&parts.headers, body, form).await {
-        Ok(email) => email,
+    let (email, next) = match read_email(&parts.headers, body, form).await {
+        Ok(read) => read,
         Err(message) => return reply(StatusCode::BAD_REQUEST, &message),
     };
+    let next = next
+        .as_deref()
+        .and_then(guard::safe_next)
+        .and_then(|next| serde_urlencoded::to_string([("next", next)]).ok());
     let Some(sign_in) = state.app.sign_in() else {
         return reply(
             StatusCode::SERVICE_UNAVAILABLE,
             "sign-in by e-mail is not set up on this service",
         );
     };
-    match sign_in.request_link(&email, client).await {
+    match sign_in
+        .request_link_to(&email, client, next.as_deref())
+        .await
+    {
         Ok(()) => reply(StatusCode::ACCEPTED, SENT),
         Err(SignInError::InvalidEmail(detail)) => reply(
             StatusCode::BAD_REQUEST,
@@ -89,7 +107,11 @@ fn is_form(headers: &HeaderMap) -> bool {
         .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
 }
 
-async fn read_email(headers: &HeaderMap, body: Body, form: bool) -> Result<String, String> {
+async fn read_email(
+    headers: &HeaderMap,
+    body: Body,
+    form: bool,
+) -> Result<(String, Option<String>), String> {
     let bytes = to_bytes(body, MAX_LINK_REQUEST_BYTES)
         .await
         .map_err(|_| format!("the request body is larger than {MAX_LINK_REQUEST_BYTES} bytes"))?;
@@ -113,10 +135,11 @@ async fn read_email(headers: &HeaderMap, body: Body, form: bool) -> Result<Strin
                 "the body is not a JSON object like {\"email\": \"you@example.com\"}".to_owned()
             })?
     };
-    parsed
+    let email = parsed
         .email
         .filter(|e| !e.trim().is_empty())
-        .ok_or_else(|| "`email` is missing: give the address to send the link to".to_owned())
+        .ok_or_else(|| "`email` is missing: give the address to send the link to".to_owned())?;
+    Ok((email, parsed.next))
 }
 
 fn link_reply(form: bool, status: StatusCode, message: &str) -> Response {
@@ -139,6 +162,7 @@ fn link_reply(form: bool, status: StatusCode, message: &str) -> Response {
 #[derive(Deserialize)]
 pub struct TokenQuery {
     token: Option<String>,
+    next: Option<String>,
 }
 
 /// `GET /dashboard/sign-in/confirm?token=…`: a button, so that a mail scanner's fetch of the
@@ -148,10 +172,11 @@ pub async fn confirm_page(State(state): State<Dash>, Query(query): Query<TokenQu
         return guard::unavailable();
     };
     let token = query.token.unwrap_or_default();
+    let next = query.next.as_deref().and_then(guard::safe_next);
     match sign_in.peek(&token).await {
         Ok(email) => guard::page(
             StatusCode::OK,
-            views::sign_in::confirm(&token, email.as_str()),
+            views::sign_in::confirm(&token, email.as_str(), next),
         ),
         Err(err) => link_error(err),
     }
@@ -170,12 +195,13 @@ pub async fn confirm(
     let Some(sign_in) = state.app.sign_in() else {
         return guard::unavailable();
     };
+    let next = form.next.as_deref().and_then(guard::safe_next);
     match sign_in.confirm(&form.token.unwrap_or_default()).await {
         Ok(started) => {
-            let location = if started.created {
-                "/dashboard?notice=welcome"
-            } else {
-                "/dashboard"
+            let location = match next {
+                Some(next) => next,
+                None if started.created => "/dashboard?notice=welcome",
+                None => "/dashboard",
             };
             guard::with_cookie(
                 guard::see_other(location),

@@ -32,7 +32,8 @@ pub fn presented_key(
         .or_else(|| query.and_then(query_key))
 }
 
-fn bearer(headers: &HeaderMap) -> Option<String> {
+/// The token of `Authorization: Bearer …`, if any.
+pub fn bearer(headers: &HeaderMap) -> Option<String> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?.trim();
     let (scheme, token) = value.split_once(' ')?;
     scheme

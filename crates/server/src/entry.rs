@@ -17,33 +17,64 @@ use crate::handler::Caller;
 use crate::legacy::{self, SESSION_HEADER};
 use crate::{Metrics, Shared, carriers, sse};
 
+/// What a caller presents at an MCP endpoint: an API key (from its carrier) or, at `/mcp`, an
+/// OAuth access token. Either resolves to an account; everything after that is one path.
+enum Credential {
+    /// A key in the path (`Some`) or in a header or the query.
+    Key(Option<String>),
+    /// An OAuth access token in `Authorization: Bearer`.
+    Token,
+}
+
 /// `POST|GET|DELETE /u/{api_key}`: the personal URL.
 pub async fn personal(
     State(state): State<Shared>,
     Path(key): Path<String>,
     request: Request,
 ) -> Response {
-    entry(&state, Some(key), request).await
+    entry(&state, Credential::Key(Some(key)), request).await
 }
 
 /// `POST|GET|DELETE /`: the key in a header or the query.
 pub async fn base(State(state): State<Shared>, request: Request) -> Response {
-    entry(&state, None, request).await
+    entry(&state, Credential::Key(None), request).await
 }
 
-/// `/mcp`: reserved for OAuth access tokens; until OAuth exists every request is refused
-/// with the challenge that tells a client to use its personal URL.
-pub async fn oauth(State(state): State<Shared>) -> Response {
-    let public_url = state.public_url.clone();
-    EdgeError::OAuthNotYet { public_url }.respond(&state.metrics)
+/// `/mcp`: the same MCP endpoint for an OAuth access token (chat clients' connectors).
+pub async fn oauth(State(state): State<Shared>, request: Request) -> Response {
+    entry(&state, Credential::Token, request).await
 }
 
-async fn entry(state: &Shared, path_key: Option<String>, request: Request) -> Response {
+async fn authenticate(
+    state: &Shared,
+    credential: Credential,
+    parts: &Parts,
+) -> Result<Account, EdgeError> {
+    match credential {
+        Credential::Key(path_key) => carriers::authenticate(&state.app, path_key, parts).await,
+        Credential::Token => {
+            let Some(oauth) = &state.oauth else {
+                let public_url = state.public_url.clone();
+                return Err(EdgeError::OAuthNotYet { public_url });
+            };
+            let bearer = carriers::bearer(&parts.headers);
+            match oauth.authenticate(bearer.as_deref()).await {
+                Ok((account, _grant)) => Ok(account),
+                Err(error) => Err(EdgeError::Token {
+                    challenge: oauth.challenge(error.challenge_error()),
+                    error,
+                }),
+            }
+        }
+    }
+}
+
+async fn entry(state: &Shared, credential: Credential, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
     if !state.origins.permits(&parts.headers) {
         return EdgeError::ForbiddenOrigin.respond(&state.metrics);
     }
-    let account = match carriers::authenticate(&state.app, path_key, &parts).await {
+    let account = match authenticate(state, credential, &parts).await {
         Ok(account) => Arc::new(account),
         Err(err) => return err.respond(&state.metrics),
     };

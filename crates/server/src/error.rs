@@ -68,6 +68,14 @@ pub enum EdgeError {
         /// The service's public URL.
         public_url: String,
     },
+    /// A missing or refused OAuth access token at `/mcp` (401 with the challenge).
+    #[error("{error}")]
+    Token {
+        /// Why it was refused.
+        error: toolgate_oauth::TokenError,
+        /// The `WWW-Authenticate` value: where the resource metadata is, which scope to ask.
+        challenge: String,
+    },
     /// An unknown, closed or foreign MCP session.
     #[error("Session not found: it was closed or expired; send initialize again")]
     SessionNotFound,
@@ -112,7 +120,13 @@ impl EdgeError {
             Self::Auth(AuthError::Unavailable(_)) | Self::BillingStatus(_) => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            Self::Auth(_) | Self::OAuthNotYet { .. } => StatusCode::UNAUTHORIZED,
+            Self::Token {
+                error: toolgate_oauth::TokenError::Unavailable,
+                ..
+            } => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Auth(_) | Self::OAuthNotYet { .. } | Self::Token { .. } => {
+                StatusCode::UNAUTHORIZED
+            }
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::SessionsFull(OpenError::AccountFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionsFull(OpenError::ServerFull(_)) => StatusCode::SERVICE_UNAVAILABLE,
@@ -129,7 +143,13 @@ impl EdgeError {
             Self::Auth(AuthError::Unavailable(_)) | Self::BillingStatus(_) => {
                 RpcCode::InternalError
             }
-            Self::Auth(_) | Self::OAuthNotYet { .. } => RpcCode::Unauthenticated,
+            Self::Token {
+                error: toolgate_oauth::TokenError::Unavailable,
+                ..
+            } => RpcCode::InternalError,
+            Self::Auth(_) | Self::OAuthNotYet { .. } | Self::Token { .. } => {
+                RpcCode::Unauthenticated
+            }
             Self::Rejected(Rejection::NotJson(_)) => RpcCode::ParseError,
             Self::ForbiddenOrigin
             | Self::SessionNotFound
@@ -160,6 +180,11 @@ impl EdgeError {
                     header::WWW_AUTHENTICATE,
                     HeaderValue::from_static(challenge),
                 );
+            }
+            Self::Token { challenge, .. } => {
+                if let Ok(value) = HeaderValue::from_str(&challenge) {
+                    headers.insert(header::WWW_AUTHENTICATE, value);
+                }
             }
             Self::NoGetStream => {
                 headers.insert(header::ALLOW, HeaderValue::from_static("POST, DELETE"));

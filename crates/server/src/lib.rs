@@ -13,6 +13,7 @@ pub mod jsonrpc;
 mod legacy;
 mod mcp_sessions;
 pub mod metrics;
+mod oauth;
 mod origin;
 mod routes;
 mod sse;
@@ -20,7 +21,7 @@ mod sse;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -58,6 +59,10 @@ pub(crate) struct ServerState {
     public_url: String,
     max_body: usize,
     sessions: Arc<mcp_sessions::McpSessions>,
+    /// The OAuth authorization server behind `/mcp`, when the service offers it.
+    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
+    /// Dynamic client registrations per client address.
+    registrations: toolgate_app::owner::Limiter,
     /// A plain legacy `tools/list`, answered without rmcp.
     tools_list: Option<fast::ToolsList>,
     /// rmcp in stateless mode answers every request; legacy sessions are ours (see `legacy`).
@@ -71,11 +76,16 @@ impl std::ops::Deref for Shared {
     }
 }
 
-/// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops.
+/// Client registrations one client address may make per hour.
+const REGISTRATIONS_PER_HOUR: u32 = 20;
+
+/// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops;
+/// `oauth` serves `/mcp` and its discovery, registration and token endpoints.
 pub fn router(
     app: App,
     settings: &HttpSettings,
     metrics: Arc<Metrics>,
+    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
     shutdown: CancellationToken,
 ) -> Router {
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
@@ -96,6 +106,7 @@ pub fn router(
         toolgate_dashboard::DashboardSettings {
             public_url: settings.public_url.clone(),
             on_key_rotated: key_rotated(&sessions),
+            oauth: oauth.clone(),
         },
     );
     let shared = Shared(Arc::new(ServerState {
@@ -105,6 +116,11 @@ pub fn router(
         public_url: settings.public_url.trim_end_matches('/').to_owned(),
         max_body: settings.max_request_bytes,
         sessions,
+        oauth,
+        registrations: toolgate_app::owner::Limiter::new(
+            REGISTRATIONS_PER_HOUR,
+            std::time::Duration::from_secs(3600),
+        ),
         tools_list,
         mcp,
     }));
@@ -112,6 +128,25 @@ pub fn router(
         .route("/u/{api_key}", any(entry::personal))
         .route("/", any(entry::base))
         .route("/mcp", any(entry::oauth))
+        .route(
+            "/.well-known/oauth-protected-resource",
+            get(oauth::resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-protected-resource/mcp",
+            get(oauth::resource_metadata),
+        )
+        .route(
+            "/.well-known/oauth-authorization-server",
+            get(oauth::server_metadata),
+        )
+        .route(
+            "/.well-known/openid-configuration",
+            get(oauth::server_metadata),
+        )
+        .route("/oauth/register", post(oauth::register))
+        .route("/oauth/token", post(oauth::token))
+        .route("/oauth/revoke", post(oauth::revoke))
         .route("/billing/status", get(routes::billing_status))
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
@@ -122,6 +157,17 @@ pub fn router(
             shared,
             routes::access_log,
         ))
+}
+
+/// The client's address, as the accept loop recorded it.
+pub(crate) fn client_ip(request: &axum::extract::Request) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(
+            std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            |info| info.0.ip(),
+        )
 }
 
 /// What the dashboard calls after a rotation: the old key's open MCP sessions end at once

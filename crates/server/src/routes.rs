@@ -77,6 +77,8 @@ fn route_label(matched: Option<&MatchedPath>) -> &'static str {
         Some("/healthz") => "/healthz",
         Some("/metrics") => "/metrics",
         Some("/magic-link") => "/magic-link",
+        Some(path) if path.starts_with("/.well-known/") => "/.well-known",
+        Some(path) if path.starts_with("/oauth/") => "/oauth",
         Some("/billing/stripe/webhook") => "/billing/stripe/webhook",
         Some(path) if path.starts_with("/dashboard") => "/dashboard",
         _ => "other",

@@ -119,6 +119,17 @@ impl SignIn {
     /// Sends a link to `email`. The answer is the same whether or not the address has an
     /// account; the mail goes out after this returns, so its timing does not tell either.
     pub async fn request_link(&self, email: &str, client: IpAddr) -> Result<(), SignInError> {
+        self.request_link_to(email, client, None).await
+    }
+
+    /// Sends a link that, once used, leads on to `next`: a query string of this service's own
+    /// (the authorization request that sent the owner to sign in), appended to the link as is.
+    pub async fn request_link_to(
+        &self,
+        email: &str,
+        client: IpAddr,
+        next: Option<&str>,
+    ) -> Result<(), SignInError> {
         let email =
             Email::parse(email).map_err(|err| SignInError::InvalidEmail(err.to_string()))?;
         self.per_client
@@ -138,7 +149,7 @@ impl SignIn {
         self.store
             .put_sign_in_link(&token.hash(), &email, now, now + millis(LINK_TTL))
             .await?;
-        let mail = self.mail(email, &token);
+        let mail = self.mail(email, &token, next);
         let mailer = self.mailer.clone();
         tokio::spawn(async move {
             if let Err(err) = mailer.send(&mail).await {
@@ -148,11 +159,12 @@ impl SignIn {
         Ok(())
     }
 
-    fn mail(&self, to: Email, token: &SecretToken) -> Mail {
+    fn mail(&self, to: Email, token: &SecretToken, next: Option<&str>) -> Mail {
         let link = format!(
-            "{}/dashboard/sign-in/confirm?token={}",
+            "{}/dashboard/sign-in/confirm?token={}{}",
             self.public_url,
-            token.expose()
+            token.expose(),
+            next.map(|next| format!("&{next}")).unwrap_or_default()
         );
         let text = format!(
             "Hello,\n\nopen this link to sign in to your toolgate dashboard:\n\n{link}\n\n\

@@ -1,6 +1,7 @@
 //! The pages' HTML (maud: compiled, every interpolation escaped). Layout and shared pieces
 //! here; one module per page.
 
+pub mod apps;
 pub mod overview;
 pub mod secrets;
 pub mod sessions;
@@ -24,14 +25,17 @@ pub enum Tab {
     Wallet,
     /// Sandbox sessions.
     Sessions,
+    /// Apps connected through OAuth.
+    Apps,
 }
 
-const TABS: [(Tab, &str, &str); 5] = [
+const TABS: [(Tab, &str, &str); 6] = [
     (Tab::Overview, "/dashboard", "Overview"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
     (Tab::Sessions, "/dashboard/sessions", "Sessions"),
+    (Tab::Apps, "/dashboard/apps", "Connected apps"),
 ];
 
 /// What every signed-in page shows around its content.

@@ -11,6 +11,11 @@ pub fn form(error: Option<&str>) -> Markup {
 
 /// The form with an error or a notice above it.
 pub fn form_with(error: Option<&str>, notice: Option<&str>) -> Markup {
+    form_full(error, notice, None)
+}
+
+/// The form, carrying where to go after signing in.
+pub fn form_full(error: Option<&str>, notice: Option<&str>, next: Option<&str>) -> Markup {
     bare(
         "Sign in",
         html! {
@@ -18,6 +23,7 @@ pub fn form_with(error: Option<&str>, notice: Option<&str>) -> Markup {
             p { "Enter your e-mail address. We send you a link that signs you in; the first \
                  sign-in creates your account. No password." }
             form #sign-in method="post" action="/magic-link" {
+                @if let Some(next) = next { input type="hidden" name="next" value=(next); }
                 label for="email" { "E-mail address" }
                 input #email type="email" name="email" required autocomplete="email"
                     autofocus maxlength="254" inputmode="email";
@@ -40,13 +46,14 @@ pub fn sent(message: &str) -> Markup {
 }
 
 /// The page a link opens: one button, so a mail scanner's visit signs nobody in.
-pub fn confirm(token: &str, email: &str) -> Markup {
+pub fn confirm(token: &str, email: &str, next: Option<&str>) -> Markup {
     bare(
         "Sign in",
         html! {
             p { "Sign in to the dashboard as " strong { (email) } "?" }
             form #confirm method="post" action="/dashboard/sign-in/confirm" {
                 input type="hidden" name="token" value=(token);
+                @if let Some(next) = next { input type="hidden" name="next" value=(next); }
                 button type="submit" autofocus { "Sign in" }
             }
             p.muted { "Not you? Close this page: nothing happens without the button." }

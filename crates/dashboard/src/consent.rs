@@ -1,0 +1,164 @@
+//! The authorization endpoint's pages: consent to an app's request (`/dashboard/oauth/authorize`,
+//! under `/dashboard` so that the owner's session cookie reaches it) and the connected apps.
+
+use axum::Form;
+use axum::extract::{Query, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use serde::Deserialize;
+use toolgate_oauth::{AuthorizeError, AuthorizeParams, AuthorizeRequest};
+
+use crate::Dash;
+use crate::guard::{self, Signed};
+use crate::views::{self, Chrome, Tab};
+
+/// `GET /dashboard/oauth/authorize?…`: checks the request, then asks the signed-in owner (or
+/// sends them to sign in first, coming back here).
+pub async fn page(
+    State(state): State<Dash>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+) -> Response {
+    let query = query.unwrap_or_default();
+    let pairs: Vec<(String, String)> = match serde_urlencoded::from_str(&query) {
+        Ok(pairs) => pairs,
+        Err(_) => return refused("The authorization request's query could not be read."),
+    };
+    let request = match checked(&state, &pairs).await {
+        Ok(request) => request,
+        Err(answer) => return answer,
+    };
+    let signed = match guard::current(&state, &headers).await {
+        Ok(Some(signed)) => signed,
+        Ok(None) => {
+            let next = format!("/dashboard/oauth/authorize?{query}");
+            let next = serde_urlencoded::to_string([("next", next)]).unwrap_or_default();
+            return guard::see_other(&format!("/dashboard/sign-in?{next}"));
+        }
+        Err(refused) => return refused,
+    };
+    let chrome = chrome(&signed, Tab::Apps);
+    guard::page(StatusCode::OK, views::apps::consent(&chrome, &request))
+}
+
+/// `POST /dashboard/oauth/authorize`: the owner's answer, checked again from the start.
+pub async fn decide(
+    State(state): State<Dash>,
+    signed: Signed,
+    headers: HeaderMap,
+    Form(pairs): Form<Vec<(String, String)>>,
+) -> Response {
+    let csrf = pairs
+        .iter()
+        .find(|(name, _)| name == "csrf")
+        .map_or("", |(_, value)| value.as_str());
+    if !guard::form_ok(&state, &headers, &signed, csrf) {
+        return guard::forbidden();
+    }
+    let allow = pairs
+        .iter()
+        .any(|(name, value)| name == "decision" && value == "allow");
+    let request = match checked(&state, &pairs).await {
+        Ok(request) => request,
+        Err(answer) => return answer,
+    };
+    let Some(oauth) = &state.oauth else {
+        return guard::unavailable();
+    };
+    if !allow {
+        return guard::see_other(&oauth.deny(&request));
+    }
+    match oauth.approve(&signed.account.id, &request).await {
+        Ok(url) => guard::see_other(&url),
+        Err(err) => guard::failed("an authorization was not stored", &err),
+    }
+}
+
+/// The request checked by the authorization server, or the answer to give instead.
+async fn checked(state: &Dash, pairs: &[(String, String)]) -> Result<AuthorizeRequest, Response> {
+    let Some(oauth) = &state.oauth else {
+        return Err(refused("This service does not offer OAuth sign-in."));
+    };
+    let params = AuthorizeParams::from_pairs(pairs).map_err(|err| answer(&err))?;
+    oauth.authorize(&params).await.map_err(|err| answer(&err))
+}
+
+fn answer(error: &AuthorizeError) -> Response {
+    match error {
+        AuthorizeError::NoRedirect(message) => refused(message),
+        AuthorizeError::Redirect(url) => guard::see_other(url),
+        AuthorizeError::Unavailable => guard::unavailable(),
+    }
+}
+
+/// An error page that never sends the browser back to the app (its address is not trusted).
+fn refused(message: &str) -> Response {
+    guard::page(
+        StatusCode::BAD_REQUEST,
+        views::message_page("The app's request was refused", message, true),
+    )
+}
+
+fn chrome(signed: &Signed, tab: Tab) -> Chrome<'_> {
+    Chrome {
+        email: signed.account.email.as_str(),
+        csrf: signed.csrf(),
+        tab,
+        notice: None,
+        error: None,
+    }
+}
+
+#[derive(Deserialize, Default)]
+pub struct AppsQuery {
+    notice: Option<String>,
+}
+
+/// `GET /dashboard/apps`: the apps holding access, with revoke.
+pub async fn apps(
+    State(state): State<Dash>,
+    signed: Signed,
+    Query(query): Query<AppsQuery>,
+) -> Response {
+    let list = match &state.oauth {
+        Some(oauth) => match oauth.connected_apps(&signed.account.id).await {
+            Ok(list) => list,
+            Err(err) => return guard::failed("cannot list connected apps", &err),
+        },
+        None => Vec::new(),
+    };
+    let mut chrome = chrome(&signed, Tab::Apps);
+    chrome.notice = (query.notice.as_deref() == Some("revoked"))
+        .then_some("Access revoked: the app's tokens stopped working.");
+    guard::page(StatusCode::OK, views::apps::list(&chrome, &list))
+}
+
+#[derive(Deserialize)]
+pub struct RevokeForm {
+    #[serde(default)]
+    csrf: String,
+    #[serde(default)]
+    client_id: String,
+}
+
+/// `POST /dashboard/apps/revoke`.
+pub async fn revoke(
+    State(state): State<Dash>,
+    signed: Signed,
+    headers: HeaderMap,
+    Form(form): Form<RevokeForm>,
+) -> Response {
+    if !guard::form_ok(&state, &headers, &signed, &form.csrf) {
+        return guard::forbidden();
+    }
+    let Some(oauth) = &state.oauth else {
+        return guard::unavailable();
+    };
+    match oauth
+        .revoke_client(&signed.account.id, &form.client_id)
+        .await
+    {
+        Ok(_) => guard::see_other("/dashboard/apps?notice=revoked"),
+        Err(err) => guard::failed("cannot revoke an app", &err),
+    }
+}

@@ -1,0 +1,136 @@
+//! The OAuth endpoints around `/mcp`: discovery (RFC 9728 protected resource metadata, RFC 8414
+//! authorization server metadata and its OpenID discovery twin), Dynamic Client Registration
+//! (RFC 7591), the token endpoint and revocation (RFC 7009). The authorization endpoint is a page
+//! of the dashboard (the owner's session cookie reaches it there). The logic is `toolgate-oauth`'s;
+//! this module only reads requests and writes its answers.
+
+use axum::body::to_bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::Value;
+use toolgate_oauth::OAuthError;
+
+use crate::Shared;
+
+/// A registration or token request is a few hundred bytes; this is generous.
+const MAX_FORM_BYTES: usize = 16 * 1024;
+
+/// `GET /.well-known/oauth-protected-resource[/mcp]`.
+pub async fn resource_metadata(State(state): State<Shared>) -> Response {
+    match &state.oauth {
+        Some(oauth) => public_json(StatusCode::OK, oauth.resource_metadata()),
+        None => crate::routes::not_found().await,
+    }
+}
+
+/// `GET /.well-known/oauth-authorization-server` and `/.well-known/openid-configuration`.
+pub async fn server_metadata(State(state): State<Shared>) -> Response {
+    match &state.oauth {
+        Some(oauth) => public_json(StatusCode::OK, oauth.metadata()),
+        None => crate::routes::not_found().await,
+    }
+}
+
+/// `POST /oauth/register`: Dynamic Client Registration, limited per client address.
+pub async fn register(State(state): State<Shared>, request: Request) -> Response {
+    let Some(oauth) = &state.oauth else {
+        return crate::routes::not_found().await;
+    };
+    let client = crate::client_ip(&request);
+    if let Err(wait) = state
+        .registrations
+        .admit(&toolgate_app::owner::client_key(client))
+    {
+        let error = OAuthError::TemporarilyUnavailable(format!(
+            "too many client registrations from this address; retry in {} s",
+            wait.as_secs().max(1)
+        ));
+        return oauth_error(&error);
+    }
+    let Ok(body) = to_bytes(request.into_body(), MAX_FORM_BYTES).await else {
+        return oauth_error(&too_large());
+    };
+    match oauth.register(&body).await {
+        Ok(client) => public_json(StatusCode::CREATED, client),
+        Err(err) => oauth_error(&err),
+    }
+}
+
+/// `POST /oauth/token`: codes and refresh tokens for tokens.
+pub async fn token(State(state): State<Shared>, request: Request) -> Response {
+    let Some(oauth) = &state.oauth else {
+        return crate::routes::not_found().await;
+    };
+    let form = match read_form(request).await {
+        Ok(form) => form,
+        Err(err) => return oauth_error(&err),
+    };
+    match oauth.token(&form).await {
+        Ok(answer) => match serde_json::to_value(&answer) {
+            Ok(body) => public_json(StatusCode::OK, body),
+            Err(_) => oauth_error(&OAuthError::ServerError("cannot write the answer".into())),
+        },
+        Err(err) => oauth_error(&err),
+    }
+}
+
+/// `POST /oauth/revoke`: 200 whether or not the token was known (RFC 7009 §2.2).
+pub async fn revoke(State(state): State<Shared>, request: Request) -> Response {
+    let Some(oauth) = &state.oauth else {
+        return crate::routes::not_found().await;
+    };
+    let form = match read_form(request).await {
+        Ok(form) => form,
+        Err(err) => return oauth_error(&err),
+    };
+    match oauth.revoke(&form).await {
+        Ok(()) => public_json(StatusCode::OK, serde_json::json!({})),
+        Err(err) => oauth_error(&err),
+    }
+}
+
+async fn read_form(request: Request) -> Result<Vec<(String, String)>, OAuthError> {
+    let form = is_form(request.headers());
+    let body = to_bytes(request.into_body(), MAX_FORM_BYTES)
+        .await
+        .map_err(|_| too_large())?;
+    if !form {
+        return Err(OAuthError::InvalidRequest(
+            "send the parameters as application/x-www-form-urlencoded".to_owned(),
+        ));
+    }
+    serde_urlencoded::from_bytes(&body)
+        .map_err(|_| OAuthError::InvalidRequest("the form could not be read".to_owned()))
+}
+
+fn is_form(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+fn too_large() -> OAuthError {
+    OAuthError::InvalidRequest(format!(
+        "the request body is larger than {MAX_FORM_BYTES} bytes"
+    ))
+}
+
+fn oauth_error(error: &OAuthError) -> Response {
+    let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::BAD_REQUEST);
+    public_json(status, error.body())
+}
+
+/// JSON that browsers' apps on other origins may read (metadata and token answers hold nothing
+/// a cookie would unlock), never cached (RFC 6749 §5.1).
+fn public_json(status: StatusCode, body: Value) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    response
+}
