@@ -7,7 +7,8 @@
 #   2. every Rust unit and integration test, SQLite and PostgreSQL
 #   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
 #   3b. the web dashboard in a real browser (chromium, a real SMTP sink, a Stripe stand-in), SQLite
-#   4. the MCP conformance suite, both protocol revisions, against its baselines
+#   4. the MCP conformance suite, both protocol revisions, against its baselines, and its
+#      authorization-server scenarios against the OAuth endpoints
 #   5. the sandbox's Python side (zygote and session executor) on the project's own runtime
 # Exits non-zero at the first failing step.
 set -euo pipefail
@@ -75,6 +76,7 @@ URL="$(target/release/toolgate-conformance account create --email conformance@ex
 status=0
 "$ROOT/tests/conformance/run.sh" "$URL" 2025-11-25 || status=1
 "$ROOT/tests/conformance/run.sh" "$URL" 2026-07-28 || status=1
+"$ROOT/tests/conformance/authorization.sh" "$BASE" "$DATA" || status=1
 kill "$SERVER_PID"; wait "$SERVER_PID" 2>/dev/null || true; SERVER_PID=""
 rm -rf "$DATA" "$SESSIONS"
 [[ $status -eq 0 ]] || die "conformance suite failed"
