@@ -15,6 +15,7 @@ mod dashboard_owner;
 mod dashboard_wallet;
 mod front_door;
 mod metering;
+mod oauth;
 mod operations;
 mod protocol;
 mod reads;
