@@ -162,7 +162,13 @@ impl AuthServer {
                 ClientError::Unavailable => AuthorizeError::Unavailable,
             })?;
         let redirect_uri = match (given(&params.redirect_uri), client.redirect_uris.as_slice()) {
-            (Some(uri), known) if known.iter().any(|candidate| candidate == uri) => uri.to_owned(),
+            (Some(uri), known)
+                if known
+                    .iter()
+                    .any(|candidate| redirect_matches(candidate, uri)) =>
+            {
+                uri.to_owned()
+            }
             (Some(_), _) => {
                 return Err(AuthorizeError::NoRedirect(
                     "the redirect_uri is not one this client registered, so the browser was not \
@@ -345,6 +351,37 @@ pub(crate) fn normalize_scope(asked: Option<&str>) -> Option<String> {
     })
 }
 
+/// Whether a presented redirect URI is the registered one: exactly, or (RFC 8252 §7.3) a
+/// loopback IP address's `http` URI that differs only in its port, which a native app picks
+/// when it starts.
+pub(crate) fn redirect_matches(registered: &str, presented: &str) -> bool {
+    if registered == presented {
+        return true;
+    }
+    let without_port = |uri: &str| -> Option<(String, String)> {
+        let rest = uri.strip_prefix("http://")?;
+        let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
+        let host = if authority.starts_with("[::1]") {
+            "[::1]"
+        } else {
+            authority.split(':').next()?
+        };
+        if host != "127.0.0.1" && host != "[::1]" {
+            return None;
+        }
+        let port = &authority[host.len()..];
+        if !(port.is_empty()
+            || port
+                .strip_prefix(':')
+                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty()))
+        {
+            return None;
+        }
+        Some((host.to_owned(), path.to_owned()))
+    };
+    matches!((without_port(registered), without_port(presented)), (Some(a), Some(b)) if a == b)
+}
+
 /// `uri` with `pairs` appended to its query, percent-encoded.
 fn with_query(uri: &str, pairs: &[(&str, &str)]) -> String {
     let mut url = uri.to_owned();
@@ -372,4 +409,38 @@ fn encode(text: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod loopback_tests {
+    use super::redirect_matches;
+
+    #[test]
+    fn loopback_redirects_may_change_only_their_port() {
+        let registered = "http://127.0.0.1:3000/callback";
+        assert!(redirect_matches(
+            registered,
+            "http://127.0.0.1:3000/callback"
+        ));
+        assert!(redirect_matches(
+            registered,
+            "http://127.0.0.1:51234/callback"
+        ));
+        assert!(redirect_matches("http://[::1]/cb", "http://[::1]:8080/cb"));
+        for other in [
+            "http://127.0.0.1:51234/callback2",
+            "http://127.0.0.1:51234/callback?x=1",
+            "http://127.0.0.2:3000/callback",
+            "http://localhost:3000/callback",
+            "https://127.0.0.1:3000/callback",
+            "http://127.0.0.1:3000@evil.example/callback",
+            "http://127.0.0.1:x/callback",
+        ] {
+            assert!(!redirect_matches(registered, other), "{other}");
+        }
+        assert!(!redirect_matches(
+            "https://app.example/cb",
+            "https://app.example:444/cb"
+        ));
+    }
 }

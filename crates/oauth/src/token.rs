@@ -188,6 +188,14 @@ impl AuthServer {
     async fn refresh(&self, form: &Form<'_>) -> Result<TokenAnswer, OAuthError> {
         let presented = form.required("refresh_token")?;
         let client_id = form.required("client_id")?;
+        if let Some(resource) = form.get("resource")
+            && resource != self.resource
+        {
+            return Err(OAuthError::InvalidTarget(format!(
+                "this server issues tokens only for the resource {}",
+                self.resource
+            )));
+        }
         let asked: Option<Vec<&str>> = form
             .get("scope")
             .map(|scope| scope.split_whitespace().collect());

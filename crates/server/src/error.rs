@@ -124,6 +124,11 @@ impl EdgeError {
                 error: toolgate_oauth::TokenError::Unavailable,
                 ..
             } => StatusCode::SERVICE_UNAVAILABLE,
+            // RFC 6750 §3.1: a valid token without the scope is forbidden, not unauthenticated
+            Self::Token {
+                error: toolgate_oauth::TokenError::InsufficientScope,
+                ..
+            } => StatusCode::FORBIDDEN,
             Self::Auth(_) | Self::OAuthNotYet { .. } | Self::Token { .. } => {
                 StatusCode::UNAUTHORIZED
             }

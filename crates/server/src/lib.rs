@@ -77,7 +77,7 @@ impl std::ops::Deref for Shared {
 }
 
 /// Client registrations one client address may make per hour.
-const REGISTRATIONS_PER_HOUR: u32 = 20;
+const REGISTRATIONS_PER_HOUR: u32 = 60;
 
 /// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops;
 /// `oauth` serves `/mcp` and its discovery, registration and token endpoints.
@@ -130,23 +130,29 @@ pub fn router(
         .route("/mcp", any(entry::oauth))
         .route(
             "/.well-known/oauth-protected-resource",
-            get(oauth::resource_metadata),
+            get(oauth::resource_metadata).options(oauth::preflight),
         )
         .route(
             "/.well-known/oauth-protected-resource/mcp",
-            get(oauth::resource_metadata),
+            get(oauth::resource_metadata).options(oauth::preflight),
         )
         .route(
             "/.well-known/oauth-authorization-server",
-            get(oauth::server_metadata),
+            get(oauth::server_metadata).options(oauth::preflight),
         )
         .route(
             "/.well-known/openid-configuration",
-            get(oauth::server_metadata),
+            get(oauth::server_metadata).options(oauth::preflight),
         )
-        .route("/oauth/register", post(oauth::register))
-        .route("/oauth/token", post(oauth::token))
-        .route("/oauth/revoke", post(oauth::revoke))
+        .route(
+            "/oauth/register",
+            post(oauth::register).options(oauth::preflight),
+        )
+        .route("/oauth/token", post(oauth::token).options(oauth::preflight))
+        .route(
+            "/oauth/revoke",
+            post(oauth::revoke).options(oauth::preflight),
+        )
         .route("/billing/status", get(routes::billing_status))
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))

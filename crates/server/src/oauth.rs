@@ -92,6 +92,7 @@ pub async fn revoke(State(state): State<Shared>, request: Request) -> Response {
 
 async fn read_form(request: Request) -> Result<Vec<(String, String)>, OAuthError> {
     let form = is_form(request.headers());
+    let basic_client = basic_client_id(request.headers());
     let body = to_bytes(request.into_body(), MAX_FORM_BYTES)
         .await
         .map_err(|_| too_large())?;
@@ -100,8 +101,61 @@ async fn read_form(request: Request) -> Result<Vec<(String, String)>, OAuthError
             "send the parameters as application/x-www-form-urlencoded".to_owned(),
         ));
     }
-    serde_urlencoded::from_bytes(&body)
-        .map_err(|_| OAuthError::InvalidRequest("the form could not be read".to_owned()))
+    let mut pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&body)
+        .map_err(|_| OAuthError::InvalidRequest("the form could not be read".to_owned()))?;
+    // a client authenticating with HTTP Basic names itself there (its secret, if any, is not
+    // one we issued: every client is public and proves itself with PKCE)
+    if let Some(client_id) = basic_client
+        && !pairs.iter().any(|(name, _)| name == "client_id")
+    {
+        pairs.push(("client_id".to_owned(), client_id));
+    }
+    Ok(pairs)
+}
+
+/// The client id of an `Authorization: Basic` header (RFC 6749 §2.3.1: form-encoded, then base64).
+fn basic_client_id(headers: &HeaderMap) -> Option<String> {
+    use base64::Engine;
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, encoded) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let id = text.split(':').next()?;
+    let pairs: Vec<(String, String)> = serde_urlencoded::from_str(&format!("id={id}")).ok()?;
+    pairs
+        .into_iter()
+        .next()
+        .map(|(_, id)| id)
+        .filter(|id| !id.is_empty())
+}
+
+/// `OPTIONS` on the discovery, registration, token and revocation endpoints: browser-based
+/// clients ask before a JSON or form POST from another origin.
+pub async fn preflight() -> Response {
+    let mut response = StatusCode::NO_CONTENT.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_ORIGIN,
+        HeaderValue::from_static("*"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_METHODS,
+        HeaderValue::from_static("GET, POST, OPTIONS"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_ALLOW_HEADERS,
+        HeaderValue::from_static("content-type, authorization, mcp-protocol-version"),
+    );
+    headers.insert(
+        header::ACCESS_CONTROL_MAX_AGE,
+        HeaderValue::from_static("86400"),
+    );
+    response
 }
 
 fn is_form(headers: &HeaderMap) -> bool {

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 mod dashboard;
+mod oauth;
 mod rpc;
 mod sandboxed;
 
@@ -20,6 +21,7 @@ use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
 pub use dashboard::*;
+pub use oauth::*;
 pub use rpc::*;
 pub use sandboxed::*;
 
