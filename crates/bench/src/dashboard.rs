@@ -26,28 +26,9 @@ const PAGES: [&str; 5] = [
 
 /// Runs the figures and prints them.
 pub fn run(binary: &Path) -> Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("toolgate-bench-dashboard-")
-        .tempdir()
-        .context("cannot make a temporary directory")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let toolgate = Toolgate {
-        binary: binary.to_owned(),
-        data_dir: dir.path().join("data"),
-        database_url: None,
-        settings: vec![
-            ("--sandbox".to_owned(), "off".to_owned()),
-            ("--free-monthly-calls".to_owned(), "20".to_owned()),
-        ],
-    };
-    let mut server = toolgate.serve(Some("warn"), &dir.path().join("serve.log"))?;
-    let endpoint = Endpoint::new(server.addr)?;
-    wait_healthy(&runtime, &mut server, &endpoint)?;
-    let result = runtime.block_on(measure(&toolgate, &endpoint));
-    server.stop()?;
-    let rows = result?;
+    let rows = with_plain_server(binary, "dashboard", "20", |toolgate, endpoint| {
+        Box::pin(measure(toolgate, endpoint))
+    })?;
     println!("toolgate-bench --dashboard: signed-in pages, one keep-alive connection\n");
     println!(
         "{:<24} {:>6} {:>14} {:>14} {:>12}",
@@ -64,6 +45,41 @@ pub fn run(binary: &Path) -> Result<()> {
     }
     println!("\ngoal: time to first byte p50 <= 2 ms on every page");
     Ok(())
+}
+
+/// The future a [`with_plain_server`] body returns.
+pub(crate) type Body<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<T>> + 'a>>;
+
+/// Starts the release server without the sandbox (and `free` free calls a month) in a
+/// temporary directory, runs `body` against it on a current-thread runtime, and stops it.
+pub(crate) fn with_plain_server<T>(
+    binary: &Path,
+    name: &str,
+    free: &str,
+    body: impl for<'a> FnOnce(&'a Toolgate, &'a Endpoint) -> Body<'a, T>,
+) -> Result<T> {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("toolgate-bench-{name}-"))
+        .tempdir()
+        .context("cannot make a temporary directory")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let toolgate = Toolgate {
+        binary: binary.to_owned(),
+        data_dir: dir.path().join("data"),
+        database_url: None,
+        settings: vec![
+            ("--sandbox".to_owned(), "off".to_owned()),
+            ("--free-monthly-calls".to_owned(), free.to_owned()),
+        ],
+    };
+    let mut server = toolgate.serve(Some("warn"), &dir.path().join("serve.log"))?;
+    let endpoint = Endpoint::new(server.addr)?;
+    wait_healthy(&runtime, &mut server, &endpoint)?;
+    let result = runtime.block_on(body(&toolgate, &endpoint));
+    server.stop()?;
+    result
 }
 
 async fn measure(

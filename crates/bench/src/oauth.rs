@@ -10,9 +10,9 @@ use http::{HeaderValue, StatusCode, header};
 use sha2::{Digest, Sha256};
 
 use crate::load::{Endpoint, Workload};
+use crate::progress;
 use crate::sandbox::{Timings, timed_pair};
 use crate::server::Toolgate;
-use crate::{progress, wait_healthy};
 
 /// Timed calls per path, after a tenth as many untimed ones.
 const CALLS: usize = 3000;
@@ -21,28 +21,12 @@ const REDIRECT: &str = "http://127.0.0.1:9/callback";
 
 /// Runs the figure and prints it.
 pub fn run(binary: &Path) -> Result<()> {
-    let dir = tempfile::Builder::new()
-        .prefix("toolgate-bench-oauth-")
-        .tempdir()
-        .context("cannot make a temporary directory")?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    let toolgate = Toolgate {
-        binary: binary.to_owned(),
-        data_dir: dir.path().join("data"),
-        database_url: None,
-        settings: vec![
-            ("--sandbox".to_owned(), "off".to_owned()),
-            ("--free-monthly-calls".to_owned(), "1000000000".to_owned()),
-        ],
-    };
-    let mut server = toolgate.serve(Some("warn"), &dir.path().join("serve.log"))?;
-    let endpoint = Endpoint::new(server.addr)?;
-    wait_healthy(&runtime, &mut server, &endpoint)?;
-    let result = runtime.block_on(measure(&toolgate, &endpoint));
-    server.stop()?;
-    let (token, key) = result?;
+    let (token, key) = crate::dashboard::with_plain_server(
+        binary,
+        "oauth",
+        "1000000000",
+        |toolgate, endpoint| Box::pin(measure(toolgate, endpoint)),
+    )?;
     let p = |t: &Timings, pct| t.percentile_ms(pct).unwrap_or(f64::NAN);
     println!("toolgate-bench --oauth: svc_read billing, alternated call by call, one connection\n");
     println!("{:<40} {:>6} {:>8} {:>8}", "path", "n", "p50 ms", "p99 ms");
