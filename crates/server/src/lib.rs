@@ -15,6 +15,7 @@ mod mcp_sessions;
 pub mod metrics;
 mod oauth;
 mod origin;
+mod proxies;
 mod routes;
 mod sse;
 
@@ -32,6 +33,7 @@ pub use handler::{Caller, McpHandler};
 pub use mcp_sessions::SessionLimits;
 pub use metrics::Metrics;
 pub use origin::Origins;
+pub use proxies::Network;
 
 /// HTTP settings the operator controls.
 #[derive(Debug, Clone)]
@@ -46,6 +48,8 @@ pub struct HttpSettings {
     pub max_request_bytes: usize,
     /// Legacy MCP sessions: how many, and for how long idle.
     pub sessions: SessionLimits,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (empty: the TCP peer is).
+    pub trusted_proxies: Vec<Network>,
 }
 
 /// State shared by every handler.
@@ -162,6 +166,10 @@ pub fn router(
         .layer(axum::middleware::from_fn_with_state(
             shared,
             routes::access_log,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(settings.trusted_proxies.clone()),
+            proxies::real_client,
         ))
 }
 

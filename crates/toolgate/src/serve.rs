@@ -64,6 +64,7 @@ impl ServeConfig {
                 allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
                 max_request_bytes: settings.max_request_bytes()?,
                 sessions: settings.mcp_session_limits()?,
+                trusted_proxies: settings.trusted_proxies()?,
             },
             egress: toolgate_egress::EgressPolicy::new(
                 settings.egress_allow_private.as_deref().unwrap_or_default(),

@@ -122,3 +122,18 @@ impl Settings {
         Ok(limit)
     }
 }
+
+impl Settings {
+    /// `trusted_proxies`, each entry checked.
+    pub fn trusted_proxies(&self) -> Result<Vec<toolgate_server::Network>> {
+        self.trusted_proxies
+            .iter()
+            .flatten()
+            .filter(|entry| !entry.trim().is_empty())
+            .map(|entry| {
+                toolgate_server::Network::parse(entry)
+                    .map_err(|err| anyhow::anyhow!("trusted_proxies: {err}"))
+            })
+            .collect()
+    }
+}

@@ -455,6 +455,16 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_STRIPE_API_BASE", global = true)]
     pub stripe_api_base: Option<String>,
 
+    /// Reverse proxies (addresses or CIDR ranges, comma-separated) whose X-Forwarded-For names
+    /// the client, for per-client limits [default: none: the TCP peer is the client]
+    #[arg(
+        long,
+        env = "TOOLGATE_TRUSTED_PROXIES",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Option<Vec<String>>,
+
     /// Sign-in links one e-mail address may ask for per 15 minutes [default: 5]
     #[arg(long, env = "TOOLGATE_SIGN_IN_LIMIT_PER_ADDRESS", global = true)]
     pub sign_in_limit_per_address: Option<u32>,
@@ -553,7 +563,8 @@ impl Settings {
             stripe_webhook_secret,
             stripe_api_base,
             sign_in_limit_per_address,
-            sign_in_limit_per_client
+            sign_in_limit_per_client,
+            trusted_proxies
         );
         Ok(self)
     }

@@ -56,3 +56,18 @@ fn bad_settings_are_named() {
     };
     assert!(bad_url.public_url().is_err());
 }
+
+#[test]
+fn trusted_proxies_are_checked_by_name() {
+    let good = Settings {
+        trusted_proxies: Some(vec!["10.0.0.0/8".into(), " ::1 ".into()]),
+        ..Settings::default()
+    };
+    assert_eq!(good.trusted_proxies().unwrap().len(), 2);
+    let bad = Settings {
+        trusted_proxies: Some(vec!["10.0.0.0/33".into()]),
+        ..Settings::default()
+    };
+    assert!(format!("{:#}", bad.trusted_proxies().unwrap_err()).contains("trusted_proxies"));
+    assert!(Settings::default().trusted_proxies().unwrap().is_empty());
+}

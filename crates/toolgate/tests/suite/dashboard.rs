@@ -220,6 +220,60 @@ async fn one_client_gets_its_limit_of_links_across_addresses() {
     assert!(d.mails_to("c4@example.org").is_empty());
 }
 
+/// `POST /magic-link` for `email` with an `X-Forwarded-For` header.
+async fn ask_forwarded(d: &Dash, email: &str, forwarded: &str) -> u16 {
+    let reply = send(
+        d.http
+            .post(d.server.url("/magic-link"))
+            .header("Content-Type", "application/json")
+            .header("X-Forwarded-For", forwarded)
+            .body(json!({ "email": email }).to_string()),
+    )
+    .await;
+    reply.status
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_clients_are_counted_apart() {
+    let limit = ("TOOLGATE_SIGN_IN_LIMIT_PER_CLIENT", "2");
+    let d = Dash::start(&[limit, ("TOOLGATE_TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    assert_eq!(
+        ask_forwarded(&d, "p1@example.org", "203.0.113.5").await,
+        202
+    );
+    assert_eq!(
+        ask_forwarded(&d, "p2@example.org", "203.0.113.5").await,
+        202
+    );
+    assert_eq!(
+        ask_forwarded(&d, "p3@example.org", "203.0.113.5").await,
+        429
+    );
+    // another client behind the same proxy has its own count
+    assert_eq!(
+        ask_forwarded(&d, "p4@example.org", "203.0.113.6").await,
+        202
+    );
+    // what a client writes left of the proxy's entry is not believed
+    let forged = "203.0.113.77, 203.0.113.5";
+    assert_eq!(ask_forwarded(&d, "p5@example.org", forged).await, 429);
+
+    // without trusted proxies the header is ignored: every request is the loopback peer's
+    let plain = Dash::start(&[limit]).await;
+    assert_eq!(
+        ask_forwarded(&plain, "q1@example.org", "203.0.113.5").await,
+        202
+    );
+    assert_eq!(
+        ask_forwarded(&plain, "q2@example.org", "203.0.113.6").await,
+        202
+    );
+    assert_eq!(
+        ask_forwarded(&plain, "q3@example.org", "203.0.113.7").await,
+        429
+    );
+}
+
 #[tokio::test]
 async fn a_link_shows_a_button_and_signs_in_once() {
     let d = Dash::start(&[]).await;
