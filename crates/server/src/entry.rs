@@ -76,7 +76,13 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     }
     let account = match authenticate(state, credential, &parts).await {
         Ok(account) => Arc::new(account),
-        Err(err) => return err.respond(&state.metrics),
+        Err(err) => {
+            // A refused request's small body is read before answering, so the connection stays
+            // usable: an OAuth client retries on it at once with its new token, and an unread
+            // body makes the server close it under the retry ("disconnected without a response").
+            let _ = read_limited(body, REFUSED_BODY_READ).await;
+            return err.respond(&state.metrics);
+        }
     };
     let session = match parts.headers.get(SESSION_HEADER) {
         None => None,
@@ -165,6 +171,9 @@ async fn as_jsonrpc_error(response: Response, metrics: &Metrics) -> Response {
     };
     EdgeError::Transport { status, message }.respond(metrics)
 }
+
+/// How much of a refused request's body is read to keep its connection; a larger body closes it.
+const REFUSED_BODY_READ: usize = 64 * 1024;
 
 async fn read_limited(body: Body, limit: usize) -> Result<Bytes, EdgeError> {
     match http_body_util::Limited::new(body, limit).collect().await {
