@@ -87,7 +87,7 @@ impl ClientPath {
         let mut headers = vec![(ACCEPT, HeaderValue::from_static(self.accept()))];
         let body = match self {
             ClientPath::LegacySse | ClientPath::LegacyJson => {
-                let session = open_session(endpoint, path, self.accept()).await?;
+                let session = open_session(endpoint, path, self.accept(), Vec::new()).await?;
                 headers.push((HeaderName::from_static("mcp-session-id"), session));
                 headers.push(protocol_version("2025-11-25"));
                 request(method, &params)
@@ -122,12 +122,24 @@ pub async fn legacy_session(
     endpoint: &Endpoint,
     path: &str,
 ) -> Result<Vec<(HeaderName, HeaderValue)>> {
-    let session = open_session(endpoint, path, BOTH).await?;
-    Ok(vec![
+    legacy_session_with(endpoint, path, Vec::new()).await
+}
+
+/// The same, for a client that also sends `credentials` (an `Authorization` header) on every
+/// request of the session.
+pub async fn legacy_session_with(
+    endpoint: &Endpoint,
+    path: &str,
+    credentials: Vec<(HeaderName, HeaderValue)>,
+) -> Result<Vec<(HeaderName, HeaderValue)>> {
+    let session = open_session(endpoint, path, BOTH, credentials.clone()).await?;
+    let mut headers = credentials;
+    headers.extend([
         (ACCEPT, HeaderValue::from_static(BOTH)),
         (HeaderName::from_static("mcp-session-id"), session),
         protocol_version("2025-11-25"),
-    ])
+    ]);
+    Ok(headers)
 }
 
 fn protocol_version(version: &'static str) -> (HeaderName, HeaderValue) {
@@ -150,8 +162,11 @@ async fn open_session(
     endpoint: &Endpoint,
     path: &str,
     accept: &'static str,
+    credentials: Vec<(HeaderName, HeaderValue)>,
 ) -> Result<HeaderValue> {
-    let accept = vec![(ACCEPT, HeaderValue::from_static(accept))];
+    let mut accept_headers = credentials;
+    accept_headers.push((ACCEPT, HeaderValue::from_static(accept)));
+    let accept = accept_headers;
     let init =
         Workload::post(path, INITIALIZE, vec![b"protocolVersion"])?.with_headers(accept.clone());
     let (status, headers, body) = init.send_once(endpoint).await?;
