@@ -24,21 +24,34 @@ pub async fn page(
         Ok(pairs) => pairs,
         Err(_) => return refused("The authorization request's query could not be read."),
     };
+    let signed = match guard::current(&state, &headers).await {
+        Ok(signed) => signed,
+        Err(refused) => return refused,
+    };
+    // A metadata-document client (its id an https URL) costs an outbound fetch and a stored
+    // client: only a signed-in owner, whose sign-in is itself limited, may make us do that.
+    let fetches = pairs
+        .iter()
+        .any(|(name, value)| name == "client_id" && value.starts_with("https://"));
+    if signed.is_none() && fetches {
+        return to_sign_in(&query);
+    }
     let request = match checked(&state, &pairs).await {
         Ok(request) => request,
         Err(answer) => return answer,
     };
-    let signed = match guard::current(&state, &headers).await {
-        Ok(Some(signed)) => signed,
-        Ok(None) => {
-            let next = format!("/dashboard/oauth/authorize?{query}");
-            let next = serde_urlencoded::to_string([("next", next)]).unwrap_or_default();
-            return guard::see_other(&format!("/dashboard/sign-in?{next}"));
-        }
-        Err(refused) => return refused,
+    let Some(signed) = signed else {
+        return to_sign_in(&query);
     };
     let chrome = chrome(&signed, Tab::Apps);
     guard::page(StatusCode::OK, views::apps::consent(&chrome, &request))
+}
+
+/// Sends a signed-out owner to sign in, coming back to this authorization request afterwards.
+fn to_sign_in(query: &str) -> Response {
+    let next = format!("/dashboard/oauth/authorize?{query}");
+    let next = serde_urlencoded::to_string([("next", next)]).unwrap_or_default();
+    guard::see_other(&format!("/dashboard/sign-in?{next}"))
 }
 
 /// `POST /dashboard/oauth/authorize`: the owner's answer, checked again from the start.

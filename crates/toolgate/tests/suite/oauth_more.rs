@@ -455,3 +455,23 @@ async fn clients_as_they_come_loopback_ports_basic_auth_preflight_and_refresh_ta
         );
     }
 }
+
+#[tokio::test]
+async fn a_metadata_document_is_fetched_only_for_a_signed_in_owner() {
+    let d = Dash::start(&[]).await;
+    let pkce = Pkce::new();
+    let document = "https://app.example/oauth/client.json";
+    let ask = Ask::new(&d, document, &pkce);
+    // signed out: sent to sign in, nothing fetched (a fetch here would fail: no such host)
+    let reply = d.get(&ask.path(), None).await;
+    assert_eq!(reply.status, 303, "{reply:?}");
+    assert!(
+        location(&reply).starts_with("/dashboard/sign-in?next="),
+        "{reply:?}"
+    );
+    // signed in: the document is fetched, fails, and the request is refused without a redirect
+    let owner = d.sign_in("document@example.org").await;
+    let reply = d.get(&ask.path(), Some(&owner.cookie)).await;
+    assert_eq!(reply.status, 400, "{reply:?}");
+    assert!(reply.header("location").is_none(), "{reply:?}");
+}
