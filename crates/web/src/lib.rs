@@ -4,6 +4,7 @@
 //! the environment are ignored, and time and size are bounded. Bodies are rendered for a
 //! language model to read: HTML as Markdown, JSON pretty-printed, images as images.
 
+mod html;
 mod render;
 mod resolve;
 
