@@ -19,12 +19,27 @@ pub const MIN_REDACTED_BYTES: usize = 3;
 /// for larger texts or when a value is found.
 const QUICK_SCAN_BYTES: usize = 16 * 1024;
 
+/// A stream whose values have a form longer than this is shown only when it ends: what is
+/// held back for a split value, and scanned again with every piece, grows with the longest
+/// form, so a 64 KiB value would make a stream of small pieces quadratic.
+pub const STREAM_LONGEST_FORM: usize = 4096;
+
+/// Comparisons a piece of a stream may spend finding the shortest tail to hold back: this
+/// many, and [`HOLD_BACK_SEARCH_PER_BYTE`] for each of its bytes. Past that the tail is held
+/// from where the search stopped (more is held, never less), so a value and a text made to
+/// agree at every offset keep the work linear in the stream.
+const HOLD_BACK_SEARCH: usize = 4096;
+/// See [`HOLD_BACK_SEARCH`].
+const HOLD_BACK_SEARCH_PER_BYTE: usize = 64;
+
 /// Replaces the values of a call's secrets in text.
 pub struct Redactor {
     patterns: Vec<Zeroizing<Vec<u8>>>,
     automaton: OnceLock<Option<AhoCorasick>>,
     replacements: Vec<String>,
     longest: usize,
+    /// Bytes some form begins with: a tail starting with any other byte begins no value.
+    first_bytes: [bool; 256],
 }
 
 impl std::fmt::Debug for Redactor {
@@ -52,11 +67,18 @@ impl Redactor {
             }
         }
         let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
+        let mut first_bytes = [false; 256];
+        for pattern in &patterns {
+            if let Some(first) = pattern.first() {
+                first_bytes[usize::from(*first)] = true;
+            }
+        }
         Self {
             patterns,
             automaton: OnceLock::new(),
             replacements,
             longest,
+            first_bytes,
         }
     }
 
@@ -139,9 +161,13 @@ impl StreamRedactor<'_> {
             return piece.to_owned();
         }
         self.held.push_str(piece);
+        if self.redactor.longest > STREAM_LONGEST_FORM {
+            // held whole until the end, where it is redacted once
+            return String::new();
+        }
         // A value that starts before `safe` ends inside what is held, so every match starting
         // there is known whole; from `safe` on a value may still continue in the next piece.
-        let safe = self.unfinished_start();
+        let safe = self.unfinished_start(piece.len());
         if !self.redactor.may_hold_a_value(&self.held) {
             // nothing to replace: the automaton (costly to build) is not needed
             let mut end = safe;
@@ -174,19 +200,35 @@ impl StreamRedactor<'_> {
     }
 
     /// Where the held text's longest tail that begins some value starts (its length when
-    /// none does): only that much must wait for the next piece.
-    fn unfinished_start(&self) -> usize {
+    /// none does): only that much must wait for the next piece. The search is bounded by
+    /// [`HOLD_BACK_SEARCH`]; if it runs out, the tail is held from where it stopped.
+    fn unfinished_start(&self, piece: usize) -> usize {
         let held = self.held.as_bytes();
         let first = held.len().saturating_sub(self.redactor.longest - 1);
-        (first..held.len())
-            .find(|&start| {
-                let tail = &held[start..];
-                self.redactor
-                    .patterns
-                    .iter()
-                    .any(|pattern| pattern.len() > tail.len() && pattern.starts_with(tail))
-            })
-            .unwrap_or(held.len())
+        let mut budget = HOLD_BACK_SEARCH + HOLD_BACK_SEARCH_PER_BYTE * piece;
+        for start in first..held.len() {
+            if !self.redactor.first_bytes[usize::from(held[start])] {
+                continue;
+            }
+            let tail = &held[start..];
+            for pattern in &self.redactor.patterns {
+                // charged what the comparison may read, so a value and a text made to agree
+                // at every offset cannot make this quadratic
+                let cost = if pattern.first() == tail.first() {
+                    tail.len().min(pattern.len())
+                } else {
+                    1
+                };
+                if cost > budget {
+                    return start;
+                }
+                budget -= cost;
+                if pattern.len() > tail.len() && pattern.starts_with(tail) {
+                    return start;
+                }
+            }
+        }
+        held.len()
     }
 
     /// The rest of the stream, redacted.

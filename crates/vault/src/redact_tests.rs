@@ -87,3 +87,32 @@ fn a_stream_holds_back_only_a_tail_that_could_begin_a_value() {
     assert_eq!(stream.push("cret-123 done"), "[REDACTED:KEY] done");
     assert_eq!(stream.finish(), "");
 }
+
+#[test]
+fn a_stream_made_to_match_everywhere_costs_a_bounded_search_per_piece() {
+    // a value and a text that agree at every offset: finding the shortest tail to hold back
+    // would compare ~longest² bytes per piece without a bound
+    let value = "a".repeat(1300) + "b";
+    let r = redactor(&[("AAA", &value)]);
+    // every tail of a unit begins like the value and fails only at its last byte
+    let text = ("a".repeat(1290) + "c").repeat(30) + &value;
+    let mut stream = r.stream();
+    let mut shown = String::new();
+    for piece in text.as_bytes().chunks(7) {
+        shown += &stream.push(std::str::from_utf8(piece).unwrap());
+    }
+    shown += &stream.finish();
+    assert_eq!(shown, r.redact(&text));
+    assert!(!shown.contains(&value));
+}
+
+#[test]
+fn a_stream_with_a_very_long_value_is_shown_at_its_end() {
+    let value = "v".repeat(super::STREAM_LONGEST_FORM);
+    let r = redactor(&[("BIG", &value)]);
+    let mut stream = r.stream();
+    assert_eq!(stream.push("before "), "");
+    assert_eq!(stream.push(&value[..10]), "");
+    assert_eq!(stream.push(&value[10..]), "");
+    assert_eq!(stream.finish(), "before [REDACTED:BIG]");
+}
