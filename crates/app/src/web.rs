@@ -58,6 +58,10 @@ pub struct WebRequest {
     pub headers: Vec<(String, String)>,
     /// The request body, secrets already substituted.
     pub body: Option<String>,
+    /// The body holds a secret's value: it is never sent again to another origin (a 307 or
+    /// 308 redirect there is refused). Headers the caller set are never sent to another
+    /// origin at all.
+    pub body_holds_secret: bool,
     /// Bytes of the (decompressed) body to read at most; the rest is cut.
     pub max_bytes: usize,
 }
@@ -69,6 +73,7 @@ impl std::fmt::Debug for WebRequest {
             .field("method", &self.method)
             .field("headers", &self.headers.len())
             .field("body_bytes", &self.body.as_ref().map(String::len))
+            .field("body_holds_secret", &self.body_holds_secret)
             .field("max_bytes", &self.max_bytes)
             .finish_non_exhaustive()
     }

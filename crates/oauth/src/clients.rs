@@ -72,6 +72,7 @@ impl AuthServer {
                 url: url.to_owned(),
                 headers: vec![("Accept".to_owned(), "application/json".to_owned())],
                 body: None,
+                body_holds_secret: false,
                 max_bytes: MAX_DOCUMENT_BYTES,
             })
             .await

@@ -13,8 +13,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::StatusCode;
+use reqwest::header::{
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue, LOCATION,
+};
 use reqwest::redirect;
+use tokio::time::Instant;
 use toolgate_app::web::{Web, WebError, WebPage, WebRequest};
 use toolgate_egress::EgressPolicy;
 use url::Url;
@@ -59,6 +63,8 @@ pub const MAX_REDIRECTS: usize = 5;
 pub struct WebClient {
     client: reqwest::Client,
     policy: Arc<EgressPolicy>,
+    /// The most a request may take, redirects included.
+    timeout: Duration,
 }
 
 impl std::fmt::Debug for WebClient {
@@ -72,41 +78,91 @@ impl WebClient {
     pub fn new(policy: EgressPolicy, timeout: Duration) -> Result<Self, String> {
         install_tls_provider();
         let policy = Arc::new(policy);
-        let for_redirects = policy.clone();
+        // redirects are followed here, hop by hop, not by reqwest: what the caller set must
+        // not follow a redirect to another origin (reqwest keeps custom headers such as
+        // X-Api-Key, sends the first URL with its query as Referer, and resends a 307's body)
         let client = reqwest::Client::builder()
             .no_proxy()
             .dns_resolver(Arc::new(resolve::GuardedResolver::new(policy.clone())))
-            .redirect(redirect::Policy::custom(move |attempt| {
-                if attempt.previous().len() > MAX_REDIRECTS {
-                    return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
-                }
-                match for_redirects.check_url(attempt.url()) {
-                    Ok(()) => attempt.follow(),
-                    Err(refusal) => attempt.error(refusal),
-                }
-            }))
+            .redirect(redirect::Policy::none())
+            .referer(false)
             .connect_timeout(timeout.min(Duration::from_secs(10)))
             .timeout(timeout)
             .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { client, policy })
+        Ok(Self {
+            client,
+            policy,
+            timeout,
+        })
     }
 
     async fn fetch(&self, request: WebRequest) -> Result<WebPage, WebError> {
-        let url =
+        let deadline = Instant::now() + self.timeout;
+        let mut url =
             Url::parse(&request.url).map_err(|e| WebError::Refused(format!("not a URL: {e}")))?;
         self.policy
             .check_url(&url)
             .map_err(|r| WebError::Refused(r.to_string()))?;
-        let headers = header_map(&request.headers)?;
-        let method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
+        let origin = url.origin();
+        let mut headers = header_map(&request.headers)?;
+        let mut method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
             .map_err(|_| WebError::Refused("unknown method".to_owned()))?;
-        let mut builder = self.client.request(method, url).headers(headers);
-        if let Some(body) = request.body {
-            builder = builder.body(body);
-        }
-        let response = builder.send().await.map_err(failed)?;
+        let mut body = request.body;
+        let mut hops = 0;
+        let response = loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(WebError::Failed("the request timed out".to_owned()));
+            }
+            let mut builder = self
+                .client
+                .request(method.clone(), url.clone())
+                .headers(headers.clone())
+                .timeout(remaining);
+            if let Some(body) = &body {
+                builder = builder.body(body.clone());
+            }
+            let response = builder.send().await.map_err(failed)?;
+            let Some(next) = redirect_target(&response, &url)? else {
+                break response;
+            };
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(WebError::Refused(format!(
+                    "redirect refused: more than {MAX_REDIRECTS} redirects"
+                )));
+            }
+            self.policy
+                .check_url(&next)
+                .map_err(|r| WebError::Refused(format!("redirect refused: {r}")))?;
+            let keeps_body = matches!(
+                response.status(),
+                StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+            );
+            if !keeps_body {
+                // 301, 302 and 303 continue as a GET without the body, as browsers do
+                if method != reqwest::Method::HEAD {
+                    method = reqwest::Method::GET;
+                }
+                body = None;
+                for header in [CONTENT_TYPE, CONTENT_LENGTH, CONTENT_ENCODING] {
+                    headers.remove(header);
+                }
+            }
+            if next.origin() != origin {
+                if body.is_some() && request.body_holds_secret {
+                    return Err(WebError::Refused(format!(
+                        "redirect refused: the answer ({}) sends the request to another \
+                         origin, and its body holds a secret, which is not sent there",
+                        response.status()
+                    )));
+                }
+                headers.clear();
+            }
+            url = next;
+        };
         let status = response.status().as_u16();
         let final_url = response.url().to_string();
         // the site chooses this header: only a type's worth of it is passed on
@@ -134,6 +190,28 @@ impl WebClient {
             content_type,
         })
     }
+}
+
+/// Where a redirect answer sends the request next, if it is one to follow.
+fn redirect_target(response: &reqwest::Response, current: &Url) -> Result<Option<Url>, WebError> {
+    let followed = matches!(
+        response.status(),
+        StatusCode::MOVED_PERMANENTLY
+            | StatusCode::FOUND
+            | StatusCode::SEE_OTHER
+            | StatusCode::TEMPORARY_REDIRECT
+            | StatusCode::PERMANENT_REDIRECT
+    );
+    let Some(location) = response.headers().get(LOCATION).filter(|_| followed) else {
+        return Ok(None);
+    };
+    let location = location
+        .to_str()
+        .map_err(|_| WebError::Failed("a redirect's Location is not text".to_owned()))?;
+    current
+        .join(location)
+        .map(Some)
+        .map_err(|e| WebError::Failed(format!("a redirect's Location is not a URL: {e}")))
 }
 
 #[async_trait]
@@ -205,5 +283,7 @@ fn chain(err: reqwest::Error) -> String {
     parts.join(": ")
 }
 
+#[cfg(test)]
+mod redirect_tests;
 #[cfg(test)]
 mod tests;

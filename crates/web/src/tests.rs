@@ -150,6 +150,7 @@ fn get_of(url: String) -> WebRequest {
         url,
         headers: Vec::new(),
         body: None,
+        body_holds_secret: false,
         max_bytes: 1024 * 1024,
     }
 }

@@ -22,5 +22,6 @@ mod protocol;
 mod reads;
 mod sandbox;
 mod sql;
+mod tenant_fetches;
 mod vault;
 mod web;

@@ -299,6 +299,15 @@ async fn a_file_read_back_from_a_session_that_had_a_secret_is_redacted() {
         assert!(!shown.contains(VALUE), "{path}: {shown}");
         assert!(shown.contains("[REDACTED:TOKEN]"), "{path}: {shown}");
     }
+    // later runs that name no secret show what the session kept, redacted the same way
+    for later in [
+        json!({"session_id": "files", "bash": "cat leak.txt"}),
+        json!({"session_id": "files", "code": "print(saved)\nsaved"}),
+    ] {
+        let shown = f.write(later).await.to_string();
+        assert!(!shown.contains(VALUE), "{shown}");
+        assert!(shown.contains("[REDACTED:TOKEN]"), "{shown}");
+    }
 }
 
 /// Every file under `root` (recursively) that holds `needle`.

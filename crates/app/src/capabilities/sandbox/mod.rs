@@ -24,7 +24,8 @@ use toolgate_sandbox::{
 
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject};
 use crate::schema::FieldKind;
-use crate::secrets::Secrets;
+use crate::secrets::{OpenedSecrets, Secrets};
+use toolgate_domain::SecretName;
 
 pub use read::ReadFile;
 pub use run::{Runner, Upload};
@@ -291,7 +292,7 @@ fn uploaded_files(args: &JsonObject) -> Result<Vec<WorkspaceFile>, Failure> {
 impl Sandbox {
     /// Remembers that `session` was given `names` (pruning the account's dead sessions when
     /// it remembers many).
-    async fn expose(&self, account: &str, session: &str, names: &[toolgate_domain::SecretName]) {
+    async fn expose(&self, account: &str, session: &str, names: &[SecretName]) {
         if self.exposed.record(account, session, names) {
             let live: Vec<String> = self
                 .sessions
@@ -336,11 +337,27 @@ impl Sandbox {
         ctx: &CallContext<'_>,
         session: &str,
     ) -> toolgate_vault::Redactor {
-        let names = self.exposed.of(&account_key(ctx), session);
+        self.given_to(ctx, session, &[]).await.redactor()
+    }
+
+    /// The values of the secrets `session` was given (those that still exist), but for
+    /// `except` (already opened by the caller).
+    pub(crate) async fn given_to(
+        &self,
+        ctx: &CallContext<'_>,
+        session: &str,
+        except: &[SecretName],
+    ) -> OpenedSecrets {
+        let names: Vec<SecretName> = self
+            .exposed
+            .of(&account_key(ctx), session)
+            .into_iter()
+            .filter(|name| !except.contains(name))
+            .collect();
         let Some(secrets) = self.secrets.as_ref().filter(|_| !names.is_empty()) else {
-            return toolgate_vault::Redactor::new(std::iter::empty());
+            return OpenedSecrets::default();
         };
-        let opened = match secrets.open(&ctx.account.id, &names).await {
+        match secrets.open(&ctx.account.id, &names).await {
             Ok(opened) => opened,
             // some were deleted since: redact the ones left
             Err(crate::secrets::SecretsError::Unknown(gone)) => {
@@ -353,9 +370,8 @@ impl Sandbox {
                     .await
                     .unwrap_or_default()
             }
-            Err(_) => crate::secrets::OpenedSecrets::default(),
-        };
-        opened.redactor()
+            Err(_) => OpenedSecrets::default(),
+        }
     }
 }
 

@@ -196,7 +196,21 @@ impl Capability for Runner {
                 limits,
             )
         };
-        let redactor = opened.redactor();
+        // a session keeps what earlier runs were given (in variables, files, its history):
+        // what it shows now is redacted of those too
+        let earlier = match scope.caller_id() {
+            Some(session) => {
+                let names: Vec<SecretName> = opened.iter().map(|(n, _)| n.clone()).collect();
+                self.sandbox.given_to(ctx, session, &names).await
+            }
+            None => OpenedSecrets::default(),
+        };
+        let redactor = Redactor::new(
+            opened
+                .iter()
+                .chain(earlier.iter())
+                .map(|(name, value)| (name, value.as_bytes())),
+        );
         let call = self
             .run_streaming(request, ctx, &redactor)
             .await

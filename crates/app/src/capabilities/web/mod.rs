@@ -88,6 +88,10 @@ impl Client {
             .map(|h| h.keys().cloned().zip(filled.by_ref()).collect())
             .unwrap_or_default();
         let body = written.body.and_then(|_| filled.next());
+        // a body with a placeholder never follows a redirect to another origin
+        let body_holds_secret = written
+            .body
+            .is_some_and(|text| placeholders(text).is_ok_and(|names| !names.is_empty()));
         let max_bytes = written
             .max_bytes
             .and_then(|n| usize::try_from(n).ok())
@@ -100,6 +104,7 @@ impl Client {
                 url,
                 headers,
                 body,
+                body_holds_secret,
                 max_bytes,
             })
             .await
@@ -176,7 +181,8 @@ fn rendered(page: WebPage, redactor: &Redactor) -> Output {
     let (item, format) = match page.content {
         WebContent::Text { text, format } => (ContentItem::Text(redactor.redact(&text)), format),
         WebContent::Image { data, mime_type } => (ContentItem::Image { data, mime_type }, "image"),
-        WebContent::Binary { summary } => (ContentItem::Text(summary), "binary"),
+        // the summary shows the first bytes, which the site chooses: a value may be among them
+        WebContent::Binary { summary } => (ContentItem::Text(redactor.redact(&summary)), "binary"),
     };
     let mut content = vec![item];
     if page.truncated {
@@ -189,7 +195,8 @@ fn rendered(page: WebPage, redactor: &Redactor) -> Output {
         content,
         structured: json!({
             "status": page.status, "final_url": redactor.redact(&page.final_url),
-            "content_type": page.content_type, "format": format, "bytes": page.bytes,
+            // the site chooses its Content-Type, and may echo a value there too
+            "content_type": redactor.redact(&page.content_type), "format": format, "bytes": page.bytes,
             "truncated": page.truncated,
         }),
         // the answer arrived, but it says the request failed
