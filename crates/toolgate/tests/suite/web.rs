@@ -73,7 +73,7 @@ async fn pages_are_fetched_and_secrets_in_headers_never_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::sqlite(dir.path());
     let alice = create_account(&storage, "web@example.org");
-    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+    let mut server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
 
     let page = read(
         &server,
@@ -120,7 +120,7 @@ async fn pages_are_fetched_and_secrets_in_headers_never_come_back() {
     assert_eq!(missing["isError"], true, "{missing}");
     assert_eq!(missing["structuredContent"]["url"]["status"], 404);
     assert!(
-        !server.log_text().contains(TOKEN),
+        !server.stop_and_read_log().contains(TOKEN),
         "the secret is in the log"
     );
 }
