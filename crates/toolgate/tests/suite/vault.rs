@@ -7,6 +7,16 @@ use serde_json::{Value, json};
 
 const VALUE: &str = "sk-live-4f9c2b7e81d3a6f0";
 
+/// A value with every character URL encoding treats specially, and its encodings as Python's
+/// `urllib.parse` writes them: `quote(v, safe='')` (`%20`), `quote_plus(v)` (`+`) and
+/// `quote(v)` (which keeps `/`).
+const RESERVED: &str = "pa ss/w+rd%20&k=v é✓~";
+const RESERVED_ENCODED: [&str; 3] = [
+    "pa%20ss%2Fw%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+    "pa+ss%2Fw%2Brd%2520%26k%3Dv+%C3%A9%E2%9C%93~",
+    "pa%20ss/w%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+];
+
 fn text_of(result: &Value) -> String {
     result.to_string()
 }
@@ -81,7 +91,7 @@ async fn a_secret_is_stored_listed_and_never_shown() {
 
 #[tokio::test]
 async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
-    let f = fixture().await;
+    let mut f = fixture().await;
     store(&f, &f.alice, "TOKEN", VALUE).await;
     let code = "import os, sys, base64, urllib.parse\n\
                 v = os.environ['TOKEN']\n\
@@ -100,6 +110,22 @@ async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
     assert!(!shown.contains(VALUE), "the value leaked: {shown}");
     assert!(!shown.contains(&hex_of(VALUE)), "its hex leaked: {shown}");
     assert!(shown.matches("[REDACTED:TOKEN]").count() >= 7, "{shown}");
+
+    // a value with the characters URL encoding treats specially, in Python's usual encodings
+    store(&f, &f.alice, "ODD", RESERVED).await;
+    let code = "import os, urllib.parse as u\nv = os.environ['ODD']\n\
+                print('q', u.quote(v, safe=''))\nprint('p', u.quote_plus(v))\n\
+                print('s', u.quote(v))\nprint('f', u.urlencode({'k': v}))";
+    let result = f.write(json!({"code": code, "secrets": ["ODD"]})).await;
+    let shown = text_of(&result);
+    for form in RESERVED_ENCODED {
+        assert!(!shown.contains(form), "{form} leaked: {shown}");
+    }
+    assert_eq!(
+        result["structuredContent"]["python"]["stdout"],
+        "q [REDACTED:ODD]\np [REDACTED:ODD]\ns [REDACTED:ODD]\nf k=[REDACTED:ODD]\n",
+        "{shown}"
+    );
 
     // the variable belonged to that run only
     let later = f
@@ -133,7 +159,7 @@ async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
         "{bash}"
     );
 
-    let log = f.server.log_text();
+    let log = f.server.stop_and_read_log();
     assert!(!log.contains(VALUE), "the value is in the server's log");
 }
 
@@ -232,24 +258,45 @@ async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
     );
     assert_eq!(mode & 0o777, 0o600, "the key file is private");
     for n in 0..20 {
-        store(&f, &f.alice, &format!("S{n}"), &format!("{VALUE}-{n}")).await;
+        let stored = store(
+            &f,
+            &f.alice,
+            &format!("AT_REST_{n}"),
+            &format!("{VALUE}-{n}"),
+        )
+        .await;
+        assert_eq!(stored["isError"], false, "{stored}");
     }
     // every database file, the WAL included, holds no value in plaintext
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file()
-            && path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("toolgate.db")
-        {
-            let bytes = std::fs::read(&path).unwrap();
-            assert!(
-                !bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
-                "{path:?}"
-            );
+    let database_files = |needle: &str| -> (Vec<String>, Vec<String>) {
+        let (mut scanned, mut found) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_file() && name.starts_with("toolgate.db") {
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(name.clone());
+                }
+                scanned.push(name);
+            }
         }
+        (scanned, found)
+    };
+    let (scanned, found) = database_files(VALUE);
+    assert!(
+        scanned.iter().any(|name| name == "toolgate.db"),
+        "the scan did not read the database: {scanned:?}"
+    );
+    assert!(found.is_empty(), "a value in plaintext in {found:?}");
+    // the same scan finds what is stored in plaintext (the names, the address): it would have
+    // found a value
+    for needle in ["AT_REST_19", "alice@example.org"] {
+        let (_, found) = database_files(needle);
+        assert!(
+            !found.is_empty(),
+            "the scan of {scanned:?} cannot see {needle:?}, which is stored in plaintext"
+        );
     }
     // rotation while the server runs: every data key re-wrapped, every secret still usable
     let storage = Storage::sqlite(dir);
@@ -259,7 +306,7 @@ async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
     let keys = std::fs::read_to_string(&key_file).unwrap();
     assert!(keys.contains("\nv1 ") && keys.contains("\nv2 "));
     let used = f
-        .write(json!({"code": "import os\nprint(os.environ['S7'] == 'sk-live-4f9c2b7e81d3a6f0-7')", "secrets": ["S7"]}))
+        .write(json!({"code": "import os\nprint(os.environ['AT_REST_7'] == 'sk-live-4f9c2b7e81d3a6f0-7')", "secrets": ["AT_REST_7"]}))
         .await;
     assert!(text_of(&used).contains("True"), "{used}");
     // written after the rotation: sealed under the new version, opened by the running server
