@@ -1,6 +1,7 @@
 //! The vault through HTTP: secrets stored, listed (names and dates only), used by code as
 //! environment variables of one run, and never shown again: not in a result, streamed output,
-//! traceback, log line, or the database files.
+//! traceback, log line, or the database files; and a lost key file stops `serve` rather than
+//! being replaced by a key that opens nothing.
 
 use crate::common::*;
 use serde_json::{Value, json};
@@ -443,5 +444,58 @@ async fn values_are_encrypted_at_rest_on_postgresql_too() {
     assert!(
         !seen.is_empty(),
         "the scan cannot see plaintext in the data directory"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_when_the_key_file_is_lost_while_secrets_are_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let dana = create_account(&storage, "dana@example.org");
+    let mut server = Server::start(&storage, &[]).await;
+    let args = json!({"secret_set": {"name": "KEPT", "value": VALUE}});
+    let stored = post_personal(&client(), &server, &dana.key, &tool_call("svc_write", args))
+        .await
+        .result();
+    assert_eq!(stored["isError"], false, "{stored}");
+    assert!(server.stop(), "the server stops on SIGTERM");
+    let key_file = dir.path().join("vault.key");
+    let kept = std::fs::read(&key_file).unwrap();
+    std::fs::remove_file(&key_file).unwrap();
+
+    let out = cli(Some(&storage), &["serve", "--listen", "127.0.0.1:0"], &[]);
+    assert!(
+        out.code.is_some() && !out.success(),
+        "serve must stop by itself: {out:?}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "the vault key file {} is missing, but the database holds secrets sealed by it",
+            key_file.display()
+        )),
+        "{out:?}"
+    );
+    assert!(out.stdout.trim().is_empty(), "it never listened: {out:?}");
+    assert!(!key_file.exists(), "no new key was made in its place");
+
+    // the file restored from its backup: the service starts, and the secret still opens
+    std::fs::write(&key_file, &kept).unwrap();
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let server = Server::start(&storage, &[]).await;
+    let listed = post_personal(
+        &client(),
+        &server,
+        &dana.key,
+        &tool_call("svc_read", json!({"list_secrets": true})),
+    )
+    .await
+    .result();
+    assert_eq!(
+        listed["structuredContent"]["list_secrets"]["secrets"][0]["name"], "KEPT",
+        "{listed}"
     );
 }
