@@ -410,3 +410,31 @@ async fn mysql_through_a_connection_string_in_the_vault() {
     f.write(json!({"database": "MY", "sql": format!("DROP TABLE {table}")}))
         .await;
 }
+
+#[tokio::test]
+async fn serve_refuses_to_start_while_the_postgres_client_would_add_the_operators_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    for name in [
+        "PGSSLROOTCERT",
+        "PGSSLCERT",
+        "PGSSLKEY",
+        "PGSSLKEYPASSWORD",
+        "PGOPTIONS",
+    ] {
+        let out = cli(
+            Some(&storage),
+            &["serve", "--listen", "127.0.0.1:0"],
+            &[(name, "/etc/ssl/operator.pem")],
+        );
+        assert!(
+            out.code.is_some() && !out.success(),
+            "{name}: serve must stop by itself: {out:?}"
+        );
+        assert!(
+            out.stderr.contains(&format!("unset {name} before serving")),
+            "{name}: {out:?}"
+        );
+        assert!(out.stdout.trim().is_empty(), "{name}: it listened: {out:?}");
+    }
+}
