@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what the client, conformance, search, mail and dashboard tests need: .deps/, the
-# tests' node_modules, and Debian's searx, aiosmtpd and chromium.
+# tests' node_modules, and Debian's searx, aiosmtpd, chromium, iproute2 and openssl.
 # Idempotent: a second run with everything in place does nothing and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -57,4 +57,14 @@ if [[ ! -x /usr/bin/chromium ]]; then
   export DEBIAN_FRONTEND=noninteractive
   quiet apt-get update
   quiet apt-get install -y --no-install-recommends chromium fonts-dejavu-core
+fi
+
+# 7. Debian's iproute2 and openssl: the STARTTLS mail test gives itself a non-loopback address in
+#    a network namespace of its own (`ip`, with util-linux's `unshare`) and a self-signed
+#    certificate (`openssl`).
+if [[ ! -x /usr/sbin/ip && ! -x /sbin/ip ]] || ! command -v openssl >/dev/null; then
+  [[ $EUID -eq 0 ]] || die "iproute2 or openssl is not installed and installing needs root"
+  export DEBIAN_FRONTEND=noninteractive
+  quiet apt-get update
+  quiet apt-get install -y --no-install-recommends iproute2 openssl
 fi

@@ -263,9 +263,25 @@ export async function startToolgate({ smtpPort, stripeBase, extraEnv = {} }) {
     cleanup();
     throw new Error(`toolgate serve did not start (${e.message}):\n${tail}`);
   }
+  const readLog = () => readFileSync(logPath, 'utf8');
   return {
-    base, dataDir, logTail,
-    log: () => readFileSync(logPath, 'utf8'),
+    base, dataDir, logTail, log: readLog,
+    // The log complete up to now, for "never in the log" checks: a request of its own and its
+    // access-log line awaited (the log writer keeps order, so every earlier line is in the file).
+    // An unreadable log or a marker that never arrives fails, rather than passing on too little.
+    async settledLog() {
+      // short: the access log hides any run of 16 or more key-like characters
+      const marker = `log-marker=${Math.floor(Math.random() * 1e9).toString(36)}`;
+      const r = await fetch(`${base}/healthz?${marker}`, { signal: AbortSignal.timeout(10_000) });
+      if (r.status !== 200) throw new Error(`the marker request answered ${r.status}`);
+      const deadline = Date.now() + 10_000;
+      for (;;) {
+        const text = readLog();
+        if (text.includes(marker)) return text;
+        if (Date.now() > deadline) throw new Error(`${marker} did not reach the server's log:\n${text.slice(-4000)}`);
+        await new Promise((done) => setTimeout(done, 20));
+      }
+    },
     async stop() { await stopChild(proc); cleanup(); },
   };
 }

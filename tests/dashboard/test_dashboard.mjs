@@ -519,7 +519,7 @@ describe('the dashboard in chromium', () => {
   }, { soft: true, always: true });
 
   step('the server\'s log holds no sign-in token, key, secret value or Stripe secret', async () => {
-    const log = tg.log();
+    const log = await tg.settledLog();
     const keyOf = (u) => u && new URL(u).pathname.split('/').pop();
     const secrets = {
       'the sign-in token': link && new URL(link).searchParams.get('token'),

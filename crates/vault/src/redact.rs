@@ -246,19 +246,25 @@ fn forms(value: &[u8]) -> Vec<Zeroizing<Vec<u8>>> {
     }
     forms.push(Zeroizing::new(hex::encode(value).into_bytes()));
     forms.push(Zeroizing::new(hex::encode_upper(value).into_bytes()));
-    forms.push(Zeroizing::new(url_encoded(value, false).into_bytes()));
-    forms.push(Zeroizing::new(url_encoded(value, true).into_bytes()));
+    forms.push(Zeroizing::new(
+        url_encoded(value, false, false).into_bytes(),
+    ));
+    forms.push(Zeroizing::new(url_encoded(value, true, false).into_bytes()));
+    // Python's `urllib.parse.quote(v)` keeps `/` unless told otherwise
+    forms.push(Zeroizing::new(url_encoded(value, false, true).into_bytes()));
     forms
 }
 
-/// Percent-encoding of everything but unreserved characters (`+` for spaces with `plus`).
-fn url_encoded(value: &[u8], plus: bool) -> String {
+/// Percent-encoding of everything but unreserved characters (`+` for spaces with `plus`, `/`
+/// left as it is with `keep_slash`).
+fn url_encoded(value: &[u8], plus: bool, keep_slash: bool) -> String {
     let mut out = String::with_capacity(value.len() * 3);
     for &byte in value {
         match byte {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
                 out.push(char::from(byte));
             }
+            b'/' if keep_slash => out.push('/'),
             b' ' if plus => out.push('+'),
             _ => out.push_str(&format!("%{byte:02X}")),
         }

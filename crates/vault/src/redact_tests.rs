@@ -23,13 +23,44 @@ fn every_form_of_a_value_is_replaced() {
         base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value),
         hex::encode(value),
         hex::encode_upper(value),
-        url_encoded(value.as_bytes(), false),
-        url_encoded(value.as_bytes(), true),
+        url_encoded(value.as_bytes(), false, false),
+        url_encoded(value.as_bytes(), true, false),
     ] {
         let shown = r.redact(&format!("before {form} after"));
         assert_eq!(shown, "before [REDACTED:TOKEN] after", "form {form}");
     }
     assert_eq!(r.redact("nothing here"), "nothing here");
+}
+
+/// A value with every character URL encoding treats specially, and its encodings as Python's
+/// `urllib.parse` writes them (`quote(v, safe='')`, `quote_plus(v)`, `quote(v)`), written out
+/// here rather than computed by the code under test.
+const RESERVED: &str = "pa ss/w+rd%20&k=v é✓~";
+const RESERVED_ENCODED: [&str; 3] = [
+    "pa%20ss%2Fw%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+    "pa+ss%2Fw%2Brd%2520%26k%3Dv+%C3%A9%E2%9C%93~",
+    "pa%20ss/w%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+];
+
+#[test]
+fn url_encodings_of_reserved_and_non_ascii_characters_are_replaced() {
+    let r = redactor(&[("ODD", RESERVED)]);
+    for form in RESERVED_ENCODED {
+        assert_eq!(
+            r.redact(&format!("GET /?k={form}&x=1")),
+            "GET /?k=[REDACTED:ODD]&x=1",
+            "form {form}"
+        );
+        // and in a stream cut anywhere
+        let text = format!("k={form};");
+        for cut in 0..=text.len() {
+            let mut stream = r.stream();
+            let mut shown = stream.push(&text[..cut]);
+            shown += &stream.push(&text[cut..]);
+            shown += &stream.finish();
+            assert_eq!(shown, "k=[REDACTED:ODD];", "form {form} cut at {cut}");
+        }
+    }
 }
 
 #[test]

@@ -33,9 +33,38 @@ fn a_sealed_value_opens_only_where_it_was_sealed() {
             Err(VaultError::Undecryptable)
         ));
     }
-    let mut tampered = sealed.clone();
-    tampered.ciphertext[30] ^= 1;
-    assert!(vault.open(&alice, &name("TOKEN"), &tampered).is_err());
+    // any bit changed, anywhere (the nonce, the body, the tag, the wrapped key), or a part cut
+    // off: refused as undecryptable, never opened to something else
+    let mut tampered = Vec::new();
+    for at in 0..sealed.ciphertext.len() {
+        let mut changed = sealed.clone();
+        changed.ciphertext[at] ^= 1;
+        tampered.push((format!("ciphertext byte {at}"), changed));
+    }
+    for at in 0..sealed.wrapped_key.len() {
+        let mut changed = sealed.clone();
+        changed.wrapped_key[at] ^= 0x80;
+        tampered.push((format!("wrapped key byte {at}"), changed));
+    }
+    for keep in [0, 23, 24, sealed.ciphertext.len() - 1] {
+        let mut cut = sealed.clone();
+        cut.ciphertext.truncate(keep);
+        tampered.push((format!("ciphertext cut to {keep} bytes"), cut));
+        let mut cut = sealed.clone();
+        cut.wrapped_key.truncate(keep);
+        tampered.push((format!("wrapped key cut to {keep} bytes"), cut));
+    }
+    let mut swapped = sealed.clone();
+    std::mem::swap(&mut swapped.ciphertext, &mut swapped.wrapped_key);
+    tampered.push(("ciphertext and wrapped key swapped".to_owned(), swapped));
+    for (what, changed) in &tampered {
+        let opened = vault.open(&alice, &name("TOKEN"), changed);
+        assert!(
+            matches!(opened, Err(VaultError::Undecryptable)),
+            "{what}: {:?}",
+            opened.map(|plain| plain.to_vec())
+        );
+    }
     let mut relabelled = sealed.clone();
     relabelled.key_version = 2;
     assert!(matches!(
@@ -82,10 +111,13 @@ fn rotation_through_the_key_file_rewraps_and_a_running_vault_follows() {
     let mode =
         std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&path).unwrap().permissions());
     assert_eq!(mode & 0o777, 0o600);
+    let before = std::fs::read(&path).unwrap();
+    let again = KeyFile::new(&path).create();
     assert!(
-        KeyFile::new(&path).create().is_err(),
-        "an existing key file is never replaced"
+        matches!(&again, Err(VaultError::KeyFileIo { source, .. }) if source.kind() == std::io::ErrorKind::AlreadyExists),
+        "an existing key file is never replaced: {again:?}"
     );
+    assert_eq!(std::fs::read(&path).unwrap(), before);
 
     let running = Vault::open_source(KeySource::File(KeyFile::new(&path))).unwrap();
     let account = AccountId::generate();
@@ -144,8 +176,14 @@ fn an_account_key_opens_only_as_that_accounts_key() {
     ));
     // never as a secret of any name (the empty-named label included), nor a secret as the key
     for secret in ["A", "_"] {
-        assert!(vault.open(&alice, &name(secret), &sealed).is_err());
+        assert!(matches!(
+            vault.open(&alice, &name(secret), &sealed),
+            Err(VaultError::Undecryptable)
+        ));
     }
     let secret = vault.seal(&alice, &name("KEY"), b"svck_0123").unwrap();
-    assert!(vault.open_account_key(&alice, &secret).is_err());
+    assert!(matches!(
+        vault.open_account_key(&alice, &secret),
+        Err(VaultError::Undecryptable)
+    ));
 }

@@ -146,7 +146,7 @@ async fn started() -> (
 
 #[tokio::test]
 async fn a_model_answers_with_the_key_from_the_vault_which_never_comes_back() {
-    let (_dir, server, alice, bob, seen) = started().await;
+    let (_dir, mut server, alice, bob, seen) = started().await;
     // no key anywhere: a clear error that says where to put one
     let keyless = ai(
         &server,
@@ -235,7 +235,7 @@ async fn a_model_answers_with_the_key_from_the_vault_which_never_comes_back() {
         "{local}"
     );
     assert_eq!(seen.lock().unwrap().last().unwrap(), "");
-    let log = server.log_text();
+    let log = server.stop_and_read_log();
     assert!(!log.contains(KEY), "the key reached the log");
 }
 

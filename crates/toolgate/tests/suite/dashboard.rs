@@ -450,3 +450,126 @@ async fn a_cross_site_confirmation_is_refused_and_the_link_still_works() {
             .contains("victim@example.org")
     );
 }
+
+/// The headers every dashboard answer must carry: no framing, no caching, no sniffing, a
+/// referrer only to this origin, and a content policy that loads the dashboard's own script and
+/// stylesheet and nothing else (no inline code, no other origin, no framing by anyone).
+fn assert_page_headers(what: &str, reply: &Reply) {
+    assert_eq!(
+        reply.header("x-frame-options").as_deref(),
+        Some("DENY"),
+        "{what}: {reply:?}"
+    );
+    assert_eq!(
+        reply.header("cache-control").as_deref(),
+        Some("no-store"),
+        "{what}: {reply:?}"
+    );
+    assert_eq!(
+        reply.header("x-content-type-options").as_deref(),
+        Some("nosniff"),
+        "{what}"
+    );
+    assert_eq!(
+        reply.header("referrer-policy").as_deref(),
+        Some("same-origin"),
+        "{what}"
+    );
+    let policy = reply
+        .header("content-security-policy")
+        .unwrap_or_else(|| panic!("{what}: no Content-Security-Policy: {reply:?}"));
+    let directives: std::collections::HashMap<&str, &str> = policy
+        .split(';')
+        .filter_map(|d| d.trim().split_once(' '))
+        .collect();
+    for (directive, value) in [
+        ("default-src", "'none'"),
+        ("script-src", "'self'"),
+        ("style-src", "'self'"),
+        ("img-src", "'self'"),
+        ("connect-src", "'none'"),
+        ("base-uri", "'none'"),
+        ("frame-ancestors", "'none'"),
+    ] {
+        assert_eq!(directives.get(directive), Some(&value), "{what}: {policy}");
+    }
+    for loose in ["unsafe", "*", "http:", "https:", "data:"] {
+        assert!(!policy.contains(loose), "{what}: {loose} in {policy}");
+    }
+}
+
+#[tokio::test]
+async fn every_dashboard_answer_keeps_out_of_frames_and_caches_and_loads_only_its_own_assets() {
+    let d = Dash::start(&[]).await;
+    let unused = d.new_link("second@example.org").await;
+    let session = d.sign_in("framed@example.org").await;
+    let cookie = Some(session.cookie.as_str());
+    let mut answers = Vec::new();
+    for path in [
+        "/dashboard",
+        "/dashboard/secrets",
+        "/dashboard/usage",
+        "/dashboard/wallet",
+        "/dashboard/sessions",
+        "/dashboard/apps",
+    ] {
+        let page = d.get(path, cookie).await;
+        assert_eq!(page.status, 200, "{path}: {page:?}");
+        answers.push((path.to_owned(), page));
+    }
+    answers.push((
+        "sign-in page".into(),
+        d.get("/dashboard/sign-in", None).await,
+    ));
+    answers.push(("the link's page".into(), d.confirm_page(&unused).await));
+    let forged = d.confirm_page(&forged_token()).await;
+    assert_error_page(&forged, 400);
+    answers.push(("a forged link's page".into(), forged));
+    let signed_out = d.get("/dashboard", None).await;
+    assert_see_other(&signed_out, "/dashboard/sign-in");
+    answers.push(("the redirect to sign in".into(), signed_out));
+    let unknown_app = d
+        .get(
+            "/dashboard/oauth/authorize?response_type=code&client_id=tgc_none",
+            cookie,
+        )
+        .await;
+    assert_error_page(&unknown_app, 400);
+    answers.push(("an unknown app's authorization".into(), unknown_app));
+    let cross_site = d
+        .post_from(
+            "/dashboard/secrets/set",
+            cookie,
+            &[("csrf", &session.csrf), ("name", "A"), ("value", "v")],
+            Some("http://evil.example"),
+        )
+        .await;
+    assert_error_page(&cross_site, 403);
+    answers.push(("a cross-site form".into(), cross_site));
+    let saved = d
+        .post(
+            "/dashboard/secrets/set",
+            &session,
+            &[("csrf", &session.csrf), ("name", "A"), ("value", "v1")],
+        )
+        .await;
+    assert_eq!(saved.status, 303, "{saved:?}");
+    answers.push(("the redirect after a form".into(), saved));
+    for (what, reply) in &answers {
+        assert_page_headers(what, reply);
+        // nothing inline the policy would block: scripts and styles come from the assets
+        let body = reply.body.to_ascii_lowercase();
+        for inline in ["<style", " style=", " onclick=", " onload=", "javascript:"] {
+            assert!(!body.contains(inline), "{what}: {inline} in {}", reply.body);
+        }
+        for script in body.split("<script").skip(1) {
+            assert!(
+                script
+                    .trim_start()
+                    .starts_with(r#"src="/dashboard/assets/app.js""#),
+                "{what}: an inline or foreign script: {}",
+                reply.body
+            );
+        }
+    }
+}

@@ -181,7 +181,7 @@ fn rows_named(html: &str, name: &str) -> usize {
 
 #[tokio::test]
 async fn an_owner_reaches_only_the_own_secrets_and_never_their_values() {
-    let d = Dash::start(&[]).await;
+    let mut d = Dash::start(&[]).await;
     let alice = create_account(&d.storage, "alice@example.org");
     let bob = create_account(&d.storage, "bob@example.org");
     let a = d.sign_in("alice@example.org").await;
@@ -315,7 +315,7 @@ async fn an_owner_reaches_only_the_own_secrets_and_never_their_values() {
     let mine = d.page("/dashboard/secrets", &a).await;
     assert_eq!(rows_named(&mine, "ALPHA_TOKEN"), 0, "{mine}");
     assert_eq!(listed_over_mcp(&d, &alice.key).await, ["BIG"]);
-    let log = d.server.log_text();
+    let log = d.server.stop_and_read_log();
     assert!(!log.contains(FIRST) && !log.contains(SECOND));
 }
 

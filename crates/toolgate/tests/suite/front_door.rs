@@ -133,7 +133,7 @@ async fn idle_and_half_sent_connections_cannot_lock_real_requests_out() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::sqlite(dir.path());
     let account = create_account(&storage, "busy@example.org");
-    let server = Server::start(&storage, &["--max-connections", "150"]).await;
+    let mut server = Server::start(&storage, &["--max-connections", "150"]).await;
     let pid = server.pid().to_string();
     let limited = std::process::Command::new("prlimit")
         .args(["--pid", &pid, "--nofile=256:256"])
@@ -166,7 +166,7 @@ async fn idle_and_half_sent_connections_cannot_lock_real_requests_out() {
     .expect("a customer's call is answered");
     billing_of(&call);
     drop(held);
-    assert!(!server.log_text().contains("panicked"));
+    assert!(!server.stop_and_read_log().contains("panicked"));
 }
 
 /// A key is hidden wherever a client puts it in the URL, routed or not.
@@ -195,8 +195,7 @@ async fn keys_never_reach_the_log_wherever_they_are_sent() {
         )
         .await;
     }
-    let _ = send(http.get(server.url("/healthz?marker=done"))).await;
-    let log = server.log_after("marker=done").await;
+    let log = server.settled_log().await;
     assert!(
         log.contains("toolgate::access") || log.contains("/healthz"),
         "{log}"

@@ -1,6 +1,7 @@
 //! OAuth at `/mcp`, continued: revocation by the client and from Connected apps taking effect at
 //! once, the consent form's anti-forgery value and origin, the sign-in detour that comes back to
-//! the authorization request, and one account's token out of another's data.
+//! the authorization request, one account's token out of another's data, and the limit on
+//! client registrations per client address.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -474,4 +475,51 @@ async fn a_metadata_document_is_fetched_only_for_a_signed_in_owner() {
     let reply = d.get(&ask.path(), Some(&owner.cookie)).await;
     assert_eq!(reply.status, 400, "{reply:?}");
     assert!(reply.header("location").is_none(), "{reply:?}");
+}
+
+/// `POST /oauth/register` as the client at `address` (through the trusted proxy on loopback).
+async fn register_from(d: &Dash, address: &str, n: usize) -> Reply {
+    send(
+        d.http
+            .post(d.server.url("/oauth/register"))
+            .header("Content-Type", "application/json")
+            .header("X-Forwarded-For", address)
+            .body(
+                json!({"client_name": format!("App {n}"), "redirect_uris": [REDIRECT],
+                       "token_endpoint_auth_method": "none"})
+                .to_string(),
+            ),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn one_client_address_registers_at_most_sixty_clients_an_hour() {
+    let d = Dash::start(&[("TOOLGATE_TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    for n in 0..60 {
+        let reply = register_from(&d, "203.0.113.7", n).await;
+        assert_eq!(reply.status, 201, "registration {n}: {reply:?}");
+    }
+    let refused = register_from(&d, "203.0.113.7", 60).await;
+    assert_oauth_error(&refused, 503, "temporarily_unavailable");
+    let said = refused.json()["error_description"].to_string();
+    assert!(
+        said.contains("too many client registrations from this address"),
+        "{refused:?}"
+    );
+    // another address is another count
+    let other = register_from(&d, "198.51.100.9", 61).await;
+    assert_eq!(other.status, 201, "{other:?}");
+    // the refused one stored nothing
+    let db = rusqlite::Connection::open(d.storage.data_dir.join("toolgate.db")).unwrap();
+    db.busy_timeout(Duration::from_secs(5)).unwrap();
+    let names: Vec<String> = db
+        .prepare("SELECT name FROM oauth_clients")
+        .unwrap()
+        .query_map([], |row| row.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(names.len(), 61, "{names:?}");
+    assert!(!names.iter().any(|name| name == "App 60"), "{names:?}");
 }

@@ -34,6 +34,31 @@ async fn read(f: &Fixture, who: &Account, args: Value) -> Value {
     f.call(who, "svc_read", args).await
 }
 
+/// The one row of [`host_database`].
+const OUTSIDE_ROW: &str = "outside-row-7f3a91";
+
+/// A real SQLite database on the host beside the fixture's data, outside every workspace,
+/// readable by anybody (0644 in a 0755 folder), holding [`OUTSIDE_ROW`]; its path.
+fn host_database(f: &Fixture) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = f._dir.path().join("outside");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.join("known.db");
+    let db = rusqlite::Connection::open(&path).unwrap();
+    db.execute_batch(&format!(
+        "CREATE TABLE notes(v TEXT); INSERT INTO notes VALUES ('{OUTSIDE_ROW}');"
+    ))
+    .unwrap();
+    let row: String = db
+        .query_row("SELECT v FROM notes", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(row, OUTSIDE_ROW, "the host's database holds the row");
+    drop(db);
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path
+}
+
 #[tokio::test]
 async fn a_sqlite_file_of_a_session_is_written_then_read_read_only() {
     let f = fixture().await;
@@ -125,6 +150,38 @@ async fn sqlite_paths_stay_in_the_workspace_and_sessions_in_their_account() {
             "{link}: {shown}"
         );
     }
+    // real SQLite databases of the host, outside the workspace, with a known row: one anybody
+    // may read (so only the confinement keeps the session out), and the server's own
+    let outside = host_database(&f);
+    let server_db = f._dir.path().join("toolgate.db");
+    let linked = f
+        .write(json!({"session_id": "own", "code": format!(
+            "import os\nos.symlink({outside:?}, 'outside.db')\nos.symlink({server_db:?}, 'server.db')"
+        )}))
+        .await;
+    assert_eq!(linked["isError"], false, "{linked}");
+    for (link, sql, row) in [
+        ("outside.db", "SELECT v FROM notes", OUTSIDE_ROW),
+        (
+            "server.db",
+            "SELECT email FROM accounts",
+            f.alice.email.as_str(),
+        ),
+    ] {
+        let refused = read(
+            &f,
+            &f.alice,
+            json!({"session_id": "own", "database": format!("sqlite:{link}"), "sql": sql}),
+        )
+        .await;
+        let shown = refused.to_string();
+        assert_eq!(refused["isError"], true, "{link}: {shown}");
+        assert!(
+            text(&refused).contains("unable to open database file"),
+            "{link}: {shown}"
+        );
+        assert!(!shown.contains(row), "{link}: {shown}");
+    }
     // bob's "own" is another session: alice's file is not his
     let theirs = read(
         &f,
@@ -170,7 +227,7 @@ async fn a_secret_written_into_a_sqlite_file_by_code_comes_back_redacted() {
 
 #[tokio::test]
 async fn postgres_through_a_connection_string_in_the_vault() {
-    let f = fixture_with(&["--egress-allow-private", "127.0.0.1/32"]).await;
+    let mut f = fixture_with(&["--egress-allow-private", "127.0.0.1/32"]).await;
     let url = postgres_url();
     // postgres://USER:PASSWORD@HOST:PORT/DB
     let userinfo = url.split("://").nth(1).unwrap().split('@').next().unwrap();
@@ -234,7 +291,7 @@ async fn postgres_through_a_connection_string_in_the_vault() {
     }
     f.write(json!({"database": "PG", "sql": format!("DROP TABLE {table}")}))
         .await;
-    let log = f.server.log_text();
+    let log = f.server.stop_and_read_log();
     assert!(!log.contains(&password), "the password reached the log");
 }
 
@@ -352,4 +409,32 @@ async fn mysql_through_a_connection_string_in_the_vault() {
     assert!(text(&refused).contains("READ ONLY"), "{refused}");
     f.write(json!({"database": "MY", "sql": format!("DROP TABLE {table}")}))
         .await;
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_while_the_postgres_client_would_add_the_operators_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    for name in [
+        "PGSSLROOTCERT",
+        "PGSSLCERT",
+        "PGSSLKEY",
+        "PGSSLKEYPASSWORD",
+        "PGOPTIONS",
+    ] {
+        let out = cli(
+            Some(&storage),
+            &["serve", "--listen", "127.0.0.1:0"],
+            &[(name, "/etc/ssl/operator.pem")],
+        );
+        assert!(
+            out.code.is_some() && !out.success(),
+            "{name}: serve must stop by itself: {out:?}"
+        );
+        assert!(
+            out.stderr.contains(&format!("unset {name} before serving")),
+            "{name}: {out:?}"
+        );
+        assert!(out.stdout.trim().is_empty(), "{name}: it listened: {out:?}");
+    }
 }

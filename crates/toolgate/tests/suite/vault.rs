@@ -1,11 +1,22 @@
 //! The vault through HTTP: secrets stored, listed (names and dates only), used by code as
 //! environment variables of one run, and never shown again: not in a result, streamed output,
-//! traceback, log line, or the database files.
+//! traceback, log line, or the database files; and a lost key file stops `serve` rather than
+//! being replaced by a key that opens nothing.
 
 use crate::common::*;
 use serde_json::{Value, json};
 
 const VALUE: &str = "sk-live-4f9c2b7e81d3a6f0";
+
+/// A value with every character URL encoding treats specially, and its encodings as Python's
+/// `urllib.parse` writes them: `quote(v, safe='')` (`%20`), `quote_plus(v)` (`+`) and
+/// `quote(v)` (which keeps `/`).
+const RESERVED: &str = "pa ss/w+rd%20&k=v é✓~";
+const RESERVED_ENCODED: [&str; 3] = [
+    "pa%20ss%2Fw%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+    "pa+ss%2Fw%2Brd%2520%26k%3Dv+%C3%A9%E2%9C%93~",
+    "pa%20ss/w%2Brd%2520%26k%3Dv%20%C3%A9%E2%9C%93~",
+];
 
 fn text_of(result: &Value) -> String {
     result.to_string()
@@ -81,7 +92,7 @@ async fn a_secret_is_stored_listed_and_never_shown() {
 
 #[tokio::test]
 async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
-    let f = fixture().await;
+    let mut f = fixture().await;
     store(&f, &f.alice, "TOKEN", VALUE).await;
     let code = "import os, sys, base64, urllib.parse\n\
                 v = os.environ['TOKEN']\n\
@@ -100,6 +111,22 @@ async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
     assert!(!shown.contains(VALUE), "the value leaked: {shown}");
     assert!(!shown.contains(&hex_of(VALUE)), "its hex leaked: {shown}");
     assert!(shown.matches("[REDACTED:TOKEN]").count() >= 7, "{shown}");
+
+    // a value with the characters URL encoding treats specially, in Python's usual encodings
+    store(&f, &f.alice, "ODD", RESERVED).await;
+    let code = "import os, urllib.parse as u\nv = os.environ['ODD']\n\
+                print('q', u.quote(v, safe=''))\nprint('p', u.quote_plus(v))\n\
+                print('s', u.quote(v))\nprint('f', u.urlencode({'k': v}))";
+    let result = f.write(json!({"code": code, "secrets": ["ODD"]})).await;
+    let shown = text_of(&result);
+    for form in RESERVED_ENCODED {
+        assert!(!shown.contains(form), "{form} leaked: {shown}");
+    }
+    assert_eq!(
+        result["structuredContent"]["python"]["stdout"],
+        "q [REDACTED:ODD]\np [REDACTED:ODD]\ns [REDACTED:ODD]\nf k=[REDACTED:ODD]\n",
+        "{shown}"
+    );
 
     // the variable belonged to that run only
     let later = f
@@ -133,7 +160,7 @@ async fn code_uses_a_secret_by_name_and_every_form_of_it_is_redacted() {
         "{bash}"
     );
 
-    let log = f.server.log_text();
+    let log = f.server.stop_and_read_log();
     assert!(!log.contains(VALUE), "the value is in the server's log");
 }
 
@@ -232,24 +259,45 @@ async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
     );
     assert_eq!(mode & 0o777, 0o600, "the key file is private");
     for n in 0..20 {
-        store(&f, &f.alice, &format!("S{n}"), &format!("{VALUE}-{n}")).await;
+        let stored = store(
+            &f,
+            &f.alice,
+            &format!("AT_REST_{n}"),
+            &format!("{VALUE}-{n}"),
+        )
+        .await;
+        assert_eq!(stored["isError"], false, "{stored}");
     }
     // every database file, the WAL included, holds no value in plaintext
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_file()
-            && path
-                .file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("toolgate.db")
-        {
-            let bytes = std::fs::read(&path).unwrap();
-            assert!(
-                !bytes.windows(VALUE.len()).any(|w| w == VALUE.as_bytes()),
-                "{path:?}"
-            );
+    let database_files = |needle: &str| -> (Vec<String>, Vec<String>) {
+        let (mut scanned, mut found) = (Vec::new(), Vec::new());
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            if path.is_file() && name.starts_with("toolgate.db") {
+                let bytes = std::fs::read(&path).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(name.clone());
+                }
+                scanned.push(name);
+            }
         }
+        (scanned, found)
+    };
+    let (scanned, found) = database_files(VALUE);
+    assert!(
+        scanned.iter().any(|name| name == "toolgate.db"),
+        "the scan did not read the database: {scanned:?}"
+    );
+    assert!(found.is_empty(), "a value in plaintext in {found:?}");
+    // the same scan finds what is stored in plaintext (the names, the address): it would have
+    // found a value
+    for needle in ["AT_REST_19", "alice@example.org"] {
+        let (_, found) = database_files(needle);
+        assert!(
+            !found.is_empty(),
+            "the scan of {scanned:?} cannot see {needle:?}, which is stored in plaintext"
+        );
     }
     // rotation while the server runs: every data key re-wrapped, every secret still usable
     let storage = Storage::sqlite(dir);
@@ -259,7 +307,7 @@ async fn values_are_encrypted_at_rest_and_survive_a_master_key_rotation() {
     let keys = std::fs::read_to_string(&key_file).unwrap();
     assert!(keys.contains("\nv1 ") && keys.contains("\nv2 "));
     let used = f
-        .write(json!({"code": "import os\nprint(os.environ['S7'] == 'sk-live-4f9c2b7e81d3a6f0-7')", "secrets": ["S7"]}))
+        .write(json!({"code": "import os\nprint(os.environ['AT_REST_7'] == 'sk-live-4f9c2b7e81d3a6f0-7')", "secrets": ["AT_REST_7"]}))
         .await;
     assert!(text_of(&used).contains("True"), "{used}");
     // written after the rotation: sealed under the new version, opened by the running server
@@ -405,5 +453,58 @@ async fn values_are_encrypted_at_rest_on_postgresql_too() {
     assert!(
         !seen.is_empty(),
         "the scan cannot see plaintext in the data directory"
+    );
+}
+
+#[tokio::test]
+async fn serve_refuses_to_start_when_the_key_file_is_lost_while_secrets_are_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let dana = create_account(&storage, "dana@example.org");
+    let mut server = Server::start(&storage, &[]).await;
+    let args = json!({"secret_set": {"name": "KEPT", "value": VALUE}});
+    let stored = post_personal(&client(), &server, &dana.key, &tool_call("svc_write", args))
+        .await
+        .result();
+    assert_eq!(stored["isError"], false, "{stored}");
+    assert!(server.stop(), "the server stops on SIGTERM");
+    let key_file = dir.path().join("vault.key");
+    let kept = std::fs::read(&key_file).unwrap();
+    std::fs::remove_file(&key_file).unwrap();
+
+    let out = cli(Some(&storage), &["serve", "--listen", "127.0.0.1:0"], &[]);
+    assert!(
+        out.code.is_some() && !out.success(),
+        "serve must stop by itself: {out:?}"
+    );
+    assert!(
+        out.stderr.contains(&format!(
+            "the vault key file {} is missing, but the database holds secrets sealed by it",
+            key_file.display()
+        )),
+        "{out:?}"
+    );
+    assert!(out.stdout.trim().is_empty(), "it never listened: {out:?}");
+    assert!(!key_file.exists(), "no new key was made in its place");
+
+    // the file restored from its backup: the service starts, and the secret still opens
+    std::fs::write(&key_file, &kept).unwrap();
+    std::fs::set_permissions(
+        &key_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let server = Server::start(&storage, &[]).await;
+    let listed = post_personal(
+        &client(),
+        &server,
+        &dana.key,
+        &tool_call("svc_read", json!({"list_secrets": true})),
+    )
+    .await
+    .result();
+    assert_eq!(
+        listed["structuredContent"]["list_secrets"]["secrets"][0]["name"], "KEPT",
+        "{listed}"
     );
 }

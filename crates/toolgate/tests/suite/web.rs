@@ -1,5 +1,6 @@
 //! `url` through HTTP: a page fetched on the caller's behalf, `{{secret:NAME}}` filled in and
-//! redacted from the answer, private destinations refused unless the operator allows them.
+//! redacted from the answer, private destinations refused unless the operator allows them, and
+//! headers that frame the request or steer the connection never taken from the caller.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -73,7 +74,7 @@ async fn pages_are_fetched_and_secrets_in_headers_never_come_back() {
     let dir = tempfile::tempdir().unwrap();
     let storage = Storage::sqlite(dir.path());
     let alice = create_account(&storage, "web@example.org");
-    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+    let mut server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
 
     let page = read(
         &server,
@@ -120,7 +121,7 @@ async fn pages_are_fetched_and_secrets_in_headers_never_come_back() {
     assert_eq!(missing["isError"], true, "{missing}");
     assert_eq!(missing["structuredContent"]["url"]["status"], 404);
     assert!(
-        !server.log_text().contains(TOKEN),
+        !server.stop_and_read_log().contains(TOKEN),
         "the secret is in the log"
     );
 }
@@ -308,5 +309,95 @@ async fn one_accounts_fetches_take_turns() {
     assert!(
         (2..=4).contains(&most),
         "{most} fetches of one account were in flight at once"
+    );
+}
+
+/// Headers that frame the request or steer the connection (README, "Outbound requests"), as a
+/// caller might write them.
+const RESERVED: [&str; 14] = [
+    "Host",
+    "host",
+    "Content-Length",
+    "Transfer-Encoding",
+    "CONNECTION",
+    "Keep-Alive",
+    "Upgrade",
+    "TE",
+    "te",
+    "Trailer",
+    "Proxy-Authorization",
+    "Proxy-Connection",
+    "proxy-authenticate",
+    "Proxy-Anything-Else",
+];
+
+#[tokio::test]
+async fn headers_that_frame_the_request_cannot_be_set_by_the_caller() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let requests = Arc::new(AtomicUsize::new(0));
+    let counted = requests.clone();
+    let app = Router::new().route(
+        "/any",
+        axum::routing::any(move |headers: HeaderMap| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let custom = headers.get("x-custom").map(|v| v.as_bytes().to_vec());
+                String::from_utf8(custom.unwrap_or_default()).unwrap()
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "framing@example.org");
+    let server = Server::start(&storage, &["--egress-allow-private", "127.0.0.1/32"]).await;
+    let url = format!("http://{addr}/any");
+    let call = |tool: &'static str, args: Value| {
+        let (server, key) = (&server, alice.key.clone());
+        async move {
+            post_personal(&client(), server, &key, &tool_call(tool, args))
+                .await
+                .result()
+        }
+    };
+    // an ordinary header goes through: the site is reachable and counts what arrives
+    let ordinary = call(
+        "svc_read",
+        json!({"url": url, "headers": {"X-Custom": "seen"}}),
+    )
+    .await;
+    assert_eq!(ordinary["isError"], false, "{ordinary}");
+    assert_eq!(ordinary["content"][0]["text"], "seen", "{ordinary}");
+    assert_eq!(requests.load(Ordering::SeqCst), 1);
+    let before = server.free_remaining(&alice.key).await;
+    for name in RESERVED {
+        for (tool, args) in [
+            ("svc_read", json!({"url": url, "headers": {name: "0"}})),
+            (
+                "svc_write",
+                json!({"http": {"method": "POST", "url": url, "headers": {name: "0"}, "body": "b"}}),
+            ),
+        ] {
+            let refused = call(tool, args).await;
+            assert_eq!(refused["isError"], true, "{tool} {name}: {refused}");
+            let says = format!("{name} is set by the service itself");
+            assert!(
+                refused.to_string().contains(&says),
+                "{tool} {name}: {refused}"
+            );
+        }
+    }
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "a refused request was sent"
+    );
+    assert_eq!(
+        server.free_remaining(&alice.key).await,
+        before,
+        "refused arguments are free"
     );
 }

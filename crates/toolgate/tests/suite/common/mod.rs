@@ -410,21 +410,59 @@ impl Server {
     }
 
     /// Waits until the log holds `marker` (the access log is written by a background thread),
-    /// then returns the whole log.
+    /// then returns the whole log; fails when the marker has not come within 10 s.
     pub async fn log_after(&self, marker: &str) -> String {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let text = self.log_text();
-            if text.contains(marker) || Instant::now() > deadline {
+            if text.contains(marker) {
                 return text;
             }
+            assert!(
+                Instant::now() < deadline,
+                "{marker:?} did not reach the server's log within 10 s; the log:\n{text}"
+            );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 
-    /// Everything the process wrote so far.
+    /// The log up to now, complete: a request of its own is answered and its access-log line
+    /// awaited. The log writer keeps the order in which lines were logged, so every line logged
+    /// before the marker's is in the file. For checks that something is *not* in the log while
+    /// the server goes on; at the end of a test [`Server::stop_and_read_log`] is surer.
+    pub async fn settled_log(&self) -> String {
+        static MARKS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MARKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // short: the access log hides any run of 16 or more key-like characters
+        let marker = format!("log-marker={}:{n}", std::process::id());
+        let reply = send(client().get(self.url(&format!("/healthz?{marker}")))).await;
+        assert_eq!(reply.status, 200, "the marker request: {reply:?}");
+        self.log_after(&marker).await
+    }
+
+    /// Stops the server as an operator does (SIGTERM) and returns its whole log. The server
+    /// must exit on its own, which flushes its log writer, and the log must run from the
+    /// start-up line to the shutdown line: a check that something is absent from it then
+    /// reads everything the server wrote, not a file still being written.
+    pub fn stop_and_read_log(&mut self) -> String {
+        let exited = self.stop();
+        let log = self.log_text();
+        assert!(
+            exited,
+            "the server did not stop within 20 s of SIGTERM and was killed, so its log may be cut short:\n{log}"
+        );
+        assert!(
+            log.contains("toolgate serving") && log.contains("shutting down"),
+            "the server's log lacks its start-up or shutdown line:\n{log}"
+        );
+        log
+    }
+
+    /// Everything the process wrote so far; a log that cannot be read fails the test (an
+    /// unreadable log would make every "never in the log" check pass).
     pub fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_else(|e| panic!("cannot read the server's log {}: {e}", self.log.display()))
     }
 
     /// `GET /billing/status` with a bearer key; must answer 200 with the record.
@@ -447,9 +485,10 @@ impl Server {
 impl Server {
     /// Stops the server as an operator does (SIGTERM: drain, then end every sandbox session with
     /// its processes, mounts and cgroups), killing it only if it has not exited within 20 s.
-    pub fn stop(&mut self) {
+    /// Whether it exited on its own (`true` also when it was already stopped).
+    pub fn stop(&mut self) -> bool {
         let Some(mut child) = self.child.take() else {
-            return;
+            return true;
         };
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
@@ -457,12 +496,13 @@ impl Server {
         let deadline = Instant::now() + Duration::from_secs(20);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                return true;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         let _ = child.kill();
         let _ = child.wait();
+        false
     }
 }
 
