@@ -222,15 +222,22 @@ async fn one_client_gets_its_limit_of_links_across_addresses() {
 
 /// `POST /magic-link` for `email` with an `X-Forwarded-For` header.
 async fn ask_forwarded(d: &Dash, email: &str, forwarded: &str) -> u16 {
-    let reply = send(
-        d.http
-            .post(d.server.url("/magic-link"))
-            .header("Content-Type", "application/json")
-            .header("X-Forwarded-For", forwarded)
-            .body(json!({ "email": email }).to_string()),
-    )
-    .await;
-    reply.status
+    ask_forwarded_lines(d, email, &[forwarded]).await
+}
+
+/// `POST /magic-link` for `email` with one `X-Forwarded-For` header line per entry of `lines`.
+async fn ask_forwarded_lines(d: &Dash, email: &str, lines: &[&str]) -> u16 {
+    let mut request = d
+        .http
+        .post(d.server.url("/magic-link"))
+        .header("Content-Type", "application/json");
+    for line in lines {
+        // `header` appends: each value goes out as a line of its own
+        request = request.header("X-Forwarded-For", *line);
+    }
+    send(request.body(json!({ "email": email }).to_string()))
+        .await
+        .status
 }
 
 #[tokio::test]
@@ -272,6 +279,24 @@ async fn behind_a_trusted_proxy_clients_are_counted_apart() {
         ask_forwarded(&plain, "q3@example.org", "203.0.113.7").await,
         429
     );
+}
+
+#[tokio::test]
+async fn several_forwarded_lines_are_read_as_one_list() {
+    let limit = ("TOOLGATE_SIGN_IN_LIMIT_PER_CLIENT", "2");
+    let d = Dash::start(&[limit, ("TOOLGATE_TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    for email in ["l1@example.org", "l2@example.org"] {
+        assert_eq!(ask_forwarded(&d, email, "203.0.113.5").await, 202);
+    }
+    // the client wrote a line of its own and the proxy added its entry as a second line: the
+    // client is still the right-most untrusted entry of all lines, so its count is spent
+    let lines = ["203.0.113.77", "203.0.113.5"];
+    assert_eq!(ask_forwarded_lines(&d, "l3@example.org", &lines).await, 429);
+    let lines = ["203.0.113.78", "203.0.113.5", "127.0.0.1"];
+    assert_eq!(ask_forwarded_lines(&d, "l4@example.org", &lines).await, 429);
+    // and a client named only in the last line is counted as itself
+    let lines = ["203.0.113.5", "203.0.113.6"];
+    assert_eq!(ask_forwarded_lines(&d, "l5@example.org", &lines).await, 202);
 }
 
 #[tokio::test]
