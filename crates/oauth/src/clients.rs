@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolgate_app::web::{Method, WebContent, WebRequest};
+use toolgate_domain::AccountId;
 use toolgate_store::{OAuthClient, StoreError};
 
 use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};
@@ -20,16 +21,22 @@ pub(crate) const DOCUMENT_TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) enum ClientError {
     /// Unknown, or its metadata is unacceptable: the message says which (it shows no secret).
     Refused(String),
+    /// The signed-in account has had its hourly share of document fetches; the wait.
+    TooManyFetches(Duration),
     /// Storage failed (logged).
     Unavailable,
 }
 
 impl AuthServer {
-    /// The client named `client_id`: an https URL is a metadata document, anything else a
-    /// registered client.
-    pub(crate) async fn resolve_client(&self, client_id: &str) -> Result<OAuthClient, ClientError> {
+    /// The client named `client_id`: an https URL is a metadata document (fetched, if need be,
+    /// for the signed-in `owner` only), anything else a registered client.
+    pub(crate) async fn resolve_client(
+        &self,
+        client_id: &str,
+        owner: Option<&AccountId>,
+    ) -> Result<OAuthClient, ClientError> {
         if client_id.starts_with("https://") {
-            return self.document_client(client_id).await;
+            return self.document_client(client_id, owner).await;
         }
         match self.store.client(client_id).await {
             Ok(Some(client)) => Ok(client),
@@ -43,8 +50,13 @@ impl AuthServer {
     }
 
     /// The client whose metadata document is at `url`: the stored copy if fetched within a
-    /// day, else fetched now through the web seam, checked and stored.
-    async fn document_client(&self, url: &str) -> Result<OAuthClient, ClientError> {
+    /// day, else fetched now through the web seam for `owner` (counted against the account's
+    /// hourly fetches, failed ones included), checked and stored.
+    async fn document_client(
+        &self,
+        url: &str,
+        owner: Option<&AccountId>,
+    ) -> Result<OAuthClient, ClientError> {
         check_document_url(url).map_err(ClientError::Refused)?;
         let now = self.now();
         match self.store.client(url).await {
@@ -63,6 +75,18 @@ impl AuthServer {
                     .to_owned(),
             ));
         };
+        // a fetch is an outbound request and a stored client: only at a signed-in owner's say,
+        // and a bounded number of times
+        let Some(owner) = owner else {
+            return Err(ClientError::Refused(
+                "the app's client metadata document is read only for a signed-in owner: sign in \
+                 to the dashboard, then start the connection again from your app"
+                    .to_owned(),
+            ));
+        };
+        self.fetches
+            .admit(owner.as_str())
+            .map_err(ClientError::TooManyFetches)?;
         let refused = |why: &str| {
             ClientError::Refused(format!("the client's metadata document at {url} {why}"))
         };

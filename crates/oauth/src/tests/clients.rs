@@ -25,7 +25,9 @@ async fn authorize(
     h: &Harness,
     client_id: &str,
 ) -> Result<crate::AuthorizeRequest, AuthorizeError> {
-    h.server.authorize(&params(client_id, VERIFIER)).await
+    h.server
+        .authorize(&params(client_id, VERIFIER), Some(&h.account.id))
+        .await
 }
 
 fn refused(outcome: Result<crate::AuthorizeRequest, AuthorizeError>, says: &str) {
@@ -157,6 +159,47 @@ async fn a_document_must_be_served_plainly_as_json() {
     let mut plain = Canned::json(document(DOC));
     plain.content_type = "text/plain";
     h.web.serve(DOC, plain);
+    assert!(authorize(&h, DOC).await.is_ok());
+}
+
+#[tokio::test]
+async fn document_fetches_are_counted_per_signed_in_account() {
+    let h = Harness::new().await;
+    let unserved = |n: u32| format!("https://app.example/unserved-{n}.json");
+    // nobody signed in: nothing is fetched
+    refused(
+        h.server.authorize(&params(DOC, VERIFIER), None).await,
+        "signed-in owner",
+    );
+    assert_eq!(h.web.calls(), 0);
+    // an account's fetches count, failed ones too, up to the hourly limit
+    for n in 0..crate::DOCUMENT_FETCHES_PER_HOUR {
+        refused(authorize(&h, &unserved(n)).await, "could not be fetched");
+    }
+    assert_eq!(h.web.calls(), 20);
+    let over = authorize(&h, &unserved(99)).await;
+    let Err(AuthorizeError::TooManyFetches(wait)) = over else {
+        panic!("expected TooManyFetches, got {over:?}");
+    };
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(3600),
+        "{wait:?}"
+    );
+    let shown = AuthorizeError::TooManyFetches(wait).to_string();
+    assert!(shown.contains("20 client metadata documents"), "{shown}");
+    assert_eq!(h.web.calls(), 20, "the refused one was not fetched");
+    // another account has its own count, and a stored copy costs no fetch
+    let other = super::create_account(&h.store, "other@example.com").await;
+    h.web.serve(DOC, Canned::json(document(DOC)));
+    for _ in 0..25 {
+        let request = h
+            .server
+            .authorize(&params(DOC, VERIFIER), Some(&other.id))
+            .await;
+        assert_eq!(request.unwrap().client_id(), DOC);
+    }
+    assert_eq!(h.web.calls(), 21);
+    // the stored copy serves the first account as well
     assert!(authorize(&h, DOC).await.is_ok());
 }
 
