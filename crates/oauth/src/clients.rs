@@ -9,7 +9,7 @@ use toolgate_domain::AccountId;
 use toolgate_store::{OAuthClient, StoreError};
 
 use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};
-use crate::{AuthServer, millis};
+use crate::{AuthServer, OAuthError, UNUSED_CLIENT_TTL, error, millis};
 
 /// Largest metadata document read.
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
@@ -143,6 +143,21 @@ impl AuthServer {
         self.store.put_client(&client).await.map_err(unavailable)?;
         tracing::info!(client_id = %url, "oauth: client metadata document fetched");
         Ok(client)
+    }
+}
+
+impl AuthServer {
+    /// Deletes the clients stored more than [`UNUSED_CLIENT_TTL`] ago that no account holds a
+    /// live token or a pending code of; how many went. Anyone may register a client (and a
+    /// signed-in owner have documents fetched), so the unused ones must not pile up. An app whose
+    /// client went registers again (or its document is fetched again).
+    pub async fn purge_unused_clients(&self) -> Result<u64, OAuthError> {
+        let now = self.now();
+        let stored_before = now.saturating_sub(millis(UNUSED_CLIENT_TTL));
+        self.store
+            .purge_clients(stored_before, now)
+            .await
+            .map_err(error::storage)
     }
 }
 

@@ -55,6 +55,10 @@ pub const REFRESH_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 /// Client ID Metadata Documents one signed-in account may have fetched per hour: each fetch is
 /// an outbound request and a stored client, made at the owner's say.
 pub const DOCUMENT_FETCHES_PER_HOUR: u32 = 20;
+/// A registered client (or a fetched metadata document's client) holding no live token and no
+/// pending code is deleted once it is this old: registering is open to anyone.
+pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// The current time as Unix milliseconds; replaceable so that tests can move it.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 

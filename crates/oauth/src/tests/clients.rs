@@ -229,3 +229,23 @@ async fn document_urls_must_have_a_path_and_no_tricks() {
     }
     assert_eq!(h.web.calls(), 0, "none of them was fetched");
 }
+
+#[tokio::test]
+async fn clients_unused_for_a_day_are_purged() {
+    let h = Harness::new().await;
+    let idle = h.register(&[REDIRECT]).await;
+    let (connected, _) = h.tokens(None).await;
+    h.web.serve(DOC, Canned::json(document(DOC)));
+    authorize(&h, DOC).await.unwrap();
+    // within the day nothing goes
+    h.advance(Duration::from_secs(23 * 3600));
+    assert_eq!(h.server.purge_unused_clients().await.unwrap(), 0);
+    let young = h.register(&[REDIRECT]).await;
+    h.advance(Duration::from_secs(3600 + 1));
+    // the idle client and the fetched document's go; the one whose refresh token lives stays
+    assert_eq!(h.server.purge_unused_clients().await.unwrap(), 2);
+    refused(authorize(&h, &idle).await, "unknown");
+    assert!(h.store.client(DOC).await.unwrap().is_none());
+    assert!(h.store.client(&connected).await.unwrap().is_some());
+    assert!(authorize(&h, &young).await.is_ok());
+}

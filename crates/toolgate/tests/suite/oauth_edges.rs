@@ -1,5 +1,7 @@
 //! The authorization server's edges: no redirect to a client before the owner has signed in,
-//! and metadata-document fetches counted per account.
+//! metadata-document fetches counted per account, and clients never used purged.
+
+use std::time::{Duration, Instant};
 
 use crate::common::*;
 
@@ -107,4 +109,52 @@ async fn metadata_document_fetches_are_counted_per_account() {
     let reply = d.get(&ask(21).path(), Some(&other.cookie)).await;
     assert_error_page(&reply, 400);
     assert!(reply.body.contains("could not be fetched"), "{reply:?}");
+}
+
+/// Whether the consent page of `client_id` opens for `owner` (200), or the client is unknown
+/// (400).
+async fn known(d: &Dash, owner: &Session, client_id: &str) -> bool {
+    let ask = Ask::new(d, client_id, &Pkce::new());
+    let reply = d.get(&ask.path(), Some(&owner.cookie)).await;
+    match reply.status {
+        200 => true,
+        400 if reply.body.contains("unknown") => false,
+        _ => panic!("{client_id}: {reply:?}"),
+    }
+}
+
+#[tokio::test]
+async fn clients_never_used_are_purged() {
+    let mut d = Dash::start(&[]).await;
+    let owner = d.sign_in("purge@example.org").await;
+    let idle = register(&d, "Idle", &[REDIRECT]).await;
+    let connected = register(&d, APP, &[REDIRECT]).await;
+    connect(&d, &owner, &connected).await;
+    let young = register(&d, "Young", &[REDIRECT]).await;
+
+    // the first two were registered more than a day ago; the purge runs when a server starts
+    d.server.stop();
+    let db = rusqlite::Connection::open(d.storage.data_dir.join("toolgate.db")).unwrap();
+    let day_and_more = 25 * 3600 * 1000_i64;
+    for id in [&idle, &connected] {
+        let aged = db
+            .execute(
+                "UPDATE oauth_clients SET updated_at = updated_at - ?1 WHERE client_id = ?2",
+                rusqlite::params![day_and_more, id],
+            )
+            .unwrap();
+        assert_eq!(aged, 1, "{id}");
+    }
+    drop(db);
+    d.server = Server::start_with_env(&d.storage, &["--sandbox", "off"], &[]).await;
+    d.public = d.server.base.clone();
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while known(&d, &owner, &idle).await {
+        assert!(Instant::now() < deadline, "the idle client was not purged");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // a client with a live token of its owner stays, and so does a young one
+    assert!(known(&d, &owner, &connected).await);
+    assert!(known(&d, &owner, &young).await);
 }
