@@ -559,4 +559,7 @@ impl toolgate_store::OAuthStore for GatedStore {
     ) -> Result<Vec<toolgate_store::ConnectedApp>, StoreError> {
         self.inner.connected_apps(account, now).await
     }
+    async fn purge_clients(&self, stored_before: i64, now: i64) -> Result<u64, StoreError> {
+        self.inner.purge_clients(stored_before, now).await
+    }
 }

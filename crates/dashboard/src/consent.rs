@@ -3,9 +3,10 @@
 
 use axum::Form;
 use axum::extract::{Query, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use serde::Deserialize;
+use toolgate_domain::AccountId;
 use toolgate_oauth::{AuthorizeError, AuthorizeParams, AuthorizeRequest};
 
 use crate::Dash;
@@ -13,7 +14,8 @@ use crate::guard::{self, Signed};
 use crate::views::{self, Chrome, Tab};
 
 /// `GET /dashboard/oauth/authorize?…`: checks the request, then asks the signed-in owner (or
-/// sends them to sign in first, coming back here).
+/// sends them to sign in first, coming back here). A refusal goes back to the client only when
+/// the owner is signed in; otherwise it is shown on this service's own page.
 pub async fn page(
     State(state): State<Dash>,
     headers: HeaderMap,
@@ -36,9 +38,10 @@ pub async fn page(
     if signed.is_none() && fetches {
         return to_sign_in(&query);
     }
-    let request = match checked(&state, &pairs).await {
+    let owner = signed.as_ref().map(|signed| &signed.account.id);
+    let request = match checked(&state, &pairs, owner).await {
         Ok(request) => request,
-        Err(answer) => return answer,
+        Err(error) => return answer(&error, signed.is_some()),
     };
     let Some(signed) = signed else {
         return to_sign_in(&query);
@@ -71,9 +74,9 @@ pub async fn decide(
     let allow = pairs
         .iter()
         .any(|(name, value)| name == "decision" && value == "allow");
-    let request = match checked(&state, &pairs).await {
+    let request = match checked(&state, &pairs, Some(&signed.account.id)).await {
         Ok(request) => request,
-        Err(answer) => return answer,
+        Err(error) => return answer(&error, true),
     };
     let Some(oauth) = &state.oauth else {
         return guard::unavailable();
@@ -87,20 +90,39 @@ pub async fn decide(
     }
 }
 
-/// The request checked by the authorization server, or the answer to give instead.
-async fn checked(state: &Dash, pairs: &[(String, String)]) -> Result<AuthorizeRequest, Response> {
+/// The request checked by the authorization server for `owner`, the signed-in account if any.
+async fn checked(
+    state: &Dash,
+    pairs: &[(String, String)],
+    owner: Option<&AccountId>,
+) -> Result<AuthorizeRequest, AuthorizeError> {
     let Some(oauth) = &state.oauth else {
-        return Err(refused("This service does not offer OAuth sign-in."));
+        return Err(AuthorizeError::NoRedirect(
+            "This service does not offer OAuth sign-in.".to_owned(),
+        ));
     };
-    let params = AuthorizeParams::from_pairs(pairs).map_err(|err| answer(&err))?;
-    oauth.authorize(&params).await.map_err(|err| answer(&err))
+    let params = AuthorizeParams::from_pairs(pairs)?;
+    oauth.authorize(&params, owner).await
 }
 
-fn answer(error: &AuthorizeError) -> Response {
+/// The answer to a refused request. Only a signed-in owner is sent back to the client: anyone
+/// may register a client, so before sign-in its redirect URI would make the service an open
+/// redirector (RFC 9700 §4.11.2), and every refusal is shown here instead.
+fn answer(error: &AuthorizeError, signed_in: bool) -> Response {
     match error {
-        AuthorizeError::NoRedirect(message) => refused(message),
-        AuthorizeError::Redirect(url) => guard::see_other(url),
+        AuthorizeError::Redirect(back) if signed_in => guard::see_other(&back.url),
+        AuthorizeError::TooManyFetches(wait) => {
+            let mut response = guard::page(
+                StatusCode::TOO_MANY_REQUESTS,
+                views::message_page("Too many apps at once", &error.to_string(), true),
+            );
+            if let Ok(value) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            response
+        }
         AuthorizeError::Unavailable => guard::unavailable(),
+        AuthorizeError::NoRedirect(_) | AuthorizeError::Redirect(_) => refused(&error.to_string()),
     }
 }
 

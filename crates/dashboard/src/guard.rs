@@ -9,12 +9,8 @@ use maud::Markup;
 use toolgate_domain::{Account, SecretToken};
 
 use crate::Dash;
+use crate::cookie::TwoSessions;
 use crate::views;
-
-/// The session cookie's name.
-pub const COOKIE: &str = "toolgate_session";
-/// Seconds the cookie is kept by the browser (the session's own expiry is enforced on the server).
-const COOKIE_MAX_AGE: u64 = 7 * 24 * 3600;
 
 /// Scripts and styles from this origin only, no frames, no plug-ins.
 const CSP: &str = "default-src 'none'; style-src 'self'; script-src 'self'; img-src 'self'; \
@@ -41,22 +37,25 @@ impl FromRequestParts<Dash> for Signed {
     async fn from_request_parts(parts: &mut Parts, state: &Dash) -> Result<Self, Response> {
         match current(state, &parts.headers).await {
             Ok(Some(signed)) => Ok(signed),
-            Ok(None) if session_token(&parts.headers).is_none() => {
+            Ok(None) if !state.cookie.present(&parts.headers) => {
                 Err(see_other("/dashboard/sign-in"))
             }
             Ok(None) => Err(with_cookie(
                 see_other("/dashboard/sign-in"),
-                &clear_cookie(state.secure),
+                &state.cookie.clear(),
             )),
             Err(refused) => Err(refused),
         }
     }
 }
 
-/// The signed-in owner of a request, `Ok(None)` when there is no live session.
+/// The signed-in owner of a request, `Ok(None)` when there is no live session; two session
+/// cookies are answered with a 400 page.
 pub async fn current(state: &Dash, headers: &HeaderMap) -> Result<Option<Signed>, Response> {
-    let Some(token) = session_token(headers) else {
-        return Ok(None);
+    let token = match state.cookie.token(headers) {
+        Ok(Some(token)) => token,
+        Ok(None) => return Ok(None),
+        Err(TwoSessions) => return Err(two_sessions()),
     };
     let Some(sign_in) = state.app.sign_in() else {
         return Err(unavailable());
@@ -66,18 +65,6 @@ pub async fn current(state: &Dash, headers: &HeaderMap) -> Result<Option<Signed>
         Ok(None) => Ok(None),
         Err(err) => Err(failed("cannot read a dashboard session", &err)),
     }
-}
-
-/// The session token in the request's cookies, if one has the right shape.
-pub fn session_token(headers: &HeaderMap) -> Option<SecretToken> {
-    headers
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|value| value.to_str().ok())
-        .flat_map(|line| line.split(';'))
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
-        .and_then(|(_, value)| SecretToken::parse(value.trim()))
 }
 
 /// `scheme://host[:port]` of a URL.
@@ -116,6 +103,20 @@ pub fn safe_next(next: &str) -> Option<&str> {
 /// Whether a signed-in form may be trusted: its origin and its anti-forgery value.
 pub fn form_ok(state: &Dash, headers: &HeaderMap, signed: &Signed, csrf: &str) -> bool {
     same_origin(state, headers) && signed.token.csrf_matches(csrf)
+}
+
+/// 400 for a request carrying the session cookie twice (one may have been planted by another
+/// site): neither is used, and neither is cleared, which would leave the planted one in force.
+fn two_sessions() -> Response {
+    page(
+        StatusCode::BAD_REQUEST,
+        views::message_page(
+            "Two sign-ins in one browser",
+            "Your browser sent two dashboard session cookies, so neither was used. Delete this \
+             site's cookies in your browser, then sign in again.",
+            true,
+        ),
+    )
 }
 
 /// 403 for a forged or cross-site form.
@@ -192,23 +193,6 @@ pub fn see_other(location: &str) -> Response {
     response
 }
 
-/// The cookie that carries a new session.
-pub fn session_cookie(token: &SecretToken, secure: bool) -> String {
-    format!(
-        "{COOKIE}={}; Path=/dashboard; Max-Age={COOKIE_MAX_AGE}; HttpOnly; SameSite=Lax{}",
-        token.expose(),
-        if secure { "; Secure" } else { "" }
-    )
-}
-
-/// The cookie that makes the browser forget the session.
-pub fn clear_cookie(secure: bool) -> String {
-    format!(
-        "{COOKIE}=; Path=/dashboard; Max-Age=0; HttpOnly; SameSite=Lax{}",
-        if secure { "; Secure" } else { "" }
-    )
-}
-
 /// Adds a `Set-Cookie` to `response`.
 pub fn with_cookie(mut response: Response, cookie: &str) -> Response {
     if let Ok(value) = HeaderValue::from_str(cookie) {
@@ -223,35 +207,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_session_cookie_is_found_among_others() {
-        let token = SecretToken::generate().unwrap();
-        let mut headers = HeaderMap::new();
-        let line = format!("a=b; {COOKIE}={}; c=d", token.expose());
-        headers.insert(header::COOKIE, HeaderValue::from_str(&line).unwrap());
-        assert_eq!(session_token(&headers).unwrap().hash(), token.hash());
-        headers.insert(
-            header::COOKIE,
-            HeaderValue::from_static("toolgate_session=nothex"),
-        );
-        assert!(session_token(&headers).is_none());
-    }
-
-    #[test]
     fn origins_are_scheme_and_authority() {
         assert_eq!(
             origin_of("https://Tools.Example/x/y"),
             "https://tools.example"
         );
         assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
-    }
-
-    #[test]
-    fn cookies_are_http_only_and_lax_and_secure_behind_https() {
-        let token = SecretToken::generate().unwrap();
-        let plain = session_cookie(&token, false);
-        assert!(plain.contains("HttpOnly") && plain.contains("SameSite=Lax"));
-        assert!(!plain.contains("Secure"));
-        assert!(session_cookie(&token, true).ends_with("; Secure"));
-        assert!(clear_cookie(false).contains("Max-Age=0"));
     }
 }

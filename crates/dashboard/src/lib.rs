@@ -8,6 +8,7 @@
 
 mod assets;
 mod consent;
+mod cookie;
 mod guard;
 mod pages;
 mod sign_in;
@@ -24,7 +25,8 @@ use toolgate_domain::AccountId;
 /// What the dashboard needs from the server around it.
 #[derive(Clone)]
 pub struct DashboardSettings {
-    /// The externally visible base URL: links, redirects and the cookie's `Secure` flag.
+    /// The externally visible base URL: links, redirects, and the session cookie's name and
+    /// scope (`__Host-`, `Secure`, `Path=/` behind https).
     pub public_url: String,
     /// Called after an owner rotated the key: the server ends the old key's open MCP sessions.
     pub on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
@@ -48,7 +50,8 @@ pub(crate) struct DashState {
     app: App,
     /// The public URL's origin: forms must come from it.
     origin: String,
-    secure: bool,
+    /// The session cookie's name and scope, chosen by the public URL's scheme.
+    cookie: cookie::SessionCookie,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
     oauth: Option<Arc<toolgate_oauth::AuthServer>>,
 }
@@ -66,7 +69,7 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
     let state = Dash(Arc::new(DashState {
         app,
         origin: guard::origin_of(&public_url),
-        secure: public_url.starts_with("https://"),
+        cookie: cookie::SessionCookie::for_public_url(&public_url),
         on_key_rotated: settings.on_key_rotated,
         oauth: settings.oauth,
     }));

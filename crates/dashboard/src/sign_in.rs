@@ -205,7 +205,7 @@ pub async fn confirm(
             };
             guard::with_cookie(
                 guard::see_other(location),
-                &guard::session_cookie(&started.token, state.secure),
+                &state.cookie.set(&started.token),
             )
         }
         Err(err) => link_error(err),
@@ -278,6 +278,6 @@ async fn sign_out_with(
     }
     guard::with_cookie(
         guard::see_other("/dashboard/sign-in?notice=signed-out"),
-        &guard::clear_cookie(state.secure),
+        &state.cookie.clear(),
     )
 }

@@ -8,7 +8,8 @@ use toolgate_store::{Grant, NewCode, StoreError};
 use crate::clients::ClientError;
 use crate::token::FAMILY_CHARS;
 use crate::{
-    AuthServer, AuthorizeError, CODE_TTL, OAuthError, SCOPE_MCP, SCOPES, error, fresh_token, millis,
+    AuthServer, AuthorizeError, CODE_TTL, ErrorRedirect, OAuthError, SCOPE_MCP, SCOPES, error,
+    fresh_token, millis,
 };
 
 /// The characters of a PKCE S256 challenge: base64url of 32 bytes, without padding.
@@ -140,12 +141,16 @@ impl AuthorizeRequest {
 }
 
 impl AuthServer {
-    /// Checks an authorization request. Until the client and its redirect URI are known to
-    /// match, a refusal is [`AuthorizeError::NoRedirect`] (an error page); after that it is
-    /// [`AuthorizeError::Redirect`] back to the client with `error`, `state` and `iss`.
+    /// Checks an authorization request for `owner`, the signed-in account if there is one (a
+    /// client metadata document is fetched only for a signed-in account, at most
+    /// [`crate::DOCUMENT_FETCHES_PER_HOUR`] times an hour each). Until the client and its redirect URI
+    /// are known to match, a refusal is [`AuthorizeError::NoRedirect`] (an error page); after
+    /// that it is [`AuthorizeError::Redirect`], which may go back to the client with `error`,
+    /// `state` and `iss` once the owner has signed in.
     pub async fn authorize(
         &self,
         params: &AuthorizeParams,
+        owner: Option<&AccountId>,
     ) -> Result<AuthorizeRequest, AuthorizeError> {
         let client_id = given(&params.client_id).ok_or_else(|| {
             AuthorizeError::NoRedirect(
@@ -155,10 +160,11 @@ impl AuthServer {
             )
         })?;
         let client = self
-            .resolve_client(client_id)
+            .resolve_client(client_id, owner)
             .await
             .map_err(|err| match err {
                 ClientError::Refused(message) => AuthorizeError::NoRedirect(message),
+                ClientError::TooManyFetches(wait) => AuthorizeError::TooManyFetches(wait),
                 ClientError::Unavailable => AuthorizeError::Unavailable,
             })?;
         let redirect_uri = match (given(&params.redirect_uri), client.redirect_uris.as_slice()) {
@@ -186,13 +192,12 @@ impl AuthServer {
             }
         };
         let state = given(&params.state).map(str::to_owned);
-        let refuse = |code: &str, description: &str| {
-            AuthorizeError::Redirect(self.error_redirect(
-                &redirect_uri,
-                state.as_deref(),
-                code,
-                description,
-            ))
+        let refuse = |code: &'static str, description: &str| {
+            AuthorizeError::Redirect(ErrorRedirect {
+                url: self.error_redirect(&redirect_uri, state.as_deref(), code, description),
+                error: code,
+                description: description.to_owned(),
+            })
         };
         match given(&params.response_type) {
             Some("code") => {}

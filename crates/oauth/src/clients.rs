@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolgate_app::web::{Method, WebContent, WebRequest};
+use toolgate_domain::AccountId;
 use toolgate_store::{OAuthClient, StoreError};
 
 use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};
-use crate::{AuthServer, millis};
+use crate::{AuthServer, OAuthError, UNUSED_CLIENT_TTL, error, millis};
 
 /// Largest metadata document read.
 pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
@@ -20,16 +21,22 @@ pub(crate) const DOCUMENT_TTL: Duration = Duration::from_secs(24 * 3600);
 pub(crate) enum ClientError {
     /// Unknown, or its metadata is unacceptable: the message says which (it shows no secret).
     Refused(String),
+    /// The signed-in account has had its hourly share of document fetches; the wait.
+    TooManyFetches(Duration),
     /// Storage failed (logged).
     Unavailable,
 }
 
 impl AuthServer {
-    /// The client named `client_id`: an https URL is a metadata document, anything else a
-    /// registered client.
-    pub(crate) async fn resolve_client(&self, client_id: &str) -> Result<OAuthClient, ClientError> {
+    /// The client named `client_id`: an https URL is a metadata document (fetched, if need be,
+    /// for the signed-in `owner` only), anything else a registered client.
+    pub(crate) async fn resolve_client(
+        &self,
+        client_id: &str,
+        owner: Option<&AccountId>,
+    ) -> Result<OAuthClient, ClientError> {
         if client_id.starts_with("https://") {
-            return self.document_client(client_id).await;
+            return self.document_client(client_id, owner).await;
         }
         match self.store.client(client_id).await {
             Ok(Some(client)) => Ok(client),
@@ -43,8 +50,13 @@ impl AuthServer {
     }
 
     /// The client whose metadata document is at `url`: the stored copy if fetched within a
-    /// day, else fetched now through the web seam, checked and stored.
-    async fn document_client(&self, url: &str) -> Result<OAuthClient, ClientError> {
+    /// day, else fetched now through the web seam for `owner` (counted against the account's
+    /// hourly fetches, failed ones included), checked and stored.
+    async fn document_client(
+        &self,
+        url: &str,
+        owner: Option<&AccountId>,
+    ) -> Result<OAuthClient, ClientError> {
         check_document_url(url).map_err(ClientError::Refused)?;
         let now = self.now();
         match self.store.client(url).await {
@@ -63,6 +75,18 @@ impl AuthServer {
                     .to_owned(),
             ));
         };
+        // a fetch is an outbound request and a stored client: only at a signed-in owner's say,
+        // and a bounded number of times
+        let Some(owner) = owner else {
+            return Err(ClientError::Refused(
+                "the app's client metadata document is read only for a signed-in owner: sign in \
+                 to the dashboard, then start the connection again from your app"
+                    .to_owned(),
+            ));
+        };
+        self.fetches
+            .admit(owner.as_str())
+            .map_err(ClientError::TooManyFetches)?;
         let refused = |why: &str| {
             ClientError::Refused(format!("the client's metadata document at {url} {why}"))
         };
@@ -120,6 +144,21 @@ impl AuthServer {
         self.store.put_client(&client).await.map_err(unavailable)?;
         tracing::info!(client_id = %url, "oauth: client metadata document fetched");
         Ok(client)
+    }
+}
+
+impl AuthServer {
+    /// Deletes the clients stored more than [`UNUSED_CLIENT_TTL`] ago that no account holds a
+    /// live token or a pending code of; how many went. Anyone may register a client (and a
+    /// signed-in owner have documents fetched), so the unused ones must not pile up. An app whose
+    /// client went registers again (or its document is fetched again).
+    pub async fn purge_unused_clients(&self) -> Result<u64, OAuthError> {
+        let now = self.now();
+        let stored_before = now.saturating_sub(millis(UNUSED_CLIENT_TTL));
+        self.store
+            .purge_clients(stored_before, now)
+            .await
+            .map_err(error::storage)
     }
 }
 

@@ -3,9 +3,12 @@
 //! [`TokenError`] for a bearer token presented at `/mcp`. No message carries a token or secret.
 
 use std::fmt;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolgate_store::StoreError;
+
+use crate::DOCUMENT_FETCHES_PER_HOUR;
 
 /// An OAuth error response: one variant per RFC error code, each with its description.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -120,18 +123,45 @@ pub enum AuthorizeError {
     /// The client or its redirect URI cannot be trusted: show this message on an error page and
     /// never redirect (RFC 6749 §4.1.2.1: redirecting here would make an open redirector).
     NoRedirect(String),
-    /// The redirect URI is the client's own: send the browser to this URL, which carries
-    /// `error`, `error_description`, `state` and `iss`.
-    Redirect(String),
+    /// The client and its redirect URI are verified: the refusal may go back to the client, but
+    /// only once the owner has signed in. Anyone may register a client, so before that it is an
+    /// error page too, or the service would bounce visitors to wherever such a client points
+    /// (RFC 9700 §4.11.2).
+    Redirect(ErrorRedirect),
+    /// The signed-in account had as many client metadata documents fetched within the hour as
+    /// allowed; another may be fetched after this wait.
+    TooManyFetches(Duration),
     /// Storage cannot be reached: show an error page asking to retry (the detail was logged).
     Unavailable,
+}
+
+/// An error response for a verified client's redirect URI (RFC 6749 §4.1.2.1, RFC 9207).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ErrorRedirect {
+    /// The redirect URI with `error`, `error_description`, `state` and `iss` added.
+    pub url: String,
+    /// The error code, e.g. `invalid_scope`.
+    pub error: &'static str,
+    /// What is wrong, in words.
+    pub description: String,
 }
 
 impl fmt::Display for AuthorizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::NoRedirect(message) => f.write_str(message),
-            Self::Redirect(_) => f.write_str("the authorization request was refused"),
+            Self::Redirect(back) => write!(
+                f,
+                "the app's authorization request is not valid: {} ({}). Start the connection \
+                 again from your app",
+                back.description, back.error
+            ),
+            Self::TooManyFetches(wait) => write!(
+                f,
+                "this account has had {DOCUMENT_FETCHES_PER_HOUR} client metadata documents \
+                 fetched within the hour, the most allowed: try again in {} minutes",
+                wait.as_secs().div_ceil(60).max(1)
+            ),
             Self::Unavailable => {
                 f.write_str("the service cannot answer right now; retry in a moment")
             }

@@ -28,12 +28,13 @@ mod tests;
 use std::sync::Arc;
 use std::time::Duration;
 
+use toolgate_app::owner::Limiter;
 use toolgate_app::web::Web;
 use toolgate_domain::{AccountId, SecretToken};
 use toolgate_store::{Store, now_millis};
 
 pub use authorize::{AuthorizeParams, AuthorizeRequest};
-pub use error::{AuthorizeError, OAuthError, TokenError};
+pub use error::{AuthorizeError, ErrorRedirect, OAuthError, TokenError};
 pub use token::TokenAnswer;
 pub use toolgate_store::{AccessGrant, ConnectedApp, Grant};
 
@@ -51,6 +52,13 @@ pub const ACCESS_TTL: Duration = Duration::from_secs(3600);
 /// How long a refresh token may be used (each use rotates it).
 pub const REFRESH_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
 
+/// Client ID Metadata Documents one signed-in account may have fetched per hour: each fetch is
+/// an outbound request and a stored client, made at the owner's say.
+pub const DOCUMENT_FETCHES_PER_HOUR: u32 = 20;
+/// A registered client (or a fetched metadata document's client) holding no live token and no
+/// pending code is deleted once it is this old: registering is open to anyone.
+pub const UNUSED_CLIENT_TTL: Duration = Duration::from_secs(24 * 3600);
+
 /// The current time as Unix milliseconds; replaceable so that tests can move it.
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
 
@@ -62,6 +70,8 @@ pub struct AuthServer {
     resource: String,
     clock: Clock,
     cache: bearer::Cache,
+    /// Metadata-document fetches per signed-in account, within the hour.
+    fetches: Limiter,
 }
 
 impl AuthServer {
@@ -76,6 +86,7 @@ impl AuthServer {
             issuer,
             clock: Arc::new(now_millis),
             cache: bearer::Cache::default(),
+            fetches: Limiter::new(DOCUMENT_FETCHES_PER_HOUR, Duration::from_secs(3600)),
         }
     }
 

@@ -2,11 +2,14 @@
 //! proxies, the client is the right-most address of `X-Forwarded-For` that is not itself a
 //! trusted proxy (the left part of the header is the client's to write, so it is never believed).
 //! Per-client limits (sign-in links, client registrations) then count real clients, not the proxy.
+//! Several `X-Forwarded-For` lines are one list (RFC 9110 §5.3): a proxy that adds a line of its
+//! own instead of extending the client's must not leave the client's line the one that is read.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
+use axum::http::HeaderMap;
 use axum::middleware::Next;
 use axum::response::Response;
 
@@ -90,6 +93,18 @@ pub fn client_behind(peer: IpAddr, forwarded: Option<&str>, trusted: &[Network])
     client
 }
 
+/// Every `X-Forwarded-For` line of a request, in order, joined into one comma-separated list;
+/// `None` without the header. A line that is not text stands as an entry that is no address, so
+/// nothing left of it is believed.
+pub fn forwarded_for(headers: &HeaderMap) -> Option<String> {
+    let lines: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|line| line.to_str().unwrap_or("unreadable"))
+        .collect();
+    (!lines.is_empty()).then(|| lines.join(","))
+}
+
 /// Middleware: replaces the request's client address by the one behind a trusted proxy.
 pub async fn real_client(
     State(trusted): State<Arc<Vec<Network>>>,
@@ -102,11 +117,8 @@ pub async fn real_client(
             .get::<ConnectInfo<SocketAddr>>()
             .copied()
     {
-        let forwarded = request
-            .headers()
-            .get("x-forwarded-for")
-            .and_then(|v| v.to_str().ok());
-        let client = client_behind(peer.ip(), forwarded, &trusted);
+        let forwarded = forwarded_for(request.headers());
+        let client = client_behind(peer.ip(), forwarded.as_deref(), &trusted);
         request
             .extensions_mut()
             .insert(ConnectInfo(SocketAddr::new(client, peer.port())));
@@ -169,5 +181,42 @@ mod tests {
             client_behind(peer, Some("10.0.0.9"), &trusted),
             ip("10.0.0.9")
         );
+    }
+
+    #[test]
+    fn several_header_lines_are_one_list() {
+        let trusted = [Network::parse("10.0.0.0/8").unwrap()];
+        let peer = ip("10.0.0.5");
+        let mut headers = HeaderMap::new();
+        assert_eq!(forwarded_for(&headers), None);
+        // the client's own line first, the proxy's appended as a line of its own
+        headers.append("x-forwarded-for", "1.1.1.1".parse().unwrap());
+        headers.append("x-forwarded-for", "203.0.113.9, 10.0.0.7".parse().unwrap());
+        let joined = forwarded_for(&headers).unwrap();
+        assert_eq!(joined, "1.1.1.1,203.0.113.9, 10.0.0.7");
+        assert_eq!(
+            client_behind(peer, Some(&joined), &trusted),
+            ip("203.0.113.9")
+        );
+        // a proxy's line holding only trusted hops: the client's entry is right of them
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", "1.1.1.1".parse().unwrap());
+        headers.append("x-forwarded-for", "203.0.113.9".parse().unwrap());
+        headers.append("x-forwarded-for", "10.0.0.7".parse().unwrap());
+        let joined = forwarded_for(&headers).unwrap();
+        assert_eq!(
+            client_behind(peer, Some(&joined), &trusted),
+            ip("203.0.113.9")
+        );
+        // a line that is not text: nothing left of it is believed
+        let mut headers = HeaderMap::new();
+        headers.append("x-forwarded-for", "1.1.1.1".parse().unwrap());
+        headers.append(
+            "x-forwarded-for",
+            axum::http::HeaderValue::from_bytes(b"\xff").unwrap(),
+        );
+        headers.append("x-forwarded-for", "10.0.0.7".parse().unwrap());
+        let joined = forwarded_for(&headers).unwrap();
+        assert_eq!(client_behind(peer, Some(&joined), &trusted), ip("10.0.0.7"));
     }
 }

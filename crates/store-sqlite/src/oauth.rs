@@ -321,6 +321,25 @@ impl OAuthStore for SqliteStore {
         .map_err(map_error)?;
         Ok(connected_apps_from_groups(groups))
     }
+
+    async fn purge_clients(&self, stored_before: i64, now: i64) -> Result<u64, StoreError> {
+        let purged = sqlx::query(
+            "DELETE FROM oauth_clients
+             WHERE updated_at < ?1
+               AND NOT EXISTS (SELECT 1 FROM oauth_tokens t
+                   WHERE t.client_id = oauth_clients.client_id
+                     AND t.revoked_at IS NULL AND t.expires_at > ?2)
+               AND NOT EXISTS (SELECT 1 FROM oauth_codes o
+                   WHERE o.client_id = oauth_clients.client_id
+                     AND o.used_at IS NULL AND o.revoked_at IS NULL AND o.expires_at > ?2)",
+        )
+        .bind(stored_before)
+        .bind(now)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(purged.rows_affected())
+    }
 }
 
 /// Stores the access and refresh tokens of `tokens` into `family` under `grant`, created now;

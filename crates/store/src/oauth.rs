@@ -193,6 +193,12 @@ pub trait OAuthStore: Send + Sync {
         account: &AccountId,
         now: i64,
     ) -> Result<Vec<ConnectedApp>, StoreError>;
+
+    /// Deletes, in one statement, every client stored (registered, or its metadata document
+    /// fetched) before `stored_before` that holds no live token (unrevoked, `now < expires_at`:
+    /// what [`OAuthStore::connected_apps`] lists) and no pending code (unused, unrevoked, `now <
+    /// expires_at`) of any account; returns how many went. Its dead codes and tokens stay.
+    async fn purge_clients(&self, stored_before: i64, now: i64) -> Result<u64, StoreError>;
 }
 
 /// Redirect URIs as the `redirect_uris` column holds them: a JSON array of strings.

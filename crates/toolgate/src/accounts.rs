@@ -9,10 +9,11 @@ use toolgate_app::App;
 use toolgate_app::mail::Mailer;
 use toolgate_app::owner::SignInLimits;
 use toolgate_app::payments::Payments;
+use toolgate_oauth::AuthServer;
 
 use crate::config::Settings;
 
-/// How often expired sign-in links and dashboard sessions are deleted.
+/// How often expired sign-in links and dashboard sessions, and unused OAuth clients, are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(10 * 60);
 
 /// SMTP when `smtp_url` is set, else `.eml` files in `<data-dir>/outbox` with the link logged.
@@ -79,10 +80,10 @@ pub fn sign_in_limits(settings: &Settings) -> SignInLimits {
     }
 }
 
-/// Deletes expired sign-in links and dashboard sessions now and then, for as long as the
-/// process runs.
-pub fn purge_expired(app: &App) {
-    let app = app.clone();
+/// Deletes expired sign-in links and dashboard sessions, and OAuth clients unused for a day
+/// (no live token, no pending code), at start and now and then, for as long as the process runs.
+pub fn purge_expired(app: &App, oauth: &Arc<AuthServer>) {
+    let (app, oauth) = (app.clone(), oauth.clone());
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(PURGE_EVERY);
         loop {
@@ -91,6 +92,11 @@ pub fn purge_expired(app: &App) {
                 && let Err(err) = sign_in.purge().await
             {
                 tracing::warn!(error = %err, "expired sign-in links were not purged");
+            }
+            match oauth.purge_unused_clients().await {
+                Ok(0) => {}
+                Ok(purged) => tracing::info!(purged, "unused OAuth clients purged"),
+                Err(err) => tracing::warn!(error = %err, "unused OAuth clients were not purged"),
             }
         }
     });

@@ -129,7 +129,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
             sign_in_limits: crate::accounts::sign_in_limits(settings),
         },
     );
-    crate::accounts::purge_expired(&app);
+    crate::accounts::purge_expired(&app, &oauth);
     let http = config.http;
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(

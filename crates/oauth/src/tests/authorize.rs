@@ -8,14 +8,22 @@ use crate::{AuthorizeError, AuthorizeParams, OAuthError};
 
 /// The error a refused request redirects with, after checking where it goes.
 fn redirected_error(outcome: Result<crate::AuthorizeRequest, AuthorizeError>) -> String {
-    let Err(AuthorizeError::Redirect(url)) = outcome else {
+    let Err(AuthorizeError::Redirect(back)) = outcome else {
         panic!("expected a redirect, got {outcome:?}");
     };
-    assert_eq!(base(&url), REDIRECT);
-    let query = query(&url);
+    assert_eq!(base(&back.url), REDIRECT);
+    let query = query(&back.url);
     assert_eq!(query["state"], "st-1");
     assert_eq!(query["iss"], ISSUER);
     assert!(!query["error_description"].is_empty());
+    // what an error page shows before sign-in is what the redirect would have said
+    assert_eq!(query["error"], back.error);
+    assert_eq!(query["error_description"], back.description);
+    let shown = AuthorizeError::Redirect(back.clone()).to_string();
+    assert!(
+        shown.contains(&back.description) && shown.contains(back.error),
+        "{shown}"
+    );
     query["error"].clone()
 }
 
@@ -25,7 +33,7 @@ async fn a_valid_request_is_carried_to_consent() {
     let client_id = h.register(&[REDIRECT]).await;
     let request = h
         .server
-        .authorize(&params(&client_id, VERIFIER))
+        .authorize(&params(&client_id, VERIFIER), Some(&h.account.id))
         .await
         .unwrap();
     assert_eq!(request.client_id(), client_id);
@@ -34,7 +42,11 @@ async fn a_valid_request_is_carried_to_consent() {
     assert_eq!(request.scope(), "mcp");
     assert_eq!(request.state(), Some("st-1"));
     // what a consent form carries is checked again into the same request
-    let again = h.server.authorize(&request.params()).await.unwrap();
+    let again = h
+        .server
+        .authorize(&request.params(), Some(&h.account.id))
+        .await
+        .unwrap();
     assert_eq!(again, request);
     let pairs: Vec<(String, String)> = request
         .params()
@@ -53,7 +65,11 @@ async fn a_valid_request_is_carried_to_consent() {
     bare.resource = None;
     bare.state = None;
     bare.scope = Some("offline_access mcp mcp".to_owned());
-    let request = h.server.authorize(&bare).await.unwrap();
+    let request = h
+        .server
+        .authorize(&bare, Some(&h.account.id))
+        .await
+        .unwrap();
     assert_eq!(request.redirect_uri(), REDIRECT);
     assert_eq!(request.scope(), "mcp offline_access");
     assert_eq!(request.state(), None);
@@ -65,12 +81,12 @@ async fn unknown_clients_and_foreign_redirect_uris_are_not_redirected() {
     let client_id = h.register(&[REDIRECT, "https://app.example/other"]).await;
     let mut unknown = params("tgc_00000000000000000000000000000000", VERIFIER);
     assert!(matches!(
-        h.server.authorize(&unknown).await,
+        h.server.authorize(&unknown, Some(&h.account.id)).await,
         Err(AuthorizeError::NoRedirect(_))
     ));
     unknown.client_id = None;
     assert!(matches!(
-        h.server.authorize(&unknown).await,
+        h.server.authorize(&unknown, Some(&h.account.id)).await,
         Err(AuthorizeError::NoRedirect(_))
     ));
     // open-redirect attempts: anything but an exact registered URI
@@ -90,7 +106,7 @@ async fn unknown_clients_and_foreign_redirect_uris_are_not_redirected() {
     ] {
         let mut request = params(&client_id, VERIFIER);
         request.redirect_uri = Some(attempt.to_owned());
-        match h.server.authorize(&request).await {
+        match h.server.authorize(&request, Some(&h.account.id)).await {
             Err(AuthorizeError::NoRedirect(message)) => {
                 assert!(message.contains("redirect_uri"), "{message}");
             }
@@ -101,14 +117,14 @@ async fn unknown_clients_and_foreign_redirect_uris_are_not_redirected() {
     let mut unnamed = params(&client_id, VERIFIER);
     unnamed.redirect_uri = None;
     assert!(matches!(
-        h.server.authorize(&unnamed).await,
+        h.server.authorize(&unnamed, Some(&h.account.id)).await,
         Err(AuthorizeError::NoRedirect(_))
     ));
     // and even a bad request of an unknown client is not redirected
     let mut both = params("tgc_unknown", VERIFIER);
     both.response_type = Some("token".to_owned());
     assert!(matches!(
-        h.server.authorize(&both).await,
+        h.server.authorize(&both, Some(&h.account.id)).await,
         Err(AuthorizeError::NoRedirect(_))
     ));
 }
@@ -170,7 +186,7 @@ async fn later_errors_go_back_to_the_client() {
         ),
     ];
     for (request, expected) in cases {
-        let error = redirected_error(h.server.authorize(&request).await);
+        let error = redirected_error(h.server.authorize(&request, Some(&h.account.id)).await);
         assert_eq!(error, expected, "{request:?}");
     }
 }
@@ -183,7 +199,11 @@ async fn approval_redirects_with_the_code_state_and_issuer() {
     let mut request = params(&client_id, VERIFIER);
     request.redirect_uri = Some(with_query.to_owned());
     request.state = Some("a b&c=d/é".to_owned());
-    let request = h.server.authorize(&request).await.unwrap();
+    let request = h
+        .server
+        .authorize(&request, Some(&h.account.id))
+        .await
+        .unwrap();
     let url = h.server.approve(&h.account.id, &request).await.unwrap();
     assert!(
         url.starts_with("https://app.example/cb?tenant=a%20b&code="),
@@ -207,7 +227,7 @@ async fn approval_for_a_missing_account_is_refused() {
     let client_id = h.register(&[REDIRECT]).await;
     let request = h
         .server
-        .authorize(&params(&client_id, OTHER_VERIFIER))
+        .authorize(&params(&client_id, OTHER_VERIFIER), Some(&h.account.id))
         .await
         .unwrap();
     let ghost = toolgate_domain::AccountId::generate();
@@ -223,7 +243,7 @@ async fn denial_redirects_with_access_denied() {
     let client_id = h.register(&[REDIRECT]).await;
     let request = h
         .server
-        .authorize(&params(&client_id, VERIFIER))
+        .authorize(&params(&client_id, VERIFIER), Some(&h.account.id))
         .await
         .unwrap();
     let url = h.server.deny(&request);

@@ -25,7 +25,9 @@ async fn authorize(
     h: &Harness,
     client_id: &str,
 ) -> Result<crate::AuthorizeRequest, AuthorizeError> {
-    h.server.authorize(&params(client_id, VERIFIER)).await
+    h.server
+        .authorize(&params(client_id, VERIFIER), Some(&h.account.id))
+        .await
 }
 
 fn refused(outcome: Result<crate::AuthorizeRequest, AuthorizeError>, says: &str) {
@@ -161,6 +163,47 @@ async fn a_document_must_be_served_plainly_as_json() {
 }
 
 #[tokio::test]
+async fn document_fetches_are_counted_per_signed_in_account() {
+    let h = Harness::new().await;
+    let unserved = |n: u32| format!("https://app.example/unserved-{n}.json");
+    // nobody signed in: nothing is fetched
+    refused(
+        h.server.authorize(&params(DOC, VERIFIER), None).await,
+        "signed-in owner",
+    );
+    assert_eq!(h.web.calls(), 0);
+    // an account's fetches count, failed ones too, up to the hourly limit
+    for n in 0..crate::DOCUMENT_FETCHES_PER_HOUR {
+        refused(authorize(&h, &unserved(n)).await, "could not be fetched");
+    }
+    assert_eq!(h.web.calls(), 20);
+    let over = authorize(&h, &unserved(99)).await;
+    let Err(AuthorizeError::TooManyFetches(wait)) = over else {
+        panic!("expected TooManyFetches, got {over:?}");
+    };
+    assert!(
+        wait > Duration::ZERO && wait <= Duration::from_secs(3600),
+        "{wait:?}"
+    );
+    let shown = AuthorizeError::TooManyFetches(wait).to_string();
+    assert!(shown.contains("20 client metadata documents"), "{shown}");
+    assert_eq!(h.web.calls(), 20, "the refused one was not fetched");
+    // another account has its own count, and a stored copy costs no fetch
+    let other = super::create_account(&h.store, "other@example.com").await;
+    h.web.serve(DOC, Canned::json(document(DOC)));
+    for _ in 0..25 {
+        let request = h
+            .server
+            .authorize(&params(DOC, VERIFIER), Some(&other.id))
+            .await;
+        assert_eq!(request.unwrap().client_id(), DOC);
+    }
+    assert_eq!(h.web.calls(), 21);
+    // the stored copy serves the first account as well
+    assert!(authorize(&h, DOC).await.is_ok());
+}
+
+#[tokio::test]
 async fn documents_need_the_web_seam() {
     let h = Harness::without_web().await;
     h.web.serve(DOC, Canned::json(document(DOC)));
@@ -185,4 +228,24 @@ async fn document_urls_must_have_a_path_and_no_tricks() {
         );
     }
     assert_eq!(h.web.calls(), 0, "none of them was fetched");
+}
+
+#[tokio::test]
+async fn clients_unused_for_a_day_are_purged() {
+    let h = Harness::new().await;
+    let idle = h.register(&[REDIRECT]).await;
+    let (connected, _) = h.tokens(None).await;
+    h.web.serve(DOC, Canned::json(document(DOC)));
+    authorize(&h, DOC).await.unwrap();
+    // within the day nothing goes
+    h.advance(Duration::from_secs(23 * 3600));
+    assert_eq!(h.server.purge_unused_clients().await.unwrap(), 0);
+    let young = h.register(&[REDIRECT]).await;
+    h.advance(Duration::from_secs(3600 + 1));
+    // the idle client and the fetched document's go; the one whose refresh token lives stays
+    assert_eq!(h.server.purge_unused_clients().await.unwrap(), 2);
+    refused(authorize(&h, &idle).await, "unknown");
+    assert!(h.store.client(DOC).await.unwrap().is_none());
+    assert!(h.store.client(&connected).await.unwrap().is_some());
+    assert!(authorize(&h, &young).await.is_ok());
 }

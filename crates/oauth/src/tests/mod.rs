@@ -196,7 +196,7 @@ impl Harness {
     ) -> String {
         let mut params = params(client_id, verifier);
         params.scope = scope.map(str::to_owned);
-        let request = self.server.authorize(&params).await.unwrap();
+        let request = self.server.authorize(&params, Some(account)).await.unwrap();
         let url = self.server.approve(account, &request).await.unwrap();
         query(&url)["code"].clone()
     }

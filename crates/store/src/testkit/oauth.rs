@@ -1,7 +1,10 @@
 //! The OAuth server's part of the story: codes used once and a replayed one revoking its
 //! tokens, refresh tokens rotated once and a replayed one revoking its family, revocation by
-//! token and by client, access tokens refused once expired, and the connected apps.
+//! token and by client, access tokens refused once expired, the connected apps, and the purge of
+//! clients never used.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod purge;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -149,6 +152,7 @@ pub(super) async fn oauth_story(store: Arc<dyn Store>, tag: &str) {
     revocations_racing_rotations_leave_nothing_live(store.clone(), tag).await;
     revoking_a_client_spares_the_others(&*store, tag).await;
     connected_apps_are_the_live_clients(&*store, tag).await;
+    purge::unused_clients_are_purged(&*store, tag).await;
 }
 
 async fn clients_are_stored_and_replaced(store: &dyn Store, tag: &str) {

@@ -222,15 +222,22 @@ async fn one_client_gets_its_limit_of_links_across_addresses() {
 
 /// `POST /magic-link` for `email` with an `X-Forwarded-For` header.
 async fn ask_forwarded(d: &Dash, email: &str, forwarded: &str) -> u16 {
-    let reply = send(
-        d.http
-            .post(d.server.url("/magic-link"))
-            .header("Content-Type", "application/json")
-            .header("X-Forwarded-For", forwarded)
-            .body(json!({ "email": email }).to_string()),
-    )
-    .await;
-    reply.status
+    ask_forwarded_lines(d, email, &[forwarded]).await
+}
+
+/// `POST /magic-link` for `email` with one `X-Forwarded-For` header line per entry of `lines`.
+async fn ask_forwarded_lines(d: &Dash, email: &str, lines: &[&str]) -> u16 {
+    let mut request = d
+        .http
+        .post(d.server.url("/magic-link"))
+        .header("Content-Type", "application/json");
+    for line in lines {
+        // `header` appends: each value goes out as a line of its own
+        request = request.header("X-Forwarded-For", *line);
+    }
+    send(request.body(json!({ "email": email }).to_string()))
+        .await
+        .status
 }
 
 #[tokio::test]
@@ -272,6 +279,24 @@ async fn behind_a_trusted_proxy_clients_are_counted_apart() {
         ask_forwarded(&plain, "q3@example.org", "203.0.113.7").await,
         429
     );
+}
+
+#[tokio::test]
+async fn several_forwarded_lines_are_read_as_one_list() {
+    let limit = ("TOOLGATE_SIGN_IN_LIMIT_PER_CLIENT", "2");
+    let d = Dash::start(&[limit, ("TOOLGATE_TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    for email in ["l1@example.org", "l2@example.org"] {
+        assert_eq!(ask_forwarded(&d, email, "203.0.113.5").await, 202);
+    }
+    // the client wrote a line of its own and the proxy added its entry as a second line: the
+    // client is still the right-most untrusted entry of all lines, so its count is spent
+    let lines = ["203.0.113.77", "203.0.113.5"];
+    assert_eq!(ask_forwarded_lines(&d, "l3@example.org", &lines).await, 429);
+    let lines = ["203.0.113.78", "203.0.113.5", "127.0.0.1"];
+    assert_eq!(ask_forwarded_lines(&d, "l4@example.org", &lines).await, 429);
+    // and a client named only in the last line is counted as itself
+    let lines = ["203.0.113.5", "203.0.113.6"];
+    assert_eq!(ask_forwarded_lines(&d, "l5@example.org", &lines).await, 202);
 }
 
 #[tokio::test]
@@ -348,7 +373,7 @@ async fn a_link_shows_a_button_and_signs_in_once() {
 }
 
 #[tokio::test]
-async fn behind_https_the_session_cookie_is_secure() {
+async fn behind_https_the_session_cookie_is_host_only_and_secure() {
     let d = Dash::start(&[("TOOLGATE_PUBLIC_URL", "https://tools.example.test")]).await;
     let token = d.new_link("tls@example.org").await;
     // the page's own origin is the public one: the loopback address is another site
@@ -358,8 +383,107 @@ async fn behind_https_the_session_cookie_is_secure() {
     assert_eq!(reply.status, 303, "{reply:?}");
     let cookies = set_cookies(&reply);
     assert_eq!(cookies.len(), 1, "{cookies:?}");
-    assert!(cookies[0].ends_with("; Secure"), "{cookies:?}");
-    assert!(cookies[0].contains("HttpOnly") && cookies[0].contains("SameSite=Lax"));
+    // RFC 6265bis §4.1.3.2: `__Host-` needs Secure, Path=/ and no Domain, so that only this
+    // host, over https, can set it (a sibling subdomain cannot toss one in)
+    let cookie = &cookies[0];
+    let (pair, attributes) = cookie.split_once("; ").unwrap();
+    let (name, value) = pair.split_once('=').unwrap();
+    assert_eq!(name, HOST_COOKIE, "{cookie}");
+    assert!(is_hex64(value), "{cookie}");
+    let mut attributes: Vec<&str> = attributes.split("; ").collect();
+    attributes.sort_unstable();
+    assert_eq!(
+        attributes,
+        [
+            "HttpOnly",
+            "Max-Age=604800",
+            "Path=/",
+            "SameSite=Lax",
+            "Secure"
+        ],
+        "{cookie}"
+    );
+    // the prefixed cookie signs in; the same token under the plain name (as a sibling
+    // subdomain could set it) is nothing here
+    let signed = d
+        .get("/dashboard", Some(&format!("{HOST_COOKIE}={value}")))
+        .await;
+    assert_eq!(signed.status, 200, "{signed:?}");
+    let tossed = d
+        .get("/dashboard", Some(&format!("{COOKIE}={value}")))
+        .await;
+    assert_see_other(&tossed, "/dashboard/sign-in");
+    // and signing out clears the prefixed cookie, with the same scope
+    let session = Session {
+        cookie: format!("{HOST_COOKIE}={value}"),
+        token: value.to_owned(),
+        csrf: csrf_of(&signed.body),
+    };
+    let out = d
+        .post("/dashboard/sign-out", &session, &[("csrf", &session.csrf)])
+        .await;
+    assert_eq!(out.status, 303, "{out:?}");
+    assert_eq!(
+        set_cookies(&out),
+        [format!(
+            "{HOST_COOKIE}=; Path=/; Max-Age=0; HttpOnly; SameSite=Lax; Secure"
+        )]
+    );
+}
+
+#[tokio::test]
+async fn two_session_cookies_are_refused() {
+    for public in [None, Some("https://tools.example.test")] {
+        let env: Vec<(&str, &str)> = public
+            .iter()
+            .map(|url| ("TOOLGATE_PUBLIC_URL", *url))
+            .collect();
+        let d = Dash::start(&env).await;
+        let name = if public.is_some() {
+            HOST_COOKIE
+        } else {
+            COOKIE
+        };
+        let token = d.new_link("twice@example.org").await;
+        let live = session_cookie_named(&d.confirm(&token).await, name);
+        let planted = d.new_link("planter@example.org").await;
+        let other = session_cookie_named(&d.confirm(&planted).await, name);
+        assert_eq!(
+            d.get("/dashboard", Some(&format!("{name}={live}")))
+                .await
+                .status,
+            200
+        );
+        let ask = Ask::new(&d, "tgc_00000000000000000000000000000000", &Pkce::new());
+        for cookies in [
+            format!("{name}={live}; {name}={other}"),
+            format!("{name}={other}; {name}={live}"),
+            format!("{name}={live}; {name}={live}"),
+            format!("{name}={live}; {name}=nothex"),
+        ] {
+            for path in ["/dashboard", "/dashboard/apps", &ask.path()] {
+                let reply = d.get(path, Some(&cookies)).await;
+                assert_error_page(&reply, 400);
+                assert!(
+                    reply.body.contains("two dashboard session cookies"),
+                    "{reply:?}"
+                );
+                assert!(
+                    set_cookies(&reply).is_empty(),
+                    "neither is cleared: {reply:?}"
+                );
+            }
+        }
+        // the cookie on two header lines is two cookies as well
+        let reply = send(
+            d.http
+                .get(d.server.url("/dashboard"))
+                .header("Cookie", format!("{name}={live}"))
+                .header("Cookie", format!("{name}={other}")),
+        )
+        .await;
+        assert_error_page(&reply, 400);
+    }
 }
 
 #[tokio::test]

@@ -16,6 +16,7 @@ mod dashboard_wallet;
 mod front_door;
 mod metering;
 mod oauth;
+mod oauth_edges;
 mod oauth_more;
 mod operations;
 mod protocol;

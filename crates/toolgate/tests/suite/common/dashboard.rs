@@ -11,8 +11,10 @@ use serde_json::json;
 
 use super::{Reply, Server, Storage, send};
 
-/// The session cookie's name.
+/// The session cookie's name over plain http.
 pub const COOKIE: &str = "toolgate_session";
+/// The session cookie's name behind an https public URL.
+pub const HOST_COOKIE: &str = "__Host-toolgate_session";
 
 /// A client that follows no redirect and keeps no cookie.
 pub fn browser() -> reqwest::Client {
@@ -313,8 +315,17 @@ pub fn set_cookies(reply: &Reply) -> Vec<String> {
 
 /// The session token a response sets, if it sets a non-empty one.
 pub fn session_cookie(reply: &Reply) -> Option<String> {
+    session_cookie_as(reply, COOKIE)
+}
+
+/// The session token a response sets under `name`; it must set one.
+pub fn session_cookie_named(reply: &Reply, name: &str) -> String {
+    session_cookie_as(reply, name).unwrap_or_else(|| panic!("no {name} cookie: {reply:?}"))
+}
+
+fn session_cookie_as(reply: &Reply, name: &str) -> Option<String> {
     set_cookies(reply).iter().find_map(|cookie| {
-        let value = cookie.strip_prefix(&format!("{COOKIE}="))?;
+        let value = cookie.strip_prefix(&format!("{name}="))?;
         let value = value.split(';').next().unwrap_or("");
         (!value.is_empty()).then(|| value.to_owned())
     })
