@@ -22,6 +22,14 @@ pub enum Refusal {
     /// to whatever the URL names, and logged by proxies on the way
     #[error("a URL may not carry a user name or password; use headers (with {{{{secret:NAME}}}})")]
     Credentials,
+    /// a configured endpoint's name with a port that is not configured
+    #[error("{host}:{port} is not an endpoint this service is configured with")]
+    NotConfigured {
+        /// the endpoint's host name
+        host: String,
+        /// the port asked for
+        port: u16,
+    },
     /// the address is in a range the guard keeps tenants out of
     #[error("{address} is a {kind} address, which this service does not connect to")]
     Private {
@@ -32,10 +40,30 @@ pub enum Refusal {
     },
 }
 
-/// Which addresses are reachable: everything public, and the private ranges the operator lists.
+/// Which addresses are reachable: everything public, the private ranges the operator lists
+/// (for tenants' own destinations), and the endpoints the operator configured for the
+/// service itself (model providers, search engines), each at exactly its host and port.
 #[derive(Debug, Clone, Default)]
 pub struct EgressPolicy {
     allowed: Vec<IpNet>,
+    endpoints: Vec<Endpoint>,
+}
+
+/// An endpoint the operator configured: its host as written in its URL, and its port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Endpoint {
+    host: Host<String>,
+    port: u16,
+}
+
+impl Endpoint {
+    /// The endpoint `url` names, if it names a host.
+    fn of(url: &Url) -> Option<Self> {
+        Some(Self {
+            host: url.host()?.to_owned(),
+            port: url.port_or_known_default()?,
+        })
+    }
 }
 
 impl EgressPolicy {
@@ -54,7 +82,37 @@ impl EgressPolicy {
                     })
             })
             .collect::<Result<_, _>>()?;
-        Ok(Self { allowed })
+        Ok(Self {
+            allowed,
+            endpoints: Vec::new(),
+        })
+    }
+
+    /// This policy, and also the endpoints at `urls` (the operator's own settings, such as a
+    /// provider's base URL on loopback): each reachable at exactly its host and port, whatever
+    /// address it names or its name resolves to. Private addresses that are not such an
+    /// endpoint stay refused: configuring a model server on 127.0.0.1:11434 opens that port
+    /// to the service's calls to it, not loopback.
+    pub fn with_endpoints<'a>(
+        mut self,
+        urls: impl IntoIterator<Item = &'a str>,
+    ) -> Result<Self, String> {
+        for url in urls {
+            let parsed = Url::parse(url.trim()).map_err(|_| format!("{url:?} is not a URL"))?;
+            let endpoint = Endpoint::of(&parsed).ok_or_else(|| format!("{url:?} names no host"))?;
+            if !self.endpoints.contains(&endpoint) {
+                self.endpoints.push(endpoint);
+            }
+        }
+        Ok(self)
+    }
+
+    /// Whether a resolved name is a configured endpoint's: its addresses are then reachable
+    /// (at the endpoint's port, which [`Self::check_url`] holds the URL to).
+    pub fn is_endpoint_name(&self, name: &str) -> bool {
+        self.endpoints
+            .iter()
+            .any(|e| matches!(&e.host, Host::Domain(host) if host.eq_ignore_ascii_case(name)))
     }
 
     /// Refuses `address` if it is special-purpose and not allowed.
@@ -102,6 +160,20 @@ impl EgressPolicy {
         if !url.username().is_empty() || url.password().is_some() {
             return Err(Refusal::Credentials);
         }
+        if let Some(endpoint) = Endpoint::of(url) {
+            if self.endpoints.contains(&endpoint) {
+                return Ok(());
+            }
+            if let Host::Domain(name) = &endpoint.host
+                && self.is_endpoint_name(name)
+            {
+                // the name resolves past the guard, so only at the port configured
+                return Err(Refusal::NotConfigured {
+                    host: name.chars().take(256).collect(),
+                    port: endpoint.port,
+                });
+            }
+        }
         match url.host() {
             None => Err(Refusal::NoHost),
             Some(Host::Ipv4(v4)) => self.check_ip(IpAddr::V4(v4)),
@@ -124,8 +196,8 @@ fn canonical(address: IpAddr) -> IpAddr {
     let octets = v6.octets();
     let embedded =
         |at: usize| Ipv4Addr::new(octets[at], octets[at + 1], octets[at + 2], octets[at + 3]);
-    // ::a.b.c.d (deprecated "compatible"), but not :: and ::1
-    if segments[..6].iter().all(|s| *s == 0) && segments[6] != 0 {
+    // ::a.b.c.d (deprecated "compatible"), ::0.0.1.2 too, but not :: and ::1
+    if segments[..6].iter().all(|s| *s == 0) && (segments[6] != 0 || segments[7] > 1) {
         return IpAddr::V4(embedded(12));
     }
     // NAT64 64:ff9b::/96 and 64:ff9b:1::/48
@@ -193,6 +265,11 @@ fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
         "unique local (private)"
     } else if first == 0x2001 && a.segments()[1] == 0x0db8 {
         "documentation"
+    } else if first == 0x2001 && a.segments()[1] == 0 {
+        // Teredo 2001::/32 tunnels to an IPv4 address hidden in the last 32 bits
+        "Teredo tunnel"
+    } else if first == 0x2001 && a.segments()[1] == 0x0002 && a.segments()[2] == 0 {
+        "benchmarking"
     } else if first == 0x0100 && a.segments()[1..4].iter().all(|s| *s == 0) {
         "discard-only"
     } else {

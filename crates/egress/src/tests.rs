@@ -309,3 +309,62 @@ fn refusals_name_the_kind_of_range() {
         .to_string();
     assert!(err.contains("10.0.0.1 is a private address"), "{err}");
 }
+
+#[test]
+fn a_configured_endpoint_is_reachable_at_its_host_and_port_only() {
+    let policy = EgressPolicy::default()
+        .with_endpoints(["http://127.0.0.1:11434/v1", "http://searx.internal:8888"])
+        .unwrap();
+    let url = |text: &str| Url::parse(text).unwrap();
+    assert_eq!(
+        policy.check_url(&url("http://127.0.0.1:11434/v1/chat")),
+        Ok(())
+    );
+    assert!(matches!(
+        policy.check_url(&url("http://127.0.0.1:11435/")),
+        Err(Refusal::Private {
+            kind: "loopback",
+            ..
+        })
+    ));
+    assert!(matches!(
+        policy.check_url(&url("http://127.0.0.2:11434/")),
+        Err(Refusal::Private { .. })
+    ));
+    // a named endpoint resolves past the guard, so any other port of that name is refused
+    assert_eq!(
+        policy.check_url(&url("http://SEARX.internal:8888/search")),
+        Ok(())
+    );
+    assert!(matches!(
+        policy.check_url(&url("http://searx.internal:22/")),
+        Err(Refusal::NotConfigured { port: 22, .. })
+    ));
+    assert!(policy.is_endpoint_name("searx.internal"));
+    assert!(!policy.is_endpoint_name("other.internal"));
+    // the resolved addresses of a name that is not an endpoint are still judged
+    assert!(policy.check_ip("10.0.0.1".parse().unwrap()).is_err());
+    assert!(
+        EgressPolicy::default()
+            .with_endpoints(["not a url"])
+            .is_err()
+    );
+}
+
+#[test]
+fn ipv6_forms_that_hide_ipv4_or_tunnels_are_refused() {
+    let policy = EgressPolicy::default();
+    for (address, kind) in [
+        ("::0.0.1.2", THIS_NETWORK),
+        ("::127.0.0.1", LOOPBACK),
+        ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo tunnel"),
+        ("2001:2::1", BENCHMARKING),
+    ] {
+        let refusal = policy.check_ip(address.parse().unwrap()).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::Private { kind: k, .. } if k == kind),
+            "{address}: {refusal:?}"
+        );
+    }
+    assert!(policy.check_ip("2001:4860::8888".parse().unwrap()).is_ok());
+}

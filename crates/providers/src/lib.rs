@@ -89,6 +89,15 @@ impl ModelClients {
     /// reached only where `policy` allows.
     pub fn new(policy: EgressPolicy, settings: ProviderSettings) -> Result<Self, String> {
         let timeout = settings.timeout.unwrap_or(Duration::from_secs(120));
+        // the base URLs the operator set are reachable at exactly their host and port, also
+        // on loopback or a private network (a local model server), without opening those
+        // ranges to anything else
+        let configured = settings
+            .base_urls
+            .values()
+            .chain(settings.compatible.iter().map(|(_, url, _)| url))
+            .map(String::as_str);
+        let policy = policy.with_endpoints(configured)?;
         let http = toolgate_web::api_client(policy.clone(), timeout)?;
         let mut providers = BTreeMap::new();
         for builtin in BUILTIN {

@@ -62,6 +62,13 @@ impl SearchEngines {
         settings: SearchSettings,
         timeout: Duration,
     ) -> Result<Self, String> {
+        // the operator's SearXNG and base URLs are reachable at exactly their host and port
+        let configured = settings
+            .searxng_url
+            .iter()
+            .chain(settings.base_urls.values())
+            .map(String::as_str);
+        let policy = policy.with_endpoints(configured)?;
         Ok(Self {
             http: toolgate_web::api_client(policy.clone(), timeout)?,
             policy,

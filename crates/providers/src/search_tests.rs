@@ -128,7 +128,7 @@ async fn engine_errors_come_back_without_the_key_and_no_engine_is_a_clear_refusa
 }
 
 #[tokio::test]
-async fn a_search_engine_on_a_private_address_is_refused_by_the_guard() {
+async fn only_the_private_engine_the_operator_configured_is_reached() {
     let settings = SearchSettings {
         searxng_url: Some("http://127.0.0.1:9".into()),
         ..SearchSettings::default()
@@ -137,6 +137,30 @@ async fn a_search_engine_on_a_private_address_is_refused_by_the_guard() {
         SearchEngines::new(EgressPolicy::default(), settings, Duration::from_secs(1)).unwrap();
     let mut q = query("brave", None);
     q.engine = None;
-    let refused = engines.search(q).await.unwrap_err().to_string();
-    assert!(refused.contains("loopback"), "{refused}");
+    let failed = engines.search(q).await.unwrap_err().to_string();
+    assert!(
+        !failed.contains("loopback"),
+        "configured, so let through: {failed}"
+    );
+    // an engine base URL the operator did not configure is judged as any address
+    let settings = SearchSettings {
+        base_urls: [("brave".to_owned(), "http://127.0.0.1:9".to_owned())].into(),
+        ..SearchSettings::default()
+    };
+    let policy = EgressPolicy::default();
+    assert!(
+        policy
+            .check_url(&reqwest::Url::parse("http://127.0.0.1:9").unwrap())
+            .is_err()
+    );
+    let engines = SearchEngines::new(policy, settings, Duration::from_secs(1)).unwrap();
+    let failed = engines
+        .search(query("brave", None))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !failed.contains("loopback"),
+        "a configured base URL: {failed}"
+    );
 }

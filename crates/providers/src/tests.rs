@@ -480,14 +480,25 @@ async fn keys_come_from_the_call_or_the_operator_and_providers_must_be_known() {
 }
 
 #[tokio::test]
-async fn a_provider_on_a_private_address_is_refused_by_the_guard() {
+async fn only_the_private_endpoints_the_operator_configured_are_reached() {
     let mut settings = ProviderSettings::default();
     settings
         .base_urls
         .insert("openai".into(), "http://127.0.0.1:9/v1".into());
     let clients = ModelClients::new(EgressPolicy::default(), settings).unwrap();
-    let refused = clients
+    // configured: the guard lets the call through (nothing listens on port 9)
+    let failed = clients
         .complete(request("openai", "gpt-x"), None)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        !failed.contains("loopback") && failed.contains("could not be reached"),
+        "{failed}"
+    );
+    // ollama's own base URL is on loopback too, but the operator did not configure it
+    let refused = clients
+        .complete(request("ollama", "llama3"), None)
         .await
         .unwrap_err();
     assert!(refused.to_string().contains("loopback"), "{refused}");

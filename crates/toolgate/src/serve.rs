@@ -95,10 +95,16 @@ pub async fn run(settings: &Settings) -> Result<()> {
         toolgate_database::DatabaseServers::new(config.egress.clone())
             .map_err(anyhow::Error::msg)?,
     );
-    let models: Arc<dyn toolgate_app::ai::Models> =
-        Arc::new(crate::ai::models(settings, config.egress.clone())?);
-    let searches: Arc<dyn toolgate_app::ai::Searches> =
-        Arc::new(crate::ai::searches(settings, config.egress.clone())?);
+    // `egress_allow_private` is for tenants' destinations; the service's own endpoints are
+    // reachable because the operator configured them, each at its host and port only
+    let models: Arc<dyn toolgate_app::ai::Models> = Arc::new(crate::ai::models(
+        settings,
+        toolgate_egress::EgressPolicy::default(),
+    )?);
+    let searches: Arc<dyn toolgate_app::ai::Searches> = Arc::new(crate::ai::searches(
+        settings,
+        toolgate_egress::EgressPolicy::default(),
+    )?);
     let sandbox = crate::sandbox::start(settings).await?;
     let (capabilities, manager) = match sandbox {
         Some((capabilities, manager)) => (Some(capabilities), Some(manager)),

@@ -210,3 +210,83 @@ async fn what_a_site_chooses_to_echo_is_redacted_too() {
         "{shown}"
     );
 }
+
+/// A model server on loopback, as ollama serves OpenAI's chat completions; counts every
+/// request it gets, whatever its path.
+async fn local_model_server() -> (SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let count = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = count.clone();
+    let app = Router::new()
+        .route(
+            "/v1/chat/completions",
+            axum::routing::post(|| async {
+                axum::Json(json!({
+                    "id": "c1", "object": "chat.completion", "model": "llama3",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": "local answer"}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
+                }))
+            }),
+        )
+        .fallback(any(|| async { "admin page" }))
+        .layer(axum::middleware::from_fn(
+            move |request, next: axum::middleware::Next| {
+                let seen = seen.clone();
+                async move {
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    next.run(request).await
+                }
+            },
+        ));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, count)
+}
+
+#[tokio::test]
+async fn the_operators_loopback_model_answers_but_tenants_cannot_reach_loopback() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let (model, requests) = local_model_server().await;
+    let (other, _) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "loopback@example.org");
+    // no egress_allow_private: the model server is reachable because it is configured
+    let base = format!("http://{model}/v1");
+    let server = Server::start(&storage, &["--ollama-base-url", &base]).await;
+    let answer = call(
+        &server,
+        &alice.key,
+        "svc_ai",
+        json!({"model": "ollama/llama3", "prompt": "hello"}),
+    )
+    .await;
+    assert_eq!(answer["isError"], false, "{answer}");
+    assert_eq!(answer["content"][0]["text"], "local answer");
+    assert_eq!(requests.load(SeqCst), 1);
+    for url in [
+        format!("http://{model}/v1/chat/completions"),
+        format!("http://{model}/admin"),
+        format!("http://localhost:{}/admin", model.port()),
+        format!("http://{other}/deep"),
+    ] {
+        let refused = call(&server, &alice.key, "svc_read", json!({"url": url})).await;
+        assert_eq!(refused["isError"], true, "{url}: {refused}");
+        assert!(refused.to_string().contains("loopback"), "{url}: {refused}");
+    }
+    let posted = call(
+        &server,
+        &alice.key,
+        "svc_write",
+        json!({"http": {"method": "POST", "url": format!("http://{model}/v1/chat/completions"),
+                        "body": "{}"}}),
+    )
+    .await;
+    assert_eq!(posted["isError"], true, "{posted}");
+    assert_eq!(
+        requests.load(SeqCst),
+        1,
+        "no tenant request reached the model server"
+    );
+}
