@@ -6,6 +6,7 @@
 mod common;
 
 mod ai;
+mod ai_operator;
 mod architecture;
 mod cancellation;
 mod carriers;
