@@ -13,6 +13,7 @@ mod carriers;
 mod cli;
 mod dashboard;
 mod dashboard_owner;
+mod dashboard_refunds;
 mod dashboard_wallet;
 mod front_door;
 mod metering;
