@@ -250,7 +250,10 @@ impl Capability for ModelCall {
             .and_then(Value::as_u64)
             .and_then(|n| u32::try_from(n).ok());
         let system = text("system").map(str::to_owned);
-        // without a key of the caller's, the provider uses the operator's (if it needs one)
+        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
+        // Without a key of the caller's the provider uses the operator's (if it needs one).
+        // Checked once the call has its turn, so that only the calls in flight at once (a few
+        // per account) can pass the day's limit before their tokens are counted.
         let lent = match &self.operator_keys {
             Some(keys) if api_key.is_none() && info.operator_key && !info.keyless => {
                 let estimate = operator::input_estimate(system.as_deref(), &messages);
@@ -271,11 +274,6 @@ impl Capability for ModelCall {
             json: messages::json_request(args.get("response_format")),
             api_key,
         };
-        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
-        let mut lent = lent;
-        if let Some(lent) = &mut lent {
-            lent.sending();
-        }
         let started = Instant::now();
         let (answer, spent) = self.complete(ctx, request, &redactor).await;
         let operator_key = match lent {

@@ -6,7 +6,8 @@
 //! provider reported after each call; a call whose usage is unknown (the stream broke, the call
 //! was cancelled or dropped, the provider reported none) counts its `max_tokens` and an
 //! estimate of its input. The check and the count are apart, so the limit may be passed by the
-//! calls in flight at once, never more.
+//! calls in flight at once (the check waits for the call's turn, so a few per account on each
+//! server), never more.
 
 use std::sync::Arc;
 
@@ -104,7 +105,6 @@ impl OperatorKeys {
             max_tokens,
             capped: asked.is_some_and(|asked| asked > cap),
             limit,
-            sending: false,
             pending: Some(Pending {
                 tokens: Arc::clone(&self.tokens),
                 account: account.clone(),
@@ -116,14 +116,13 @@ impl OperatorKeys {
     }
 }
 
-/// One call on the operator's key: what it may ask for, and its count still to add. Dropped
-/// before [`Lent::settle`] once [`Lent::sending`] (the call was abandoned mid-flight), it
-/// counts as unknown; dropped before, it counts nothing.
+/// One call on the operator's key, lent just before it is sent: what it may ask for, and its
+/// count still to add. Dropped before [`Lent::settle`] (the call was abandoned mid-flight), it
+/// counts as unknown.
 pub(crate) struct Lent {
     max_tokens: u32,
     capped: bool,
     limit: u64,
-    sending: bool,
     pending: Option<Pending>,
 }
 
@@ -162,11 +161,6 @@ impl Lent {
         self.max_tokens
     }
 
-    /// Marks the request as on its way: from now on it may use tokens.
-    pub(crate) fn sending(&mut self) {
-        self.sending = true;
-    }
-
     /// Counts what the call used and describes the loan for `structuredContent.llm`.
     pub(crate) async fn settle(mut self, spent: Spent) -> Value {
         let Some(pending) = self.pending.take() else {
@@ -189,7 +183,7 @@ impl Lent {
 
 impl Drop for Lent {
     fn drop(&mut self) {
-        let Some(pending) = self.pending.take().filter(|_| self.sending) else {
+        let Some(pending) = self.pending.take() else {
             return;
         };
         // the call's future was dropped with the request on its way: count it as unknown

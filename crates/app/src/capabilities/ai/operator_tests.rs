@@ -419,3 +419,35 @@ async fn an_upcall_from_code_is_capped_and_refused_alike() {
     assert!(refused.message.contains("daily limit"), "{refused}");
     assert_eq!(rig.models.seen().len(), 2);
 }
+
+/// The check waits for the call's turn (4 per account), so calls started together pass the
+/// day's limit by at most the ones in flight when it is reached.
+#[tokio::test]
+async fn the_limit_is_passed_by_at_most_the_calls_in_flight() {
+    let rig = Arc::new(rig(250).await);
+    let ann = rig.account("burst@example.org").await;
+    let calls: Vec<_> = (0..12)
+        .map(|_| {
+            let (rig, ann) = (rig.clone(), ann.clone());
+            tokio::spawn(async move {
+                rig.ai(&ann, json!({"model": "openai/gpt-x", "prompt": "hi"}))
+                    .await
+            })
+        })
+        .collect();
+    let mut refused = 0;
+    for call in calls {
+        if let Err(message) = call.await.unwrap() {
+            assert!(message.contains("daily limit"), "{message}");
+            refused += 1;
+        }
+    }
+    let sent = rig.models.seen().len();
+    assert_eq!(sent + refused, 12);
+    // 3 calls reach 250 (300); at most 3 more were in flight beside the one that reached it
+    assert!(sent <= 6, "{sent} calls were sent");
+    assert_eq!(
+        rig.tokens_today(&ann).await,
+        100 * i64::try_from(sent).unwrap()
+    );
+}
