@@ -130,8 +130,9 @@ impl Capability for ModelCall {
          endpoints) calls that model; `system`, `max_tokens`, `temperature`, `response_format` \
          (\"json\" or a JSON Schema) tune it. The key is the vault secret named by \
          `api_key_secret`, else your secret with the provider's usual name (OPENAI_API_KEY, \
-         ANTHROPIC_API_KEY, GEMINI_API_KEY, …), else the operator's. The answer is the text; \
-         model, finish reason, token usage and latency are in structuredContent."
+         ANTHROPIC_API_KEY, GEMINI_API_KEY, …), else the operator's, within its limits \
+         (max_tokens capped, tokens counted against a daily limit per account). The answer is \
+         the text; model, finish reason, token usage and latency are in structuredContent."
     }
 
     fn fields(&self) -> Vec<Field> {
