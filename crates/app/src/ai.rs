@@ -114,9 +114,34 @@ pub enum ModelError {
     /// unknown provider, no key, the egress guard; nothing was sent
     #[error("{0}")]
     Refused(String),
-    /// the provider refused or failed, or did not answer in time
+    /// the provider answered with an error status (after any retries): it generated nothing
+    #[error("{0}")]
+    Rejected(String),
+    /// the provider failed while answering, or did not answer in time: what it generated is
+    /// unknown
     #[error("{0}")]
     Failed(String),
+}
+
+/// What model calls on the operator's provider keys may use: those keys cost the operator by
+/// the token, while a call costs the account one metered call whatever its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OperatorKeyLimits {
+    /// The most `max_tokens` one call may ask (more is capped to it), and what is asked when
+    /// the call names none.
+    pub max_tokens: u32,
+    /// Input and output tokens one account's calls may use per UTC day; 0: the operator's keys
+    /// are not lent at all.
+    pub tokens_per_day: u64,
+}
+
+impl Default for OperatorKeyLimits {
+    fn default() -> Self {
+        Self {
+            max_tokens: 4096,
+            tokens_per_day: 100_000,
+        }
+    }
 }
 
 /// Calls language models.

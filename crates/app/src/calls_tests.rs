@@ -563,3 +563,38 @@ impl toolgate_store::OAuthStore for GatedStore {
         self.inner.purge_clients(stored_before, now).await
     }
 }
+
+#[async_trait]
+impl toolgate_store::OperatorTokens for GatedStore {
+    async fn operator_tokens(
+        &self,
+        account: &AccountId,
+        day: &toolgate_domain::DayKey,
+    ) -> Result<i64, StoreError> {
+        self.inner.operator_tokens(account, day).await
+    }
+    async fn add_operator_tokens(
+        &self,
+        account: &AccountId,
+        day: &toolgate_domain::DayKey,
+        tokens: i64,
+    ) -> Result<i64, StoreError> {
+        self.inner.add_operator_tokens(account, day, tokens).await
+    }
+}
+
+#[async_trait]
+impl toolgate_store::TakeBacks for GatedStore {
+    async fn credit_payment(
+        &self,
+        credit: &toolgate_store::PaymentCredit<'_>,
+    ) -> Result<(Micros, bool), StoreError> {
+        self.inner.credit_payment(credit).await
+    }
+    async fn take_back(
+        &self,
+        take: &toolgate_store::TakeBack<'_>,
+    ) -> Result<toolgate_store::TakenBack, StoreError> {
+        self.inner.take_back(take).await
+    }
+}

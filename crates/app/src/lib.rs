@@ -51,6 +51,8 @@ pub struct Services {
     pub models: Option<Arc<dyn ai::Models>>,
     /// The web search engines (`svc_ai`'s `search`).
     pub searches: Option<Arc<dyn ai::Searches>>,
+    /// What model calls on the operator's provider keys may use.
+    pub operator_keys: ai::OperatorKeyLimits,
     /// The mail transport of sign-in links (absent: the dashboard's sign-in is off).
     pub mailer: Option<Arc<dyn mail::Mailer>>,
     /// The payment provider of wallet top-ups (absent: top-ups are refused).
@@ -93,7 +95,8 @@ impl App {
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
         let brand_for_admin = brand.clone();
-        let capabilities = capabilities::builtin(meter.clone(), secrets.clone(), services);
+        let capabilities =
+            capabilities::builtin(meter.clone(), secrets.clone(), store.clone(), services);
         let mut app = Self::assemble(
             store.clone(),
             brand.clone(),

@@ -29,7 +29,7 @@ pub struct Checkout {
     pub url: String,
 }
 
-/// A verified webhook event that may credit a wallet.
+/// A verified webhook event that may credit a wallet or take money back from one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PaymentEvent {
     /// A checkout was paid (`checkout.session.completed` with `payment_status: paid`).
@@ -39,6 +39,29 @@ pub enum PaymentEvent {
         /// `client_reference_id`: the account to credit.
         account: AccountId,
         /// `amount_total` in US cents.
+        amount_cents: i64,
+        /// The session's `payment_intent`: what its refunds and disputes name later. `None`
+        /// when the session carries none (the credit then cannot be taken back).
+        payment: Option<String>,
+    },
+    /// A charge was refunded, in part or in full (`charge.refunded`).
+    Refunded {
+        /// The event's id: applied at most once.
+        event_id: String,
+        /// The charge's `payment_intent`, `None` when it has none.
+        payment: Option<String>,
+        /// `amount_refunded` in US cents: the charge's refunds so far, in total.
+        refunded_cents: i64,
+    },
+    /// A charge was disputed by the card holder (`charge.dispute.created`).
+    Disputed {
+        /// The event's id: applied at most once.
+        event_id: String,
+        /// The dispute's id: taken back at most once whatever event carries it.
+        dispute: String,
+        /// The dispute's `payment_intent`, `None` when it has none.
+        payment: Option<String>,
+        /// `amount` in US cents: the amount disputed.
         amount_cents: i64,
     },
     /// Any other verified event (acknowledged, changes nothing); names its type for the log.

@@ -13,8 +13,10 @@ use crate::Dash;
 /// Stripe's events are a few KiB; anything much larger is not one.
 const MAX_EVENT_BYTES: usize = 512 * 1024;
 
-/// Verifies, then credits once per event id. A genuine event that cannot be applied answers
-/// 4xx or 5xx so that the provider retries and shows it; a replay answers 200 and changes nothing.
+/// Verifies, then credits (or takes back a refund or dispute) once per event id. A genuine event
+/// that cannot be applied answers 4xx or 5xx so that the provider retries and shows it; a replay,
+/// and a refund or dispute of a payment that credited no wallet here, answer 200 and change
+/// nothing.
 pub async fn stripe(State(state): State<Dash>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(body) = to_bytes(body, MAX_EVENT_BYTES).await else {
@@ -31,7 +33,9 @@ pub async fn stripe(State(state): State<Dash>, request: Request) -> Response {
         Ok(outcome) => {
             let outcome = match outcome {
                 WebhookOutcome::Credited => "credited",
+                WebhookOutcome::TakenBack => "taken_back",
                 WebhookOutcome::AlreadyApplied => "already_applied",
+                WebhookOutcome::UnknownPayment => "unknown_payment",
                 WebhookOutcome::Ignored => "ignored",
             };
             answer(

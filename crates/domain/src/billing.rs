@@ -52,6 +52,35 @@ impl MonthKey {
     }
 }
 
+/// A calendar day in UTC, `YYYY-MM-DD`: the key a daily count (tokens on the operator's model
+/// keys) is kept under, so no reset job is needed.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct DayKey(String);
+
+impl DayKey {
+    /// The day that contains `at`, read in UTC.
+    pub fn containing(at: OffsetDateTime) -> Self {
+        let utc = at.to_offset(time::UtcOffset::UTC);
+        Self(format!(
+            "{:04}-{:02}-{:02}",
+            utc.year(),
+            u8::from(utc.month()),
+            utc.day()
+        ))
+    }
+
+    /// The current day.
+    pub fn now() -> Self {
+        Self::containing(OffsetDateTime::now_utc())
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// What metering decided about one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
@@ -75,7 +104,8 @@ impl Admission {
 pub struct UsageSnapshot {
     /// Free calls used in the month asked about.
     pub free_used: i64,
-    /// Wallet balance.
+    /// Wallet balance less what the account owes: negative while a refund or dispute has taken
+    /// back more than the wallet held (the wallet itself never goes below zero).
     pub wallet: Micros,
 }
 
@@ -90,7 +120,7 @@ pub struct BillingStatus {
     pub free_monthly_limit: i64,
     /// Wallet balance, two decimals.
     pub wallet_balance_usd: String,
-    /// Paid calls the wallet covers.
+    /// Paid calls the wallet covers; 0 while anything is owed.
     pub paid_calls_available: i64,
     /// Price of one paid call.
     pub paid_call_cost_usd: String,
@@ -104,7 +134,7 @@ impl BillingStatus {
     /// Builds the record from what storage reports and the operator's prices.
     pub fn new(tier: &str, usage: UsageSnapshot, pricing: &Pricing) -> Self {
         let paid_calls_available = if pricing.paid_call_cost.0 > 0 {
-            usage.wallet.0 / pricing.paid_call_cost.0
+            usage.wallet.0.max(0) / pricing.paid_call_cost.0
         } else {
             0
         };
@@ -159,6 +189,29 @@ mod tests {
                 "max_topup_usd": "500.00",
             })
         );
+    }
+
+    #[test]
+    fn day_key_is_the_utc_calendar_day() {
+        assert_eq!(
+            DayKey::containing(datetime!(2026-11-30 23:59:59 -02:00)).as_str(),
+            "2026-12-01"
+        );
+        assert_eq!(
+            DayKey::containing(datetime!(2026-03-09 00:00:00 UTC)).as_str(),
+            "2026-03-09"
+        );
+    }
+
+    #[test]
+    fn a_balance_owed_shows_negative_with_no_paid_calls() {
+        let usage = UsageSnapshot {
+            free_used: 1000,
+            wallet: Micros(-3_005_000),
+        };
+        let record = BillingStatus::new("free", usage, &Pricing::default());
+        assert_eq!(record.wallet_balance_usd, "-3.01");
+        assert_eq!(record.paid_calls_available, 0);
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod secret;
 pub mod token;
 
 pub use account::{Account, AccountId, Email, EmailError};
-pub use billing::{Admission, BillingStatus, MonthKey, Pricing, UsageSnapshot};
+pub use billing::{Admission, BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
 pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};

@@ -21,7 +21,7 @@ pub enum MoneyError {
     TooLarge,
 }
 
-/// An amount of US dollars in millionths, never negative when it is a balance.
+/// An amount of US dollars in millionths; a balance is negative only while money is owed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct Micros(pub i64);
 
@@ -54,10 +54,13 @@ impl Micros {
         Ok(Self(total))
     }
 
-    /// Two decimals, rounded down: a balance never shows a cent it does not hold.
+    /// Two decimals, rounded down: a balance never shows a cent it does not hold (and a debt
+    /// never a cent less than is owed: -3.005 shows as -3.01).
     pub fn to_usd_cents_string(self) -> String {
         let cents = self.0.div_euclid(10_000);
-        format!("{}.{:02}", cents / 100, cents % 100)
+        let sign = if cents < 0 { "-" } else { "" };
+        let cents = cents.unsigned_abs();
+        format!("{sign}{}.{:02}", cents / 100, cents % 100)
     }
 
     /// At least two decimals and as many more as the amount needs, e.g. `0.008`.
@@ -135,6 +138,13 @@ mod tests {
         assert_eq!(Micros(4_992_000).to_usd_cents_string(), "4.99");
         assert_eq!(Micros(0).to_usd_cents_string(), "0.00");
         assert_eq!(Micros(500_000_000).to_usd_cents_string(), "500.00");
+        assert_eq!(Micros(-3_000_000).to_usd_cents_string(), "-3.00");
+        assert_eq!(Micros(-500_000).to_usd_cents_string(), "-0.50");
+        assert_eq!(
+            Micros(-1).to_usd_cents_string(),
+            "-0.01",
+            "a debt is never shown smaller"
+        );
         assert_eq!(Micros(8_000).to_usd_price_string(), "0.008");
         assert_eq!(Micros(5_000_000).to_usd_price_string(), "5.00");
         assert_eq!(Micros(500_000_000).to_usd_price_string(), "500.00");

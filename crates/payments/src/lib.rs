@@ -1,8 +1,9 @@
 //! Wallet top-ups through Stripe Checkout behind app's payments seam: [`Stripe`] opens a
 //! Checkout Session for a [`CheckoutRequest`] and verifies Stripe's signed webhooks
 //! ([`webhook`]), reading a paid session as a credit to the account named by its
-//! `client_reference_id`.
+//! `client_reference_id`, and a refunded or disputed charge as money to take back.
 
+mod reversals;
 pub mod webhook;
 
 use std::time::Duration;

@@ -117,15 +117,26 @@ struct Session {
     amount_total: Option<i64>,
     currency: Option<String>,
     payment_status: Option<String>,
+    /// An id, or (expanded) an object with one.
+    #[serde(default)]
+    payment_intent: serde_json::Value,
 }
 
-/// Reads a verified body: a paid checkout becomes [`PaymentEvent::Paid`], anything else
-/// [`PaymentEvent::Ignored`].
+/// Reads a verified body: a paid checkout becomes [`PaymentEvent::Paid`], a refunded or
+/// disputed charge [`PaymentEvent::Refunded`] or [`PaymentEvent::Disputed`] (see `reversals`),
+/// anything else [`PaymentEvent::Ignored`].
 fn read_event(body: &[u8]) -> Result<PaymentEvent, PaymentError> {
     let event: Event = serde_json::from_slice(body)
         .map_err(|e| PaymentError::BadEvent(format!("not a Stripe event: {e}")))?;
     if event.id.is_empty() {
         return Err(PaymentError::BadEvent("the event has no id".to_owned()));
+    }
+    if let Some(read) = crate::reversals::reader(&event.kind) {
+        let object = event
+            .data
+            .map(|data| data.object)
+            .ok_or_else(|| PaymentError::BadEvent("the event has no data.object".to_owned()))?;
+        return read(event.id, object);
     }
     // An asynchronous payment (a bank debit) completes its checkout unpaid, then succeeds
     // later under another event: exactly one of the two is paid, so a session credits once.
@@ -182,6 +193,7 @@ fn read_event(body: &[u8]) -> Result<PaymentEvent, PaymentError> {
         event_id: event.id,
         account: AccountId::from_stored(account),
         amount_cents,
+        payment: crate::reversals::id_of(&session.payment_intent),
     })
 }
 

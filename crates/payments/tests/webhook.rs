@@ -45,6 +45,8 @@ fn session(payment_status: &str, currency: &str, amount_total: i64) -> serde_jso
         "currency": currency,
         "payment_status": payment_status,
         "status": "complete",
+        "mode": "payment",
+        "payment_intent": "pi_3QxAbCdEfGh0123",
         "metadata": {"account_id": "acc_01J9Z8Y7X6W5V4"},
     })
 }
@@ -58,6 +60,7 @@ fn credit() -> PaymentEvent {
         event_id: "evt_1QxYz2AbCdEf".to_owned(),
         account: AccountId::from_stored("acc_01J9Z8Y7X6W5V4".to_owned()),
         amount_cents: 2500,
+        payment: Some("pi_3QxAbCdEfGh0123".to_owned()),
     }
 }
 
@@ -297,4 +300,132 @@ fn refusals_name_no_secret_or_signature() {
         let text = format!("{err} {err:?}");
         assert!(!text.contains(SECRET) && !text.contains(v1), "{text}");
     }
+}
+
+/// A Charge as `charge.refunded` carries it (Stripe's documented shape, trimmed of the
+/// payment method's details): `amount_refunded` is the refunds' total so far.
+fn charge(amount_refunded: i64, currency: &str) -> serde_json::Value {
+    json!({
+        "id": "ch_3QxAbCdEfGh0123",
+        "object": "charge",
+        "amount": 2500,
+        "amount_captured": 2500,
+        "amount_refunded": amount_refunded,
+        "balance_transaction": "txn_3QxAbCdEfGh0123",
+        "captured": true,
+        "created": NOW - 3600,
+        "currency": currency,
+        "customer": null,
+        "disputed": false,
+        "livemode": false,
+        "metadata": {},
+        "paid": true,
+        "payment_intent": "pi_3QxAbCdEfGh0123",
+        "payment_method": "pm_1QxAbCdEfGh",
+        "refunded": amount_refunded == 2500,
+        "status": "succeeded",
+    })
+}
+
+/// A Dispute as `charge.dispute.created` carries it (Stripe's documented shape).
+fn dispute(amount: i64, currency: &str) -> serde_json::Value {
+    json!({
+        "id": "du_1QxAbCdEfGh0123",
+        "object": "dispute",
+        "amount": amount,
+        "balance_transactions": [],
+        "charge": "ch_3QxAbCdEfGh0123",
+        "created": NOW,
+        "currency": currency,
+        "evidence": {"customer_name": null, "uncategorized_text": null},
+        "evidence_details": {"due_by": NOW + 864_000, "has_evidence": false, "past_due": false, "submission_count": 0},
+        "is_charge_refundable": false,
+        "livemode": false,
+        "metadata": {},
+        "payment_intent": "pi_3QxAbCdEfGh0123",
+        "reason": "fraudulent",
+        "status": "needs_response",
+    })
+}
+
+fn signed_verify(kind: &str, object: serde_json::Value) -> Result<PaymentEvent, PaymentError> {
+    let body = event(kind, object);
+    verify(Some(&sign(SECRET, NOW, &body)), &body)
+}
+
+#[test]
+fn a_refund_names_its_payment_and_the_refunds_total() {
+    assert_eq!(
+        signed_verify("charge.refunded", charge(1000, "usd")).unwrap(),
+        PaymentEvent::Refunded {
+            event_id: "evt_1QxYz2AbCdEf".to_owned(),
+            payment: Some("pi_3QxAbCdEfGh0123".to_owned()),
+            refunded_cents: 1000,
+        }
+    );
+    // a charge of a legacy flow has no payment intent: nothing to find it by
+    let mut legacy = charge(2500, "usd");
+    legacy["payment_intent"] = serde_json::Value::Null;
+    assert!(matches!(
+        signed_verify("charge.refunded", legacy).unwrap(),
+        PaymentEvent::Refunded { payment: None, .. }
+    ));
+}
+
+#[test]
+fn a_dispute_names_its_id_payment_and_amount() {
+    assert_eq!(
+        signed_verify("charge.dispute.created", dispute(2500, "usd")).unwrap(),
+        PaymentEvent::Disputed {
+            event_id: "evt_1QxYz2AbCdEf".to_owned(),
+            dispute: "du_1QxAbCdEfGh0123".to_owned(),
+            payment: Some("pi_3QxAbCdEfGh0123".to_owned()),
+            amount_cents: 2500,
+        }
+    );
+}
+
+#[test]
+fn refunds_and_disputes_in_other_currencies_are_not_ours() {
+    for (kind, object) in [
+        ("charge.refunded", charge(1000, "eur")),
+        ("charge.dispute.created", dispute(2500, "gbp")),
+    ] {
+        assert!(
+            matches!(
+                signed_verify(kind, object).unwrap(),
+                PaymentEvent::Ignored { .. }
+            ),
+            "{kind}"
+        );
+    }
+    // other events about charges change nothing
+    assert!(matches!(
+        signed_verify("charge.dispute.closed", dispute(2500, "usd")).unwrap(),
+        PaymentEvent::Ignored { .. }
+    ));
+}
+
+#[test]
+fn malformed_refunds_and_disputes_are_bad_events() {
+    let mut no_amount = charge(1000, "usd");
+    no_amount.as_object_mut().unwrap().remove("amount_refunded");
+    let mut no_dispute_id = dispute(2500, "usd");
+    no_dispute_id["id"] = json!("");
+    for (kind, object) in [
+        ("charge.refunded", no_amount),
+        ("charge.refunded", charge(-1, "usd")),
+        ("charge.dispute.created", dispute(-5, "usd")),
+        ("charge.dispute.created", no_dispute_id),
+        ("charge.dispute.created", json!("du_1")),
+    ] {
+        let reason = bad_event(signed_verify(kind, object));
+        assert!(!reason.is_empty(), "{kind}");
+    }
+    // a refund signed with another secret is refused before it is read
+    let body = event("charge.refunded", charge(1000, "usd"));
+    assert_eq!(
+        bad_signature(verify(Some(&sign("whsec_other", NOW, &body)), &body)),
+        "no v1 signature matches"
+    );
 }

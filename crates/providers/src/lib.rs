@@ -211,7 +211,7 @@ impl ModelClients {
                 tokio::time::sleep(wait).await;
                 continue;
             }
-            return Err(ModelError::Failed(scrub(format!(
+            return Err(ModelError::Rejected(scrub(format!(
                 "{} answered {status}: {message}",
                 request.provider
             ))));

@@ -363,6 +363,7 @@ async fn streamed_answers_arrive_piece_by_piece_in_each_format() {
             .complete(request(provider, "cut"), Some(tx))
             .await
             .unwrap_err();
+        assert!(matches!(cut, ModelError::Failed(_)), "{provider}: {cut}");
         assert!(
             cut.to_string()
                 .contains("ended before the answer was complete"),
@@ -383,6 +384,8 @@ async fn failures_are_retried_or_passed_on_in_the_providers_words_without_the_ke
         .complete(request("openai", "fail-401"), None)
         .await
         .unwrap_err();
+    // an error status: the provider generated nothing (operator-key tokens count none)
+    assert!(matches!(refused, ModelError::Rejected(_)), "{refused}");
     let message = refused.to_string();
     assert!(
         message.contains("openai answered 401: Incorrect API key provided"),
@@ -393,6 +396,7 @@ async fn failures_are_retried_or_passed_on_in_the_providers_words_without_the_ke
         .complete(request("anthropic", "fail-500"), None)
         .await
         .unwrap_err();
+    assert!(matches!(broke, ModelError::Rejected(_)), "{broke}");
     assert!(
         broke.to_string().contains("answered 500: upstream broke"),
         "{broke}"

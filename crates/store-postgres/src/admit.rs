@@ -10,7 +10,7 @@ use crate::rows::map_error;
 /// READ COMMITTED is named rather than inherited: a guarded `UPDATE` that waited for a row
 /// lock re-checks its guard against the committed row, whereas a server defaulting to
 /// REPEATABLE READ or SERIALIZABLE would fail such calls with serialisation errors instead.
-const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+pub(crate) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// Decides one call and, when admitted, commits its ledger row before answering.
 pub(crate) async fn admit(pool: &PgPool, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {

@@ -242,10 +242,15 @@ impl History for PgStore {
         account: &AccountId,
         limit: u32,
     ) -> Result<Vec<WalletCredit>, StoreError> {
-        // COLLATE "C": ties in time break in byte order, as on SQLite, whatever the locale.
+        // Credits and take-backs (negative). COLLATE "C": ties in time break in byte order, as on
+        // SQLite, whatever the locale.
         let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT reference, amount_micros, created_at FROM wallet_credits
-             WHERE account_id = $1
+            "SELECT reference, amount, created_at FROM (
+                 SELECT reference, amount_micros AS amount, created_at FROM wallet_credits
+                 WHERE account_id = $1
+                 UNION ALL
+                 SELECT reference, -amount_micros, created_at FROM wallet_takebacks
+                 WHERE account_id = $1) AS history
              ORDER BY created_at DESC, reference COLLATE \"C\" DESC LIMIT $2",
         )
         .bind(account.as_str())

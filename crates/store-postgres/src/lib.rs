@@ -6,6 +6,7 @@
 
 mod admit;
 mod dashboard;
+mod money;
 mod oauth;
 mod rows;
 mod secrets;
@@ -149,44 +150,7 @@ impl Metering for PgStore {
         amount: Micros,
         reference: &str,
     ) -> Result<(Micros, bool), StoreError> {
-        let mut tx = self.pool.begin().await.map_err(map_error)?;
-        // Locking the account first serialises credits to it, so the balance reported for an
-        // already-applied reference is current, not a read from before a concurrent credit.
-        let balance: Option<i64> = sqlx::query_scalar(
-            "SELECT wallet_micros FROM accounts WHERE id = $1 FOR NO KEY UPDATE",
-        )
-        .bind(account.as_str())
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        let Some(balance) = balance else {
-            return Err(StoreError::NotFound);
-        };
-        let inserted = sqlx::query(
-            "INSERT INTO wallet_credits (reference, account_id, amount_micros, created_at)
-             VALUES ($1, $2, $3, $4) ON CONFLICT (reference) DO NOTHING",
-        )
-        .bind(reference)
-        .bind(account.as_str())
-        .bind(amount.0)
-        .bind(now_millis())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        if inserted.rows_affected() == 0 {
-            tx.rollback().await.map_err(map_error)?;
-            return Ok((Micros(balance), false));
-        }
-        let balance: i64 = sqlx::query_scalar(
-            "UPDATE accounts SET wallet_micros = wallet_micros + $1 WHERE id = $2 RETURNING wallet_micros",
-        )
-        .bind(amount.0)
-        .bind(account.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        tx.commit().await.map_err(map_error)?;
-        Ok((Micros(balance), true))
+        money::credit(&self.pool, account, amount, reference, None).await
     }
 
     async fn usage(
@@ -195,7 +159,7 @@ impl Metering for PgStore {
         month: &MonthKey,
     ) -> Result<UsageSnapshot, StoreError> {
         let row: Option<(i64, Option<i64>)> = sqlx::query_as(
-            "SELECT a.wallet_micros, u.free_used FROM accounts a
+            "SELECT a.wallet_micros - a.owed_micros, u.free_used FROM accounts a
              LEFT JOIN monthly_usage u ON u.account_id = a.id AND u.month = $2
              WHERE a.id = $1",
         )

@@ -8,6 +8,8 @@
 //! every thread wake-up counts: here a call costs one (the thread picking it up) where the driver
 //! added a task and a worker-thread round trip per statement. The other writes (accounts,
 //! credits, keys) stay on sqlx; SQLite serialises the two connections (`busy_timeout` 10 s).
+//! Refunds and disputes taken back from wallets come this way too (`take_back`), so that they
+//! are ordered exactly against the admissions the mirror predicted.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use toolgate_store::{CallCharge, Decided, Recorded, StoreError, now_millis};
 
 use crate::Durability;
 use crate::allowance::{Key, Mirror, Standing};
+use crate::take_back::TakeBackJob;
 
 /// Most admissions decided in one transaction.
 const MAX_BATCH: usize = 512;
@@ -42,6 +45,58 @@ const LEDGER: &str =
 const STANDING: &str = "SELECT coalesce((SELECT free_used FROM monthly_usage
                                  WHERE account_id = ?1 AND month = ?2), 0),
             (SELECT wallet_micros FROM accounts WHERE id = ?1)";
+
+/// What the writer thread applies, in the order it was queued.
+pub(crate) enum WriterJob {
+    /// One call's admission.
+    Admit(AdmitJob),
+    /// One refund or dispute taken back from a wallet.
+    TakeBack(TakeBackJob),
+}
+
+impl WriterJob {
+    /// What the mirror predicted for it (never anything for a take-back).
+    #[cfg(test)]
+    pub(crate) fn predicted(&self) -> Option<&Admission> {
+        match self {
+            Self::Admit(job) => job.predicted.as_ref(),
+            Self::TakeBack(_) => None,
+        }
+    }
+
+    /// Drops the prediction of a job that is queued later than predicted.
+    pub(crate) fn forget_prediction(&mut self) {
+        if let Self::Admit(job) = self {
+            job.predicted = None;
+        }
+    }
+
+    fn run(&mut self, conn: &Connection, mirror: &Mirror) -> rusqlite::Result<()> {
+        match self {
+            Self::Admit(job) => job.run(conn, mirror),
+            Self::TakeBack(job) => job.run(conn),
+        }
+    }
+
+    /// Its statements failed and were rolled back to its savepoint.
+    fn undo(&mut self, error: rusqlite::Error) {
+        match self {
+            Self::Admit(job) => {
+                // its decision may be out already; its record must now say it was undone
+                job.decide(Err(unavailable(error)));
+                job.undone = true;
+            }
+            Self::TakeBack(job) => job.undone = true,
+        }
+    }
+
+    fn record(self, outcome: Result<(), StoreError>, mirror: &Mirror) {
+        match self {
+            Self::Admit(job) => job.record(outcome, mirror),
+            Self::TakeBack(job) => job.record(outcome, mirror),
+        }
+    }
+}
 
 /// One call waiting to be admitted, with the channels its two answers go back on.
 pub(crate) struct AdmitJob {
@@ -235,7 +290,7 @@ pub(crate) fn spawn_writer(
     path: &Path,
     durability: Durability,
     mirror: Arc<Mirror>,
-) -> Result<mpsc::Sender<AdmitJob>, StoreError> {
+) -> Result<mpsc::Sender<WriterJob>, StoreError> {
     let conn = open_connection(path, durability).map_err(unavailable)?;
     let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
     std::thread::Builder::new()
@@ -262,7 +317,7 @@ fn unavailable(error: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<AdmitJob>, mirror: &Mirror) {
+fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<WriterJob>, mirror: &Mirror) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = receiver.blocking_recv() {
         batch.push(job);
@@ -277,7 +332,7 @@ fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<AdmitJob>, mirror:
 }
 
 /// Decides every job in one transaction; if the commit fails, every job fails with it.
-fn decide_batch(conn: &Connection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
+fn decide_batch(conn: &Connection, batch: &mut Vec<WriterJob>, mirror: &Mirror) {
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         return record_all(batch, &Err(unavailable(error)), mirror);
     }
@@ -288,9 +343,7 @@ fn decide_batch(conn: &Connection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
             .and_then(|()| conn.execute_batch("RELEASE admission"));
         if let Err(error) = outcome {
             let _ = conn.execute_batch("ROLLBACK TO admission; RELEASE admission");
-            // its decision may be out already; its record must now say it was undone
-            job.decide(Err(unavailable(error)));
-            job.undone = true;
+            job.undo(error);
         }
     }
     match conn.execute_batch("COMMIT") {
@@ -303,7 +356,7 @@ fn decide_batch(conn: &Connection, batch: &mut Vec<AdmitJob>, mirror: &Mirror) {
     }
 }
 
-fn record_all(batch: &mut Vec<AdmitJob>, outcome: &Result<(), StoreError>, mirror: &Mirror) {
+fn record_all(batch: &mut Vec<WriterJob>, outcome: &Result<(), StoreError>, mirror: &Mirror) {
     for job in batch.drain(..) {
         let outcome = match outcome {
             Ok(()) => Ok(()),

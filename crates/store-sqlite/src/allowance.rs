@@ -7,6 +7,9 @@
 //! - it is enabled only for the one process that serves (`serve` holds a lock on the database
 //!   for its life), so no other process admits calls; other processes may only credit wallets,
 //!   which makes the database more generous than the mirror, never less;
+//! - a refund or dispute taken back from a wallet (which makes it less generous) is queued like
+//!   an admission and fences the account: its entries are unknown from the moment it is queued
+//!   until it is settled, and are learnt again from an admission decided after it;
 //! - a prediction is made and the job queued under one lock, so the mirror applies jobs in the
 //!   order the writer does;
 //! - anything it cannot know (a job it did not predict, a refusal, a failed commit) makes the
@@ -22,7 +25,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use toolgate_domain::{Admission, Micros};
 
-use crate::admit::AdmitJob;
+use crate::admit::{AdmitJob, WriterJob};
+use crate::take_back::TakeBackJob;
 
 /// Entries kept before idle ones (nothing queued) are dropped.
 const MAX_ENTRIES: usize = 100_000;
@@ -74,7 +78,7 @@ pub(crate) enum Submitted {
     /// Queued without a prediction: wait for the database's decision.
     Queued,
     /// Not queued (the queue is full or closed): send it, then wait for the decision.
-    Send(AdmitJob),
+    Send(WriterJob),
 }
 
 /// The mirror of one database; see the module documentation.
@@ -91,9 +95,9 @@ impl Mirror {
     }
 
     /// Queues `job` behind every job submitted before it, predicting its admission if certain.
-    pub(crate) fn submit(&self, mut job: AdmitJob, queue: &mpsc::Sender<AdmitJob>) -> Submitted {
+    pub(crate) fn submit(&self, mut job: AdmitJob, queue: &mpsc::Sender<WriterJob>) -> Submitted {
         if !self.enabled.load(Ordering::SeqCst) {
-            return Submitted::Send(job);
+            return Submitted::Send(WriterJob::Admit(job));
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entry = entries.entry(job.key()).or_default();
@@ -101,7 +105,7 @@ impl Mirror {
             .known
             .and_then(|standing| standing.admit(job.free_limit(), job.price()));
         job.predicted = prediction.map(|(admission, _)| admission);
-        match queue.try_send(job) {
+        match queue.try_send(WriterJob::Admit(job)) {
             Ok(()) => {
                 entry.in_flight += 1;
                 entry.known = prediction.map(|(_, after)| after);
@@ -112,14 +116,56 @@ impl Mirror {
             }
             Err(TrySendError::Full(mut job)) => {
                 // queued later, behind jobs submitted after it: its effect is unknown to them
-                job.predicted = None;
+                job.forget_prediction();
                 entry.in_flight += 1;
                 entry.known = None;
                 Submitted::Send(job)
             }
             Err(TrySendError::Closed(mut job)) => {
-                job.predicted = None;
+                job.forget_prediction();
                 Submitted::Send(job)
+            }
+        }
+    }
+
+    /// Queues a take-back behind every job submitted before it, first making each entry of its
+    /// account unknown until it settles ([`Mirror::unfence`]): no prediction made after this
+    /// rests on the wallet before it. `Some`: not queued (full or closed), send it.
+    #[must_use = "a take-back not queued must be sent"]
+    pub(crate) fn submit_take_back(
+        &self,
+        mut job: TakeBackJob,
+        queue: &mpsc::Sender<WriterJob>,
+    ) -> Option<WriterJob> {
+        if !self.enabled.load(Ordering::SeqCst) {
+            return Some(WriterJob::TakeBack(job));
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for (key, entry) in entries.iter_mut() {
+            if key.0 == job.account() {
+                entry.known = None;
+                entry.in_flight += 1;
+                job.fenced.push(key.clone());
+            }
+        }
+        // sent later it is still fenced: its entries stay unknown until it settles
+        queue
+            .try_send(WriterJob::TakeBack(job))
+            .err()
+            .map(TrySendError::into_inner)
+    }
+
+    /// Gives back the entries a settled take-back fenced; they are learnt again from the next
+    /// admission the database decides.
+    pub(crate) fn unfence(&self, keys: &[Key]) {
+        if keys.is_empty() || !self.enabled.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        for key in keys {
+            if let Some(entry) = entries.get_mut(key) {
+                entry.in_flight = entry.in_flight.saturating_sub(1);
+                entry.known = None;
             }
         }
     }

@@ -36,8 +36,8 @@ fn the_prediction_follows_the_database_order() {
 
 struct Rig {
     mirror: Mirror,
-    queue: mpsc::Sender<AdmitJob>,
-    jobs: mpsc::Receiver<AdmitJob>,
+    queue: mpsc::Sender<WriterJob>,
+    jobs: mpsc::Receiver<WriterJob>,
     account: toolgate_domain::AccountId,
     month: toolgate_domain::MonthKey,
 }
@@ -71,10 +71,18 @@ impl Rig {
 
     /// Settles the oldest queued job as the database would have decided it.
     fn settle(&mut self, decided: Option<Admission>, after: Standing) {
-        let job = self.jobs.try_recv().unwrap();
+        let job = admission(self.jobs.try_recv().unwrap());
         let outcome = decided.as_ref().map(|d| (d, Some(after)));
         self.mirror
             .settle(&job.key(), job.predicted.as_ref(), outcome);
+    }
+}
+
+/// The admission a queued job is.
+fn admission(job: WriterJob) -> AdmitJob {
+    match job {
+        WriterJob::Admit(job) => job,
+        WriterJob::TakeBack(_) => panic!("a take-back where an admission was queued"),
     }
 }
 
@@ -157,7 +165,7 @@ fn a_failed_commit_makes_the_account_unknown() {
     assert!(matches!(r.submit(), Submitted::Queued));
     r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
     assert!(predicted(&r.submit()).is_some());
-    let job = r.jobs.try_recv().unwrap();
+    let job = admission(r.jobs.try_recv().unwrap());
     r.mirror.settle(&job.key(), job.predicted.as_ref(), None);
     assert!(matches!(r.submit(), Submitted::Queued));
 }
@@ -196,7 +204,7 @@ fn off_by_default_and_a_full_queue_sends_later_without_a_prediction() {
     r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
     assert!(predicted(&r.submit()).is_some());
     match r.submit() {
-        Submitted::Send(job) => assert!(job.predicted.is_none()),
+        Submitted::Send(job) => assert!(job.predicted().is_none()),
         _ => panic!("the queue of one is full"),
     }
     // the full one is unknown to those after it
@@ -216,4 +224,57 @@ fn the_standing_is_wanted_only_while_an_account_is_unknown() {
     assert!(matches!(r.submit(), Submitted::Queued), "a refusal");
     assert!(r.mirror.needs_standing(&key), "unknown after the refusal");
     assert!(!Mirror::default().needs_standing(&key), "off: never wanted");
+}
+
+#[test]
+fn a_take_back_fences_the_account_until_it_settles() {
+    let mut r = rig(16);
+    assert!(matches!(r.submit(), Submitted::Queued));
+    r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 100));
+    assert_eq!(
+        predicted(&r.submit()),
+        Some(Admission::Free { free_used: 2 })
+    );
+    // a refund of 20 is queued behind that call: the wallet will hold 80, not 100
+    let take = toolgate_store::TakeBack {
+        reference: "evt_refund",
+        payment: "pi_1",
+        reversal: toolgate_store::Reversal::Refunded { total: Micros(20) },
+    };
+    let (job, _answer) = TakeBackJob::new(&take, r.account.as_str().to_owned());
+    assert!(r.mirror.submit_take_back(job, &r.queue).is_none());
+    assert!(
+        matches!(r.submit(), Submitted::Queued),
+        "no prediction from the wallet before the take-back"
+    );
+    r.settle(Some(Admission::Free { free_used: 2 }), standing(2, 100));
+    assert!(
+        matches!(r.submit(), Submitted::Queued),
+        "still fenced: the standing after the call before it is stale"
+    );
+    let fenced = match r.jobs.try_recv().unwrap() {
+        WriterJob::TakeBack(job) => job.fenced.clone(),
+        WriterJob::Admit(_) => panic!("the take-back was queued second"),
+    };
+    assert_eq!(fenced.len(), 1);
+    r.mirror.unfence(&fenced);
+    r.settle(
+        Some(Admission::Paid {
+            balance_after: Micros(72),
+        }),
+        standing(2, 72),
+    );
+    r.settle(
+        Some(Admission::Paid {
+            balance_after: Micros(64),
+        }),
+        standing(2, 64),
+    );
+    assert_eq!(
+        predicted(&r.submit()),
+        Some(Admission::Paid {
+            balance_after: Micros(56)
+        }),
+        "learnt again from the calls decided after it"
+    );
 }

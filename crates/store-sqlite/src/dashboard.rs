@@ -249,6 +249,9 @@ impl History for SqliteStore {
         let rows: Vec<(String, i64, i64)> = sqlx::query_as(
             "SELECT reference, amount_micros, created_at FROM wallet_credits
              WHERE account_id = ?1
+             UNION ALL
+             SELECT reference, -amount_micros, created_at FROM wallet_takebacks
+             WHERE account_id = ?1
              ORDER BY created_at DESC, reference DESC LIMIT ?2",
         )
         .bind(account.as_str())

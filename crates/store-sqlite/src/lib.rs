@@ -10,10 +10,12 @@ mod admit;
 mod allowance;
 mod dashboard;
 mod epoch;
+mod money;
 mod oauth;
 mod private;
 mod rows;
 mod secrets;
+mod take_back;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
@@ -33,7 +35,7 @@ use toolgate_store::{
     key_hash_from_column, now_millis,
 };
 
-use crate::admit::AdmitJob;
+use crate::admit::{AdmitJob, WriterJob};
 use crate::allowance::{Mirror, Submitted};
 use crate::epoch::KeyEpoch;
 use crate::rows::map_error;
@@ -65,7 +67,7 @@ impl FromStr for Durability {
 pub struct SqliteStore {
     writer: SqlitePool,
     reader: SqlitePool,
-    admissions: mpsc::Sender<AdmitJob>,
+    admissions: mpsc::Sender<WriterJob>,
     mirror: Arc<Mirror>,
     key_epoch: Arc<KeyEpoch>,
     /// Held while this process serves: see [`SqliteStore::serve_exclusively`].
@@ -293,46 +295,7 @@ impl Metering for SqliteStore {
         amount: Micros,
         reference: &str,
     ) -> Result<(Micros, bool), StoreError> {
-        // IMMEDIATE: the admissions thread writes through its own connection, and a deferred
-        // transaction that read before it wrote would fail at once (no busy wait) on its commits.
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_error)?;
-        let balance: Option<i64> =
-            sqlx::query_scalar("SELECT wallet_micros FROM accounts WHERE id = ?1")
-                .bind(account.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(map_error)?;
-        let Some(balance) = balance else {
-            return Err(StoreError::NotFound);
-        };
-        let inserted = sqlx::query(
-            "INSERT INTO wallet_credits (reference, account_id, amount_micros, created_at)
-             VALUES (?1, ?2, ?3, ?4) ON CONFLICT (reference) DO NOTHING",
-        )
-        .bind(reference)
-        .bind(account.as_str())
-        .bind(amount.0)
-        .bind(now_millis())
-        .execute(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        if inserted.rows_affected() == 0 {
-            return Ok((Micros(balance), false));
-        }
-        let balance: i64 = sqlx::query_scalar(
-            "UPDATE accounts SET wallet_micros = wallet_micros + ?1 WHERE id = ?2 RETURNING wallet_micros",
-        )
-        .bind(amount.0)
-        .bind(account.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        tx.commit().await.map_err(map_error)?;
-        Ok((Micros(balance), true))
+        money::credit(&self.writer, account, amount, reference, None).await
     }
 
     async fn usage(
@@ -341,7 +304,7 @@ impl Metering for SqliteStore {
         month: &MonthKey,
     ) -> Result<UsageSnapshot, StoreError> {
         let row: Option<(i64, Option<i64>)> = sqlx::query_as(
-            "SELECT a.wallet_micros, u.free_used FROM accounts a
+            "SELECT a.wallet_micros - a.owed_micros, u.free_used FROM accounts a
              LEFT JOIN monthly_usage u ON u.account_id = a.id AND u.month = ?2
              WHERE a.id = ?1",
         )

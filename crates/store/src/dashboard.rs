@@ -33,12 +33,13 @@ pub struct DailyCalls {
     pub paid_cost: Micros,
 }
 
-/// One credit to a wallet (an operator's or a Stripe top-up).
+/// One credit to a wallet (an operator's or a Stripe top-up), or one refund or dispute taken
+/// back from it (a negative amount).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WalletCredit {
     /// The unique reference it was applied under (a Stripe event id, `manual-…`).
     pub reference: String,
-    /// How much.
+    /// How much: positive for a credit, negative (or zero) for a take-back.
     pub amount: Micros,
     /// When, as Unix milliseconds.
     pub at: i64,
@@ -126,7 +127,7 @@ pub trait History: Send + Sync {
         month: &MonthKey,
     ) -> Result<Vec<DailyCalls>, StoreError>;
 
-    /// The newest `limit` credits of the account's wallet, newest first.
+    /// The newest `limit` credits and take-backs of the account's wallet, newest first.
     async fn wallet_credits(
         &self,
         account: &AccountId,

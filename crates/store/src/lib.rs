@@ -13,12 +13,16 @@ use toolgate_domain::{
 };
 
 mod dashboard;
+mod money;
 mod oauth;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use dashboard::{
     DailyCalls, History, NewWebSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+};
+pub use money::{
+    OperatorTokens, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack, reversal_amounts,
 };
 pub use oauth::{
     AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
@@ -160,7 +164,8 @@ pub trait Metering: Send + Sync {
     }
 
     /// Adds `amount` to the wallet and records the credit under `reference`, at most once per
-    /// reference. Returns the new balance and whether this call applied the credit.
+    /// reference; what the account owes (see [`TakeBacks`]) is repaid from it first. Returns the
+    /// new balance (wallet less owed) and whether this call applied the credit.
     async fn credit_wallet(
         &self,
         account: &AccountId,
@@ -168,7 +173,8 @@ pub trait Metering: Send + Sync {
         reference: &str,
     ) -> Result<(Micros, bool), StoreError>;
 
-    /// Free calls used in `month` and the wallet balance. `Err(NotFound)` for an unknown account.
+    /// Free calls used in `month` and the balance (wallet less owed). `Err(NotFound)` for an
+    /// unknown account.
     async fn usage(
         &self,
         account: &AccountId,
@@ -246,11 +252,31 @@ pub trait Secrets: Send + Sync {
 
 /// Everything the service stores.
 pub trait Store:
-    Accounts + Metering + Secrets + SignIns + SealedKeys + History + OAuthStore
+    Accounts
+    + Metering
+    + Secrets
+    + SignIns
+    + SealedKeys
+    + History
+    + OAuthStore
+    + OperatorTokens
+    + TakeBacks
 {
 }
 
-impl<T: Accounts + Metering + Secrets + SignIns + SealedKeys + History + OAuthStore> Store for T {}
+impl<
+    T: Accounts
+        + Metering
+        + Secrets
+        + SignIns
+        + SealedKeys
+        + History
+        + OAuthStore
+        + OperatorTokens
+        + TakeBacks,
+> Store for T
+{
+}
 
 /// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
 pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dashboard;
+mod money;
 mod oauth;
 mod secrets;
 
@@ -42,6 +43,7 @@ pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
     concurrent_calls_are_counted_exactly(store.clone(), tag).await;
     decided_calls_are_counted_exactly(store.clone(), tag).await;
     dashboard::dashboard_story(store.clone(), tag).await;
+    money::money_story(store.clone(), tag).await;
     oauth::oauth_story(store.clone(), tag).await;
     secrets::secrets_story(store, tag).await;
 }

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, bail};
+use toolgate_app::ai::OperatorKeyLimits;
 use toolgate_egress::EgressPolicy;
 use toolgate_providers::{ModelClients, ProviderSettings, SearchEngines, SearchSettings};
 use toolgate_vault::Zeroizing;
@@ -91,6 +92,22 @@ pub fn models(settings: &Settings, policy: EgressPolicy) -> Result<ModelClients>
         providers.compatible.push((name, url, key));
     }
     ModelClients::new(policy, providers).map_err(anyhow::Error::msg)
+}
+
+/// What model calls on the operator's keys may use: `operator_max_tokens` (at least 1) and
+/// `operator_tokens_per_day`.
+pub fn operator_key_limits(settings: &Settings) -> Result<OperatorKeyLimits> {
+    let defaults = OperatorKeyLimits::default();
+    let max_tokens = settings.operator_max_tokens.unwrap_or(defaults.max_tokens);
+    if max_tokens == 0 {
+        bail!("operator_max_tokens must be at least 1 (operator_tokens_per_day = 0 lends no key)");
+    }
+    Ok(OperatorKeyLimits {
+        max_tokens,
+        tokens_per_day: settings
+            .operator_tokens_per_day
+            .unwrap_or(defaults.tokens_per_day),
+    })
 }
 
 /// `NAME=VALUE`; the error never repeats the value (it may be a key).

@@ -49,6 +49,7 @@ struct ServeConfig {
     pricing: Pricing,
     http: HttpSettings,
     egress: toolgate_egress::EgressPolicy,
+    operator_keys: toolgate_app::ai::OperatorKeyLimits,
 }
 
 impl ServeConfig {
@@ -70,6 +71,7 @@ impl ServeConfig {
                 settings.egress_allow_private.as_deref().unwrap_or_default(),
             )
             .map_err(anyhow::Error::msg)?,
+            operator_keys: crate::ai::operator_key_limits(settings)?,
         })
     }
 }
@@ -130,6 +132,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
             databases: Some(databases),
             models: Some(models),
             searches: Some(searches),
+            operator_keys: config.operator_keys,
             mailer: Some(mailer),
             payments,
             sign_in_limits: crate::accounts::sign_in_limits(settings),

@@ -10,6 +10,8 @@ mod web;
 
 use std::sync::Arc;
 
+use toolgate_store::OperatorTokens;
+
 use crate::Services;
 use crate::capability::Capability;
 use crate::metering::Meter;
@@ -21,9 +23,11 @@ pub use sandbox::Sandbox;
 /// Every capability this build offers, in the order tool descriptions list them and a call
 /// runs them; the vault's only with `secrets`, `url` and `http` only with `web`, the sandbox's
 /// only when the server runs one, `sql` when there are database servers or sessions to run it.
+/// Model calls on the operator's keys are counted in `tokens`.
 pub fn builtin(
     meter: Arc<Meter>,
     secrets: Option<Arc<Secrets>>,
+    tokens: Arc<dyn OperatorTokens>,
     services: Services,
 ) -> Vec<Arc<dyn Capability>> {
     let mut capabilities: Vec<Arc<dyn Capability>> = vec![Arc::new(Billing::new(meter))];
@@ -37,6 +41,7 @@ pub fn builtin(
         databases,
         models,
         searches,
+        operator_keys,
         ..
     } = services;
     if let Some(web) = web {
@@ -55,8 +60,10 @@ pub fn builtin(
         permits::PROVIDER_CALLS_GLOBAL,
         permits::PROVIDER_CALLS_PER_ACCOUNT,
     ));
-    let llm =
-        models.map(|models| Arc::new(ai::ModelCall::new(models, secrets.clone(), turns.clone())));
+    let llm = models.map(|models| {
+        let lent = ai::OperatorKeys::new(tokens, operator_keys);
+        Arc::new(ai::ModelCall::new(models, secrets.clone(), turns.clone()).lending(lent))
+    });
     if let Some(llm) = &llm {
         capabilities.push(llm.clone());
     }

@@ -1,10 +1,13 @@
 //! The wallet seen by its owner: balance, history, top-ups through the payment provider, and
-//! the provider's signed callback that credits a wallet exactly once per event.
+//! the provider's signed callback that credits a wallet exactly once per event, and takes back
+//! what a refund or a dispute takes (once per event, at most what the payment credited).
 
 use std::sync::Arc;
 
 use toolgate_domain::{Account, BillingStatus, Micros, MonthKey, Pricing};
-use toolgate_store::{DailyCalls, Store, StoreError, WalletCredit};
+use toolgate_store::{
+    DailyCalls, PaymentCredit, Reversal, Store, StoreError, TakeBack, TakenBack, WalletCredit,
+};
 
 use crate::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
 
@@ -48,8 +51,12 @@ pub enum TopUpError {
 pub enum WebhookOutcome {
     /// The wallet was credited now.
     Credited,
+    /// A refund or dispute was taken back from the wallet now (the balance may be negative).
+    TakenBack,
     /// This event id was applied before; nothing changed.
     AlreadyApplied,
+    /// A refund or dispute of a payment that credited no wallet here; nothing changed.
+    UnknownPayment,
     /// The event is not a payment; nothing changed.
     Ignored,
 }
@@ -148,7 +155,8 @@ impl Wallets {
         Ok(amount)
     }
 
-    /// Applies the provider's callback: verified first, then credited once per event id.
+    /// Applies the provider's callback: verified first, then credited, or taken back for a
+    /// refund or dispute, once per event id.
     pub async fn webhook(
         &self,
         signature: Option<&str>,
@@ -165,15 +173,28 @@ impl Wallets {
                 event_id,
                 account,
                 amount_cents,
+                payment,
             } => {
-                let amount = amount_cents
-                    .checked_mul(MICROS_PER_CENT)
-                    .ok_or_else(|| PaymentError::BadEvent("amount out of range".to_owned()))?;
-                match self
-                    .store
-                    .credit_wallet(&account, Micros(amount), &event_id)
-                    .await
-                {
+                let amount = micros(amount_cents)?;
+                let credited = match &payment {
+                    Some(payment) => {
+                        let credit = PaymentCredit {
+                            account: &account,
+                            amount,
+                            reference: &event_id,
+                            payment,
+                        };
+                        self.store.credit_payment(&credit).await
+                    }
+                    None => {
+                        tracing::warn!(
+                            event_id,
+                            "a paid checkout without a payment_intent: its refunds cannot be taken back"
+                        );
+                        self.store.credit_wallet(&account, amount, &event_id).await
+                    }
+                };
+                match credited {
                     Ok((_, true)) => {
                         tracing::info!(event_id, account = %account, amount_cents, "wallet topped up");
                         Ok(WebhookOutcome::Credited)
@@ -183,8 +204,88 @@ impl Wallets {
                     Err(err) => Err(unavailable(err)),
                 }
             }
+            PaymentEvent::Refunded {
+                event_id,
+                payment,
+                refunded_cents,
+            } => {
+                let reversal = Reversal::Refunded {
+                    total: micros(refunded_cents)?,
+                };
+                self.take_back(&event_id, payment.as_deref(), reversal)
+                    .await
+            }
+            PaymentEvent::Disputed {
+                event_id,
+                dispute,
+                payment,
+                amount_cents,
+            } => {
+                let reversal = Reversal::Disputed {
+                    dispute: &dispute,
+                    amount: micros(amount_cents)?,
+                };
+                self.take_back(&event_id, payment.as_deref(), reversal)
+                    .await
+            }
         }
     }
+
+    /// Takes back what a refund or dispute of `payment` asks, once per event id.
+    async fn take_back(
+        &self,
+        event_id: &str,
+        payment: Option<&str>,
+        reversal: Reversal<'_>,
+    ) -> Result<WebhookOutcome, TopUpError> {
+        let taken = match payment {
+            Some(payment) => {
+                let take = TakeBack {
+                    reference: event_id,
+                    payment,
+                    reversal,
+                };
+                self.store.take_back(&take).await.map_err(unavailable)?
+            }
+            None => TakenBack::UnknownPayment,
+        };
+        match taken {
+            TakenBack::Taken {
+                account,
+                amount,
+                balance,
+            } => {
+                tracing::info!(
+                    event_id,
+                    account = %account,
+                    taken_usd = amount.to_usd_price_string(),
+                    balance_usd = balance.to_usd_cents_string(),
+                    "refund or dispute taken back from a wallet"
+                );
+                Ok(WebhookOutcome::TakenBack)
+            }
+            TakenBack::AlreadyApplied => Ok(WebhookOutcome::AlreadyApplied),
+            TakenBack::UnknownPayment => {
+                // acknowledged: a payment of something else on the same Stripe account, or one
+                // that credited no wallet here; retrying would not change that
+                tracing::warn!(
+                    event_id,
+                    payment,
+                    "a refund or dispute of a payment that credited no wallet here; nothing taken back"
+                );
+                Ok(WebhookOutcome::UnknownPayment)
+            }
+        }
+    }
+}
+
+/// Cents of an event as micro-dollars, refused when negative or out of range.
+fn micros(cents: i64) -> Result<Micros, TopUpError> {
+    cents
+        .checked_mul(MICROS_PER_CENT)
+        .filter(|amount| *amount >= 0)
+        .map(Micros)
+        .ok_or_else(|| PaymentError::BadEvent("amount out of range".to_owned()).into())
 }
 
 fn unavailable(err: StoreError) -> TopUpError {

@@ -3,6 +3,7 @@
 
 use maud::{Markup, html};
 use toolgate_app::owner::WalletReport;
+use toolgate_domain::Micros;
 
 use super::{Chrome, date_time, layout};
 
@@ -17,6 +18,9 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
                 div.stat { div.muted { "Balance" } div.value #balance { (status.wallet_balance_usd) " USD" } }
                 div.stat { div.muted { "Paid calls available" } div.value #paid-calls-available { (status.paid_calls_available) } }
                 div.stat { div.muted { "Price per call after the free allowance" } div.value { (status.paid_call_cost_usd) " USD" } }
+            }
+            @if status.wallet_balance_usd.starts_with('-') {
+                p #owed { "A refund or dispute took back more than the wallet held: paid calls wait until a top-up covers what is owed." }
             }
             section.card aria-labelledby="top-up-title" {
                 h2 #top-up-title { "Top up" }
@@ -39,10 +43,18 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
                     thead { tr { th scope="col" { "When" } th scope="col" { "What" } th.num scope="col" { "USD" } } }
                     tbody {
                         @for credit in &report.credits {
-                            tr.credit {
-                                td { (date_time(credit.at)) }
-                                td { "Top-up " span.mono.muted { (credit.reference) } }
-                                td.num { "+" (credit.amount.to_usd_cents_string()) }
+                            @if credit.amount.0 >= 0 {
+                                tr.credit {
+                                    td { (date_time(credit.at)) }
+                                    td { "Top-up " span.mono.muted { (credit.reference) } }
+                                    td.num { "+" (credit.amount.to_usd_cents_string()) }
+                                }
+                            } @else {
+                                tr.take-back {
+                                    td { (date_time(credit.at)) }
+                                    td { "Refund or dispute taken back " span.mono.muted { (credit.reference) } }
+                                    td.num { "−" (Micros(-credit.amount.0).to_usd_cents_string()) }
+                                }
                             }
                         }
                         @for day in &report.charges {

@@ -380,6 +380,16 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_AI_TIMEOUT_S", global = true)]
     pub ai_timeout_s: Option<u64>,
 
+    /// The most `max_tokens` a model call on the operator's keys may ask (more is capped to
+    /// it), and what such a call asks when it names none [default: 4096]
+    #[arg(long, env = "TOOLGATE_OPERATOR_MAX_TOKENS", global = true)]
+    pub operator_max_tokens: Option<u32>,
+
+    /// Input and output tokens one account's model calls may use of the operator's keys per UTC
+    /// day; 0: the operator's keys are not lent [default: 100000]
+    #[arg(long, env = "TOOLGATE_OPERATOR_TOKENS_PER_DAY", global = true)]
+    pub operator_tokens_per_day: Option<u64>,
+
     /// A SearXNG instance for `search` (its JSON API), e.g. http://127.0.0.1:8888
     #[arg(long, env = "TOOLGATE_SEARXNG_URL", global = true)]
     pub searxng_url: Option<String>,
@@ -550,6 +560,8 @@ impl Settings {
             ai_endpoints,
             ai_endpoint_keys,
             ai_timeout_s,
+            operator_max_tokens,
+            operator_tokens_per_day,
             searxng_url,
             brave_base_url,
             brave_api_key,

@@ -23,8 +23,10 @@ static SLOW_IN_FLIGHT: AtomicUsize = AtomicUsize::new(0);
 static SLOW_MOST: AtomicUsize = AtomicUsize::new(0);
 
 /// A stand-in OpenAI endpoint that records each request's Authorization header; it answers
-/// with the key it was given when the prompt asks for it (a provider echoing a key).
-async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+/// with the key it was given when the prompt asks for it (a provider echoing a key), with the
+/// `max_tokens` it was sent when asked "echo max_tokens", and reports 700 tokens used for a
+/// "heavy" prompt (9 otherwise).
+pub(crate) async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
     let flaky_calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -58,8 +60,15 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                         .body(axum::body::Body::from(r#"{"error":{"message":"slow down"}}"#))
                         .unwrap();
                 }
+                let usage = if asked.contains("heavy") {
+                    json!({"prompt_tokens": 600, "completion_tokens": 100})
+                } else {
+                    json!({"prompt_tokens": 4, "completion_tokens": 5})
+                };
                 let text = if asked.contains("echo your key") {
                     format!("my key is {}", auth.trim_start_matches("Bearer "))
+                } else if asked.contains("echo max_tokens") {
+                    format!("max_tokens={}", body["max_tokens"])
                 } else if asked.contains("Search results") {
                     "Tokio is an async runtime [1], explained in [2].".to_owned()
                 } else {
@@ -72,7 +81,7 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                             format!("data: {}\n\n", json!({"model": body["model"], "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}))
                         })
                         .collect();
-                    events.push_str(&format!("data: {}\n\n", json!({"model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 4, "completion_tokens": 5}})));
+                    events.push_str(&format!("data: {}\n\n", json!({"model": body["model"], "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage})));
                     events.push_str("data: [DONE]\n\n");
                     // one event at a time, as a model writes them
                     let pieces: Vec<String> =
@@ -91,7 +100,7 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
                     .body(axum::body::Body::from(
                         json!({"id": "c1", "object": "chat.completion", "model": body["model"],
                                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                               "usage": {"prompt_tokens": 4, "completion_tokens": 5}})
+                               "usage": usage})
                         .to_string(),
                     ))
                     .unwrap()
@@ -104,13 +113,13 @@ async fn stand_in() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     (addr, seen)
 }
 
-async fn ai(server: &Server, key: &str, args: Value) -> Value {
+pub(crate) async fn ai(server: &Server, key: &str, args: Value) -> Value {
     post_personal(&client(), server, key, &tool_call("svc_ai", args))
         .await
         .result()
 }
 
-async fn write(server: &Server, key: &str, args: Value) -> Value {
+pub(crate) async fn write(server: &Server, key: &str, args: Value) -> Value {
     post_personal(&client(), server, key, &tool_call("svc_write", args))
         .await
         .result()

@@ -10,7 +10,7 @@ use crate::common::*;
 use serde_json::{Value, json};
 
 const STRIPE_KEY: &str = "sk_test_standin_4242";
-const WEBHOOK_SECRET: &str = "whsec_test_standin_1234";
+pub(crate) const WEBHOOK_SECRET: &str = "whsec_test_standin_1234";
 
 /// One `POST /v1/checkout/sessions` the stand-in received.
 #[derive(Clone, Debug)]
@@ -73,7 +73,7 @@ impl StripeStandIn {
 }
 
 /// Seconds since the epoch, as a signature's `t`.
-fn now() -> i64 {
+pub(crate) fn now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap()
@@ -101,7 +101,7 @@ fn completed(event: &str, account: &str, cents: i64, payment_status: &str) -> St
 }
 
 /// `POST /billing/stripe/webhook` with `signature` in `Stripe-Signature` (none: no header).
-async fn deliver(d: &Dash, body: &str, signature: Option<String>) -> Reply {
+pub(crate) async fn deliver(d: &Dash, body: &str, signature: Option<String>) -> Reply {
     let mut request = d
         .http
         .post(d.server.url("/billing/stripe/webhook"))
@@ -114,13 +114,13 @@ async fn deliver(d: &Dash, body: &str, signature: Option<String>) -> Reply {
 }
 
 /// Delivers `body` signed now with the server's secret.
-async fn deliver_signed(d: &Dash, body: &str) -> Reply {
+pub(crate) async fn deliver_signed(d: &Dash, body: &str) -> Reply {
     let signature = toolgate_payments::sign(WEBHOOK_SECRET, now(), body.as_bytes());
     deliver(d, body, Some(signature)).await
 }
 
 /// The `outcome` of a 200 answer.
-fn outcome(reply: &Reply) -> String {
+pub(crate) fn outcome(reply: &Reply) -> String {
     assert_eq!(reply.status, 200, "{reply:?}");
     let body = reply.json();
     assert_eq!(body["received"], true, "{reply:?}");

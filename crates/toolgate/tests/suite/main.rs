@@ -6,12 +6,14 @@
 mod common;
 
 mod ai;
+mod ai_operator;
 mod architecture;
 mod cancellation;
 mod carriers;
 mod cli;
 mod dashboard;
 mod dashboard_owner;
+mod dashboard_refunds;
 mod dashboard_wallet;
 mod front_door;
 mod metering;

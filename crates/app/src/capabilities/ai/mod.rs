@@ -2,11 +2,14 @@
 //! first `/`), through the model seam. The key is the vault secret named by `api_key_secret`,
 //! else the account's secret with the provider's conventional name (`OPENAI_API_KEY`, …), else
 //! the operator's; every key used is redacted from the answer and its errors. With a progress
-//! token the answer streams as progress notifications; a cancelled call drops the request.
+//! token the answer streams as progress notifications; a cancelled call drops the request. A
+//! call on the operator's key is capped and counted (`operator`).
 
 mod messages;
+mod operator;
 mod search;
 
+pub(crate) use operator::OperatorKeys;
 pub use search::SearchCall;
 
 use std::sync::Arc;
@@ -19,7 +22,7 @@ use toolgate_domain::SecretName;
 use toolgate_vault::{Redactor, Zeroizing};
 
 use super::permits::Turns;
-use crate::ai::{Message, ModelRequest, Models, Part, Role};
+use crate::ai::{Message, ModelAnswer, ModelRequest, Models, Part, Role};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
@@ -39,6 +42,8 @@ pub struct ModelCall {
     secrets: Option<Arc<Secrets>>,
     /// Provider calls in flight, shared with `search`.
     turns: Arc<Turns>,
+    /// The operator's keys' limits; `None`: not limited (tests of other things).
+    operator_keys: Option<Arc<OperatorKeys>>,
 }
 
 impl ModelCall {
@@ -48,7 +53,14 @@ impl ModelCall {
             models,
             secrets,
             turns,
+            operator_keys: None,
         }
+    }
+
+    /// The same, lending the operator's keys only within `keys`' limits.
+    pub(crate) fn lending(mut self, keys: OperatorKeys) -> Self {
+        self.operator_keys = Some(Arc::new(keys));
+        self
     }
 
     /// The key for this call, from the vault, and what redacts it; `None` leaves it to the
@@ -118,8 +130,9 @@ impl Capability for ModelCall {
          endpoints) calls that model; `system`, `max_tokens`, `temperature`, `response_format` \
          (\"json\" or a JSON Schema) tune it. The key is the vault secret named by \
          `api_key_secret`, else your secret with the provider's usual name (OPENAI_API_KEY, \
-         ANTHROPIC_API_KEY, GEMINI_API_KEY, …), else the operator's. The answer is the text; \
-         model, finish reason, token usage and latency are in structuredContent."
+         ANTHROPIC_API_KEY, GEMINI_API_KEY, …), else the operator's, within its limits \
+         (max_tokens capped, tokens counted against a daily limit per account). The answer is \
+         the text; model, finish reason, token usage and latency are in structuredContent."
     }
 
     fn fields(&self) -> Vec<Field> {
@@ -183,7 +196,8 @@ impl Capability for ModelCall {
             "model": text, "provider": text, "finish_reason": text,
             "usage": {"type": "object", "properties": {
                 "input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}},
-            "latency_ms": {"type": "number"}, "attempts": {"type": "integer"}},
+            "latency_ms": {"type": "number"}, "attempts": {"type": "integer"},
+            "operator_key": operator::schema()},
             "required": ["model", "provider", "finish_reason", "usage", "latency_ms", "attempts"]})
     }
 
@@ -232,31 +246,55 @@ impl Capability for ModelCall {
         let (api_key, redactor) = self
             .key(ctx, text("api_key_secret"), &info.key_secret)
             .await?;
+        let asked = args
+            .get("max_tokens")
+            .and_then(Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok());
+        let system = text("system").map(str::to_owned);
+        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
+        // Without a key of the caller's the provider uses the operator's (if it needs one).
+        // Checked once the call has its turn, so that only the calls in flight at once (a few
+        // per account) can pass the day's limit before their tokens are counted.
+        let lent = match &self.operator_keys {
+            Some(keys) if api_key.is_none() && info.operator_key && !info.keyless => {
+                let estimate = operator::input_estimate(system.as_deref(), &messages);
+                let lent = keys
+                    .lend(&ctx.account.id, &info.key_secret, asked, estimate)
+                    .await?;
+                Some(lent)
+            }
+            _ => None,
+        };
         let request = ModelRequest {
             provider: provider.to_owned(),
             model: model.to_owned(),
-            system: text("system").map(str::to_owned),
+            system,
             messages,
-            max_tokens: args
-                .get("max_tokens")
-                .and_then(Value::as_u64)
-                .and_then(|n| u32::try_from(n).ok()),
+            max_tokens: lent.as_ref().map_or(asked, |lent| Some(lent.max_tokens())),
             temperature: args.get("temperature").and_then(Value::as_f64),
             json: messages::json_request(args.get("response_format")),
             api_key,
         };
-        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
         let started = Instant::now();
-        let answer = self.complete(ctx, request, &redactor).await?;
+        let (answer, spent) = self.complete(ctx, request, &redactor).await;
+        let operator_key = match lent {
+            Some(lent) => Some(lent.settle(spent).await),
+            None => None,
+        };
+        let answer = answer?;
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let mut structured = json!({
+            "model": answer.model, "provider": provider, "finish_reason": answer.finish_reason,
+            "usage": {"input_tokens": answer.usage.input_tokens,
+                      "output_tokens": answer.usage.output_tokens},
+            "latency_ms": (latency_ms * 1000.0).round() / 1000.0, "attempts": answer.attempts,
+        });
+        if let Some(operator_key) = operator_key {
+            structured["operator_key"] = operator_key;
+        }
         Ok(Output {
             content: vec![ContentItem::Text(redactor.redact(&answer.text))],
-            structured: json!({
-                "model": answer.model, "provider": provider, "finish_reason": answer.finish_reason,
-                "usage": {"input_tokens": answer.usage.input_tokens,
-                          "output_tokens": answer.usage.output_tokens},
-                "latency_ms": (latency_ms * 1000.0).round() / 1000.0, "attempts": answer.attempts,
-            }),
+            structured,
             is_error: false,
         })
     }
@@ -264,13 +302,14 @@ impl Capability for ModelCall {
 
 impl ModelCall {
     /// The call, its text streamed as progress when the caller wants it, given up when the
-    /// caller cancels (dropping the request stops it upstream).
+    /// caller cancels (dropping the request stops it upstream); and what it used, as far as is
+    /// known.
     async fn complete(
         &self,
         ctx: &CallContext<'_>,
         request: ModelRequest,
         redactor: &Redactor,
-    ) -> Result<crate::ai::ModelAnswer, Failure> {
+    ) -> (Result<ModelAnswer, Failure>, operator::Spent) {
         let (tokens, mut pieces) = match ctx.progress {
             Some(_) => {
                 let (tx, rx) = mpsc::channel(PIECES_QUEUE);
@@ -312,9 +351,13 @@ impl ModelCall {
                     if let (Some(sink), false) = (ctx.progress, rest.is_empty()) {
                         sink.report((sent + rest.len() as u64) as f64, &rest);
                     }
-                    return result.map_err(|e| Failure::new(redactor.redact(&e.to_string())));
+                    let spent = operator::Spent::of(&result);
+                    let result = result.map_err(|e| Failure::new(redactor.redact(&e.to_string())));
+                    return (result, spent);
                 }
-                () = &mut cancelled => return Err(Failure::new("the call was cancelled")),
+                () = &mut cancelled => {
+                    return (Err(Failure::new("the call was cancelled")), operator::Spent::Unknown);
+                }
             }
         }
     }
