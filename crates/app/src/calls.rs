@@ -15,6 +15,7 @@ use crate::capability::{
 };
 use crate::metering::{Meter, MeterError};
 use crate::registry::{Registry, ToolOutcome};
+use crate::turns::Budgets;
 
 /// What the caller's side gives a call: where progress goes and what cancels it.
 #[derive(Default, Clone, Copy)]
@@ -32,6 +33,9 @@ pub enum Answer {
     Ran(ToolOutcome),
     /// The arguments were refused before admission: nothing ran, nothing was charged.
     InvalidArguments(ToolOutcome),
+    /// No turn of the work it needs came in time (see [`crate::turns`]): nothing ran,
+    /// nothing was charged; the outcome says to try again.
+    Busy(ToolOutcome),
 }
 
 /// A call that got no answer from a tool.
@@ -55,6 +59,8 @@ pub enum CallError {
 pub struct ToolCalls {
     meter: Arc<Meter>,
     registry: Arc<Registry>,
+    /// Turns of outbound and heavy work, taken before a call is charged.
+    budgets: Arc<Budgets>,
     /// Numbers calls, so capabilities of one call can share state (a call-scoped session).
     next_call: AtomicU64,
     /// This use case, for the upcalls of the runs it starts (which are calls of their own).
@@ -62,11 +68,12 @@ pub struct ToolCalls {
 }
 
 impl ToolCalls {
-    /// Calls of `registry`'s tools, charged by `meter`.
-    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>) -> Arc<Self> {
+    /// Calls of `registry`'s tools, charged by `meter`, their work taking turns of `budgets`.
+    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>, budgets: Arc<Budgets>) -> Arc<Self> {
         Arc::new_cyclic(|this| Self {
             meter,
             registry,
+            budgets,
             next_call: AtomicU64::new(1),
             this: this.clone(),
         })
@@ -93,6 +100,15 @@ impl ToolCalls {
         let plan = match self.registry.plan(spec.kind, args) {
             Ok(plan) => plan,
             Err(failure) => return Ok(Answer::InvalidArguments(error_text(failure.message))),
+        };
+        // before the charge: a call that finds no turn in time is told so, and is free
+        let _turns = match self
+            .budgets
+            .take(plan.turn_kinds(), &caller.id.to_string())
+            .await
+        {
+            Ok(turns) => turns,
+            Err(busy) => return Ok(Answer::Busy(error_text(busy.to_string()))),
         };
         let decided = self.meter.admit(caller, &spec.name).await.map_err(|err| {
             tracing::error!(error = %err, tool = %spec.name, "admission failed");

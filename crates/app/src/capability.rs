@@ -199,6 +199,12 @@ pub trait Capability: Send + Sync {
         false
     }
 
+    /// The budget its work takes a turn of (see [`crate::turns`]), if any: the call takes
+    /// that turn before it is charged and holds it until it ends.
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        None
+    }
+
     /// Runs it. Only called after the call was admitted and metered.
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure>;
 }

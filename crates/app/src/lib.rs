@@ -18,6 +18,7 @@ pub mod registry;
 mod schema;
 mod sealed_cache;
 pub mod secrets;
+pub mod turns;
 mod upcalls;
 pub mod web;
 
@@ -170,7 +171,11 @@ impl App {
         let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: ToolCalls::new(meter.clone(), registry.clone()),
+            calls: ToolCalls::new(
+                meter.clone(),
+                registry.clone(),
+                Arc::new(turns::Budgets::default()),
+            ),
             admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
             registry,
             meter,

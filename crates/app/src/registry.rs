@@ -10,6 +10,7 @@ use toolgate_domain::Brand;
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, ToolKind,
 };
+use crate::turns::TurnKind;
 
 /// Behaviour hints shown to clients as MCP tool annotations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,9 +51,15 @@ pub struct Plan {
     selected: Vec<usize>,
     args: JsonObject,
     overlaps_commit: bool,
+    turn_kinds: Vec<TurnKind>,
 }
 
 impl Plan {
+    /// The budgets the call takes a turn of, in the order it takes them.
+    pub fn turn_kinds(&self) -> &[TurnKind] {
+        &self.turn_kinds
+    }
+
     /// Whether every capability of the call may run while its charge is being committed.
     pub fn overlaps_commit(&self) -> bool {
         self.overlaps_commit
@@ -145,11 +152,19 @@ impl Registry {
                 .get(index)
                 .is_some_and(|cap| cap.overlaps_commit())
         });
+        let mut turn_kinds: Vec<TurnKind> = selected
+            .iter()
+            .filter_map(|&index| self.capabilities.get(index)?.turn_kind(&args))
+            .collect();
+        // always in one order, so two calls never wait for each other's second kind
+        turn_kinds.sort_unstable();
+        turn_kinds.dedup();
         Ok(Plan {
             kind,
             selected,
             args,
             overlaps_commit,
+            turn_kinds,
         })
     }
 

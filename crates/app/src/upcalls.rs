@@ -97,6 +97,12 @@ impl SessionUpcalls {
                     text(&outcome.content),
                 ));
             }
+            Ok(Answer::Busy(outcome)) => {
+                return Err(UpcallError::new(
+                    UpcallErrorCode::Busy,
+                    text(&outcome.content),
+                ));
+            }
             Err(CallError::Refused(message)) => {
                 return Err(UpcallError::new(UpcallErrorCode::Refused, message));
             }

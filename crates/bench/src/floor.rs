@@ -28,7 +28,8 @@ pub fn serve(addr: SocketAddr, limit: Duration) -> Result<()> {
                 post(|| async { ([(header::CONTENT_TYPE, "application/json")], BODY) }),
             )
             .route("/v1/chat/completions", post(crate::stand_in::chat))
-            .route("/search", get(crate::stand_in::search));
+            .route("/search", get(crate::stand_in::search))
+            .route("/drip", get(crate::fairness::drip));
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;

@@ -4,6 +4,7 @@
 
 mod ai;
 mod dashboard;
+mod fairness;
 mod floor;
 mod load;
 mod oauth;
@@ -444,10 +445,15 @@ fn wait_healthy(
 /// Creates the bench account (or, if a reused PostgreSQL database already has it, rotates its key)
 /// and returns the path part of its personal URL.
 fn personal_path(toolgate: &Toolgate) -> Result<String> {
-    let printed = match toolgate.cli(&["account", "create", "--email", EMAIL]) {
+    personal_path_of_account(toolgate, EMAIL)
+}
+
+/// The same for the account of `email`.
+fn personal_path_of_account(toolgate: &Toolgate, email: &str) -> Result<String> {
+    let printed = match toolgate.cli(&["account", "create", "--email", email]) {
         Ok(printed) => printed,
         Err(create_err) => toolgate
-            .cli(&["account", "rotate-key", "--email", EMAIL])
+            .cli(&["account", "rotate-key", "--email", email])
             .with_context(|| {
                 format!("account create failed ({create_err:#}), and so did rotate-key")
             })?,

@@ -70,6 +70,7 @@ pub fn run(binary: &Path) -> Result<()> {
     let (direct, _) = runtime.block_on(timed(&site_endpoint, &direct, CALLS / 10, CALLS))?;
     progress(&format!("curl: {CURL_RUNS} runs"));
     let curl = curl_times(&url)?;
+    let fairness = crate::fairness::measure(&runtime, &toolgate, &endpoint, site.addr)?;
     server.stop()?;
     site.stop()?;
     println!("toolgate-bench --web: a loopback page fetched through `svc_read url` and directly\n");
@@ -95,6 +96,7 @@ pub fn run(binary: &Path) -> Result<()> {
          metering, the guarded client, rendering)",
         ms(&bare, 50.0) - ms(&direct, 50.0)
     );
+    fairness.print();
     Ok(())
 }
 

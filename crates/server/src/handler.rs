@@ -164,6 +164,10 @@ impl McpHandler {
                     CallLabel::InvalidArguments,
                 )
             }
+            Ok(Answer::Busy(outcome)) => {
+                let content = outcome.content.into_iter().map(to_rmcp_content).collect();
+                (Ok(CallToolResult::error(content)), CallLabel::Busy)
+            }
             Err(err) => {
                 let label = match err {
                     CallError::Refused(_) => CallLabel::Refused,

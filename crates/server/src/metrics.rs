@@ -61,6 +61,8 @@ pub enum CallLabel {
     ToolError,
     /// refused for its arguments before metering
     InvalidArguments,
+    /// no turn of the work it needs came in time; free
+    Busy,
     /// refused by metering (-32002)
     Refused,
     /// storage or another internal failure
@@ -73,6 +75,7 @@ impl CallLabel {
             CallLabel::Ok => "ok",
             CallLabel::ToolError => "tool_error",
             CallLabel::InvalidArguments => "invalid_arguments",
+            CallLabel::Busy => "busy",
             CallLabel::Refused => "refused",
             CallLabel::Internal => "internal_error",
         }

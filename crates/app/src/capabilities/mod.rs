@@ -2,7 +2,6 @@
 
 mod ai;
 mod billing;
-mod permits;
 pub mod sandbox;
 mod secrets;
 mod sql;
@@ -56,19 +55,15 @@ pub fn builtin(
     if databases.is_some() || sandbox.is_some() {
         capabilities.extend(sql::capabilities(databases, secrets.clone(), sandbox));
     }
-    let turns = Arc::new(permits::Turns::new(
-        permits::PROVIDER_CALLS_GLOBAL,
-        permits::PROVIDER_CALLS_PER_ACCOUNT,
-    ));
     let llm = models.map(|models| {
         let lent = ai::OperatorKeys::new(tokens, operator_keys);
-        Arc::new(ai::ModelCall::new(models, secrets.clone(), turns.clone()).lending(lent))
+        Arc::new(ai::ModelCall::new(models, secrets.clone()).lending(lent))
     });
     if let Some(llm) = &llm {
         capabilities.push(llm.clone());
     }
     if let Some(searches) = searches {
-        capabilities.push(Arc::new(ai::SearchCall::new(searches, secrets, llm, turns)));
+        capabilities.push(Arc::new(ai::SearchCall::new(searches, secrets, llm)));
     }
     capabilities
 }

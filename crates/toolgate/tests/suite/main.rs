@@ -26,5 +26,6 @@ mod reads;
 mod sandbox;
 mod sql;
 mod tenant_fetches;
+mod turns;
 mod vault;
 mod web;

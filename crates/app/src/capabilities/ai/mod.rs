@@ -21,7 +21,6 @@ use tokio::sync::mpsc;
 use toolgate_domain::SecretName;
 use toolgate_vault::{Redactor, Zeroizing};
 
-use super::permits::Turns;
 use crate::ai::{Message, ModelAnswer, ModelRequest, Models, Part, Role};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
@@ -40,19 +39,16 @@ const PIECES_QUEUE: usize = 256;
 pub struct ModelCall {
     models: Arc<dyn Models>,
     secrets: Option<Arc<Secrets>>,
-    /// Provider calls in flight, shared with `search`.
-    turns: Arc<Turns>,
     /// The operator's keys' limits; `None`: not limited (tests of other things).
     operator_keys: Option<Arc<OperatorKeys>>,
 }
 
 impl ModelCall {
-    /// Calls through `models`, with keys from `secrets`, a few at a time (`turns`).
-    pub fn new(models: Arc<dyn Models>, secrets: Option<Arc<Secrets>>, turns: Arc<Turns>) -> Self {
+    /// Calls through `models`, with keys from `secrets`.
+    pub fn new(models: Arc<dyn Models>, secrets: Option<Arc<Secrets>>) -> Self {
         Self {
             models,
             secrets,
-            turns,
             operator_keys: None,
         }
     }
@@ -210,6 +206,10 @@ impl Capability for ModelCall {
             && !args.contains_key("search")
     }
 
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        Some(crate::turns::TurnKind::Models)
+    }
+
     fn validate(&self, args: &JsonObject) -> Result<(), String> {
         if args.contains_key("prompt") == args.contains_key("messages") {
             return Err("give either `prompt` or `messages`, not both".to_owned());
@@ -251,10 +251,10 @@ impl Capability for ModelCall {
             .and_then(Value::as_u64)
             .and_then(|n| u32::try_from(n).ok());
         let system = text("system").map(str::to_owned);
-        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
         // Without a key of the caller's the provider uses the operator's (if it needs one).
-        // Checked once the call has its turn, so that only the calls in flight at once (a few
-        // per account) can pass the day's limit before their tokens are counted.
+        // The call holds its turn (`turn_kind`) from before it is charged, so only the calls
+        // in flight at once (a few per account) can pass the day's limit before their tokens
+        // are counted.
         let lent = match &self.operator_keys {
             Some(keys) if api_key.is_none() && info.operator_key && !info.keyless => {
                 let estimate = operator::input_estimate(system.as_deref(), &messages);

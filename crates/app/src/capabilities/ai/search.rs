@@ -12,7 +12,6 @@ use toolgate_vault::{Redactor, Zeroizing};
 
 use super::ModelCall;
 use crate::ai::{Freshness, SearchAnswer, SearchQuery, SearchResult, Searches};
-use crate::capabilities::permits::Turns;
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
@@ -31,24 +30,19 @@ pub struct SearchCall {
     secrets: Option<Arc<Secrets>>,
     /// the model call, for `search` with `prompt`
     llm: Option<Arc<ModelCall>>,
-    /// Provider calls in flight, shared with the model call.
-    turns: Arc<Turns>,
 }
 
 impl SearchCall {
-    /// Searches through `searches`, a few at a time (`turns`), answering with `llm` when a
-    /// prompt comes along.
+    /// Searches through `searches`, answering with `llm` when a prompt comes along.
     pub fn new(
         searches: Arc<dyn Searches>,
         secrets: Option<Arc<Secrets>>,
         llm: Option<Arc<ModelCall>>,
-        turns: Arc<Turns>,
     ) -> Self {
         Self {
             searches,
             secrets,
             llm,
-            turns,
         }
     }
 
@@ -144,6 +138,11 @@ impl Capability for SearchCall {
         args.contains_key("search")
     }
 
+    /// One turn for the search and the model call that may answer from it.
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        Some(crate::turns::TurnKind::Models)
+    }
+
     fn validate(&self, args: &JsonObject) -> Result<(), String> {
         if let Some(word) = args.get("freshness").and_then(Value::as_str)
             && Freshness::parse(word).is_none()
@@ -169,8 +168,6 @@ impl Capability for SearchCall {
             .unwrap_or_default()
             .to_owned();
         let (engine, redactor) = self.engine(ctx).await?;
-        // held for the search only: the model call that may follow takes its own turn
-        let turn = self.turns.turn(&ctx.account.id.to_string()).await;
         let found = self
             .searches
             .search(SearchQuery {
@@ -187,7 +184,6 @@ impl Capability for SearchCall {
             })
             .await
             .map_err(|e| Failure::new(redactor.redact(&e.to_string())))?;
-        drop(turn);
         let mut output = listed(&query, &found);
         if let (Some(llm), Some(prompt)) = (&self.llm, args.get("prompt").and_then(Value::as_str)) {
             answered(llm, ctx, args, prompt, &found, &mut output).await?;

@@ -7,7 +7,6 @@ use base64::Engine;
 use serde_json::{Value, json};
 
 use super::{Sandbox, account_key, failure};
-use crate::capabilities::permits::{READS_GLOBAL, READS_PER_ACCOUNT, Turns};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
@@ -20,15 +19,11 @@ const MAX_READ_BYTES: u64 = 8 * 1024 * 1024;
 /// Reads a workspace file: text as text, images as image content, anything else as base64.
 pub struct ReadFile {
     sandbox: Arc<Sandbox>,
-    turns: Turns,
 }
 
 impl ReadFile {
     pub(super) fn new(sandbox: Arc<Sandbox>) -> Self {
-        Self {
-            sandbox,
-            turns: Turns::new(READS_GLOBAL, READS_PER_ACCOUNT),
-        }
+        Self { sandbox }
     }
 }
 
@@ -79,6 +74,10 @@ impl Capability for ReadFile {
         args.contains_key("path")
     }
 
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        Some(crate::turns::TurnKind::WorkspaceRead)
+    }
+
     fn validate(&self, args: &JsonObject) -> Result<(), String> {
         if args.contains_key("session_id") {
             Ok(())
@@ -94,8 +93,6 @@ impl Capability for ReadFile {
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
         let (path, session_id) = (text("path"), text("session_id"));
         let account = account_key(ctx);
-        // held until the answer is encoded: that is where a read costs the server most
-        let _turn = self.turns.turn(&account).await;
         let read = self
             .sandbox
             .sessions

@@ -15,7 +15,6 @@ use toolgate_domain::SecretName;
 use toolgate_sandbox::{RunRequest, SqliteWork, Work};
 use toolgate_vault::{Redactor, Zeroizing};
 
-use super::permits::{FETCHES_GLOBAL, FETCHES_PER_ACCOUNT, Turns};
 use super::sandbox::Sandbox;
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::database::{Access, Databases, DbQuery, Table};
@@ -41,7 +40,6 @@ pub struct Sql {
     databases: Option<Arc<dyn Databases>>,
     secrets: Option<Arc<Secrets>>,
     sandbox: Option<Arc<Sandbox>>,
-    turns: Arc<Turns>,
 }
 
 /// Where a statement goes.
@@ -52,13 +50,12 @@ enum Target {
     Server(SecretName, Zeroizing<String>),
 }
 
-/// The read and the write capability, sharing one set of turns.
+/// The read and the write capability.
 pub fn capabilities(
     databases: Option<Arc<dyn Databases>>,
     secrets: Option<Arc<Secrets>>,
     sandbox: Option<Arc<Sandbox>>,
 ) -> Vec<Arc<dyn Capability>> {
-    let turns = Arc::new(Turns::new(FETCHES_GLOBAL, FETCHES_PER_ACCOUNT));
     [ToolKind::Read, ToolKind::Write]
         .into_iter()
         .map(|tool| {
@@ -67,7 +64,6 @@ pub fn capabilities(
                 databases: databases.clone(),
                 secrets: secrets.clone(),
                 sandbox: sandbox.clone(),
-                turns: turns.clone(),
             }) as Arc<dyn Capability>
         })
         .collect()
@@ -125,7 +121,6 @@ impl Sql {
             Failure::new("this service does not connect to database servers; use sqlite:PATH")
         })?;
         let account = ctx.account.id.to_string();
-        let _turn = self.turns.turn(&account).await;
         let table = databases
             .query(DbQuery {
                 account,
@@ -258,6 +253,12 @@ impl Capability for Sql {
 
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("sql")
+    }
+
+    /// A database server's statement takes a turn; a `sqlite:` file is the session's work.
+    fn turn_kind(&self, args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        let database = args.get("database").and_then(Value::as_str)?;
+        (!database.starts_with("sqlite:")).then_some(crate::turns::TurnKind::Database)
     }
 
     fn validate(&self, args: &JsonObject) -> Result<(), String> {

@@ -93,6 +93,10 @@ impl Capability for FetchUrl {
         true
     }
 
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        Some(crate::turns::TurnKind::Web)
+    }
+
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
         self.0.send(ctx, written(args)).await
     }

@@ -12,7 +12,6 @@ use serde_json::{Map, Value, json};
 use toolgate_domain::SecretName;
 use toolgate_vault::Redactor;
 
-use crate::capabilities::permits::{FETCHES_GLOBAL, FETCHES_PER_ACCOUNT, Turns};
 use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output};
 use crate::secrets::{OpenedSecrets, Secrets};
 use crate::web::{Method, Web, WebContent, WebPage, WebRequest};
@@ -30,8 +29,6 @@ pub(crate) const MAX_MAX_BYTES: usize = 8 * 1024 * 1024;
 pub(crate) struct Client {
     web: Arc<dyn Web>,
     secrets: Option<Arc<Secrets>>,
-    /// Requests of one account (and of the server) in flight at once: each may hold 8 MiB.
-    turns: Turns,
 }
 
 /// The parts of one request as the caller wrote them (placeholders not yet filled).
@@ -65,11 +62,7 @@ impl Written<'_> {
 
 impl Client {
     pub fn new(web: Arc<dyn Web>, secrets: Option<Arc<Secrets>>) -> Self {
-        Self {
-            web,
-            secrets,
-            turns: Turns::new(FETCHES_GLOBAL, FETCHES_PER_ACCOUNT),
-        }
+        Self { web, secrets }
     }
 
     /// Fills the placeholders, sends, and renders the answer with every used secret redacted.
@@ -96,7 +89,6 @@ impl Client {
             .max_bytes
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(DEFAULT_MAX_BYTES);
-        let _turn = self.turns.turn(&ctx.account.id.to_string()).await;
         let page = self
             .web
             .send(WebRequest {

@@ -70,6 +70,10 @@ impl Capability for SendHttp {
         args.contains_key("http")
     }
 
+    fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
+        Some(crate::turns::TurnKind::Web)
+    }
+
     fn validate(&self, args: &JsonObject) -> Result<(), String> {
         written(args)
             .ok_or_else(|| "`http` needs a method and a url".to_owned())?
