@@ -329,7 +329,10 @@ fn read_one(workspace: &Path, path: &str, max_bytes: u64) -> Result<WorkspaceRea
         return Err(FileProblem::Changed);
     }
     regular(&opened)?;
-    let mut bytes = Vec::new();
+    // sized once (a buffer grown by doubling holds up to twice the file while it is read), with
+    // room for the file's base64, which the reader may then make in place rather than beside it
+    let expected = usize::try_from(size).unwrap_or(0).saturating_add(1);
+    let mut bytes = Vec::with_capacity(expected.div_ceil(3) * 4);
     File::from(fd)
         .take(max_bytes.saturating_add(1))
         .read_to_end(&mut bytes)

@@ -64,3 +64,44 @@ async fn concurrent_large_reads_are_bounded_in_server_memory() {
         grown / 1024
     );
 }
+
+/// One 8 MB read, on a server that has read a small file once: how much its peak grows. The
+/// file is in the answer once, read into a buffer sized once, and its base64 made in place, so
+/// what remains is the answer itself and its serialisation (whose buffer rmcp grows by doubling:
+/// see the README, "Limits and their errors").
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_large_read_grows_the_server_by_a_few_times_the_file() {
+    const SIZE: u64 = 8_000_000;
+    for (path, most) in [("big.txt", 3.5), ("big.png", 4.5)] {
+        for accept in ["application/json", "application/json, text/event-stream"] {
+            let f = fixture().await;
+            let made = f
+                .write(json!({"session_id": "big", "code": "import os\nopen('big.txt', 'w').write('abcdefgh' * 1_000_000)\nopen('big.png', 'wb').write(b'\\x89PNG\\r\\n\\x1a\\n' + os.urandom(8_000_000 - 8))\nopen('small.txt', 'w').write('x')"}))
+                .await;
+            assert_eq!(made["isError"], false, "{made}");
+            let (pid, url) = (f.server.pid(), f.server.personal(&f.alice.key));
+            let post = |path: &str| {
+                let body = tool_call("svc_read", json!({"session_id": "big", "path": path}));
+                f.http
+                    .post(&url)
+                    .header("Content-Type", "application/json")
+                    .header("Accept", accept)
+                    .body(body.to_string())
+            };
+            send(post("small.txt")).await;
+            std::fs::write(format!("/proc/{pid}/clear_refs"), "5").unwrap();
+            let before = peak_kib(pid);
+            let reply = send(post(path)).await;
+            let grown = peak_kib(pid).saturating_sub(before) * 1024;
+            let result = reply.result();
+            assert_eq!(result["structuredContent"]["file"]["size"], SIZE, "{path}");
+            assert!(
+                result["structuredContent"]["file"].get("content").is_none(),
+                "{path}: the bytes are in the answer once"
+            );
+            let times = grown as f64 / SIZE as f64;
+            println!("one 8 MB read of {path} ({accept}): server peak +{times:.2}× the file");
+            assert!(times <= most, "{path} ({accept}): +{times:.2}× the file");
+        }
+    }
+}

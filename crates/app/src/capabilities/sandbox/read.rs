@@ -61,8 +61,9 @@ impl Capability for ReadFile {
         json!({"type": "object", "properties": {
             "path": text, "size": {"type": "integer"},
             "encoding": {"type": "string", "enum": ["text", "base64"]},
-            "mime_type": text, "content": text,
-        }, "required": ["path", "size", "encoding", "mime_type", "content"]})
+            "mime_type": text,
+            "content": {"type": "string", "description": "base64 of a file that is neither text nor an image (those are the content item)"},
+        }, "required": ["path", "size", "encoding", "mime_type"]})
     }
 
     /// Session work does not read metering state, so it starts while the charge commits.
@@ -107,31 +108,31 @@ impl Capability for ReadFile {
                     redactor.redact_in_place(text);
                 }
             }
-            if let Some(Value::String(content)) = output.structured.get_mut("content") {
-                redactor.redact_in_place(content);
-            }
         }
         Ok(output)
     }
 }
 
-/// The content and record of a file's bytes.
+/// The content and record of a file's bytes. The bytes are in the answer once: text and
+/// images as the content item (the record says what they are), anything else as base64 in the
+/// record. A file is the largest thing a call returns, and every copy of it the server holds
+/// while the answer is encoded counts: the raw bytes are dropped before it is.
 fn describe(path: &str, bytes: Vec<u8>, size: u64) -> Output {
     if let Some(mime_type) = image_type(&bytes) {
-        let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let data = base64_of(bytes);
         return Output {
             content: vec![ContentItem::Image {
-                data: data.clone(),
+                data,
                 mime_type: mime_type.to_owned(),
             }],
-            structured: record(path, size, "base64", mime_type, data),
+            structured: record(path, size, "base64", mime_type, None),
             is_error: false,
         };
     }
     match String::from_utf8(bytes) {
         Ok(text) if !text.contains('\0') => Output {
-            content: vec![ContentItem::Text(text.clone())],
-            structured: record(path, size, "text", "text/plain; charset=utf-8", text),
+            content: vec![ContentItem::Text(text)],
+            structured: record(path, size, "text", "text/plain; charset=utf-8", None),
             is_error: false,
         },
         Ok(text) => binary(path, size, text.into_bytes()),
@@ -140,18 +141,60 @@ fn describe(path: &str, bytes: Vec<u8>, size: u64) -> Output {
 }
 
 fn binary(path: &str, size: u64, bytes: Vec<u8>) -> Output {
-    let data = base64::engine::general_purpose::STANDARD.encode(&bytes);
+    let data = base64_of(bytes);
     Output {
         content: vec![ContentItem::Text(format!(
             "{path} is a binary file of {size} bytes; its base64 is in structuredContent.file.content"
         ))],
-        structured: record(path, size, "base64", "application/octet-stream", data),
+        structured: record(path, size, "base64", "application/octet-stream", Some(data)),
         is_error: false,
     }
 }
 
-fn record(path: &str, size: u64, encoding: &str, mime_type: &str, content: String) -> Value {
-    json!({"path": path, "size": size, "encoding": encoding, "mime_type": mime_type, "content": content})
+/// `bytes` in base64, made in place when the buffer has room for it (the session manager reads
+/// files with that room), so the file is never held twice.
+fn base64_of(mut bytes: Vec<u8>) -> String {
+    let engine = base64::engine::general_purpose::STANDARD;
+    let raw = bytes.len();
+    let encoded = raw.div_ceil(3) * 4;
+    if bytes.capacity() < encoded {
+        return engine.encode(&bytes);
+    }
+    // the raw bytes move to the end; each block is copied out before its output (4 bytes for
+    // every 3) is written over what was already read, and writing never overtakes reading
+    bytes.resize(encoded, 0);
+    bytes.copy_within(0..raw, encoded - raw);
+    const BLOCK: usize = 3 * 1024;
+    let mut block = [0u8; BLOCK];
+    let (mut read, mut written) = (encoded - raw, 0);
+    while read < encoded {
+        let len = BLOCK.min(encoded - read);
+        block[..len].copy_from_slice(&bytes[read..read + len]);
+        read += len;
+        // the room left is always enough (4 for every 3 read), so this cannot fail
+        written += engine
+            .encode_slice(&block[..len], &mut bytes[written..])
+            .unwrap_or(0);
+    }
+    bytes.truncate(written);
+    // base64 is ASCII
+    String::from_utf8(bytes).unwrap_or_default()
+}
+
+/// The file's record; `content` only where the content item does not carry the bytes.
+fn record(
+    path: &str,
+    size: u64,
+    encoding: &str,
+    mime_type: &str,
+    content: Option<String>,
+) -> Value {
+    let mut record =
+        json!({"path": path, "size": size, "encoding": encoding, "mime_type": mime_type});
+    if let (Some(content), Some(fields)) = (content, record.as_object_mut()) {
+        fields.insert("content".to_owned(), Value::String(content));
+    }
+    record
 }
 
 /// The MIME type of an image format MCP clients display, by its magic bytes.
@@ -178,6 +221,10 @@ mod tests {
         let text = describe("a.txt", b"hello\n".to_vec(), 6);
         assert_eq!(text.structured["encoding"], "text");
         assert_eq!(text.content, vec![ContentItem::Text("hello\n".into())]);
+        assert!(
+            text.structured.get("content").is_none(),
+            "the text is in the answer once"
+        );
         let png = describe("p.png", b"\x89PNG\r\n\x1a\nrest".to_vec(), 12);
         assert!(
             matches!(&png.content[0], ContentItem::Image { mime_type, .. } if mime_type == "image/png")
@@ -187,5 +234,24 @@ mod tests {
         assert_eq!(blob.structured["content"], "AJ+Slg==");
         let nul = describe("n.txt", b"a\0b".to_vec(), 3);
         assert_eq!(nul.structured["encoding"], "base64");
+    }
+
+    #[test]
+    fn base64_made_in_place_equals_the_usual_encoding() {
+        let engine = base64::engine::general_purpose::STANDARD;
+        for len in [
+            0_usize, 1, 2, 3, 4, 3071, 3072, 3073, 9216, 100_000, 1_000_001,
+        ] {
+            let raw: Vec<u8> = (0..len).map(|n| (n * 7 + n / 5) as u8).collect();
+            let mut roomy = Vec::with_capacity(len.div_ceil(3) * 4);
+            roomy.extend_from_slice(&raw);
+            let start = roomy.as_ptr();
+            let encoded = base64_of(roomy);
+            assert_eq!(encoded, engine.encode(&raw), "{len} bytes");
+            if len > 0 {
+                assert_eq!(encoded.as_ptr(), start, "{len} bytes: made in place");
+            }
+            assert_eq!(base64_of(raw.clone()), engine.encode(&raw), "without room");
+        }
     }
 }
