@@ -37,31 +37,7 @@ async fn site() -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
                 ([(header::CONTENT_TYPE, "text/html")], page)
             }),
         )
-        .route(
-            "/to",
-            get(
-                |axum::extract::Query(q): axum::extract::Query<
-                    std::collections::HashMap<String, String>,
-                >| async move {
-                    let status = StatusCode::from_u16(q["status"].parse().unwrap()).unwrap();
-                    (
-                        status,
-                        [(header::LOCATION, format!("http://{}/landed", q["host"]))],
-                    )
-                },
-            )
-            .post(
-                |axum::extract::Query(q): axum::extract::Query<
-                    std::collections::HashMap<String, String>,
-                >| async move {
-                    let status = StatusCode::from_u16(q["status"].parse().unwrap()).unwrap();
-                    (
-                        status,
-                        [(header::LOCATION, format!("http://{}/landed", q["host"]))],
-                    )
-                },
-            ),
-        )
+        .route("/to", get(redirect).post(redirect))
         .route(
             "/note",
             get(|headers: HeaderMap| async move {
@@ -92,6 +68,17 @@ async fn site() -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (addr, seen)
+}
+
+/// `/to?status=N&host=H`: that redirect to `http://H/landed`.
+async fn redirect(
+    axum::extract::Query(q): axum::extract::Query<std::collections::HashMap<String, String>>,
+) -> (StatusCode, [(header::HeaderName, String); 1]) {
+    let status = StatusCode::from_u16(q["status"].parse().unwrap()).unwrap();
+    (
+        status,
+        [(header::LOCATION, format!("http://{}/landed", q["host"]))],
+    )
 }
 
 async fn call(server: &Server, key: &str, tool: &str, args: Value) -> Value {

@@ -5,6 +5,7 @@
 //! duplicate-attribute check is quadratic in one tag's attributes), the page's text is shown
 //! without markup instead.
 
+mod elements;
 mod plain;
 mod sink;
 mod writer;

@@ -2,7 +2,7 @@
 //! linear pass over the bytes (tags and comments dropped, scripts and styles with their
 //! content, a few entities decoded, whitespace collapsed).
 
-use super::writer::is_html_space;
+use super::writer::{is_html_space, push_capped};
 
 /// The text of `html`, at most `cap` bytes; `true` when it was cut.
 pub(super) fn text(html: &str, cap: usize) -> (String, bool) {
@@ -64,17 +64,7 @@ impl Plain {
     }
 
     fn append(&mut self, piece: &str) {
-        let room = self.cap.saturating_sub(self.text.len());
-        if piece.len() <= room {
-            self.text.push_str(piece);
-            return;
-        }
-        let mut end = room;
-        while !piece.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.text.push_str(&piece[..end]);
-        self.cut = true;
+        self.cut |= push_capped(&mut self.text, self.cap, piece);
     }
 }
 

@@ -6,18 +6,16 @@
 
 use std::cell::RefCell;
 
-use html5ever::tokenizer::states::RawKind;
 use html5ever::tokenizer::{Tag, TagKind, Token, TokenSink, TokenSinkResult};
 use html5ever::{Attribute, LocalName};
 
+use super::elements::{attribute, closes_paragraph, is_void, link_target, raw_kind};
 use super::writer::{Level, Writer, is_html_space};
 
 /// Elements kept open at most; deeper start tags are counted, not kept.
 pub(super) const MAX_OPEN: usize = 256;
 /// How far down the stack an end tag looks for its element.
 const END_TAG_SEARCH: usize = 64;
-/// The longest URL written for a link or an image.
-const MAX_URL_CHARS: usize = 2048;
 /// The longest image description written.
 const MAX_ALT_CHARS: usize = 256;
 /// Columns of a table's header separator at most.
@@ -130,112 +128,6 @@ impl TokenSink for MarkdownSink {
     }
 }
 
-/// Elements without content or end tag.
-fn is_void(name: &str) -> bool {
-    matches!(
-        name,
-        "area"
-            | "base"
-            | "br"
-            | "col"
-            | "embed"
-            | "hr"
-            | "img"
-            | "input"
-            | "keygen"
-            | "link"
-            | "meta"
-            | "param"
-            | "source"
-            | "track"
-            | "wbr"
-    )
-}
-
-/// Elements that end an open paragraph.
-fn closes_paragraph(name: &str) -> bool {
-    matches!(
-        name,
-        "address"
-            | "article"
-            | "aside"
-            | "blockquote"
-            | "details"
-            | "div"
-            | "dl"
-            | "fieldset"
-            | "figure"
-            | "footer"
-            | "form"
-            | "h1"
-            | "h2"
-            | "h3"
-            | "h4"
-            | "h5"
-            | "h6"
-            | "header"
-            | "hr"
-            | "main"
-            | "nav"
-            | "ol"
-            | "p"
-            | "pre"
-            | "section"
-            | "table"
-            | "ul"
-    )
-}
-
-/// The tokenizer state an element's content is read in, for elements whose content is text
-/// (a script's `<` is not a tag).
-fn raw_kind(name: &str) -> Option<TokenSinkResult<()>> {
-    Some(match name {
-        "script" => TokenSinkResult::RawData(RawKind::ScriptData),
-        "style" | "noscript" | "iframe" | "noembed" | "noframes" | "xmp" => {
-            TokenSinkResult::RawData(RawKind::Rawtext)
-        }
-        "title" | "textarea" => TokenSinkResult::RawData(RawKind::Rcdata),
-        "plaintext" => TokenSinkResult::Plaintext,
-        _ => return None,
-    })
-}
-
-/// An attribute's value.
-fn attribute<'a>(attrs: &'a [Attribute], name: &str) -> Option<&'a str> {
-    attrs
-        .iter()
-        .find(|a| &*a.name.local == name)
-        .map(|a| &*a.value)
-}
-
-/// A URL as Markdown may carry it: no script or inline data, nothing that ends the link
-/// early, and not longer than [`MAX_URL_CHARS`]; `None` when nothing is left to show.
-fn link_target(url: Option<&str>) -> Option<String> {
-    let url = url?.trim_matches(is_html_space);
-    let scheme = url.split(':').next().unwrap_or_default();
-    if url.is_empty()
-        || (url.contains(':')
-            && (scheme.eq_ignore_ascii_case("javascript")
-                || scheme.eq_ignore_ascii_case("data")
-                || scheme.eq_ignore_ascii_case("vbscript")))
-    {
-        return None;
-    }
-    let mut target = String::with_capacity(url.len().min(MAX_URL_CHARS));
-    for ch in url.chars().take(MAX_URL_CHARS) {
-        match ch {
-            ' ' => target.push_str("%20"),
-            '(' => target.push_str("%28"),
-            ')' => target.push_str("%29"),
-            '<' => target.push_str("%3C"),
-            '>' => target.push_str("%3E"),
-            c if c.is_control() => {}
-            c => target.push(c),
-        }
-    }
-    Some(target)
-}
-
 impl State {
     fn start(&mut self, tag: &Tag) -> TokenSinkResult<()> {
         let name = &*tag.name;
@@ -335,16 +227,7 @@ impl State {
             "td" | "th" => {
                 self.close_within("td", &["tr", "table"]);
                 self.close_within("th", &["tr", "table"]);
-                if let Some(Frame {
-                    role: Role::Row(cells),
-                    ..
-                }) = self
-                    .open
-                    .iter_mut()
-                    .rev()
-                    .take(END_TAG_SEARCH)
-                    .find(|f| matches!(f.role, Role::Row(_)))
-                {
+                if let Some(Role::Row(cells)) = self.innermost(|r| matches!(r, Role::Row(_))) {
                     *cells += 1;
                 }
                 self.writer.markup("| ");
@@ -413,17 +296,8 @@ impl State {
 
     fn item(&mut self, tag: &Tag) {
         self.close_within("li", &["ul", "ol", "menu"]);
-        let list = self
-            .open
-            .iter_mut()
-            .rev()
-            .take(END_TAG_SEARCH)
-            .find_map(|f| match &mut f.role {
-                Role::List(numbering) => Some(numbering),
-                _ => None,
-            });
-        let marker = match list {
-            Some(Some(next)) => {
+        let marker = match self.innermost(|r| matches!(r, Role::List(_))) {
+            Some(Role::List(Some(next))) => {
                 let marker = format!("{next}. ");
                 *next = next.saturating_add(1);
                 marker
@@ -512,6 +386,17 @@ impl State {
         if !self.close_up_to(name, END_TAG_SEARCH) && self.overflow > 0 {
             self.overflow -= 1;
         }
+    }
+
+    /// The role of the innermost open element `wanted` picks, within the top
+    /// [`END_TAG_SEARCH`].
+    fn innermost(&mut self, wanted: impl Fn(&Role) -> bool) -> Option<&mut Role> {
+        self.open
+            .iter_mut()
+            .rev()
+            .take(END_TAG_SEARCH)
+            .map(|frame| &mut frame.role)
+            .find(|role| wanted(role))
     }
 
     /// Closes the element `name` if it is the innermost one.
@@ -621,16 +506,7 @@ impl State {
 
     /// After a table's first row, the separator that makes it a Markdown table.
     fn after_row(&mut self, cells: usize) {
-        let Some(Frame {
-            role: Role::Table(rows),
-            ..
-        }) = self
-            .open
-            .iter_mut()
-            .rev()
-            .take(END_TAG_SEARCH)
-            .find(|f| matches!(f.role, Role::Table(_)))
-        else {
+        let Some(Role::Table(rows)) = self.innermost(|r| matches!(r, Role::Table(_))) else {
             return;
         };
         *rows += 1;

@@ -268,21 +268,26 @@ impl Writer {
 
     /// The one place output grows: nothing past the cap.
     fn push(&mut self, text: &str) {
-        if self.cut || text.is_empty() {
-            return;
+        if !self.cut {
+            self.cut = push_capped(&mut self.out, self.cap, text);
         }
-        let room = self.cap - self.out.len();
-        if text.len() <= room {
-            self.out.push_str(text);
-            return;
-        }
-        let mut end = room;
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        self.out.push_str(&text[..end]);
-        self.cut = true;
     }
+}
+
+/// Appends what of `text` fits in `cap` bytes of `out` (on a character boundary); whether
+/// some of it did not fit.
+pub(super) fn push_capped(out: &mut String, cap: usize, text: &str) -> bool {
+    let room = cap.saturating_sub(out.len());
+    if text.len() <= room {
+        out.push_str(text);
+        return false;
+    }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    out.push_str(&text[..end]);
+    true
 }
 
 /// HTML's ASCII whitespace.
