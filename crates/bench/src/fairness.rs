@@ -95,7 +95,8 @@ pub fn measure(
         for _ in 0..FAST_FETCHES {
             let asked = Instant::now();
             let (status, _, body) = fast.send_once(endpoint).await?;
-            if !status.is_success() || !body.windows(16).any(|w| w == b"\"isError\":false") {
+            let ok: &[u8] = b"\"isError\":false";
+            if !status.is_success() || !body.windows(ok.len()).any(|w| w == ok) {
                 bail!(
                     "the ninth account's fetch failed: {}",
                     String::from_utf8_lossy(&body)

@@ -212,10 +212,14 @@ impl StreamRedactor<'_> {
             }
             let tail = &held[start..];
             for pattern in &self.redactor.patterns {
+                // only a longer form can still continue past the end of what is held
+                if pattern.len() <= tail.len() {
+                    continue;
+                }
                 // charged what the comparison may read, so a value and a text made to agree
                 // at every offset cannot make this quadratic
                 let cost = if pattern.first() == tail.first() {
-                    tail.len().min(pattern.len())
+                    tail.len()
                 } else {
                     1
                 };
@@ -223,7 +227,7 @@ impl StreamRedactor<'_> {
                     return start;
                 }
                 budget -= cost;
-                if pattern.len() > tail.len() && pattern.starts_with(tail) {
+                if pattern.starts_with(tail) {
                     return start;
                 }
             }
