@@ -16,6 +16,7 @@ mod dashboard_owner;
 mod dashboard_refunds;
 mod dashboard_wallet;
 mod front_door;
+mod hostile_bodies;
 mod metering;
 mod oauth;
 mod oauth_edges;
