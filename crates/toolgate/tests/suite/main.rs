@@ -26,6 +26,7 @@ mod protocol;
 mod reads;
 mod sandbox;
 mod sql;
+mod sql_hostile;
 mod tenant_fetches;
 mod turns;
 mod vault;
