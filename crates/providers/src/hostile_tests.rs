@@ -176,7 +176,7 @@ async fn failure(clients: &ModelClients, provider: &str, model: &str, stream: bo
         .complete(request(provider, model), stream.then_some(tx))
         .await;
     match outcome {
-        Err(ModelError::Failed(message)) => message,
+        Err(ModelError::Failed(message) | ModelError::Rejected(message)) => message,
         other => panic!("{provider} {model}: expected a failure, got {other:?}"),
     }
 }

@@ -42,12 +42,18 @@ async fn a_metadata_document_of_exactly_64_kib_is_read_and_one_byte_more_is_refu
     let h = Harness::new().await;
     h.web.serve(DOC, Canned::json(document_of(LIMIT + 1)));
     refused_saying(
-        h.server.authorize(&params(DOC, VERIFIER)).await,
+        h.server
+            .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
+            .await,
         "larger than 64 KiB",
     );
     assert!(h.store.client(DOC).await.unwrap().is_none());
     h.web.serve(DOC, Canned::json(document_of(LIMIT)));
-    let request = h.server.authorize(&params(DOC, VERIFIER)).await.unwrap();
+    let request = h
+        .server
+        .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
+        .await
+        .unwrap();
     assert_eq!(request.client_id(), DOC);
 }
 
@@ -61,7 +67,12 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
         nested(1_000_000)
     );
     h.web.serve(DOC, Canned::json(deep));
-    refused_saying(h.server.authorize(&params(DOC, VERIFIER)).await, "64 KiB");
+    refused_saying(
+        h.server
+            .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
+            .await,
+        "64 KiB",
+    );
     let fitting = format!(
         r#"{{"client_id":"{DOC}","redirect_uris":["{REDIRECT}"],"x":{}}}"#,
         nested(30_000)
@@ -75,12 +86,22 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
                 ..Canned::json(fitting.clone())
             },
         );
-        refused_saying(h.server.authorize(&params(DOC, VERIFIER)).await, "JSON");
+        refused_saying(
+            h.server
+                .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
+                .await,
+            "JSON",
+        );
     }
     assert!(h.store.client(DOC).await.unwrap().is_none());
     // the same server still reads an honest document
     h.web.serve(DOC, Canned::json(document_of(200)));
-    assert!(h.server.authorize(&params(DOC, VERIFIER)).await.is_ok());
+    assert!(
+        h.server
+            .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
