@@ -73,6 +73,30 @@ def test_rows_are_capped_by_count_and_by_bytes(zygote):
         s.close()
 
 
+def test_a_row_over_the_byte_cap_is_left_out_even_the_first(zygote):
+    """A value is counted as the frame carries it (escapes included), and no row passes the cap:
+    a 5 MiB value came back whole, and the server ended the session over the table's size."""
+    s = zygote.fork("sqlite-row-cap")
+    try:
+        cap = 1 << 20
+        sql(s, "CREATE TABLE z(a)", write=True)
+        # a string as JSON writes it is its characters and two quotes
+        r = sql(s, f"SELECT printf('%.{cap - 2}c', 'x') AS v", max_bytes=cap)
+        assert r["error"] is None and len(r["table"]["rows"]) == 1, r["error"]
+        assert r["table"]["truncated"] is False
+        for statement in (f"SELECT printf('%.{cap - 1}c', 'x') AS v",
+                          f"SELECT printf('%.{5 * cap}c', 'x') AS v",
+                          "SELECT printf('%.300000c', char(1)) AS v"):
+            r = sql(s, statement, max_bytes=cap)
+            assert r["error"] is None, r["error"]
+            assert r["table"]["rows"] == [] and r["table"]["truncated"] is True, statement
+            assert r["table"]["columns"] == [{"name": "v", "type": "text"}]
+        r = sql(s, "SELECT 1 AS one")
+        assert r["table"]["rows"] == [[1]]
+    finally:
+        s.close()
+
+
 def test_a_failing_script_changes_nothing(zygote):
     s = zygote.fork("sqlite-atomic")
     try:

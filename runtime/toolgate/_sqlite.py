@@ -5,11 +5,13 @@ not reach anyway, and the work is charged to the session's own memory and CPU.
 
 A read opens the file read-only (`mode=ro`): SQLite itself refuses any write. The answer's
 `table` holds the columns (name and the storage class of their first non-null value), the rows
-(at most `max_rows`, and at most about `max_bytes` of values), whether rows were left out, and
-the number of rows the statement changed.
+(at most `max_rows`, and values of at most `max_bytes` as JSON writes them: a row that would
+pass it is left out, the first one too), whether rows were left out, and the number of rows the
+statement changed.
 """
 
 import base64
+import json
 import math
 import sqlite3
 import time
@@ -108,16 +110,22 @@ def _collect(cur, max_rows, max_bytes):
         row = cur.fetchone()
         if row is None:
             break
-        if len(rows) >= max_rows or used > max_bytes:
+        if len(rows) >= max_rows:
             truncated = True
             break
-        values = []
+        values, size = [], 0
         for i, value in enumerate(row):
             if value is not None and types[i] is None:
                 types[i] = _TYPES.get(type(value), "text")
-            value, size = _json_value(value)
-            used += size
+            value, n = _json_value(value)
+            size += n
             values.append(value)
+        # a row that would pass the cap is left out, the first one too: the server holds the
+        # whole table to a few times max_bytes and ends the session over a larger one
+        if used + size > max_bytes:
+            truncated = True
+            break
+        used += size
         rows.append(values)
     cur.close()
     columns = [{"name": n, "type": t or "null"} for n, t in zip(names, types)]
@@ -134,5 +142,6 @@ def _json_value(value):
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value), 8
     if isinstance(value, str):
-        return value, len(value)
+        # its size as the frame carries it (escapes included), as the server counts it
+        return value, len(json.dumps(value, ensure_ascii=False).encode("utf-8", "replace"))
     return value, 8

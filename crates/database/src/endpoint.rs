@@ -169,13 +169,20 @@ impl Endpoint {
     }
 }
 
+/// A part of the URL percent-decoded, exactly: `&`, `=` and `+` are themselves (a password
+/// may hold them unescaped), and one that is not UTF-8 or holds NUL is refused.
 fn decode(text: &str, what: &str) -> Result<String, DatabaseError> {
-    url::form_urlencoded::parse(format!("x={}", text.replace('+', "%2B")).as_bytes())
-        .next()
-        .map(|(_, v)| v.into_owned())
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8()
+        .ok()
         .filter(|v| !v.contains('\0'))
+        .map(std::borrow::Cow::into_owned)
         .ok_or_else(|| refused(format!("the {what} is not valid")))
 }
+
+#[cfg(test)]
+#[path = "endpoint_proptests.rs"]
+mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -32,7 +32,7 @@ fn from_text(type_name: &str, bytes: &[u8]) -> Value {
             .parse::<i64>()
             .map_or_else(|_| Value::String(text.into_owned()), Value::from),
         "FLOAT4" | "FLOAT8" => float(text.parse::<f64>().ok(), &text),
-        "JSON" | "JSONB" => serde_json::from_str(&text).unwrap_or(Value::String(text.into_owned())),
+        "JSON" | "JSONB" => json_or_text(text.as_bytes()),
         "BYTEA" => Value::String(text.into_owned()),
         _ => Value::String(text.into_owned()),
     }
@@ -54,9 +54,9 @@ fn from_binary(type_name: &str, bytes: &[u8]) -> Option<Value> {
             float(Some(v), &v.to_string())
         }
         "NUMERIC" => Value::String(numeric(bytes)?),
-        "JSON" => serde_json::from_slice(bytes).ok()?,
+        "JSON" => json_or_text(bytes),
         "JSONB" => match bytes.split_first()? {
-            (1, rest) => serde_json::from_slice(rest).ok()?,
+            (1, rest) => json_or_text(rest),
             _ => return None,
         },
         "BYTEA" => Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
@@ -70,6 +70,13 @@ fn from_binary(type_name: &str, bytes: &[u8]) -> Option<Value> {
         "TIME" => Value::String(clock(i64::from_be_bytes(bytes.try_into().ok()?))),
         _ => return None,
     })
+}
+
+/// A `json` value as JSON; one serde_json does not read (nested deeper than its 128 levels, which
+/// PostgreSQL allows) as its text, so nothing recursive ever walks it.
+fn json_or_text(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
 /// A type whose binary form is not known here: its text if it is text (enums, `citext`,
@@ -267,3 +274,7 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+#[path = "pg_values_hostile_tests.rs"]
+mod hostile_tests;

@@ -150,7 +150,8 @@ pub async fn collect<DB: Database>(
                     .iter()
                     .map(|v| v.to_string().len() as u64)
                     .sum::<u64>();
-                if bytes > caps.max_bytes && !table.rows.is_empty() {
+                // the first row too: one row of 100 MiB is not "about 1 MiB of values"
+                if bytes > caps.max_bytes {
                     table.truncated = true;
                     return Ok((table, false));
                 }

@@ -280,3 +280,6 @@ fn special_v6(a: Ipv6Addr) -> Option<&'static str> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proptests;

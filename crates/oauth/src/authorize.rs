@@ -357,8 +357,8 @@ pub(crate) fn normalize_scope(asked: Option<&str>) -> Option<String> {
 }
 
 /// Whether a presented redirect URI is the registered one: exactly, or (RFC 8252 §7.3) a
-/// loopback IP address's `http` URI that differs only in its port, which a native app picks
-/// when it starts.
+/// loopback IP address's `http` URI that differs only in its port (1 to 65535), which a native
+/// app picks when it starts.
 pub(crate) fn redirect_matches(registered: &str, presented: &str) -> bool {
     if registered == presented {
         return true;
@@ -374,11 +374,14 @@ pub(crate) fn redirect_matches(registered: &str, presented: &str) -> bool {
         if host != "127.0.0.1" && host != "[::1]" {
             return None;
         }
+        // a real port (1 to 65535, at most 5 digits), not any run of digits
         let port = &authority[host.len()..];
         if !(port.is_empty()
-            || port
-                .strip_prefix(':')
-                .is_some_and(|p| p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty()))
+            || port.strip_prefix(':').is_some_and(|p| {
+                p.len() <= 5
+                    && p.bytes().all(|b| b.is_ascii_digit())
+                    && p.parse::<u16>().is_ok_and(|n| n > 0)
+            }))
         {
             return None;
         }
@@ -449,3 +452,7 @@ mod loopback_tests {
         ));
     }
 }
+
+#[cfg(test)]
+#[path = "redirect_proptests.rs"]
+mod redirect_proptests;

@@ -20,19 +20,21 @@ type HmacSha256 = Hmac<Sha256>;
 /// The `Stripe-Signature` header value Stripe would send for `body` at `t` (Unix seconds)
 /// under `secret`: `t=<t>,v1=<hex HMAC-SHA256 of "<t>.<body>">`. For tests that sign events.
 pub fn sign(secret: &str, t: i64, body: &[u8]) -> String {
+    let t = t.to_string();
     format!(
         "t={t},v1={}",
-        hex::encode(mac(secret, t, body).finalize().into_bytes())
+        hex::encode(mac(secret, &t, body).finalize().into_bytes())
     )
 }
 
-/// The MAC of `"<t>.<body>"` under `secret`, not yet finalized.
-fn mac(secret: &str, t: i64, body: &[u8]) -> HmacSha256 {
+/// The MAC of `"<t>.<body>"` under `secret`, not yet finalized; `t` is the timestamp exactly as
+/// the header writes it.
+fn mac(secret: &str, t: &str, body: &[u8]) -> HmacSha256 {
     // HMAC takes a key of any length, so new_from_slice cannot fail here; the fallback (an
     // all-zero key, which no genuine signature matches) only keeps this free of a panic.
     let mut mac = HmacSha256::new_from_slice(secret.as_bytes())
         .unwrap_or_else(|_| <HmacSha256 as KeyInit>::new(&Default::default()));
-    mac.update(t.to_string().as_bytes());
+    mac.update(t.as_bytes());
     mac.update(b".");
     mac.update(body);
     mac
@@ -46,31 +48,37 @@ pub(crate) fn verify(
     now: i64,
 ) -> Result<PaymentEvent, PaymentError> {
     let header = header.ok_or(PaymentError::BadSignature("no Stripe-Signature header"))?;
-    let (t, candidates) = parse_header(header)?;
-    let expected = mac(secret, t, body);
+    let (t_text, t, candidates) = parse_header(header)?;
+    let expected = mac(secret, t_text, body);
     // Any v1 may match: while a secret is being rotated Stripe signs with the old and the new.
-    // verify_slice compares in constant time.
+    // Only Stripe's own spelling counts (64 lower-case hex digits), so that no other byte
+    // string passes as the same signature; verify_slice compares in constant time.
     let matches = candidates
         .iter()
+        .filter(|candidate| {
+            candidate.len() == 64
+                && candidate
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
         .filter_map(|candidate| hex::decode(candidate).ok())
         .any(|tag| expected.clone().verify_slice(&tag).is_ok());
     if !matches {
         return Err(PaymentError::BadSignature("no v1 signature matches"));
     }
-    match now.checked_sub(t).map(i64::abs) {
-        Some(age) if age <= TOLERANCE_SECONDS => {}
-        _ => {
-            return Err(PaymentError::BadSignature(
-                "the signature's timestamp is outside the tolerance",
-            ));
-        }
+    if now.abs_diff(t) > TOLERANCE_SECONDS.unsigned_abs() {
+        return Err(PaymentError::BadSignature(
+            "the signature's timestamp is outside the tolerance",
+        ));
     }
     read_event(body)
 }
 
-/// `t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`: the one timestamp and every v1 value; other schemes
-/// (v0 is Stripe's test-mode scheme) are ignored.
-fn parse_header(header: &str) -> Result<(i64, Vec<&str>), PaymentError> {
+/// `t=<unix>,v1=<hex>[,v1=<hex>…][,v0=…]`: the one timestamp (as written, and its value) and
+/// every v1 value; other schemes (v0 is Stripe's test-mode scheme) are ignored. The timestamp is
+/// digits (after an optional `-`) and signed as written, so no other spelling of a signed one
+/// (`+t`, `0t`) passes.
+fn parse_header(header: &str) -> Result<(&str, i64, Vec<&str>), PaymentError> {
     const MALFORMED: PaymentError =
         PaymentError::BadSignature("the Stripe-Signature header is malformed");
     let mut t = None;
@@ -78,13 +86,19 @@ fn parse_header(header: &str) -> Result<(i64, Vec<&str>), PaymentError> {
     for item in header.split(',') {
         let (key, value) = item.trim().split_once('=').ok_or(MALFORMED)?;
         match key {
-            "t" if t.is_none() => t = Some(value.parse::<i64>().map_err(|_| MALFORMED)?),
+            "t" if t.is_none() => {
+                let digits = value.strip_prefix('-').unwrap_or(value);
+                if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+                    return Err(MALFORMED);
+                }
+                t = Some((value, value.parse::<i64>().map_err(|_| MALFORMED)?));
+            }
             "t" => return Err(MALFORMED),
             "v1" => v1.push(value),
             _ => {}
         }
     }
-    let t = t.ok_or(PaymentError::BadSignature(
+    let (t_text, t) = t.ok_or(PaymentError::BadSignature(
         "the Stripe-Signature header has no timestamp",
     ))?;
     if v1.is_empty() {
@@ -92,7 +106,7 @@ fn parse_header(header: &str) -> Result<(i64, Vec<&str>), PaymentError> {
             "the Stripe-Signature header has no v1 signature",
         ));
     }
-    Ok((t, v1))
+    Ok((t_text, t, v1))
 }
 
 /// The envelope every Stripe event has.
@@ -203,3 +217,7 @@ fn ignored(event: Event) -> PaymentEvent {
         kind: event.kind,
     }
 }
+
+#[cfg(test)]
+#[path = "webhook_proptests.rs"]
+mod proptests;

@@ -357,3 +357,7 @@ impl Models for ModelClients {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+#[path = "hostile_tests.rs"]
+mod hostile_tests;

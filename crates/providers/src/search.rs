@@ -147,7 +147,10 @@ impl SearchEngines {
                         .or_else(|| v.get("message"))
                 })
                 .map(|m| m.as_str().map_or_else(|| m.to_string(), str::to_owned))
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).chars().take(300).collect());
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned())
+                .chars()
+                .take(300)
+                .collect::<String>();
             return Err(format!("{engine} answered {status}: {message}"));
         }
         value.ok_or_else(|| format!("{engine}'s answer is not JSON"))
@@ -277,17 +280,20 @@ fn plain(text: &str) -> String {
     while let Some(open) = rest.find('<') {
         out.push_str(&rest[..open]);
         let after = &rest[open + 1..];
-        let tag_end = after.find('>');
-        let is_tag = tag_end.is_some_and(|end| {
-            let name = after[..end].trim_start_matches('/');
-            !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())
-        });
-        match (is_tag, tag_end) {
-            (true, Some(end)) => rest = &after[end + 1..],
-            _ => {
-                out.push('<');
-                rest = after;
-            }
+        // A tag is `<`, any `/`, letters or digits, `>`. Only that far is read from each `<`
+        // (not on to the next `>`, which made a snippet of many `<` quadratic: 2 MiB of them
+        // held a thread for hours).
+        let name_start = after.len() - after.trim_start_matches('/').len();
+        let name_len = after[name_start..]
+            .bytes()
+            .take_while(u8::is_ascii_alphanumeric)
+            .count();
+        let end = name_start + name_len;
+        if name_len > 0 && after.as_bytes().get(end) == Some(&b'>') {
+            rest = &after[end + 1..];
+        } else {
+            out.push('<');
+            rest = after;
         }
     }
     out.push_str(rest);
@@ -329,3 +335,7 @@ impl Searches for SearchEngines {
 #[cfg(test)]
 #[path = "search_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "search_hostile_tests.rs"]
+mod hostile_tests;

@@ -17,6 +17,8 @@ mod bounded;
 mod cgroup;
 mod files;
 mod frame_io;
+#[cfg(test)]
+mod frame_proptests;
 mod live;
 mod manager;
 mod manager_types;

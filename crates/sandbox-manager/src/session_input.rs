@@ -237,3 +237,7 @@ mod tests {
         assert!(matches!(numberless, Step::Broken(_)));
     }
 }
+
+#[cfg(test)]
+#[path = "frames_hostile_tests.rs"]
+mod hostile_tests;

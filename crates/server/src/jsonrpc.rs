@@ -1,7 +1,10 @@
 //! The shape check that decides between -32700, -32600 and "pass it on" before a request
 //! reaches rmcp.
 
-use serde_json::Value;
+use std::fmt;
+
+use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
 
 /// Why a body cannot go on to the MCP layer (answered 400 by `crate::error`).
 #[derive(Debug, PartialEq, thiserror::Error)]
@@ -38,17 +41,27 @@ impl MessageInfo {
 
 /// Checks that `body` is one JSON-RPC 2.0 request, notification or response.
 pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
-    let value: Value = serde_json::from_slice(body)
+    let top: TopLevel = serde_json::from_slice(body)
         .map_err(|err| Rejection::NotJson(describe_parse_error(&err)))?;
-    let object = match value {
-        Value::Object(object) => object,
-        Value::Array(_) => {
+    let object = match top {
+        TopLevel::Object { members, twice } => {
+            if twice {
+                // rmcp's typed parse refuses a field given twice, and which one counts is not
+                // for this check to guess
+                return Err(Rejection::NotJsonRpc(
+                    "a member of the message is given twice",
+                    None,
+                ));
+            }
+            members
+        }
+        TopLevel::Array => {
             return Err(Rejection::NotJsonRpc(
                 "batch requests are not supported (MCP removed batching in 2025-06-18); send one message per POST",
                 None,
             ));
         }
-        _ => {
+        TopLevel::Other => {
             return Err(Rejection::NotJsonRpc(
                 "the body must be a JSON object",
                 None,
@@ -105,10 +118,79 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
     }
 }
 
+/// A body's top level, read in one pass: an object's members (and whether one was given twice),
+/// or what else it is. Values are read as `serde_json::Value`, so its nesting limit holds.
+enum TopLevel {
+    Object {
+        members: Map<String, Value>,
+        twice: bool,
+    },
+    Array,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for TopLevel {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TopLevelVisitor)
+    }
+}
+
+struct TopLevelVisitor;
+
+impl<'de> Visitor<'de> for TopLevelVisitor {
+    type Value = TopLevel;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<TopLevel, A::Error> {
+        let mut members = Map::new();
+        let mut twice = false;
+        while let Some(key) = map.next_key::<String>()? {
+            let value: Value = map.next_value()?;
+            if members.contains_key(&key) {
+                twice = true;
+            } else {
+                members.insert(key, value);
+            }
+        }
+        Ok(TopLevel::Object { members, twice })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<TopLevel, A::Error> {
+        while seq.next_element::<Value>()?.is_some() {}
+        Ok(TopLevel::Array)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+    fn visit_unit<E>(self) -> Result<TopLevel, E> {
+        Ok(TopLevel::Other)
+    }
+}
+
 /// serde_json's message without echoing input, which may hold secrets.
 fn describe_parse_error(err: &serde_json::Error) -> String {
     format!("line {}, column {}", err.line(), err.column())
 }
+
+#[cfg(test)]
+#[path = "jsonrpc_proptests.rs"]
+mod proptests;
 
 #[cfg(test)]
 mod tests {

@@ -81,14 +81,65 @@ fn last_response_event(stream: &str) -> Option<String> {
             .map(|d| d.strip_prefix(' ').unwrap_or(d))
             .collect();
         let data = data.join("\n");
-        if let Ok(serde_json::Value::Object(object)) =
-            serde_json::from_str::<serde_json::Value>(&data)
-            && (object.contains_key("result") || object.contains_key("error"))
-        {
+        if serde_json::from_str::<IsResponse>(&data).is_ok_and(|r| r.0) {
             found = Some(data);
         }
     }
     found
+}
+
+/// Whether a JSON text is an object with `result` or `error`, read without building its values:
+/// a result may nest deeper than serde_json builds (a tenant's JSON, a few levels down in
+/// `structuredContent`), and is passed on as it is.
+struct IsResponse(bool);
+
+impl<'de> serde::Deserialize<'de> for IsResponse {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(IsResponseVisitor)
+    }
+}
+
+struct IsResponseVisitor;
+
+impl<'de> serde::de::Visitor<'de> for IsResponseVisitor {
+    type Value = IsResponse;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<IsResponse, A::Error> {
+        let mut found = false;
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            map.next_value::<serde::de::IgnoredAny>()?;
+            found |= key == "result" || key == "error";
+        }
+        Ok(IsResponse(found))
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<IsResponse, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(IsResponse(false))
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
+    fn visit_unit<E>(self) -> Result<IsResponse, E> {
+        Ok(IsResponse(false))
+    }
 }
 
 #[cfg(test)]
@@ -118,5 +169,23 @@ mod tests {
             Some("{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{}}")
         );
         assert_eq!(last_response_event("data: nope\n\n"), None);
+    }
+
+    #[test]
+    fn a_response_nested_past_serde_jsons_limit_is_still_found() {
+        for depth in [200, 1_000_000] {
+            let deep = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+            let response = format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"x":{deep}}}}}"#);
+            let stream = format!("event: message\ndata: {response}\n\n");
+            assert_eq!(
+                last_response_event(&stream).as_deref(),
+                Some(response.as_str())
+            );
+        }
+        assert_eq!(
+            last_response_event("data: [1,2]\n\ndata: \"result\"\n\n"),
+            None
+        );
+        assert_eq!(last_response_event("data: {\"result\":\n\n"), None);
     }
 }

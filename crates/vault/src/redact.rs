@@ -279,3 +279,7 @@ fn url_encoded(value: &[u8], plus: bool, keep_slash: bool) -> String {
 #[cfg(test)]
 #[path = "redact_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "redact_proptests.rs"]
+mod proptests;

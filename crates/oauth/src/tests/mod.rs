@@ -6,6 +6,7 @@ mod authorize;
 mod bearer;
 mod clients;
 mod discovery;
+mod hostile;
 mod register;
 mod token;
 

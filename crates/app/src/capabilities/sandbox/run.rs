@@ -237,14 +237,19 @@ fn redact_output(output: &mut Output, redactor: &Redactor) {
     redact_value(&mut output.structured, redactor);
 }
 
+/// Every string of `value`, found without recursion: the output holds values parsed from what a
+/// session sent, nested as deep as serde_json allows and a few levels more.
 fn redact_value(value: &mut Value, redactor: &Redactor) {
-    match value {
-        Value::String(text) => {
-            redactor.redact_in_place(text);
+    let mut pending = vec![value];
+    while let Some(value) = pending.pop() {
+        match value {
+            Value::String(text) => {
+                redactor.redact_in_place(text);
+            }
+            Value::Array(items) => pending.extend(items.iter_mut()),
+            Value::Object(fields) => pending.extend(fields.values_mut()),
+            _ => {}
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, redactor)),
-        Value::Object(fields) => fields.values_mut().for_each(|v| redact_value(v, redactor)),
-        _ => {}
     }
 }
 
@@ -476,3 +481,7 @@ impl OutputProgress<'_> {
         self.sink.report(self.bytes as f64, &message);
     }
 }
+
+#[cfg(test)]
+#[path = "run_redact_tests.rs"]
+mod redact_tests;

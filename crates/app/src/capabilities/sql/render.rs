@@ -40,7 +40,12 @@ pub(super) fn output(table: &Table, database: &str, write: bool) -> Output {
     }
     let count = table.rows.len();
     let rows_word = if count == 1 { "row" } else { "rows" };
-    if table.truncated {
+    if table.truncated && count == 0 && !table.columns.is_empty() {
+        text.push_str(
+            "\n(no rows shown: the first row alone holds more than 1 MiB of values; select \
+             fewer or shorter columns)",
+        );
+    } else if table.truncated {
         let _ = write!(
             text,
             "\n(the first {count} {rows_word}; more were left out: raise max_rows, or narrow \
