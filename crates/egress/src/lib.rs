@@ -200,6 +200,10 @@ fn canonical(address: IpAddr) -> IpAddr {
     if segments[..6].iter().all(|s| *s == 0) && (segments[6] != 0 || segments[7] > 1) {
         return IpAddr::V4(embedded(12));
     }
+    // IPv4-translated ::ffff:0:a.b.c.d (SIIT)
+    if segments[..4].iter().all(|s| *s == 0) && segments[4] == 0xffff && segments[5] == 0 {
+        return IpAddr::V4(embedded(12));
+    }
     // NAT64 64:ff9b::/96 and 64:ff9b:1::/48
     if segments[0] == 0x64 && segments[1] == 0xff9b {
         return IpAddr::V4(embedded(12));

@@ -357,6 +357,8 @@ fn ipv6_forms_that_hide_ipv4_or_tunnels_are_refused() {
     for (address, kind) in [
         ("::0.0.1.2", THIS_NETWORK),
         ("::127.0.0.1", LOOPBACK),
+        ("::ffff:0:127.0.0.1", LOOPBACK),
+        ("::ffff:0:10.1.2.3", PRIVATE),
         ("2001:0:4136:e378:8000:63bf:3fff:fdd2", "Teredo tunnel"),
         ("2001:2::1", BENCHMARKING),
     ] {
