@@ -122,7 +122,10 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     match session {
         Some(id) => legacy::post(state, &account, &id, parts, bytes, &info, accepts).await,
         None if info.opens_session() => legacy::open(state, &account, parts, bytes, accepts).await,
-        None => forward(state, &account, parts, Body::from(bytes), accepts).await,
+        None => match crate::direct::answer(state, &account, &parts, &bytes, &info).await {
+            Some(answer) => answer,
+            None => forward(state, &account, parts, Body::from(bytes), accepts).await,
+        },
     }
 }
 

@@ -47,11 +47,7 @@ impl ToolsList {
             return None;
         }
         let id = info.id.as_ref()?;
-        let version_ok = parts
-            .headers
-            .get("mcp-protocol-version")
-            .is_none_or(|v| v.to_str().is_ok_and(|v| LEGACY_VERSIONS.contains(&v)));
-        if !version_ok || !self.host_allowed(parts) {
+        if !self.admits(parts) {
             return None;
         }
         let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#, self.result);
@@ -61,6 +57,16 @@ impl ToolsList {
             HeaderValue::from_static("application/json"),
         );
         Some(response)
+    }
+
+    /// Whether rmcp would serve this request of the older generation as it is: a protocol
+    /// version it knows (or none) and a Host it allows.
+    pub fn admits(&self, parts: &Parts) -> bool {
+        let version_ok = parts
+            .headers
+            .get("mcp-protocol-version")
+            .is_none_or(|v| v.to_str().is_ok_and(|v| LEGACY_VERSIONS.contains(&v)));
+        version_ok && self.host_allowed(parts)
     }
 
     fn host_allowed(&self, parts: &Parts) -> bool {

@@ -122,12 +122,7 @@ impl McpHandler {
         caller: &Account,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, McpError> {
-        if !self
-            .app
-            .tools()
-            .iter()
-            .any(|tool| tool.name == request.name)
-        {
+        if !self.is_tool(&request.name) {
             return self.unknown_tool(&request, context).await;
         }
         let started = Instant::now();
@@ -140,14 +135,31 @@ impl McpHandler {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: Some(&cancel),
         };
-        let answer = self
-            .app
-            .calls()
-            .call(caller, &request.name, request.arguments, io)
+        let answered = self
+            .answer(caller, &request.name, request.arguments, io, started)
             .await;
         if let Some(progress) = progress {
             progress.finish().await;
         }
+        answered.map(Answered::into_rmcp)
+    }
+
+    /// Whether `name` is one of the three tools (not a fixture's, not unknown).
+    pub(crate) fn is_tool(&self, name: &str) -> bool {
+        self.app.tools().iter().any(|tool| tool.name == name)
+    }
+
+    /// Makes the call through the app and counts it: the answer as the wire carries it, or a
+    /// JSON-RPC error.
+    pub(crate) async fn answer(
+        &self,
+        caller: &Account,
+        name: &str,
+        arguments: Option<serde_json::Map<String, Value>>,
+        io: CallIo<'_>,
+        started: Instant,
+    ) -> Result<Answered, McpError> {
+        let answer = self.app.calls().call(caller, name, arguments, io).await;
         let (result, label) = match answer {
             Ok(Answer::Ran(outcome)) => {
                 let label = if outcome.is_error {
@@ -155,19 +167,12 @@ impl McpHandler {
                 } else {
                     CallLabel::Ok
                 };
-                (Ok(to_rmcp_result(outcome)), label)
+                (Ok(Answered::ran(outcome)), label)
             }
             Ok(Answer::InvalidArguments(outcome)) => {
-                let content = outcome.content.into_iter().map(to_rmcp_content).collect();
-                (
-                    Ok(CallToolResult::error(content)),
-                    CallLabel::InvalidArguments,
-                )
+                (Ok(Answered::refused(outcome)), CallLabel::InvalidArguments)
             }
-            Ok(Answer::Busy(outcome)) => {
-                let content = outcome.content.into_iter().map(to_rmcp_content).collect();
-                (Ok(CallToolResult::error(content)), CallLabel::Busy)
-            }
+            Ok(Answer::Busy(outcome)) => (Ok(Answered::refused(outcome)), CallLabel::Busy),
             Err(err) => {
                 let label = match err {
                     CallError::Refused(_) => CallLabel::Refused,
@@ -177,7 +182,7 @@ impl McpHandler {
             }
         };
         self.metrics
-            .tool_call(&request.name, label, started.elapsed().as_secs_f64());
+            .tool_call(name, label, started.elapsed().as_secs_f64());
         if let Err(err) = &result {
             self.metrics.rpc_error(i64::from(err.code.0));
         }
@@ -248,22 +253,51 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     tool
 }
 
-fn to_rmcp_content(item: ContentItem) -> ContentBlock {
+pub(crate) fn to_rmcp_content(item: ContentItem) -> ContentBlock {
     match item {
         ContentItem::Text(text) => ContentBlock::text(text),
         ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
     }
 }
 
-fn to_rmcp_result(outcome: ToolOutcome) -> CallToolResult {
-    let content = outcome.content.into_iter().map(to_rmcp_content).collect();
-    let mut result = if outcome.is_error {
-        CallToolResult::error(content)
-    } else {
-        CallToolResult::success(content)
-    };
-    result.structured_content = Some(Value::Object(outcome.structured));
-    result
+/// A call's answer, before it is put into rmcp's types (or written by `direct`): what ran
+/// carries its structured output, a call refused before it ran (bad arguments, busy) only its
+/// message.
+#[derive(Debug)]
+pub(crate) struct Answered {
+    pub content: Vec<ContentItem>,
+    pub structured: Option<serde_json::Map<String, Value>>,
+    pub is_error: bool,
+}
+
+impl Answered {
+    fn ran(outcome: ToolOutcome) -> Self {
+        Self {
+            content: outcome.content,
+            structured: Some(outcome.structured),
+            is_error: outcome.is_error,
+        }
+    }
+
+    fn refused(outcome: ToolOutcome) -> Self {
+        Self {
+            content: outcome.content,
+            structured: None,
+            is_error: true,
+        }
+    }
+
+    /// As rmcp's result.
+    pub(crate) fn into_rmcp(self) -> CallToolResult {
+        let content = self.content.into_iter().map(to_rmcp_content).collect();
+        let mut result = if self.is_error {
+            CallToolResult::error(content)
+        } else {
+            CallToolResult::success(content)
+        };
+        result.structured_content = self.structured.map(Value::Object);
+        result
+    }
 }
 
 fn not_offered(what: &str) -> McpError {

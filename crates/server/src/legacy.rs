@@ -77,7 +77,10 @@ pub async fn post(
     if let Some(call) = &call {
         parts.extensions.insert(CallCancel(call.token().clone()));
     }
-    let response = entry::forward(state, account, parts, Body::from(body), accepts).await;
+    let response = match crate::direct::answer(state, account, &parts, &body, info).await {
+        Some(answer) => answer,
+        None => entry::forward(state, account, parts, Body::from(body), accepts).await,
+    };
     match call {
         Some(call) => withheld_if_cancelled(response, call, accepts),
         None => response,

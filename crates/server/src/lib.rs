@@ -3,6 +3,7 @@
 
 mod carriers;
 mod connections;
+mod direct;
 mod entry;
 mod error;
 mod fast;
@@ -69,6 +70,8 @@ pub(crate) struct ServerState {
     registrations: toolgate_app::owner::Limiter,
     /// A plain legacy `tools/list`, answered without rmcp.
     tools_list: Option<fast::ToolsList>,
+    /// The handler rmcp calls, also for plain legacy `tools/call`s answered without rmcp.
+    handler: McpHandler,
     /// rmcp in stateless mode answers every request; legacy sessions are ours (see `legacy`).
     mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
 }
@@ -99,8 +102,9 @@ pub fn router(
     let config = config
         .with_legacy_session_mode(false)
         .with_json_response(true);
+    let for_rmcp = handler.clone();
     let mcp = StreamableHttpService::new(
-        move || Ok(handler.clone()),
+        move || Ok(for_rmcp.clone()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
@@ -126,6 +130,7 @@ pub fn router(
             std::time::Duration::from_secs(3600),
         ),
         tools_list,
+        handler,
         mcp,
     }));
     Router::new()
