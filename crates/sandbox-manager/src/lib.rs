@@ -15,21 +15,24 @@
 
 mod bounded;
 mod cgroup;
+mod driver;
 mod files;
 mod frame_io;
 #[cfg(test)]
 mod frame_proptests;
-mod live;
+mod incarnation;
 mod manager;
 mod manager_types;
+mod manager_views;
 mod mountinfo;
-mod pool;
 mod seam;
 mod session;
 mod session_error;
 mod session_input;
-mod table;
+mod session_table;
 mod upcalls;
+mod warm;
+mod warming;
 mod workspace;
 mod zygote;
 

@@ -1,9 +1,8 @@
 //! Sessions by (account, caller's session id), with their workspaces, idle expiry, a cap per
 //! account, files in and out, and what confines each one (cgroups, a size-capped workspace, a
-//! uid of its own). The table and its locking are in `table.rs`; one session's resources in
-//! `live.rs`; the warm sessions new ones take in `pool.rs`.
+//! uid of its own). The table and its locking are in `session_table.rs`; one session's resources in
+//! `incarnation.rs`; the warm sessions new ones take in `warm.rs`.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,20 +14,22 @@ use toolgate_sandbox::policy::Limits;
 use toolgate_sandbox::upcall::UpcallOrigin;
 use toolgate_sandbox::{
     ExecOutcome, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES, OutputChunk, RunOutcome, RunRequest, Work,
-    WorkspaceFile, WorkspaceRead, check_env,
+    WorkspaceFile, check_env,
 };
 
 use crate::cgroup::{CgroupVersion, Cgroups};
+use crate::driver::Call;
 use crate::files;
-use crate::live::{Live, blocking};
+use crate::incarnation::{Live, blocking};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
-use crate::pool::{self, WARM_DIR};
-use crate::session::{Call, relay_output};
+use crate::session::relay_output;
 use crate::session_error::SessionError;
-use crate::table::{
+use crate::session_table::{
     Claim, Entry, ManagerState, Name, RetireOnDrop, Slot, Table, retire, sweep_loop,
 };
 use crate::upcalls::Upcalls;
+use crate::warm::WARM_DIR;
+use crate::warming;
 use crate::workspace::{
     can_give_away, can_mount, detach_stale_mounts, remove_tree, remove_tree_now,
 };
@@ -37,7 +38,7 @@ use crate::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote};
 /// Sessions of every account, forked from one zygote (restarted when it dies).
 #[derive(Debug)]
 pub struct SessionManager {
-    inner: Arc<ManagerState>,
+    pub(crate) inner: Arc<ManagerState>,
     sweeper: JoinHandle<()>,
     /// The pool's filler; taken (and awaited) by shutdown.
     filler: Mutex<Option<JoinHandle<()>>>,
@@ -115,15 +116,16 @@ impl SessionManager {
             give_away,
             pool_kick: Notify::new(),
             background: Mutex::new(Vec::new()),
+            set_aside: Mutex::new(Vec::new()),
             cgroups,
         });
         let sweeper = tokio::spawn(sweep_loop(Arc::downgrade(&inner), period));
         if inner.config.warm_sessions > 0
-            && let Err(e) = pool::top_up(&inner).await
+            && let Err(e) = warming::top_up(&inner).await
         {
             tracing::warn!("could not start the warm sessions (new sessions start without): {e}");
         }
-        let filler = tokio::spawn(pool::fill_loop(Arc::downgrade(&inner)));
+        let filler = tokio::spawn(warming::fill_loop(Arc::downgrade(&inner)));
         Ok(Self {
             inner,
             sweeper,
@@ -257,9 +259,9 @@ impl SessionManager {
             }
             let n = self.inner.next_call.fetch_add(1, Ordering::Relaxed);
             let (entry, slot) = loop {
-                match self.inner.claim(account, Name::Call(n), limits)? {
+                match self.claim(account, Name::Call(n), limits)? {
                     Claim::New(entry, slot, _) => break (entry, slot),
-                    Claim::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
+                    Claim::Evict(warm) => warming::discard(Arc::clone(&self.inner), *warm).await,
                     // a new name has no entry yet
                     Claim::Existing(_) | Claim::Expired(..) => return Err(ManagerError::ShutDown),
                 }
@@ -280,10 +282,7 @@ impl SessionManager {
             return Err(ManagerError::NoSuchSession);
         }
         loop {
-            match self
-                .inner
-                .claim(account, Name::Caller(id.to_owned()), limits)?
-            {
+            match self.claim(account, Name::Caller(id.to_owned()), limits)? {
                 Claim::Existing(entry) => {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
                     if slot.closed {
@@ -314,7 +313,7 @@ impl SessionManager {
                         return Err(ManagerError::NoSuchSession);
                     }
                 }
-                Claim::Evict(warm) => pool::discard(Arc::clone(&self.inner), *warm).await,
+                Claim::Evict(warm) => warming::discard(Arc::clone(&self.inner), *warm).await,
             }
         }
     }
@@ -428,41 +427,6 @@ impl SessionManager {
         }
     }
 
-    /// Reads one regular file of the account's session `session_id` (which must exist: this
-    /// never starts one), of at most `max_bytes`. The path follows the rules of uploads; links
-    /// are not followed; a directory, FIFO, socket or device is refused. It does not wait for a
-    /// running call (it reads what is there now).
-    pub async fn read_file(
-        &self,
-        account: &str,
-        session_id: &str,
-        path: &str,
-        max_bytes: u64,
-    ) -> Result<WorkspaceRead, ManagerError> {
-        if account.is_empty() {
-            return Err(ManagerError::InvalidAccount);
-        }
-        if session_id.is_empty() || session_id.len() > MAX_SESSION_ID_BYTES {
-            return Err(ManagerError::InvalidSessionId);
-        }
-        files::check_paths(&[WorkspaceFile {
-            path: path.to_owned(),
-            content: Vec::new(),
-        }])?;
-        let entry = self
-            .inner
-            .lookup(account, session_id)
-            .ok_or(ManagerError::NoSuchSession)?;
-        // a glance at the slot only when it is free: a call holding it is no reason to wait
-        if let Ok(slot) = entry.slot.try_lock()
-            && (slot.closed || slot.live.is_none())
-        {
-            return Err(ManagerError::NoSuchSession);
-        }
-        let (workspace, path) = (entry.place.workspace.clone(), path.to_owned());
-        Ok(blocking(move || files::read_file(&workspace, &path, max_bytes)).await??)
-    }
-
     /// Makes sure a zygote runs, starting a new one if the last one died. Sessions forked from a
     /// dead zygote died with it; their next call starts fresh.
     pub async fn ensure_running(&self) -> Result<(), ManagerError> {
@@ -474,68 +438,12 @@ impl SessionManager {
         self.inner.zygote.lock().await.clone()
     }
 
-    /// The process ids of the warm sessions ready to be taken (for health checks and tests).
-    pub fn warm_pids(&self) -> Vec<i32> {
-        self.inner.table().pool.pids()
-    }
-
-    /// Live sessions of an account (including calls without a session id that are running).
-    pub fn live_sessions(&self, account: &str) -> usize {
-        self.inner
-            .table()
-            .accounts
-            .get(account)
-            .map_or(0, HashMap::len)
-    }
-
-    /// The account's live sessions with a caller's id, ordered by id.
-    pub async fn sessions_of(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
-        let entries: Vec<Arc<crate::table::Entry>> = self
-            .inner
-            .table()
-            .accounts
-            .get(account)
-            .map(|sessions| sessions.values().cloned().collect())
-            .unwrap_or_default();
-        let inner = Arc::clone(&self.inner);
-        let listed = blocking(move || {
-            let now = std::time::Instant::now();
-            let mut listed: Vec<toolgate_sandbox::SessionInfo> = entries
-                .iter()
-                .filter_map(|entry| {
-                    let crate::table::Name::Caller(id) = &entry.name else {
-                        return None;
-                    };
-                    Some(toolgate_sandbox::SessionInfo {
-                        id: id.clone(),
-                        age: now.saturating_duration_since(entry.opened),
-                        idle: now.saturating_duration_since(entry.idle_since()),
-                        memory_bytes: inner
-                            .cgroups
-                            .as_ref()
-                            .and_then(|c| c.session_memory(&entry.place.cgroup_name)),
-                        busy: entry.slot.try_lock().is_err(),
-                    })
-                })
-                .collect();
-            listed.sort_by(|a, b| a.id.cmp(&b.id));
-            listed
-        })
-        .await;
-        listed.unwrap_or_default()
-    }
-
-    /// Closes one session now; false if there was none.
-    pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
-        let Some(entry) = self.inner.lookup(account, session_id) else {
-            return false;
-        };
-        let slot = Arc::clone(&entry.slot).lock_owned().await;
-        if slot.closed {
-            return false;
-        }
-        retire(Arc::clone(&self.inner), entry, slot, false).await;
-        true
+    /// Finds or makes the entry of `name` (see [`ManagerState::claim`]), then discards in the
+    /// background the warm sessions the claim found unusable.
+    fn claim(&self, account: &str, name: Name, limits: &Limits) -> Result<Claim, ManagerError> {
+        let claimed = self.inner.claim(account, name, limits);
+        self.inner.discard_set_aside();
+        claimed
     }
 
     /// Interrupts running calls (as a cancellation: SIGINT, then SIGKILL after the grace),
@@ -578,7 +486,7 @@ impl SessionManager {
         if let Some(filler) = filler {
             let _ = filler.await;
         }
-        pool::close_all(&self.inner).await;
+        warming::close_all(&self.inner).await;
         remove_tree(&self.inner.config.root.join(WARM_DIR)).await;
         if let Some(cgroups) = &self.inner.cgroups {
             cgroups.remove_instance();

@@ -1,5 +1,5 @@
 //! The manager's shared state: the table of sessions by (account, name), admission with the
-//! per-account cap and the per-session uid (or a warm session of the pool, `pool.rs`), retirement,
+//! per-account cap and the per-session uid (or a warm session of the pool, `warm.rs`), retirement,
 //! and the idle sweep.
 //!
 //! Locking: one short synchronous lock over the table (never held across an await), and one async
@@ -19,9 +19,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::Cgroups;
-use crate::live::{Live, Place};
+use crate::incarnation::{Host, Live, Place};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
-use crate::pool::{Pool, Warm};
+use crate::warm::{Pool, Warm};
 use crate::workspace::{account_dir_name, remove_tree, session_dir_name};
 use crate::zygote::Zygote;
 use toolgate_sandbox::policy::Limits;
@@ -54,6 +54,9 @@ pub(super) struct ManagerState {
     pub(super) pool_kick: Notify,
     /// Discards of warm sessions under way, which shutdown waits for.
     pub(super) background: Mutex<Vec<JoinHandle<()>>>,
+    /// Warm sessions a claim found unusable under the table's lock, discarded once it is let
+    /// go (`warming.rs`).
+    pub(super) set_aside: Mutex<Vec<Warm>>,
     /// Declared after `table`, so that on drop the sessions' groups go before the manager's.
     pub(super) cgroups: Option<Cgroups>,
 }
@@ -243,6 +246,21 @@ impl ManagerState {
         Ok(())
     }
 
+    /// Keeps unusable warm sessions for [`ManagerState::take_set_aside`].
+    fn set_aside(&self, warm: Vec<Warm>) {
+        if !warm.is_empty() {
+            self.set_aside
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(warm);
+        }
+    }
+
+    /// The warm sessions set aside since the last call.
+    pub(super) fn take_set_aside(&self) -> Vec<Warm> {
+        std::mem::take(&mut *self.set_aside.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// Finds `name`'s entry of `account`, or makes one within the caps and the budget.
     pub(super) fn claim(
         self: &Arc<Self>,
@@ -283,7 +301,8 @@ impl ManagerState {
         }
         self.check_budget(table, account, limits, usage)?;
         let (warm, unusable) = table.pool.take(limits, &self.config);
-        self.discard_later(unusable);
+        // discarded by the caller once the table is let go (`warming.rs`)
+        self.set_aside(unusable);
         let (place, live) = match warm {
             Some(warm) => {
                 // The replacement is made once the taking call's result is out (see call_in), or
@@ -359,33 +378,6 @@ impl ManagerState {
             // joined name is still unique (and never a warm session's, which has no '.')
             cgroup_name: format!("{}.{dir_name}", account_dir_name(account)),
             uid,
-        }
-    }
-
-    /// Discards warm sessions in the background (see [`crate::pool::discard`]); shutdown waits
-    /// for them.
-    pub(super) fn discard_later(self: &Arc<Self>, warm: Vec<Warm>) {
-        if warm.is_empty() {
-            return;
-        }
-        let mut background = self.background.lock().unwrap_or_else(|p| p.into_inner());
-        background.retain(|task| !task.is_finished());
-        for warm in warm {
-            background.push(tokio::spawn(crate::pool::discard(Arc::clone(self), warm)));
-        }
-    }
-
-    /// Waits for the discards started by [`ManagerState::discard_later`] (and any they started).
-    pub(super) async fn background_done(&self) {
-        loop {
-            let tasks =
-                std::mem::take(&mut *self.background.lock().unwrap_or_else(|p| p.into_inner()));
-            if tasks.is_empty() {
-                return;
-            }
-            for task in tasks {
-                let _ = task.await;
-            }
         }
     }
 }
@@ -487,6 +479,46 @@ fn sweep(inner: &Arc<ManagerState>) {
     }
     for (entry, slot) in due {
         tokio::spawn(retire(Arc::clone(inner), entry, slot, true));
+    }
+}
+
+impl Host for ManagerState {
+    fn workspace_quota(&self) -> bool {
+        self.isolation.workspace_quota
+    }
+
+    fn give_away(&self) -> bool {
+        self.give_away
+    }
+
+    fn cgroups(&self) -> Option<&Cgroups> {
+        self.cgroups.as_ref()
+    }
+
+    async fn running_zygote(&self) -> Result<Zygote, ManagerError> {
+        self.zygote().await
+    }
+}
+
+impl ManagerState {
+    /// Makes sure a zygote runs, starting a new one if the last one died. Sessions forked from a
+    /// dead zygote died with it; their next call starts fresh.
+    pub(super) async fn zygote(&self) -> Result<Zygote, ManagerError> {
+        if self.shut.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(ManagerError::ShutDown);
+        }
+        let mut current = self.zygote.lock().await;
+        if let Some(zygote) = current.as_ref()
+            && zygote.is_alive()
+        {
+            return Ok(zygote.clone());
+        }
+        if let Some(old) = current.take() {
+            old.shutdown().await;
+        }
+        let zygote = Zygote::start(self.config.zygote.clone()).await?;
+        *current = Some(zygote.clone());
+        Ok(zygote)
     }
 }
 

@@ -1,17 +1,17 @@
 //! One incarnation of a session: the process forked from the zygote, with its cgroups and its
 //! workspace mounts, made in a [`Place`]. A table entry keeps its place across incarnations (a
 //! session that died between calls is replaced by a fresh one in the same place); a warm
-//! session of the pool (`pool.rs`) is made in a place of its own, which the entry that takes it
+//! session of the pool (`warm.rs`) is made in a place of its own, which the entry that takes it
 //! then keeps.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::cgroup::Cgroups;
 use crate::cgroup::{MemoryEvents, SessionCgroup};
 use crate::manager_types::ManagerError;
 use crate::session::Session;
-use crate::table::ManagerState;
 use crate::workspace::{QuotaMounts, prepare_workspace};
 use crate::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
 use toolgate_sandbox::policy::Limits;
@@ -41,6 +41,21 @@ pub(super) struct Live {
     pub(super) zygote: Zygote,
 }
 
+/// What opening a session needs of the manager: how workspaces are made, its cgroups, and a
+/// running zygote (started again if the last one died).
+pub(super) trait Host: Send + Sync + 'static {
+    /// Workspaces are size-capped mounts.
+    fn workspace_quota(&self) -> bool;
+    /// Workspaces and files are given to the session's uid.
+    fn give_away(&self) -> bool;
+    /// The manager's cgroups, if it confines with them.
+    fn cgroups(&self) -> Option<&Cgroups>;
+    /// A running zygote.
+    fn running_zygote(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Zygote, ManagerError>> + Send;
+}
+
 /// Runs blocking work off the async threads; a runtime shutting down reads as the manager's.
 pub(super) async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> T + Send + 'static,
@@ -68,8 +83,8 @@ impl Live {
     /// that is 0); see [`Zygote::fork_session_with`].
     ///
     /// Emits a `toolgate_sandbox::timing` debug event with the time of each step.
-    pub(super) async fn open(
-        inner: &Arc<ManagerState>,
+    pub(super) async fn open<H: Host>(
+        inner: &Arc<H>,
         place: &Place,
         limits: &Limits,
     ) -> Result<Self, ManagerError> {
@@ -80,11 +95,8 @@ impl Live {
         };
         // The two are independent and each mostly waits for the kernel: made in parallel.
         let workspace = {
-            let (place, quota, give_away) = (
-                place.clone(),
-                inner.isolation.workspace_quota,
-                inner.give_away,
-            );
+            let (place, quota, give_away) =
+                (place.clone(), inner.workspace_quota(), inner.give_away());
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
                 let made = prepare_workspace(
@@ -103,7 +115,7 @@ impl Live {
                 (Arc::clone(inner), place.cgroup_name.clone(), limits.clone());
             tokio::task::spawn_blocking(move || {
                 let started = Instant::now();
-                let made = match &inner.cgroups {
+                let made = match inner.cgroups() {
                     Some(cgroups) => cgroups.create(&name, &limits).map(Some),
                     None => Ok(None),
                 };
@@ -144,9 +156,9 @@ impl Live {
                 Ok::<_, ZygoteError>((session, zygote))
             }
         };
-        let (session, zygote) = match fork(inner.zygote().await?).await {
+        let (session, zygote) = match fork(inner.running_zygote().await?).await {
             // it died since we looked: once more, with a new one
-            Err(ZygoteError::Gone { .. }) => fork(inner.zygote().await?).await?,
+            Err(ZygoteError::Gone { .. }) => fork(inner.running_zygote().await?).await?,
             other => other?,
         };
         let forked = started.elapsed();
@@ -207,27 +219,5 @@ impl Live {
             // unmounting waits for the kernel: not on the async threads
             let _ = blocking(move || drop(mounts)).await;
         }
-    }
-}
-
-impl ManagerState {
-    /// Makes sure a zygote runs, starting a new one if the last one died. Sessions forked from a
-    /// dead zygote died with it; their next call starts fresh.
-    pub(super) async fn zygote(&self) -> Result<Zygote, ManagerError> {
-        if self.shut.load(std::sync::atomic::Ordering::Acquire) {
-            return Err(ManagerError::ShutDown);
-        }
-        let mut current = self.zygote.lock().await;
-        if let Some(zygote) = current.as_ref()
-            && zygote.is_alive()
-        {
-            return Ok(zygote.clone());
-        }
-        if let Some(old) = current.take() {
-            old.shutdown().await;
-        }
-        let zygote = Zygote::start(self.config.zygote.clone()).await?;
-        *current = Some(zygote.clone());
-        Ok(zygote)
     }
 }

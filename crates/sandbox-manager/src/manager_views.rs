@@ -1,0 +1,114 @@
+//! What the manager shows and ends on request, beside running calls: a workspace file read
+//! back, an account's sessions listed (for `sessions` and the dashboard), one session closed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use toolgate_sandbox::{MAX_SESSION_ID_BYTES, WorkspaceFile, WorkspaceRead};
+
+use crate::files;
+use crate::incarnation::blocking;
+use crate::manager::SessionManager;
+use crate::manager_types::ManagerError;
+use crate::session_table::retire;
+
+impl SessionManager {
+    /// Reads one regular file of the account's session `session_id` (which must exist: this
+    /// never starts one), of at most `max_bytes`. The path follows the rules of uploads; links
+    /// are not followed; a directory, FIFO, socket or device is refused. It does not wait for a
+    /// running call (it reads what is there now).
+    pub async fn read_file(
+        &self,
+        account: &str,
+        session_id: &str,
+        path: &str,
+        max_bytes: u64,
+    ) -> Result<WorkspaceRead, ManagerError> {
+        if account.is_empty() {
+            return Err(ManagerError::InvalidAccount);
+        }
+        if session_id.is_empty() || session_id.len() > MAX_SESSION_ID_BYTES {
+            return Err(ManagerError::InvalidSessionId);
+        }
+        files::check_paths(&[WorkspaceFile {
+            path: path.to_owned(),
+            content: Vec::new(),
+        }])?;
+        let entry = self
+            .inner
+            .lookup(account, session_id)
+            .ok_or(ManagerError::NoSuchSession)?;
+        // a glance at the slot only when it is free: a call holding it is no reason to wait
+        if let Ok(slot) = entry.slot.try_lock()
+            && (slot.closed || slot.live.is_none())
+        {
+            return Err(ManagerError::NoSuchSession);
+        }
+        let (workspace, path) = (entry.place.workspace.clone(), path.to_owned());
+        Ok(blocking(move || files::read_file(&workspace, &path, max_bytes)).await??)
+    }
+
+    /// The process ids of the warm sessions ready to be taken (for health checks and tests).
+    pub fn warm_pids(&self) -> Vec<i32> {
+        self.inner.table().pool.pids()
+    }
+
+    /// Live sessions of an account (including calls without a session id that are running).
+    pub fn live_sessions(&self, account: &str) -> usize {
+        self.inner
+            .table()
+            .accounts
+            .get(account)
+            .map_or(0, HashMap::len)
+    }
+
+    /// The account's live sessions with a caller's id, ordered by id.
+    pub async fn sessions_of(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
+        let entries: Vec<Arc<crate::session_table::Entry>> = self
+            .inner
+            .table()
+            .accounts
+            .get(account)
+            .map(|sessions| sessions.values().cloned().collect())
+            .unwrap_or_default();
+        let inner = Arc::clone(&self.inner);
+        let listed = blocking(move || {
+            let now = std::time::Instant::now();
+            let mut listed: Vec<toolgate_sandbox::SessionInfo> = entries
+                .iter()
+                .filter_map(|entry| {
+                    let crate::session_table::Name::Caller(id) = &entry.name else {
+                        return None;
+                    };
+                    Some(toolgate_sandbox::SessionInfo {
+                        id: id.clone(),
+                        age: now.saturating_duration_since(entry.opened),
+                        idle: now.saturating_duration_since(entry.idle_since()),
+                        memory_bytes: inner
+                            .cgroups
+                            .as_ref()
+                            .and_then(|c| c.session_memory(&entry.place.cgroup_name)),
+                        busy: entry.slot.try_lock().is_err(),
+                    })
+                })
+                .collect();
+            listed.sort_by(|a, b| a.id.cmp(&b.id));
+            listed
+        })
+        .await;
+        listed.unwrap_or_default()
+    }
+
+    /// Closes one session now; false if there was none.
+    pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
+        let Some(entry) = self.inner.lookup(account, session_id) else {
+            return false;
+        };
+        let slot = Arc::clone(&entry.slot).lock_owned().await;
+        if slot.closed {
+            return false;
+        }
+        retire(Arc::clone(&self.inner), entry, slot, false).await;
+        true
+    }
+}
