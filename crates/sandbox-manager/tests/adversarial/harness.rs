@@ -15,7 +15,7 @@ use toolgate_sandbox_manager::{
     CgroupMode, ManagerConfig, ManagerError, RunOutcome, SessionError, SessionManager,
 };
 
-use crate::common::{harden_lib, limits, outside_tmp, zygote_config};
+use crate::common::{harden_lib, limits, outside_tmp, repo_root, zygote_config};
 
 /// A hardened manager (the production confinement) with cgroups required, its workspaces in
 /// a directory of its own; the directory goes when this is dropped.
@@ -523,4 +523,15 @@ pub async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output>
     })
     .await;
     outputs.into_iter().flatten().collect()
+}
+
+/// `/tmp` on the way to it, which every session's own `/tmp` then shows.
+/// When the checkout (and so the runtime) lives beneath `/tmp`: the first directory below
+pub fn runtime_path_in_tmp() -> Option<String> {
+    let repo = repo_root();
+    let below = repo.strip_prefix("/tmp").ok()?;
+    below
+        .components()
+        .next()
+        .map(|first| first.as_os_str().to_string_lossy().into_owned())
 }

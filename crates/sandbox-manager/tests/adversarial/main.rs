@@ -29,4 +29,5 @@ mod escape;
 mod frames;
 mod kernel;
 mod names;
+mod neighbours;
 mod resources;

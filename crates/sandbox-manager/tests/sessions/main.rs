@@ -13,6 +13,7 @@ mod common;
 mod budget;
 mod hardened;
 mod isolation;
+mod lifecycle;
 mod sessions;
 mod upcalls;
 mod warm;
