@@ -4,7 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-
 use crate::harness::{PROBE, Sandbox, Traced, join_all, json, marker, runtime_path_in_tmp, small};
 use toolgate_sandbox_manager::{FileError, ManagerError};
 
