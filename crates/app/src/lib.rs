@@ -4,23 +4,18 @@
 //! [`capabilities`]).
 
 pub mod admin;
-pub mod ai;
 pub mod auth;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
-pub mod database;
-pub mod mail;
 pub mod metering;
 pub mod owner;
-pub mod payments;
 pub mod registry;
 mod schema;
 mod sealed_cache;
 pub mod secrets;
 pub mod turns;
 mod upcalls;
-pub mod web;
 
 use std::sync::Arc;
 
@@ -43,21 +38,21 @@ pub struct Services {
     /// The secrets vault (`secret_set`, `list_secrets`, `secrets`, `{{secret:…}}`).
     pub vault: Option<Arc<toolgate_vault::Vault>>,
     /// The HTTP client behind the egress guard (`url`).
-    pub web: Option<Arc<dyn web::Web>>,
+    pub web: Option<Arc<dyn toolgate_ports::web::Web>>,
     /// The sandbox (`code`, `bash`, `files`, `path`, and `sql` on `sqlite:` files).
     pub sandbox: Option<capabilities::Sandbox>,
     /// The client of tenants' database servers (`sql` on `postgres://` and `mysql://`).
-    pub databases: Option<Arc<dyn database::Databases>>,
+    pub databases: Option<Arc<dyn toolgate_ports::database::Databases>>,
     /// The client of language-model providers (`svc_ai`'s model call).
-    pub models: Option<Arc<dyn ai::Models>>,
+    pub models: Option<Arc<dyn toolgate_ports::ai::Models>>,
     /// The web search engines (`svc_ai`'s `search`).
-    pub searches: Option<Arc<dyn ai::Searches>>,
+    pub searches: Option<Arc<dyn toolgate_ports::ai::Searches>>,
     /// What model calls on the operator's provider keys may use.
-    pub operator_keys: ai::OperatorKeyLimits,
+    pub operator_keys: capabilities::OperatorKeyLimits,
     /// The mail transport of sign-in links (absent: the dashboard's sign-in is off).
-    pub mailer: Option<Arc<dyn mail::Mailer>>,
+    pub mailer: Option<Arc<dyn toolgate_ports::mail::Mailer>>,
     /// The payment provider of wallet top-ups (absent: top-ups are refused).
-    pub payments: Option<Arc<dyn payments::Payments>>,
+    pub payments: Option<Arc<dyn toolgate_ports::payments::Payments>>,
     /// How many sign-in links an address and a client may ask for.
     pub sign_in_limits: owner::SignInLimits,
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate_app::web::{Method, WebContent, WebRequest};
 use toolgate_domain::AccountId;
+use toolgate_ports::web::{Method, WebContent, WebRequest};
 use toolgate_store::{OAuthClient, StoreError};
 
 use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};

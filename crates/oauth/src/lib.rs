@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_app::owner::Limiter;
-use toolgate_app::web::Web;
 use toolgate_domain::{AccountId, SecretToken};
+use toolgate_ports::web::Web;
 use toolgate_store::{Store, now_millis};
 
 pub use authorize::{AuthorizeParams, AuthorizeRequest};

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use toolgate_app::App;
-use toolgate_app::mail::Mailer;
 use toolgate_app::owner::SignInLimits;
-use toolgate_app::payments::Payments;
 use toolgate_oauth::AuthServer;
+use toolgate_ports::mail::Mailer;
+use toolgate_ports::payments::Payments;
 
 use crate::config::Settings;
 

@@ -20,8 +20,8 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
-use toolgate_app::web::{Web, WebContent, WebError, WebPage, WebRequest};
 use toolgate_domain::{Account, AccountId, ApiKey, Brand, Email};
+use toolgate_ports::web::{Web, WebContent, WebError, WebPage, WebRequest};
 use toolgate_store::{Accounts, NewAccount, now_millis};
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
