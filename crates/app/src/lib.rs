@@ -1,14 +1,18 @@
 //! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), one tool call
 //! from start to finish ([`calls`]), what a call costs ([`metering`]), what operators do
-//! ([`admin`]), the secrets vault ([`secrets`]), and which capabilities the three tools offer ([`registry`], [`capability`],
-//! [`capabilities`]).
+//! ([`admin`]), the secrets vault ([`secrets`]), what an account's owner does ([`owner`]), the
+//! OAuth authorization server behind `/mcp` ([`oauth`]), and which capabilities the three tools
+//! offer ([`registry`], [`capability`], [`capabilities`]). What they need from outside (HTTP,
+//! models, databases, mail, payments) they reach through `toolgate-ports`.
 
 pub mod admin;
 pub mod auth;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
+mod limiter;
 pub mod metering;
+pub mod oauth;
 pub mod owner;
 pub mod registry;
 mod schema;
@@ -69,6 +73,7 @@ pub struct App {
     sign_in: Option<Arc<owner::SignIn>>,
     owner: Arc<owner::Owner>,
     wallets: Arc<owner::Wallets>,
+    oauth: Arc<oauth::AuthServer>,
 }
 
 impl App {
@@ -87,6 +92,8 @@ impl App {
             .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
+        // client metadata documents are fetched through the same egress-guarded client as `url`
+        let oauth_web = services.web.clone();
         let mailer = services.mailer.take();
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
@@ -126,6 +133,7 @@ impl App {
             pricing.clone(),
             public_url,
         ));
+        app.oauth = Arc::new(oauth::AuthServer::new(store.clone(), oauth_web, public_url));
         if let Some(vault) = vault {
             app.admin = Arc::new(
                 Admin::new(store, brand_for_admin, pricing, public_url).keeping_keys(vault),
@@ -171,13 +179,14 @@ impl App {
                 registry.clone(),
                 Arc::new(turns::Budgets::default()),
             ),
-            admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
+            admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
             secrets: None,
             sign_in: None,
             owner: Arc::new(owner),
             wallets: Arc::new(wallets),
+            oauth: Arc::new(oauth::AuthServer::new(store, None, public_url)),
         }
     }
 
@@ -224,5 +233,11 @@ impl App {
     /// Wallet history and top-ups.
     pub fn wallets(&self) -> &owner::Wallets {
         &self.wallets
+    }
+
+    /// The OAuth authorization server behind `/mcp`: discovery, client registration, consent,
+    /// tokens and the bearer check.
+    pub fn oauth(&self) -> &oauth::AuthServer {
+        &self.oauth
     }
 }

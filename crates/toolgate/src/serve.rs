@@ -114,11 +114,6 @@ pub async fn run(settings: &Settings) -> Result<()> {
     };
     let public_url = config.http.public_url.clone();
     let mailer = crate::accounts::mailer(settings, &public_url)?;
-    let oauth = Arc::new(toolgate_oauth::AuthServer::new(
-        store.clone(),
-        Some(web.clone()),
-        &public_url,
-    ));
     let payments = crate::accounts::payments(settings)?;
     let app = App::new(
         store,
@@ -138,16 +133,10 @@ pub async fn run(settings: &Settings) -> Result<()> {
             sign_in_limits: crate::accounts::sign_in_limits(settings),
         },
     );
-    crate::accounts::purge_expired(&app, &oauth);
+    crate::accounts::purge_expired(&app);
     let http = config.http;
     let shutdown = CancellationToken::new();
-    let router = toolgate_server::router(
-        app,
-        &http,
-        Arc::new(Metrics::new()),
-        Some(oauth),
-        shutdown.clone(),
-    );
+    let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
     announce(bound, &public_url);
     let signal = shutdown.clone();
