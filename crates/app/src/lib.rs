@@ -1,26 +1,25 @@
 //! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), one tool call
 //! from start to finish ([`calls`]), what a call costs ([`metering`]), what operators do
-//! ([`admin`]), the secrets vault ([`secrets`]), and which capabilities the three tools offer ([`registry`], [`capability`],
-//! [`capabilities`]).
+//! ([`admin`]), the secrets vault ([`secrets`]), what an account's owner does ([`owner`]), the
+//! OAuth authorization server behind `/mcp` ([`oauth`]), and which capabilities the three tools
+//! offer ([`registry`], [`capability`], [`capabilities`]). What they need from outside (HTTP,
+//! models, databases, mail, payments) they reach through `toolgate-ports`.
 
 pub mod admin;
-pub mod ai;
 pub mod auth;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
-pub mod database;
-pub mod mail;
+mod limiter;
 pub mod metering;
+pub mod oauth;
 pub mod owner;
-pub mod payments;
 pub mod registry;
 mod schema;
 mod sealed_cache;
 pub mod secrets;
 pub mod turns;
 mod upcalls;
-pub mod web;
 
 use std::sync::Arc;
 
@@ -43,21 +42,21 @@ pub struct Services {
     /// The secrets vault (`secret_set`, `list_secrets`, `secrets`, `{{secret:…}}`).
     pub vault: Option<Arc<toolgate_vault::Vault>>,
     /// The HTTP client behind the egress guard (`url`).
-    pub web: Option<Arc<dyn web::Web>>,
+    pub web: Option<Arc<dyn toolgate_ports::web::Web>>,
     /// The sandbox (`code`, `bash`, `files`, `path`, and `sql` on `sqlite:` files).
     pub sandbox: Option<capabilities::Sandbox>,
     /// The client of tenants' database servers (`sql` on `postgres://` and `mysql://`).
-    pub databases: Option<Arc<dyn database::Databases>>,
+    pub databases: Option<Arc<dyn toolgate_ports::database::Databases>>,
     /// The client of language-model providers (`svc_ai`'s model call).
-    pub models: Option<Arc<dyn ai::Models>>,
+    pub models: Option<Arc<dyn toolgate_ports::ai::Models>>,
     /// The web search engines (`svc_ai`'s `search`).
-    pub searches: Option<Arc<dyn ai::Searches>>,
+    pub searches: Option<Arc<dyn toolgate_ports::ai::Searches>>,
     /// What model calls on the operator's provider keys may use.
-    pub operator_keys: ai::OperatorKeyLimits,
+    pub operator_keys: capabilities::OperatorKeyLimits,
     /// The mail transport of sign-in links (absent: the dashboard's sign-in is off).
-    pub mailer: Option<Arc<dyn mail::Mailer>>,
+    pub mailer: Option<Arc<dyn toolgate_ports::mail::Mailer>>,
     /// The payment provider of wallet top-ups (absent: top-ups are refused).
-    pub payments: Option<Arc<dyn payments::Payments>>,
+    pub payments: Option<Arc<dyn toolgate_ports::payments::Payments>>,
     /// How many sign-in links an address and a client may ask for.
     pub sign_in_limits: owner::SignInLimits,
 }
@@ -74,6 +73,7 @@ pub struct App {
     sign_in: Option<Arc<owner::SignIn>>,
     owner: Arc<owner::Owner>,
     wallets: Arc<owner::Wallets>,
+    oauth: Arc<oauth::AuthServer>,
 }
 
 impl App {
@@ -92,6 +92,8 @@ impl App {
             .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
+        // client metadata documents are fetched through the same egress-guarded client as `url`
+        let oauth_web = services.web.clone();
         let mailer = services.mailer.take();
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
@@ -131,6 +133,7 @@ impl App {
             pricing.clone(),
             public_url,
         ));
+        app.oauth = Arc::new(oauth::AuthServer::new(store.clone(), oauth_web, public_url));
         if let Some(vault) = vault {
             app.admin = Arc::new(
                 Admin::new(store, brand_for_admin, pricing, public_url).keeping_keys(vault),
@@ -176,13 +179,14 @@ impl App {
                 registry.clone(),
                 Arc::new(turns::Budgets::default()),
             ),
-            admin: Arc::new(Admin::new(store, brand, pricing, public_url)),
+            admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
             secrets: None,
             sign_in: None,
             owner: Arc::new(owner),
             wallets: Arc::new(wallets),
+            oauth: Arc::new(oauth::AuthServer::new(store, None, public_url)),
         }
     }
 
@@ -229,5 +233,11 @@ impl App {
     /// Wallet history and top-ups.
     pub fn wallets(&self) -> &owner::Wallets {
         &self.wallets
+    }
+
+    /// The OAuth authorization server behind `/mcp`: discovery, client registration, consent,
+    /// tokens and the bearer check.
+    pub fn oauth(&self) -> &oauth::AuthServer {
+        &self.oauth
     }
 }

@@ -78,9 +78,7 @@ pub async fn decide(
         Ok(request) => request,
         Err(error) => return answer(&error, true),
     };
-    let Some(oauth) = &state.oauth else {
-        return guard::unavailable();
-    };
+    let oauth = state.app.oauth();
     if !allow {
         return guard::see_other(&oauth.deny(&request));
     }
@@ -96,13 +94,8 @@ async fn checked(
     pairs: &[(String, String)],
     owner: Option<&AccountId>,
 ) -> Result<AuthorizeRequest, AuthorizeError> {
-    let Some(oauth) = &state.oauth else {
-        return Err(AuthorizeError::NoRedirect(
-            "This service does not offer OAuth sign-in.".to_owned(),
-        ));
-    };
     let params = AuthorizeParams::from_pairs(pairs)?;
-    oauth.authorize(&params, owner).await
+    state.app.oauth().authorize(&params, owner).await
 }
 
 /// The answer to a refused request. Only a signed-in owner is sent back to the client: anyone
@@ -155,12 +148,9 @@ pub async fn apps(
     signed: Signed,
     Query(query): Query<AppsQuery>,
 ) -> Response {
-    let list = match &state.oauth {
-        Some(oauth) => match oauth.connected_apps(&signed.account.id).await {
-            Ok(list) => list,
-            Err(err) => return guard::failed("cannot list connected apps", &err),
-        },
-        None => Vec::new(),
+    let list = match state.app.oauth().connected_apps(&signed.account.id).await {
+        Ok(list) => list,
+        Err(err) => return guard::failed("cannot list connected apps", &err),
     };
     let mut chrome = chrome(&signed, Tab::Apps);
     chrome.notice = (query.notice.as_deref() == Some("revoked"))
@@ -186,10 +176,9 @@ pub async fn revoke(
     if !guard::form_ok(&state, &headers, &signed, &form.csrf) {
         return guard::forbidden();
     }
-    let Some(oauth) = &state.oauth else {
-        return guard::unavailable();
-    };
-    match oauth
+    match state
+        .app
+        .oauth()
         .revoke_client(&signed.account.id, &form.client_id)
         .await
     {

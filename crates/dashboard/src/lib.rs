@@ -30,8 +30,6 @@ pub struct DashboardSettings {
     pub public_url: String,
     /// Called after an owner rotated the key: the server ends the old key's open MCP sessions.
     pub on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
-    /// The OAuth authorization server, for the consent page and connected apps.
-    pub oauth: Option<Arc<toolgate_oauth::AuthServer>>,
 }
 
 impl std::fmt::Debug for DashboardSettings {
@@ -53,7 +51,6 @@ pub(crate) struct DashState {
     /// The session cookie's name and scope, chosen by the public URL's scheme.
     cookie: cookie::SessionCookie,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
-    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
 }
 
 impl std::ops::Deref for Dash {
@@ -71,7 +68,6 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         origin: guard::origin_of(&public_url),
         cookie: cookie::SessionCookie::for_public_url(&public_url),
         on_key_rotated: settings.on_key_rotated,
-        oauth: settings.oauth,
     }));
     Router::new()
         .route("/magic-link", post(sign_in::request_link))

@@ -8,8 +8,8 @@ use axum::response::Response;
 use serde::Deserialize;
 use toolgate_app::SecretsError;
 use toolgate_app::owner::TopUpError;
-use toolgate_app::payments::PaymentError;
 use toolgate_domain::SecretName;
+use toolgate_ports::payments::PaymentError;
 
 use crate::Dash;
 use crate::guard::{self, Signed};

@@ -6,7 +6,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use toolgate_app::owner::{TopUpError, WebhookOutcome};
-use toolgate_app::payments::PaymentError;
+use toolgate_ports::payments::PaymentError;
 
 use crate::Dash;
 

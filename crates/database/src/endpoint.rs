@@ -8,8 +8,8 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use toolgate_app::database::DatabaseError;
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::database::DatabaseError;
 use toolgate_vault::Zeroizing;
 use url::Url;
 

@@ -1,6 +1,6 @@
 //! The client of tenants' own PostgreSQL, MySQL and MariaDB servers: the implementation of the
 //! database seam
-//! ([`toolgate_app::database::Databases`]). A connection string is read strictly
+//! ([`toolgate_ports::database::Databases`]). A connection string is read strictly
 //! ([`endpoint`]), its host checked by the egress guard and connected to by address; each
 //! (account, secret, connection string) has its own small pool, closed when idle.
 
@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use sqlx::{MySqlPool, PgPool};
-use toolgate_app::database::{DatabaseError, Databases, DbQuery, Table};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::database::{DatabaseError, Databases, DbQuery, Table};
 
 pub use endpoint::{Endpoint, Engine, Tls};
 

@@ -9,7 +9,7 @@ use futures::future::BoxFuture;
 use sqlx::mysql::{MySql, MySqlConnectOptions, MySqlPool, MySqlSslMode};
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, ConnectOptions, Row};
-use toolgate_app::database::Access;
+use toolgate_ports::database::Access;
 
 use crate::endpoint::{Endpoint, Tls};
 use crate::my_values::json_of;

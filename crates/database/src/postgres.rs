@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgSslMode};
 use sqlx::{AssertSqlSafe, ConnectOptions, Postgres, Row};
-use toolgate_app::database::Access;
+use toolgate_ports::database::Access;
 
 use crate::endpoint::{Endpoint, Tls};
 use crate::pg_values::json_of;

@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Database, Either, Pool};
-use toolgate_app::database::{Access, Column, DatabaseError, Table};
+use toolgate_ports::database::{Access, Column, DatabaseError, Table};
 
 /// Time to connect (or wait for a free connection).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use toolgate_app::database::{Access, Databases};
+use toolgate_ports::database::{Access, Databases};
 use toolgate_vault::Zeroizing;
 
 mod common;

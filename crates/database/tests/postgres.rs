@@ -7,9 +7,9 @@
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use toolgate_app::database::{Access, DatabaseError, Databases};
 use toolgate_database::DatabaseServers;
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::database::{Access, DatabaseError, Databases};
 use toolgate_vault::Zeroizing;
 
 mod common;

@@ -11,7 +11,7 @@ pub use smtp::{SEND_TIMEOUT, Smtp};
 use lettre::Message;
 use lettre::message::header::{ContentTransferEncoding, ContentType};
 use lettre::message::{Body, Mailbox};
-use toolgate_app::mail::{Mail, MailError};
+use toolgate_ports::mail::{Mail, MailError};
 
 /// Why a mailer could not be built from the operator's settings (never holds a password).
 #[derive(Debug, thiserror::Error)]

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lettre::message::Mailbox;
-use toolgate_app::mail::{Mail, MailError, Mailer};
+use toolgate_ports::mail::{Mail, MailError, Mailer};
 
 use crate::{SetupError, build_message, parse_from};
 

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
-use toolgate_app::mail::{Mail, MailError, Mailer};
+use toolgate_ports::mail::{Mail, MailError, Mailer};
 use url::{Host, Url};
 
 use crate::{SetupError, build_message, parse_from};

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
-use toolgate_app::mail::{Mail, MailError, Mailer};
 use toolgate_domain::Email;
 use toolgate_mail::{Outbox, Smtp};
+use toolgate_ports::mail::{Mail, MailError, Mailer};
 
 const PYTHON: &str = "/usr/bin/python3";
 const SINK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/smtp-sink.py");

@@ -2,15 +2,9 @@
 //! order that keeps the server from becoming an open redirector, the signed-in owner consents
 //! or refuses, and the browser goes back to the client with a code or an error.
 
-use toolgate_domain::AccountId;
-use toolgate_store::{Grant, NewCode, StoreError};
-
-use crate::clients::ClientError;
-use crate::token::FAMILY_CHARS;
-use crate::{
-    AuthServer, AuthorizeError, CODE_TTL, ErrorRedirect, OAuthError, SCOPE_MCP, SCOPES, error,
-    fresh_token, millis,
-};
+use crate::scope::normalize_scope;
+use crate::uri::redirect_matches;
+use crate::{AuthorizeError, ErrorRedirect, Issuer, SCOPES};
 
 /// The characters of a PKCE S256 challenge: base64url of 32 bytes, without padding.
 const CHALLENGE_CHARS: usize = 43;
@@ -67,6 +61,18 @@ impl AuthorizeParams {
         Ok(params)
     }
 
+    /// The request's `client_id`: without one there is no client to trust, so the refusal is an
+    /// error page ([`AuthorizeError::NoRedirect`]).
+    pub fn required_client_id(&self) -> Result<&str, AuthorizeError> {
+        given(&self.client_id).ok_or_else(|| {
+            AuthorizeError::NoRedirect(
+                "the authorization request has no client_id: start the connection again from \
+                 your app"
+                    .to_owned(),
+            )
+        })
+    }
+
     /// The parameters as pairs, e.g. for the hidden fields of a consent form.
     pub fn to_pairs(&self) -> Vec<(&'static str, String)> {
         [
@@ -86,8 +92,8 @@ impl AuthorizeParams {
 }
 
 /// A checked authorization request, waiting for the owner's consent. Only
-/// [`AuthServer::authorize`] makes one, so [`AuthServer::approve`] can trust it: a consent
-/// form carries [`AuthorizeRequest::params`] and is checked again when submitted.
+/// [`AuthorizeRequest::check`] makes one, so a request approved can be trusted: a consent form
+/// carries [`AuthorizeRequest::params`] and is checked again when submitted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuthorizeRequest {
     client_id: String,
@@ -125,6 +131,16 @@ impl AuthorizeRequest {
         self.state.as_deref()
     }
 
+    /// The PKCE S256 challenge the code will be bound to.
+    pub fn code_challenge(&self) -> &str {
+        &self.code_challenge
+    }
+
+    /// The resource the tokens will be for.
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
     /// The checked request as parameters, to carry through the consent form and check again.
     pub fn params(&self) -> AuthorizeParams {
         AuthorizeParams {
@@ -140,34 +156,28 @@ impl AuthorizeRequest {
     }
 }
 
-impl AuthServer {
-    /// Checks an authorization request for `owner`, the signed-in account if there is one (a
-    /// client metadata document is fetched only for a signed-in account, at most
-    /// [`crate::DOCUMENT_FETCHES_PER_HOUR`] times an hour each). Until the client and its redirect URI
-    /// are known to match, a refusal is [`AuthorizeError::NoRedirect`] (an error page); after
-    /// that it is [`AuthorizeError::Redirect`], which may go back to the client with `error`,
-    /// `state` and `iss` once the owner has signed in.
-    pub async fn authorize(
-        &self,
+/// A client as an authorization request is checked against it.
+#[derive(Debug, Clone, Copy)]
+pub struct KnownClient<'a> {
+    /// Its id: registered, or a metadata document's URL.
+    pub id: &'a str,
+    /// Its name, as it claims it.
+    pub name: &'a str,
+    /// Its redirect URIs.
+    pub redirect_uris: &'a [String],
+}
+
+impl AuthorizeRequest {
+    /// Checks an authorization request of `client` for tokens of `issuer`. Until the client
+    /// and its redirect URI are known to match, a refusal is [`AuthorizeError::NoRedirect`] (an
+    /// error page); after that it is [`AuthorizeError::Redirect`], which may go back to the
+    /// client with `error`, `state` and `iss` once the owner has signed in.
+    pub fn check(
+        issuer: &Issuer,
         params: &AuthorizeParams,
-        owner: Option<&AccountId>,
-    ) -> Result<AuthorizeRequest, AuthorizeError> {
-        let client_id = given(&params.client_id).ok_or_else(|| {
-            AuthorizeError::NoRedirect(
-                "the authorization request has no client_id: start the connection again from \
-                 your app"
-                    .to_owned(),
-            )
-        })?;
-        let client = self
-            .resolve_client(client_id, owner)
-            .await
-            .map_err(|err| match err {
-                ClientError::Refused(message) => AuthorizeError::NoRedirect(message),
-                ClientError::TooManyFetches(wait) => AuthorizeError::TooManyFetches(wait),
-                ClientError::Unavailable => AuthorizeError::Unavailable,
-            })?;
-        let redirect_uri = match (given(&params.redirect_uri), client.redirect_uris.as_slice()) {
+        client: KnownClient<'_>,
+    ) -> Result<Self, AuthorizeError> {
+        let redirect_uri = match (given(&params.redirect_uri), client.redirect_uris) {
             (Some(uri), known)
                 if known
                     .iter()
@@ -194,7 +204,7 @@ impl AuthServer {
         let state = given(&params.state).map(str::to_owned);
         let refuse = |code: &'static str, description: &str| {
             AuthorizeError::Redirect(ErrorRedirect {
-                url: self.error_redirect(&redirect_uri, state.as_deref(), code, description),
+                url: issuer.error_redirect(&redirect_uri, state.as_deref(), code, description),
                 error: code,
                 description: description.to_owned(),
             })
@@ -228,13 +238,13 @@ impl AuthServer {
             ));
         }
         if let Some(resource) = given(&params.resource)
-            && resource != self.resource
+            && resource != issuer.resource()
         {
             return Err(refuse(
                 "invalid_target",
                 &format!(
                     "this server issues tokens only for the resource {}",
-                    self.resource
+                    issuer.resource()
                 ),
             ));
         }
@@ -244,84 +254,15 @@ impl AuthServer {
                 &format!("the scopes offered are: {}", SCOPES.join(" ")),
             )
         })?;
-        Ok(AuthorizeRequest {
-            client_id: client.client_id,
-            client_name: client.name,
+        Ok(Self {
+            client_id: client.id.to_owned(),
+            client_name: client.name.to_owned(),
             redirect_uri,
             state,
             scope,
             code_challenge: code_challenge.to_owned(),
-            resource: self.resource.clone(),
+            resource: issuer.resource().to_owned(),
         })
-    }
-
-    /// The owner of `account` consented: stores a code (valid 60 s, once) starting a new token
-    /// family, and answers the URL to send the browser to (`code`, `state`, `iss`).
-    pub async fn approve(
-        &self,
-        account: &AccountId,
-        request: &AuthorizeRequest,
-    ) -> Result<String, OAuthError> {
-        let code = fresh_token()?;
-        let family = fresh_token()?;
-        let now = self.now();
-        self.store
-            .put_code(&NewCode {
-                code_hash: code.hash(),
-                family: family
-                    .expose()
-                    .get(..FAMILY_CHARS)
-                    .unwrap_or_default()
-                    .to_owned(),
-                grant: Grant {
-                    account: account.clone(),
-                    client_id: request.client_id.clone(),
-                    scope: request.scope.clone(),
-                    resource: request.resource.clone(),
-                },
-                redirect_uri: request.redirect_uri.clone(),
-                code_challenge: request.code_challenge.clone(),
-                expires_at: now.saturating_add(millis(CODE_TTL)),
-            })
-            .await
-            .map_err(|err| match err {
-                StoreError::NotFound => OAuthError::InvalidRequest(
-                    "the signed-in account no longer exists: sign in again".to_owned(),
-                ),
-                other => error::storage(other),
-            })?;
-        let mut pairs = vec![("code", code.expose())];
-        if let Some(state) = &request.state {
-            pairs.push(("state", state));
-        }
-        pairs.push(("iss", &self.issuer));
-        Ok(with_query(&request.redirect_uri, &pairs))
-    }
-
-    /// The owner refused: the URL to send the browser to, with `error=access_denied`.
-    pub fn deny(&self, request: &AuthorizeRequest) -> String {
-        self.error_redirect(
-            &request.redirect_uri,
-            request.state.as_deref(),
-            "access_denied",
-            "the account owner denied access",
-        )
-    }
-
-    /// An error response to the client's redirect URI (RFC 6749 §4.1.2.1, RFC 9207).
-    fn error_redirect(
-        &self,
-        redirect_uri: &str,
-        state: Option<&str>,
-        code: &str,
-        description: &str,
-    ) -> String {
-        let mut pairs = vec![("error", code), ("error_description", description)];
-        if let Some(state) = state {
-            pairs.push(("state", state));
-        }
-        pairs.push(("iss", &self.issuer));
-        with_query(redirect_uri, &pairs)
     }
 }
 
@@ -337,122 +278,3 @@ fn is_s256_challenge(challenge: &str) -> bool {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
 }
-
-/// The scopes asked for, deduplicated in a fixed order; `mcp` when none; `None` when one is
-/// not offered.
-pub(crate) fn normalize_scope(asked: Option<&str>) -> Option<String> {
-    let asked: Vec<&str> = asked.unwrap_or(SCOPE_MCP).split_whitespace().collect();
-    if asked.iter().any(|scope| !SCOPES.contains(scope)) {
-        return None;
-    }
-    let granted: Vec<&str> = SCOPES
-        .into_iter()
-        .filter(|scope| asked.contains(scope))
-        .collect();
-    Some(if granted.is_empty() {
-        SCOPE_MCP.to_owned()
-    } else {
-        granted.join(" ")
-    })
-}
-
-/// Whether a presented redirect URI is the registered one: exactly, or (RFC 8252 §7.3) a
-/// loopback IP address's `http` URI that differs only in its port (1 to 65535), which a native
-/// app picks when it starts.
-pub(crate) fn redirect_matches(registered: &str, presented: &str) -> bool {
-    if registered == presented {
-        return true;
-    }
-    let without_port = |uri: &str| -> Option<(String, String)> {
-        let rest = uri.strip_prefix("http://")?;
-        let (authority, path) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-        let host = if authority.starts_with("[::1]") {
-            "[::1]"
-        } else {
-            authority.split(':').next()?
-        };
-        if host != "127.0.0.1" && host != "[::1]" {
-            return None;
-        }
-        // a real port (1 to 65535, at most 5 digits), not any run of digits
-        let port = &authority[host.len()..];
-        if !(port.is_empty()
-            || port.strip_prefix(':').is_some_and(|p| {
-                p.len() <= 5
-                    && p.bytes().all(|b| b.is_ascii_digit())
-                    && p.parse::<u16>().is_ok_and(|n| n > 0)
-            }))
-        {
-            return None;
-        }
-        Some((host.to_owned(), path.to_owned()))
-    };
-    matches!((without_port(registered), without_port(presented)), (Some(a), Some(b)) if a == b)
-}
-
-/// `uri` with `pairs` appended to its query, percent-encoded.
-fn with_query(uri: &str, pairs: &[(&str, &str)]) -> String {
-    let mut url = uri.to_owned();
-    if !url.contains('?') {
-        url.push('?');
-    } else if !url.ends_with('?') && !url.ends_with('&') {
-        url.push('&');
-    }
-    let query: Vec<String> = pairs
-        .iter()
-        .map(|(name, value)| format!("{}={}", encode(name), encode(value)))
-        .collect();
-    url.push_str(&query.join("&"));
-    url
-}
-
-/// Percent-encodes everything but the unreserved characters (RFC 3986 §2.3).
-fn encode(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
-            out.push(char::from(byte));
-        } else {
-            out.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod loopback_tests {
-    use super::redirect_matches;
-
-    #[test]
-    fn loopback_redirects_may_change_only_their_port() {
-        let registered = "http://127.0.0.1:3000/callback";
-        assert!(redirect_matches(
-            registered,
-            "http://127.0.0.1:3000/callback"
-        ));
-        assert!(redirect_matches(
-            registered,
-            "http://127.0.0.1:51234/callback"
-        ));
-        assert!(redirect_matches("http://[::1]/cb", "http://[::1]:8080/cb"));
-        for other in [
-            "http://127.0.0.1:51234/callback2",
-            "http://127.0.0.1:51234/callback?x=1",
-            "http://127.0.0.2:3000/callback",
-            "http://localhost:3000/callback",
-            "https://127.0.0.1:3000/callback",
-            "http://127.0.0.1:3000@evil.example/callback",
-            "http://127.0.0.1:x/callback",
-        ] {
-            assert!(!redirect_matches(registered, other), "{other}");
-        }
-        assert!(!redirect_matches(
-            "https://app.example/cb",
-            "https://app.example:444/cb"
-        ));
-    }
-}
-
-#[cfg(test)]
-#[path = "redirect_proptests.rs"]
-mod redirect_proptests;

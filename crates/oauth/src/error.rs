@@ -6,7 +6,6 @@ use std::fmt;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolgate_store::StoreError;
 
 use crate::DOCUMENT_FETCHES_PER_HOUR;
 
@@ -97,22 +96,6 @@ impl OAuthError {
             Self::ServerError(_) => 500,
             Self::TemporarilyUnavailable(_) => 503,
             _ => 400,
-        }
-    }
-}
-
-/// Turns a storage failure into the wire error, logging its detail (which the wire never shows).
-pub(crate) fn storage(err: StoreError) -> OAuthError {
-    match err {
-        StoreError::Unavailable(detail) => {
-            tracing::error!(error = %detail, "oauth: storage unavailable");
-            OAuthError::TemporarilyUnavailable(
-                "the service cannot reach its storage right now; retry in a moment".to_owned(),
-            )
-        }
-        other => {
-            tracing::error!(error = %other, "oauth: unexpected storage answer");
-            OAuthError::ServerError("the service failed to complete the request".to_owned())
         }
     }
 }

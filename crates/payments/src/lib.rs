@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::{StatusCode, redirect};
 use serde::Deserialize;
-use toolgate_app::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
+use toolgate_ports::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
 
 pub use webhook::sign;
 

@@ -5,7 +5,7 @@
 
 use serde::Deserialize;
 use serde_json::Value;
-use toolgate_app::payments::{PaymentError, PaymentEvent};
+use toolgate_ports::payments::{PaymentError, PaymentEvent};
 
 /// Reads one kind of event's object into a payment event.
 pub(crate) type Reader = fn(String, Value) -> Result<PaymentEvent, PaymentError>;

@@ -4,8 +4,8 @@
 use hmac::{Hmac, KeyInit, Mac};
 use serde::Deserialize;
 use sha2::Sha256;
-use toolgate_app::payments::{PaymentError, PaymentEvent};
 use toolgate_domain::AccountId;
+use toolgate_ports::payments::{PaymentError, PaymentEvent};
 
 /// How far a signature's timestamp may be from now, either way, in seconds (Stripe's default
 /// tolerance): an old event replayed, or one dated ahead, is refused.

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use proptest::prelude::*;
-use toolgate_app::payments::PaymentError;
+use toolgate_ports::payments::PaymentError;
 
 use super::{TOLERANCE_SECONDS, sign, verify};
 
@@ -22,7 +22,7 @@ fn body() -> impl Strategy<Value = Vec<u8>> {
     ]
 }
 
-fn bad_signature(result: &Result<toolgate_app::payments::PaymentEvent, PaymentError>) -> bool {
+fn bad_signature(result: &Result<toolgate_ports::payments::PaymentEvent, PaymentError>) -> bool {
     matches!(result, Err(PaymentError::BadSignature(_)))
 }
 

@@ -13,9 +13,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, post};
 use axum::{Json, Router};
 use serde_json::json;
-use toolgate_app::payments::{CheckoutRequest, PaymentError, Payments};
 use toolgate_domain::{AccountId, Email};
 use toolgate_payments::{Stripe, StripeSettings};
+use toolgate_ports::payments::{CheckoutRequest, PaymentError, Payments};
 
 const KEY: &str = "sk_test_51Hx9TopSecretKeyValue";
 

@@ -5,10 +5,10 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate_app::payments::{PaymentError, PaymentEvent, Payments};
 use toolgate_domain::AccountId;
 use toolgate_payments::webhook::TOLERANCE_SECONDS;
 use toolgate_payments::{Stripe, StripeSettings, sign};
+use toolgate_ports::payments::{PaymentError, PaymentEvent, Payments};
 
 const SECRET: &str = "whsec_test_5f1d8c0a9b7e6d4c3b2a1f0e";
 const NOW: i64 = 1_767_225_600;

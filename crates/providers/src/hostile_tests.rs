@@ -13,7 +13,7 @@ use axum::extract::Path;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
-use toolgate_app::ai::{Message, ModelRequest, Models, Part, Role};
+use toolgate_ports::ai::{Message, ModelRequest, Models, Part, Role};
 
 use super::*;
 

@@ -1,5 +1,5 @@
 //! Language-model providers: the implementation of the model seam
-//! ([`toolgate_app::ai::Models`]). Three hand-written wire formats ([`formats`]) cover every
+//! ([`toolgate_ports::ai::Models`]). Three hand-written wire formats ([`formats`]) cover every
 //! provider of [`catalog`] and any OpenAI-compatible endpoint the operator adds; requests go
 //! through the egress-guarded client of `toolgate-web` (no redirects), are retried on 429 and
 //! 5xx within the call's time limit, and stream their text when the caller wants it.
@@ -18,8 +18,8 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use toolgate_app::ai::{ModelAnswer, ModelError, ModelRequest, Models, ProviderInfo};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::ai::{ModelAnswer, ModelError, ModelRequest, Models, ProviderInfo};
 use toolgate_vault::Zeroizing;
 
 pub use catalog::{BUILTIN, setting_prefix};

@@ -8,8 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolgate_app::ai::{Freshness, ModelError, SearchAnswer, SearchQuery, SearchResult, Searches};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::ai::{
+    Freshness, ModelError, SearchAnswer, SearchQuery, SearchResult, Searches,
+};
 use toolgate_vault::Zeroizing;
 
 /// The longest snippet kept, in characters.

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
-use toolgate_app::ai::{Message, ModelError, ModelRequest, Models, Part, Role};
+use toolgate_ports::ai::{Message, ModelError, ModelRequest, Models, Part, Role};
 
 use super::*;
 

@@ -53,10 +53,7 @@ async fn authenticate(
     match credential {
         Credential::Key(path_key) => carriers::authenticate(&state.app, path_key, parts).await,
         Credential::Token => {
-            let Some(oauth) = &state.oauth else {
-                let public_url = state.public_url.clone();
-                return Err(EdgeError::OAuthNotYet { public_url });
-            };
+            let oauth = state.app.oauth();
             let bearer = carriers::bearer(&parts.headers);
             match oauth.authenticate(bearer.as_deref()).await {
                 Ok((account, _grant)) => Ok(account),

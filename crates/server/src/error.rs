@@ -60,14 +60,6 @@ pub enum EdgeError {
     /// No valid key (401), or the key store failed (503).
     #[error(transparent)]
     Auth(#[from] AuthError),
-    /// `/mcp` before OAuth exists: the challenge points to the personal URL.
-    #[error(
-        "OAuth sign-in is not available on this server yet: connect with your personal URL ({public_url}/u/<api_key>) instead"
-    )]
-    OAuthNotYet {
-        /// The service's public URL.
-        public_url: String,
-    },
     /// A missing or refused OAuth access token at `/mcp` (401 with the challenge).
     #[error("{error}")]
     Token {
@@ -129,9 +121,7 @@ impl EdgeError {
                 error: toolgate_oauth::TokenError::InsufficientScope,
                 ..
             } => StatusCode::FORBIDDEN,
-            Self::Auth(_) | Self::OAuthNotYet { .. } | Self::Token { .. } => {
-                StatusCode::UNAUTHORIZED
-            }
+            Self::Auth(_) | Self::Token { .. } => StatusCode::UNAUTHORIZED,
             Self::SessionNotFound => StatusCode::NOT_FOUND,
             Self::SessionsFull(OpenError::AccountFull(_)) => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionsFull(OpenError::ServerFull(_)) => StatusCode::SERVICE_UNAVAILABLE,
@@ -152,9 +142,7 @@ impl EdgeError {
                 error: toolgate_oauth::TokenError::Unavailable,
                 ..
             } => RpcCode::InternalError,
-            Self::Auth(_) | Self::OAuthNotYet { .. } | Self::Token { .. } => {
-                RpcCode::Unauthenticated
-            }
+            Self::Auth(_) | Self::Token { .. } => RpcCode::Unauthenticated,
             Self::Rejected(Rejection::NotJson(_)) => RpcCode::ParseError,
             Self::ForbiddenOrigin
             | Self::SessionNotFound
@@ -179,13 +167,6 @@ impl EdgeError {
         let mut response = error_response(status, code, &self.to_string(), id);
         let headers = response.headers_mut();
         match self {
-            Self::OAuthNotYet { .. } => {
-                let challenge = r#"Bearer realm="toolgate", error="invalid_token", error_description="use the personal URL""#;
-                headers.insert(
-                    header::WWW_AUTHENTICATE,
-                    HeaderValue::from_static(challenge),
-                );
-            }
             Self::Token { challenge, .. } => {
                 if let Ok(value) = HeaderValue::from_str(&challenge) {
                     headers.insert(header::WWW_AUTHENTICATE, value);

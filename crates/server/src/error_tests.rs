@@ -33,10 +33,19 @@ async fn every_refusal_has_its_status_code_and_metric_in_one_place() {
             -32603,
         ),
         (
-            EdgeError::OAuthNotYet {
-                public_url: "https://svc.example".into(),
+            EdgeError::Token {
+                error: toolgate_oauth::TokenError::Invalid,
+                challenge: "Bearer".into(),
             },
             401,
+            -32001,
+        ),
+        (
+            EdgeError::Token {
+                error: toolgate_oauth::TokenError::InsufficientScope,
+                challenge: "Bearer".into(),
+            },
+            403,
             -32001,
         ),
         (EdgeError::SessionNotFound, 404, -32600),
@@ -103,8 +112,9 @@ async fn the_request_id_is_echoed_when_it_was_readable_and_headers_say_what_to_d
     .await;
     assert_eq!(body["id"], 7);
     let metrics = Metrics::new();
-    let oauth = EdgeError::OAuthNotYet {
-        public_url: "https://svc.example".into(),
+    let oauth = EdgeError::Token {
+        error: toolgate_oauth::TokenError::Missing,
+        challenge: "Bearer resource_metadata=\"https://svc.example/.well-known/oauth-protected-resource/mcp\"".into(),
     }
     .respond(&metrics);
     let challenge = oauth.headers()[header::WWW_AUTHENTICATE].to_str().unwrap();

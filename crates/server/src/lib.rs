@@ -61,13 +61,8 @@ pub(crate) struct ServerState {
     app: App,
     metrics: Arc<Metrics>,
     origins: Origins,
-    public_url: String,
     max_body: usize,
     sessions: Arc<mcp_sessions::McpSessions>,
-    /// The OAuth authorization server behind `/mcp`, when the service offers it.
-    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
-    /// Dynamic client registrations per client address.
-    registrations: toolgate_app::owner::Limiter,
     /// A plain legacy `tools/list`, answered without rmcp.
     tools_list: Option<fast::ToolsList>,
     /// The handler rmcp calls, also for plain legacy `tools/call`s answered without rmcp.
@@ -83,16 +78,13 @@ impl std::ops::Deref for Shared {
     }
 }
 
-/// Client registrations one client address may make per hour.
-const REGISTRATIONS_PER_HOUR: u32 = 60;
-
-/// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops;
-/// `oauth` serves `/mcp` and its discovery, registration and token endpoints.
+/// Builds the whole HTTP surface. `shutdown` ends open MCP streams when the server stops; the
+/// app's OAuth authorization server serves `/mcp` and its discovery, registration and token
+/// endpoints.
 pub fn router(
     app: App,
     settings: &HttpSettings,
     metrics: Arc<Metrics>,
-    oauth: Option<Arc<toolgate_oauth::AuthServer>>,
     shutdown: CancellationToken,
 ) -> Router {
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
@@ -114,21 +106,14 @@ pub fn router(
         toolgate_dashboard::DashboardSettings {
             public_url: settings.public_url.clone(),
             on_key_rotated: key_rotated(&sessions),
-            oauth: oauth.clone(),
         },
     );
     let shared = Shared(Arc::new(ServerState {
         app,
         metrics,
         origins,
-        public_url: settings.public_url.trim_end_matches('/').to_owned(),
         max_body: settings.max_request_bytes,
         sessions,
-        oauth,
-        registrations: toolgate_app::owner::Limiter::new(
-            REGISTRATIONS_PER_HOUR,
-            std::time::Duration::from_secs(3600),
-        ),
         tools_list,
         handler,
         mcp,

@@ -1,8 +1,9 @@
 //! The OAuth endpoints around `/mcp`: discovery (RFC 9728 protected resource metadata, RFC 8414
 //! authorization server metadata and its OpenID discovery twin), Dynamic Client Registration
 //! (RFC 7591), the token endpoint and revocation (RFC 7009). The authorization endpoint is a page
-//! of the dashboard (the owner's session cookie reaches it there). The logic is `toolgate-oauth`'s;
-//! this module only reads requests and writes its answers.
+//! of the dashboard (the owner's session cookie reaches it there). The use cases are the app's
+//! (`App::oauth`), the protocol's values `toolgate-oauth`'s; this module only reads requests and
+//! writes their answers.
 
 use axum::body::to_bytes;
 use axum::extract::{Request, State};
@@ -18,40 +19,21 @@ const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// `GET /.well-known/oauth-protected-resource[/mcp]`.
 pub async fn resource_metadata(State(state): State<Shared>) -> Response {
-    match &state.oauth {
-        Some(oauth) => public_json(StatusCode::OK, oauth.resource_metadata()),
-        None => crate::routes::not_found().await,
-    }
+    public_json(StatusCode::OK, state.app.oauth().resource_metadata())
 }
 
 /// `GET /.well-known/oauth-authorization-server` and `/.well-known/openid-configuration`.
 pub async fn server_metadata(State(state): State<Shared>) -> Response {
-    match &state.oauth {
-        Some(oauth) => public_json(StatusCode::OK, oauth.metadata()),
-        None => crate::routes::not_found().await,
-    }
+    public_json(StatusCode::OK, state.app.oauth().metadata())
 }
 
-/// `POST /oauth/register`: Dynamic Client Registration, limited per client address.
+/// `POST /oauth/register`: Dynamic Client Registration, limited per client address by the app.
 pub async fn register(State(state): State<Shared>, request: Request) -> Response {
-    let Some(oauth) = &state.oauth else {
-        return crate::routes::not_found().await;
-    };
     let client = crate::client_ip(&request);
-    if let Err(wait) = state
-        .registrations
-        .admit(&toolgate_app::owner::client_key(client))
-    {
-        let error = OAuthError::TemporarilyUnavailable(format!(
-            "too many client registrations from this address; retry in {} s",
-            wait.as_secs().max(1)
-        ));
-        return oauth_error(&error);
-    }
     let Ok(body) = to_bytes(request.into_body(), MAX_FORM_BYTES).await else {
         return oauth_error(&too_large());
     };
-    match oauth.register(&body).await {
+    match state.app.oauth().register(client, &body).await {
         Ok(client) => public_json(StatusCode::CREATED, client),
         Err(err) => oauth_error(&err),
     }
@@ -59,14 +41,11 @@ pub async fn register(State(state): State<Shared>, request: Request) -> Response
 
 /// `POST /oauth/token`: codes and refresh tokens for tokens.
 pub async fn token(State(state): State<Shared>, request: Request) -> Response {
-    let Some(oauth) = &state.oauth else {
-        return crate::routes::not_found().await;
-    };
     let form = match read_form(request).await {
         Ok(form) => form,
         Err(err) => return oauth_error(&err),
     };
-    match oauth.token(&form).await {
+    match state.app.oauth().token(&form).await {
         Ok(answer) => match serde_json::to_value(&answer) {
             Ok(body) => public_json(StatusCode::OK, body),
             Err(_) => oauth_error(&OAuthError::ServerError("cannot write the answer".into())),
@@ -77,14 +56,11 @@ pub async fn token(State(state): State<Shared>, request: Request) -> Response {
 
 /// `POST /oauth/revoke`: 200 whether or not the token was known (RFC 7009 §2.2).
 pub async fn revoke(State(state): State<Shared>, request: Request) -> Response {
-    let Some(oauth) = &state.oauth else {
-        return crate::routes::not_found().await;
-    };
     let form = match read_form(request).await {
         Ok(form) => form,
         Err(err) => return oauth_error(&err),
     };
-    match oauth.revoke(&form).await {
+    match state.app.oauth().revoke(&form).await {
         Ok(()) => public_json(StatusCode::OK, serde_json::json!({})),
         Err(err) => oauth_error(&err),
     }

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use toolgate_app::App;
-use toolgate_app::mail::Mailer;
 use toolgate_app::owner::SignInLimits;
-use toolgate_app::payments::Payments;
-use toolgate_oauth::AuthServer;
+use toolgate_ports::mail::Mailer;
+use toolgate_ports::payments::Payments;
 
 use crate::config::Settings;
 
@@ -82,8 +81,8 @@ pub fn sign_in_limits(settings: &Settings) -> SignInLimits {
 
 /// Deletes expired sign-in links and dashboard sessions, and OAuth clients unused for a day
 /// (no live token, no pending code), at start and now and then, for as long as the process runs.
-pub fn purge_expired(app: &App, oauth: &Arc<AuthServer>) {
-    let (app, oauth) = (app.clone(), oauth.clone());
+pub fn purge_expired(app: &App) {
+    let app = app.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(PURGE_EVERY);
         loop {
@@ -93,7 +92,7 @@ pub fn purge_expired(app: &App, oauth: &Arc<AuthServer>) {
             {
                 tracing::warn!(error = %err, "expired sign-in links were not purged");
             }
-            match oauth.purge_unused_clients().await {
+            match app.oauth().purge_unused_clients().await {
                 Ok(0) => {}
                 Ok(purged) => tracing::info!(purged, "unused OAuth clients purged"),
                 Err(err) => tracing::warn!(error = %err, "unused OAuth clients were not purged"),

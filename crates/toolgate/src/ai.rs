@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use toolgate_app::ai::OperatorKeyLimits;
+use toolgate_app::capabilities::OperatorKeyLimits;
 use toolgate_egress::EgressPolicy;
 use toolgate_providers::{ModelClients, ProviderSettings, SearchEngines, SearchSettings};
 use toolgate_vault::Zeroizing;

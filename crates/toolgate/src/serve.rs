@@ -49,7 +49,7 @@ struct ServeConfig {
     pricing: Pricing,
     http: HttpSettings,
     egress: toolgate_egress::EgressPolicy,
-    operator_keys: toolgate_app::ai::OperatorKeyLimits,
+    operator_keys: toolgate_app::capabilities::OperatorKeyLimits,
 }
 
 impl ServeConfig {
@@ -89,21 +89,21 @@ pub async fn run(settings: &Settings) -> Result<()> {
     config.http.public_url = settings.public_url_for(bound)?;
     let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
     let vault = crate::vault::open(settings, &store).await?;
-    let web: Arc<dyn toolgate_app::web::Web> = Arc::new(
+    let web: Arc<dyn toolgate_ports::web::Web> = Arc::new(
         toolgate_web::WebClient::new(config.egress.clone(), WEB_TIMEOUT)
             .map_err(anyhow::Error::msg)?,
     );
-    let databases: Arc<dyn toolgate_app::database::Databases> = Arc::new(
+    let databases: Arc<dyn toolgate_ports::database::Databases> = Arc::new(
         toolgate_database::DatabaseServers::new(config.egress.clone())
             .map_err(anyhow::Error::msg)?,
     );
     // `egress_allow_private` is for tenants' destinations; the service's own endpoints are
     // reachable because the operator configured them, each at its host and port only
-    let models: Arc<dyn toolgate_app::ai::Models> = Arc::new(crate::ai::models(
+    let models: Arc<dyn toolgate_ports::ai::Models> = Arc::new(crate::ai::models(
         settings,
         toolgate_egress::EgressPolicy::default(),
     )?);
-    let searches: Arc<dyn toolgate_app::ai::Searches> = Arc::new(crate::ai::searches(
+    let searches: Arc<dyn toolgate_ports::ai::Searches> = Arc::new(crate::ai::searches(
         settings,
         toolgate_egress::EgressPolicy::default(),
     )?);
@@ -114,11 +114,6 @@ pub async fn run(settings: &Settings) -> Result<()> {
     };
     let public_url = config.http.public_url.clone();
     let mailer = crate::accounts::mailer(settings, &public_url)?;
-    let oauth = Arc::new(toolgate_oauth::AuthServer::new(
-        store.clone(),
-        Some(web.clone()),
-        &public_url,
-    ));
     let payments = crate::accounts::payments(settings)?;
     let app = App::new(
         store,
@@ -138,16 +133,10 @@ pub async fn run(settings: &Settings) -> Result<()> {
             sign_in_limits: crate::accounts::sign_in_limits(settings),
         },
     );
-    crate::accounts::purge_expired(&app, &oauth);
+    crate::accounts::purge_expired(&app);
     let http = config.http;
     let shutdown = CancellationToken::new();
-    let router = toolgate_server::router(
-        app,
-        &http,
-        Arc::new(Metrics::new()),
-        Some(oauth),
-        shutdown.clone(),
-    );
+    let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
     announce(bound, &public_url);
     let signal = shutdown.clone();

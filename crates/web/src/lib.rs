@@ -19,8 +19,8 @@ use reqwest::header::{
 };
 use reqwest::redirect;
 use tokio::time::Instant;
-use toolgate_app::web::{Web, WebError, WebPage, WebRequest};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::web::{Web, WebError, WebPage, WebRequest};
 use url::Url;
 
 /// Makes ring the process's TLS crypto provider, which every reqwest client of this build needs

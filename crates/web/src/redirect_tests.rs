@@ -11,8 +11,8 @@ use axum::extract::Query;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
-use toolgate_app::web::{Method, Web, WebError, WebRequest};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::web::{Method, Web, WebError, WebRequest};
 
 use super::WebClient;
 

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use base64::Engine;
-use toolgate_app::web::WebContent;
+use toolgate_ports::web::WebContent;
 
 /// The most time Markdown conversion may take before the page is shown as plain text.
 const MARKDOWN_TIME: Duration = Duration::from_secs(5);

@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 
-use toolgate_app::web::WebContent;
+use toolgate_ports::web::WebContent;
 
 use super::{max_text, render};
 

@@ -11,8 +11,8 @@ use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use toolgate_app::web::{Method, Web, WebContent, WebError, WebRequest};
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::web::{Method, Web, WebContent, WebError, WebRequest};
 
 use super::WebClient;
 

@@ -16,6 +16,7 @@ use crate::capability::Capability;
 use crate::metering::Meter;
 use crate::secrets::Secrets;
 
+pub use ai::OperatorKeyLimits;
 pub use billing::Billing;
 pub use sandbox::Sandbox;
 

@@ -2,7 +2,6 @@
 //! personal URL, read usage, fund the wallet ([`wallet`]) and end sandbox sessions. Everything
 //! takes the signed-in account; nothing here reaches another account's data.
 
-pub mod limiter;
 pub mod sign_in;
 pub mod wallet;
 
@@ -14,7 +13,6 @@ use toolgate_sandbox::Sessions;
 use toolgate_store::{DailyCalls, Store, StoreError};
 use toolgate_vault::Vault;
 
-pub use limiter::{Limiter, client_key};
 pub use sign_in::{SignIn, SignInError, SignInLimits, Started};
 pub use wallet::{TopUpError, WalletReport, Wallets, WebhookOutcome};
 

@@ -13,8 +13,8 @@ use toolgate_domain::{Account, AccountId, ApiKey, Brand, Email, SecretToken};
 use toolgate_store::{NewAccount, NewWebSession, Store, StoreError, now_millis};
 use toolgate_vault::Vault;
 
-use super::limiter::{Limiter, client_key};
-use crate::mail::{Mail, Mailer};
+use crate::limiter::{Limiter, client_key};
+use toolgate_ports::mail::{Mail, Mailer};
 
 /// How long a link may be used.
 pub const LINK_TTL: Duration = Duration::from_secs(15 * 60);

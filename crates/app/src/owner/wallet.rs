@@ -9,7 +9,7 @@ use toolgate_store::{
     DailyCalls, PaymentCredit, Reversal, Store, StoreError, TakeBack, TakenBack, WalletCredit,
 };
 
-use crate::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
+use toolgate_ports::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
 
 /// Credits shown in the history.
 const HISTORY_CREDITS: u32 = 50;

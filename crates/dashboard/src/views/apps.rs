@@ -1,7 +1,8 @@
 //! Connected apps (clients holding access through OAuth) and the consent page.
 
 use maud::{Markup, html};
-use toolgate_oauth::{AuthorizeRequest, ConnectedApp};
+use toolgate_app::oauth::ConnectedApp;
+use toolgate_oauth::AuthorizeRequest;
 
 use super::{Chrome, date_time, layout};
 

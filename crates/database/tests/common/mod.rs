@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use toolgate_app::database::{Access, DatabaseError, Databases, DbQuery, Table};
 use toolgate_database::DatabaseServers;
 use toolgate_egress::EgressPolicy;
+use toolgate_ports::database::{Access, DatabaseError, Databases, DbQuery, Table};
 use toolgate_vault::Zeroizing;
 
 /// The suite's server of one engine.

@@ -4,7 +4,7 @@
 //! prompt.
 
 use serde_json::{Value, json};
-use toolgate_app::ai::{ModelRequest, Part, Role};
+use toolgate_ports::ai::{ModelRequest, Part, Role};
 
 use super::{Answer, Prepared, json_of, str_at, u64_at};
 use crate::sse::Event;
@@ -82,7 +82,7 @@ pub fn parse(body: &Value) -> Option<Answer> {
         text,
         model: str_at(body, "/model").unwrap_or_default(),
         finish_reason: str_at(body, "/stop_reason").unwrap_or_default(),
-        usage: toolgate_app::ai::Usage {
+        usage: toolgate_ports::ai::Usage {
             input_tokens: u64_at(body, "/usage/input_tokens"),
             output_tokens: u64_at(body, "/usage/output_tokens"),
         },

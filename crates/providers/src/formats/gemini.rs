@@ -3,7 +3,7 @@
 //! piece. JSON output by `responseMimeType` (and `responseJsonSchema`).
 
 use serde_json::{Value, json};
-use toolgate_app::ai::{ModelRequest, Part, Role};
+use toolgate_ports::ai::{ModelRequest, Part, Role};
 
 use super::{Answer, Prepared, json_of, str_at, u64_at};
 use crate::sse::Event;

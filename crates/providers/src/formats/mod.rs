@@ -8,7 +8,7 @@ mod gemini;
 mod openai;
 
 use serde_json::Value;
-use toolgate_app::ai::{ModelRequest, Part, Usage};
+use toolgate_ports::ai::{ModelRequest, Part, Usage};
 
 use crate::sse::Event;
 

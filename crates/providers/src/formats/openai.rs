@@ -3,7 +3,7 @@
 //! `stream_options.include_usage`).
 
 use serde_json::{Value, json};
-use toolgate_app::ai::{ModelRequest, Part, Role};
+use toolgate_ports::ai::{ModelRequest, Part, Role};
 
 use super::{Answer, Prepared, json_of, str_at, text_of, u64_at};
 use crate::sse::Event;
@@ -79,8 +79,8 @@ pub fn parse(body: &Value) -> Option<Answer> {
     })
 }
 
-fn usage(body: &Value) -> toolgate_app::ai::Usage {
-    toolgate_app::ai::Usage {
+fn usage(body: &Value) -> toolgate_ports::ai::Usage {
+    toolgate_ports::ai::Usage {
         input_tokens: u64_at(body, "/usage/prompt_tokens"),
         output_tokens: u64_at(body, "/usage/completion_tokens"),
     }

@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::ai::{Message, Part, Role};
+use toolgate_ports::ai::{Message, Part, Role};
 
 /// Messages in one call at most.
 const MAX_MESSAGES: usize = 100;

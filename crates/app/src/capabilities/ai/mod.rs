@@ -9,6 +9,7 @@ mod messages;
 mod operator;
 mod search;
 
+pub use operator::OperatorKeyLimits;
 pub(crate) use operator::OperatorKeys;
 pub use search::SearchCall;
 
@@ -21,12 +22,12 @@ use tokio::sync::mpsc;
 use toolgate_domain::SecretName;
 use toolgate_vault::{Redactor, Zeroizing};
 
-use crate::ai::{Message, ModelAnswer, ModelRequest, Models, Part, Role};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
 use crate::schema::FieldKind;
 use crate::secrets::{Secrets, SecretsError};
+use toolgate_ports::ai::{Message, ModelAnswer, ModelRequest, Models, Part, Role};
 
 /// Longest `prompt` or `system`, in bytes.
 const MAX_PROMPT_BYTES: usize = 1024 * 1024;

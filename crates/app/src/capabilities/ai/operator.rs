@@ -15,14 +15,35 @@ use serde_json::{Value, json};
 use toolgate_domain::{AccountId, DayKey};
 use toolgate_store::OperatorTokens;
 
-use crate::ai::{Message, ModelAnswer, ModelError, OperatorKeyLimits, Part};
 use crate::capability::Failure;
+use toolgate_ports::ai::{Message, ModelAnswer, ModelError, Part};
 
 /// Bytes of text counted as one token in an estimate: fewer than a typical tokenizer's ~4, so
 /// the estimate errs on the operator's side.
 const BYTES_PER_TOKEN: u64 = 3;
 /// Tokens one image is estimated at: about the most a provider bills for one.
 const TOKENS_PER_IMAGE: u64 = 1_600;
+
+/// What model calls on the operator's provider keys may use: those keys cost the operator by
+/// the token, while a call costs the account one metered call whatever its tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OperatorKeyLimits {
+    /// The most `max_tokens` one call may ask (more is capped to it), and what is asked when
+    /// the call names none.
+    pub max_tokens: u32,
+    /// Input and output tokens one account's calls may use per UTC day; 0: the operator's keys
+    /// are not lent at all.
+    pub tokens_per_day: u64,
+}
+
+impl Default for OperatorKeyLimits {
+    fn default() -> Self {
+        Self {
+            max_tokens: 4096,
+            tokens_per_day: 100_000,
+        }
+    }
+}
 
 /// Lends the operator's keys within [`OperatorKeyLimits`].
 pub(crate) struct OperatorKeys {

@@ -16,9 +16,11 @@ use toolgate_store::Store;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 use toolgate_vault::{KeySource, MasterKeys, Vault};
 
-use crate::ai::{
-    ModelAnswer, ModelError, ModelRequest, Models, OperatorKeyLimits, Part, ProviderInfo, Usage,
+use toolgate_ports::ai::{
+    ModelAnswer, ModelError, ModelRequest, Models, Part, ProviderInfo, Usage,
 };
+
+use super::OperatorKeyLimits;
 use crate::calls::{Answer, CallIo};
 use crate::{App, Services};
 

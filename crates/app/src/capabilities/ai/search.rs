@@ -11,12 +11,12 @@ use toolgate_domain::SecretName;
 use toolgate_vault::{Redactor, Zeroizing};
 
 use super::ModelCall;
-use crate::ai::{Freshness, SearchAnswer, SearchQuery, SearchResult, Searches};
 use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
 };
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
+use toolgate_ports::ai::{Freshness, SearchAnswer, SearchQuery, SearchResult, Searches};
 
 /// Longest query, in bytes.
 const MAX_QUERY_BYTES: usize = 2048;

@@ -5,6 +5,7 @@
 //! write; on the write tool the statements run as one transaction.
 
 mod render;
+mod session_table;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,9 +18,9 @@ use toolgate_vault::{Redactor, Zeroizing};
 
 use super::sandbox::Sandbox;
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
-use crate::database::{Access, Databases, DbQuery, Table};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
+use toolgate_ports::database::{Access, Databases, DbQuery, Table};
 
 /// Longest statement, in bytes.
 const MAX_SQL_BYTES: usize = 1024 * 1024;
@@ -174,7 +175,7 @@ impl Sql {
         }
         run.outcome
             .table
-            .and_then(Table::from_session)
+            .and_then(session_table::table_from_session)
             .ok_or_else(|| Failure::new("the session answered without a table"))
     }
 }

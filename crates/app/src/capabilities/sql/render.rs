@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use toolgate_vault::Redactor;
 
 use crate::capability::{ContentItem, Output};
-use crate::database::Table;
+use toolgate_ports::database::Table;
 
 /// `postgres`, `mysql` for a connection string of theirs; `None` for anything else.
 pub(super) fn kind_of(connection: &str) -> Option<&'static str> {
@@ -125,7 +125,7 @@ pub(super) fn redact(table: &mut Table, redactor: &Redactor) {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::database::Column;
+    use toolgate_ports::database::Column;
 
     fn table(rows: Vec<Vec<Value>>, truncated: bool) -> Table {
         Table {

@@ -9,7 +9,7 @@ use super::{Client, MAX_MAX_BYTES, MAX_URL_BYTES, Written, max_bytes_of, output_
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
-use crate::web::{Method, Web};
+use toolgate_ports::web::{Method, Web};
 
 /// `url`.
 pub struct FetchUrl(Client);

@@ -14,7 +14,7 @@ use toolgate_vault::Redactor;
 
 use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output};
 use crate::secrets::{OpenedSecrets, Secrets};
-use crate::web::{Method, Web, WebContent, WebPage, WebRequest};
+use toolgate_ports::web::{Method, Web, WebContent, WebPage, WebRequest};
 
 pub use fetch::FetchUrl;
 pub use send::SendHttp;

@@ -10,7 +10,7 @@ use super::{Client, MAX_MAX_BYTES, Written, output_schema};
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
-use crate::web::{Method, Web};
+use toolgate_ports::web::{Method, Web};
 
 /// `http`.
 pub struct SendHttp(Client);

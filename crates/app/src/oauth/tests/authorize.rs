@@ -4,10 +4,10 @@ use super::{
     Harness, ISSUER, OTHER_VERIFIER, REDIRECT, RESOURCE, VERIFIER, base, challenge, form, params,
     query,
 };
-use crate::{AuthorizeError, AuthorizeParams, OAuthError};
+use toolgate_oauth::{AuthorizeError, AuthorizeParams, OAuthError};
 
 /// The error a refused request redirects with, after checking where it goes.
-fn redirected_error(outcome: Result<crate::AuthorizeRequest, AuthorizeError>) -> String {
+fn redirected_error(outcome: Result<toolgate_oauth::AuthorizeRequest, AuthorizeError>) -> String {
     let Err(AuthorizeError::Redirect(back)) = outcome else {
         panic!("expected a redirect, got {outcome:?}");
     };

@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::{Harness, ISSUER, RESOURCE};
-use crate::{OAuthError, TokenError};
+use toolgate_oauth::{OAuthError, TokenError};
 
 #[tokio::test]
 async fn metadata_lists_the_endpoints_and_only_s256() {

@@ -6,7 +6,7 @@ use toolgate_domain::SecretToken;
 use toolgate_store::{Grant, NewTokens, OAuthStore};
 
 use super::{Harness, RESOURCE, create_account};
-use crate::TokenError;
+use toolgate_oauth::TokenError;
 
 /// Stores an access token of `scope` for `resource` straight into the store.
 async fn stored_token(h: &Harness, scope: &str, resource: &str) -> SecretToken {

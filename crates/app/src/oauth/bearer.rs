@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::RwLock;
 use toolgate_domain::{Account, AccountId, SecretToken};
+use toolgate_oauth::TokenError;
+use toolgate_oauth::scope::allows_tools;
 use toolgate_store::{AccessGrant, Grant, TokenHash};
 
-use crate::{AuthServer, SCOPE_MCP, TokenError};
+use super::AuthServer;
 
 /// How long a looked-up grant is trusted without asking storage again.
 const CACHE_FOR: Duration = Duration::from_secs(1);
@@ -19,7 +21,7 @@ const CACHE_MAX: usize = 100_000;
 
 /// Live access grants by token hash, with when each was read.
 #[derive(Default)]
-pub(crate) struct Cache {
+pub(super) struct Cache {
     /// Grant and when it was read, by token hash.
     entries: RwLock<HashMap<TokenHash, (AccessGrant, Instant)>>,
     /// Bumped by every revocation, so that a look-up that raced one is not cached.
@@ -54,13 +56,13 @@ impl Cache {
     }
 
     /// Forgets everything (a token's family was revoked: which entries it had is unknown).
-    pub(crate) async fn forget_all(&self) {
+    pub(super) async fn forget_all(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.entries.write().await.clear();
     }
 
     /// Forgets the grants of one account to one client.
-    pub(crate) async fn forget_client(&self, account: &AccountId, client_id: &str) {
+    pub(super) async fn forget_client(&self, account: &AccountId, client_id: &str) {
         self.generation.fetch_add(1, Ordering::SeqCst);
         self.entries.write().await.retain(|_, (entry, _)| {
             entry.grant.account != *account || entry.grant.client_id != client_id
@@ -97,15 +99,10 @@ impl AuthServer {
         if found.expires_at <= now {
             return Err(TokenError::Invalid);
         }
-        if found.grant.resource != self.resource {
+        if found.grant.resource != self.issuer.resource() {
             return Err(TokenError::WrongAudience);
         }
-        if !found
-            .grant
-            .scope
-            .split_whitespace()
-            .any(|scope| scope == SCOPE_MCP)
-        {
+        if !allows_tools(&found.grant.scope) {
             return Err(TokenError::InsufficientScope);
         }
         Ok((found.account, found.grant))

@@ -11,6 +11,7 @@ mod register;
 mod token;
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,12 +21,13 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
-use toolgate_app::web::{Web, WebContent, WebError, WebPage, WebRequest};
 use toolgate_domain::{Account, AccountId, ApiKey, Brand, Email};
+use toolgate_ports::web::{Web, WebContent, WebError, WebPage, WebRequest};
 use toolgate_store::{Accounts, NewAccount, now_millis};
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
-use crate::{AuthServer, AuthorizeParams, TokenAnswer};
+use super::AuthServer;
+use toolgate_oauth::{AuthorizeParams, TokenAnswer};
 
 /// The public URL the server is built with (its trailing slash is dropped).
 pub(crate) const PUBLIC_URL: &str = "https://tg.example/";
@@ -33,6 +35,8 @@ pub(crate) const PUBLIC_URL: &str = "https://tg.example/";
 pub(crate) const ISSUER: &str = "https://tg.example";
 /// The resource tokens are for.
 pub(crate) const RESOURCE: &str = "https://tg.example/mcp";
+/// The address registrations come from.
+pub(crate) const CLIENT: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// A registered client's redirect URI.
 pub(crate) const REDIRECT: &str = "https://app.example/cb";
 /// The verifier of most tests, and a second one.
@@ -175,7 +179,7 @@ impl Harness {
         let body = serde_json::json!({ "client_name": "Test App", "redirect_uris": uris });
         let answer = self
             .server
-            .register(body.to_string().as_bytes())
+            .register(CLIENT, body.to_string().as_bytes())
             .await
             .unwrap();
         answer["client_id"].as_str().unwrap().to_owned()
@@ -208,7 +212,7 @@ impl Harness {
         client_id: &str,
         code: &str,
         verifier: &str,
-    ) -> Result<TokenAnswer, crate::OAuthError> {
+    ) -> Result<TokenAnswer, toolgate_oauth::OAuthError> {
         self.server
             .token(&form(&[
                 ("grant_type", "authorization_code"),
@@ -235,7 +239,7 @@ impl Harness {
         client_id: &str,
         refresh_token: &str,
         scope: Option<&str>,
-    ) -> Result<TokenAnswer, crate::OAuthError> {
+    ) -> Result<TokenAnswer, toolgate_oauth::OAuthError> {
         let mut pairs = vec![
             ("grant_type", "refresh_token"),
             ("refresh_token", refresh_token),

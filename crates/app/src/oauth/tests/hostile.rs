@@ -4,11 +4,11 @@
 use serde_json::json;
 use toolgate_store::OAuthStore;
 
-use super::{Canned, Harness, REDIRECT, VERIFIER, params};
-use crate::{AuthorizeError, OAuthError};
+use super::{CLIENT, Canned, Harness, REDIRECT, VERIFIER, params};
+use toolgate_oauth::{AuthorizeError, OAuthError};
 
 const DOC: &str = "https://app.example/oauth/client.json";
-const LIMIT: usize = crate::clients::MAX_DOCUMENT_BYTES;
+const LIMIT: usize = toolgate_oauth::document::MAX_DOCUMENT_BYTES;
 
 /// `[` nested `depth` deep around nothing.
 fn nested(depth: usize) -> String {
@@ -28,7 +28,7 @@ fn document_of(size: usize) -> String {
     padded
 }
 
-fn refused_saying(outcome: Result<crate::AuthorizeRequest, AuthorizeError>, says: &str) {
+fn refused_saying(outcome: Result<toolgate_oauth::AuthorizeRequest, AuthorizeError>, says: &str) {
     match outcome {
         Err(AuthorizeError::NoRedirect(message)) => {
             assert!(message.contains(says), "{message:?} lacks {says:?}");
@@ -107,7 +107,7 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
 #[tokio::test]
 async fn a_registration_nested_a_million_deep_or_over_16_kib_is_refused_cleanly() {
     let h = Harness::new().await;
-    let limit = crate::register::MAX_REGISTRATION_BYTES;
+    let limit = toolgate_oauth::MAX_REGISTRATION_BYTES;
     for body in [
         nested(1_000_000),
         format!(
@@ -115,7 +115,11 @@ async fn a_registration_nested_a_million_deep_or_over_16_kib_is_refused_cleanly(
             nested(5_000)
         ),
     ] {
-        let refused = h.server.register(body.as_bytes()).await.unwrap_err();
+        let refused = h
+            .server
+            .register(CLIENT, body.as_bytes())
+            .await
+            .unwrap_err();
         assert!(
             matches!(refused, OAuthError::InvalidClientMetadata(_)),
             "{refused:?}"
@@ -126,10 +130,15 @@ async fn a_registration_nested_a_million_deep_or_over_16_kib_is_refused_cleanly(
         json!({"redirect_uris": [REDIRECT], "client_name": "n", "x": "y".repeat(size - bare.len())})
             .to_string()
     };
-    assert!(h.server.register(sized(limit).as_bytes()).await.is_ok());
+    assert!(
+        h.server
+            .register(CLIENT, sized(limit).as_bytes())
+            .await
+            .is_ok()
+    );
     let over = h
         .server
-        .register(sized(limit + 1).as_bytes())
+        .register(CLIENT, sized(limit + 1).as_bytes())
         .await
         .unwrap_err();
     assert!(

@@ -1,5 +1,6 @@
 //! Counting requests per key in a sliding window, in memory and bounded: what the sign-in form
-//! uses per client address (the per e-mail-address limit is counted in storage, across hosts).
+//! uses per client address (the per e-mail-address limit is counted in storage, across hosts),
+//! and OAuth per client address (registrations) and per signed-in account (document fetches).
 
 use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 const MAX_KEYS: usize = 100_000;
 
 /// Allows `max` events per key within `window`.
-pub struct Limiter {
+pub(crate) struct Limiter {
     max: usize,
     window: Duration,
     seen: Mutex<HashMap<String, VecDeque<Instant>>>,
@@ -19,7 +20,7 @@ pub struct Limiter {
 
 impl Limiter {
     /// A limiter of `max` events per `window`.
-    pub fn new(max: u32, window: Duration) -> Self {
+    pub(crate) fn new(max: u32, window: Duration) -> Self {
         Self {
             max: max as usize,
             window,
@@ -28,7 +29,7 @@ impl Limiter {
     }
 
     /// Counts one event for `key`, or refuses it with the wait until one would be allowed.
-    pub fn admit(&self, key: &str) -> Result<(), Duration> {
+    pub(crate) fn admit(&self, key: &str) -> Result<(), Duration> {
         self.admit_at(key, Instant::now())
     }
 
@@ -73,7 +74,7 @@ impl Limiter {
 
 /// The key a client address is counted under: IPv6 clients by their /64, which one
 /// subscriber usually holds whole, so rotating through it gains nothing.
-pub fn client_key(address: IpAddr) -> String {
+pub(crate) fn client_key(address: IpAddr) -> String {
     match address {
         IpAddr::V4(v4) => v4.to_string(),
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

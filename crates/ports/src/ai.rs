@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
-use toolgate_vault::Zeroizing;
+use zeroize::Zeroizing;
 
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -121,27 +121,6 @@ pub enum ModelError {
     /// unknown
     #[error("{0}")]
     Failed(String),
-}
-
-/// What model calls on the operator's provider keys may use: those keys cost the operator by
-/// the token, while a call costs the account one metered call whatever its tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OperatorKeyLimits {
-    /// The most `max_tokens` one call may ask (more is capped to it), and what is asked when
-    /// the call names none.
-    pub max_tokens: u32,
-    /// Input and output tokens one account's calls may use per UTC day; 0: the operator's keys
-    /// are not lent at all.
-    pub tokens_per_day: u64,
-}
-
-impl Default for OperatorKeyLimits {
-    fn default() -> Self {
-        Self {
-            max_tokens: 4096,
-            tokens_per_day: 100_000,
-        }
-    }
 }
 
 /// Calls language models.

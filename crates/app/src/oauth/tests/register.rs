@@ -3,11 +3,11 @@
 use serde_json::{Value, json};
 use toolgate_store::OAuthStore;
 
-use super::Harness;
-use crate::OAuthError;
+use super::{CLIENT, Harness};
+use toolgate_oauth::OAuthError;
 
 async fn register(h: &Harness, body: &Value) -> Result<Value, OAuthError> {
-    h.server.register(body.to_string().as_bytes()).await
+    h.server.register(CLIENT, body.to_string().as_bytes()).await
 }
 
 #[tokio::test]
@@ -166,7 +166,7 @@ async fn bad_client_metadata_is_refused() {
             .into_bytes(),
     ];
     for body in cases {
-        match h.server.register(&body).await {
+        match h.server.register(CLIENT, &body).await {
             Err(OAuthError::InvalidClientMetadata(_)) => {}
             other => panic!("{}: {other:?}", String::from_utf8_lossy(&body)),
         }
@@ -174,4 +174,42 @@ async fn bad_client_metadata_is_refused() {
     // the limits are inclusive
     let longest = json!({ "redirect_uris": uris, "client_name": "n".repeat(200) });
     assert!(register(&h, &longest).await.is_ok());
+}
+
+#[tokio::test]
+async fn one_client_address_registers_sixty_clients_an_hour_and_the_next_is_refused_unstored() {
+    let h = Harness::new().await;
+    let body = json!({ "client_name": "App", "redirect_uris": ["https://app.example/cb"] });
+    let neighbour = "2001:db8:1:2::9".parse().unwrap();
+    for n in 0..toolgate_oauth::REGISTRATIONS_PER_HOUR {
+        // an IPv6 subscriber's /64 counts as one address
+        let address = if n % 2 == 0 {
+            "2001:db8:1:2::1".parse().unwrap()
+        } else {
+            neighbour
+        };
+        let answer = h
+            .server
+            .register(address, body.to_string().as_bytes())
+            .await;
+        assert!(answer.is_ok(), "registration {n}: {answer:?}");
+    }
+    let refused = h
+        .server
+        .register(neighbour, body.to_string().as_bytes())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "temporarily_unavailable", "{refused:?}");
+    assert_eq!(refused.http_status(), 503);
+    assert!(
+        refused
+            .description()
+            .starts_with("too many client registrations from this address; retry in "),
+        "{refused:?}"
+    );
+    // another address is another count
+    assert!(register(&h, &body).await.is_ok());
+    // the refused one stored nothing: a day later, the unused clients purged are the 61 made
+    h.advance(std::time::Duration::from_secs(25 * 3600));
+    assert_eq!(h.server.purge_unused_clients().await.unwrap(), 61);
 }

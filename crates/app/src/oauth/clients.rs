@@ -1,24 +1,20 @@
 //! Which client is asking: a Client ID Metadata Document (an https `client_id` that names its
-//! own metadata, fetched and kept for a day) or a client registered with RFC 7591.
+//! own metadata, fetched through the web port and kept for a day) or a client registered with
+//! RFC 7591; and the purge of clients nobody uses.
 
 use std::time::Duration;
 
-use serde_json::Value;
-use toolgate_app::web::{Method, WebContent, WebRequest};
 use toolgate_domain::AccountId;
+use toolgate_oauth::document::{self, DOCUMENT_TTL, MAX_DOCUMENT_BYTES};
+use toolgate_oauth::{OAuthError, UNUSED_CLIENT_TTL};
+use toolgate_ports::web::{Method, WebContent, WebRequest};
 use toolgate_store::{OAuthClient, StoreError};
 
-use crate::register::{MAX_URI_CHARS, client_name, parse_uri, redirect_uris};
-use crate::{AuthServer, OAuthError, UNUSED_CLIENT_TTL, error, millis};
-
-/// Largest metadata document read.
-pub(crate) const MAX_DOCUMENT_BYTES: usize = 64 * 1024;
-/// How long a fetched metadata document is reused before it is fetched again.
-pub(crate) const DOCUMENT_TTL: Duration = Duration::from_secs(24 * 3600);
+use super::{AuthServer, millis, storage};
 
 /// Why a client could not be resolved.
 #[derive(Debug)]
-pub(crate) enum ClientError {
+pub(super) enum ClientError {
     /// Unknown, or its metadata is unacceptable: the message says which (it shows no secret).
     Refused(String),
     /// The signed-in account has had its hourly share of document fetches; the wait.
@@ -30,7 +26,7 @@ pub(crate) enum ClientError {
 impl AuthServer {
     /// The client named `client_id`: an https URL is a metadata document (fetched, if need be,
     /// for the signed-in `owner` only), anything else a registered client.
-    pub(crate) async fn resolve_client(
+    pub(super) async fn resolve_client(
         &self,
         client_id: &str,
         owner: Option<&AccountId>,
@@ -50,14 +46,14 @@ impl AuthServer {
     }
 
     /// The client whose metadata document is at `url`: the stored copy if fetched within a
-    /// day, else fetched now through the web seam for `owner` (counted against the account's
+    /// day, else fetched now through the web port for `owner` (counted against the account's
     /// hourly fetches, failed ones included), checked and stored.
     async fn document_client(
         &self,
         url: &str,
         owner: Option<&AccountId>,
     ) -> Result<OAuthClient, ClientError> {
-        check_document_url(url).map_err(ClientError::Refused)?;
+        document::check_url(url).map_err(ClientError::Refused)?;
         let now = self.now();
         match self.store.client(url).await {
             Ok(Some(stored))
@@ -119,35 +115,18 @@ impl AuthServer {
         let WebContent::Text { text, .. } = page.content else {
             return Err(refused("is not JSON"));
         };
-        let Ok(Value::Object(document)) = serde_json::from_str::<Value>(&text) else {
-            return Err(refused("is not a JSON object"));
-        };
-        if document.get("client_id").and_then(Value::as_str) != Some(url) {
-            return Err(refused(
-                "names another client_id than its own URL: the two must be equal",
-            ));
-        }
-        let uris = redirect_uris(document.get("redirect_uris"))
-            .map_err(|why| refused(&format!("is not acceptable: {why}")))?;
-        let host = parse_uri(url)
-            .ok()
-            .and_then(|parts| parts.host)
-            .unwrap_or("unnamed client");
-        let name = client_name(document.get("client_name"), host)
-            .map_err(|why| refused(&format!("is not acceptable: {why}")))?;
+        let read = document::read(url, &text).map_err(|why| refused(&why))?;
         let client = OAuthClient {
             client_id: url.to_owned(),
-            name,
-            redirect_uris: uris,
+            name: read.name,
+            redirect_uris: read.redirect_uris,
             updated_at: now,
         };
         self.store.put_client(&client).await.map_err(unavailable)?;
         tracing::info!(client_id = %url, "oauth: client metadata document fetched");
         Ok(client)
     }
-}
 
-impl AuthServer {
     /// Deletes the clients stored more than [`UNUSED_CLIENT_TTL`] ago that no account holds a
     /// live token or a pending code of; how many went. Anyone may register a client (and a
     /// signed-in owner have documents fetched), so the unused ones must not pile up. An app whose
@@ -158,34 +137,8 @@ impl AuthServer {
         self.store
             .purge_clients(stored_before, now)
             .await
-            .map_err(error::storage)
+            .map_err(storage)
     }
-}
-
-/// Whether `url` may be a metadata document's address: https, a host, a path other than `/`,
-/// no fragment, user information or dot segments.
-fn check_document_url(url: &str) -> Result<(), String> {
-    let refused = |why: &str| {
-        format!(
-            "a URL client_id must be an https URL with a path, at most {MAX_URI_CHARS} \
-             characters, serving the client's metadata document: {why}"
-        )
-    };
-    let parts = parse_uri(url).map_err(|why| refused(&why))?;
-    if parts.scheme != "https" || parts.host.is_none() {
-        return Err(refused("it needs https and a host"));
-    }
-    if parts.path.len() < 2 {
-        return Err(refused("it has no path"));
-    }
-    if parts
-        .path
-        .split('/')
-        .any(|segment| segment == "." || segment == "..")
-    {
-        return Err(refused("it has a . or .. segment"));
-    }
-    Ok(())
 }
 
 /// Logs a storage failure of the client look-up.

@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use super::{Harness, OTHER_VERIFIER, REDIRECT, RESOURCE, VERIFIER, challenge, form};
-use crate::token::pkce_matches;
-use crate::{OAuthError, TokenError};
+use toolgate_oauth::token::pkce_matches;
+use toolgate_oauth::{OAuthError, TokenError};
 
-fn invalid_grant(outcome: Result<crate::TokenAnswer, OAuthError>) {
+fn invalid_grant(outcome: Result<toolgate_oauth::TokenAnswer, OAuthError>) {
     assert!(
         matches!(outcome, Err(OAuthError::InvalidGrant(_))),
         "{outcome:?}"

@@ -6,7 +6,7 @@ use serde_json::json;
 use toolgate_store::OAuthStore;
 
 use super::{Canned, Harness, REDIRECT, VERIFIER, params};
-use crate::AuthorizeError;
+use toolgate_oauth::AuthorizeError;
 
 const DOC: &str = "https://app.example/oauth/client.json";
 
@@ -24,13 +24,13 @@ fn document(client_id: &str) -> String {
 async fn authorize(
     h: &Harness,
     client_id: &str,
-) -> Result<crate::AuthorizeRequest, AuthorizeError> {
+) -> Result<toolgate_oauth::AuthorizeRequest, AuthorizeError> {
     h.server
         .authorize(&params(client_id, VERIFIER), Some(&h.account.id))
         .await
 }
 
-fn refused(outcome: Result<crate::AuthorizeRequest, AuthorizeError>, says: &str) {
+fn refused(outcome: Result<toolgate_oauth::AuthorizeRequest, AuthorizeError>, says: &str) {
     match outcome {
         Err(AuthorizeError::NoRedirect(message)) => {
             assert!(message.contains(says), "{message:?} lacks {says:?}");
@@ -173,7 +173,7 @@ async fn document_fetches_are_counted_per_signed_in_account() {
     );
     assert_eq!(h.web.calls(), 0);
     // an account's fetches count, failed ones too, up to the hourly limit
-    for n in 0..crate::DOCUMENT_FETCHES_PER_HOUR {
+    for n in 0..toolgate_oauth::DOCUMENT_FETCHES_PER_HOUR {
         refused(authorize(&h, &unserved(n)).await, "could not be fetched");
     }
     assert_eq!(h.web.calls(), 20);
