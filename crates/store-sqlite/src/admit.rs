@@ -2,6 +2,9 @@
 //!
 //! Each admission reads the account's standing, decides on it with the one rule
 //! (`toolgate_domain::decide`) and applies the decision with a compare-and-set (see `standing`).
+//! Within one transaction the standing after an applied decision is known exactly, so the next
+//! call of that account in the batch decides on it without reading; a refusal is only taken
+//! from a fresh read, and any other decision is still guarded by the compare-and-set.
 //! The thread drains every admission waiting at the moment into one transaction (group commit,
 //! so the commit's fsync is shared) with a savepoint per call, so a failing call is undone
 //! alone. Each caller hears its decision as soon as its statements have run, and separately when
@@ -13,13 +16,14 @@
 //! Refunds and disputes taken back from wallets come this way too (`take_back`), so that they
 //! are ordered exactly against the admissions the mirror predicted.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
-use toolgate_domain::{Admission, Decision, Terms, decide};
+use toolgate_domain::{Admission, Decision, Standing, Terms, decide};
 use toolgate_store::{CallCharge, Decided, Recorded, StoreError};
 
 use crate::Durability;
@@ -32,9 +36,16 @@ const MAX_BATCH: usize = 512;
 /// Admissions that may wait for the writer before senders feel back-pressure.
 const QUEUE_DEPTH: usize = 4096;
 
-/// Reads of a standing an admission may decide on before it gives up: on this thread, inside
-/// its exclusive transaction, the first always holds (see `standing`).
+/// Decisions an admission may try before it gives up, the first on the standing known in the
+/// transaction if any, the others on fresh reads: on this thread, inside its exclusive
+/// transaction, the first always holds (see `standing`).
 const MAX_ATTEMPTS: usize = 3;
+
+/// The standings known exactly inside the writer's open transaction: each one the standing
+/// after the last decision applied to it there. Forgotten when the transaction ends (other
+/// connections may write between transactions), when a job of the account is undone, and when a
+/// take-back changes the account's wallet.
+type Known = HashMap<Key, Standing>;
 
 /// What the writer thread applies, in the order it was queued.
 pub(crate) enum WriterJob {
@@ -61,17 +72,21 @@ impl WriterJob {
         }
     }
 
-    fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
+    fn run(&mut self, conn: &Connection, known: &mut Known) -> Result<(), StoreError> {
         match self {
-            Self::Admit(job) => job.run(conn),
-            Self::TakeBack(job) => job.run(conn).map_err(unavailable),
+            Self::Admit(job) => job.run(conn, known),
+            Self::TakeBack(job) => {
+                known.retain(|key, _| key.0 != job.account());
+                job.run(conn).map_err(unavailable)
+            }
         }
     }
 
     /// Its statements failed and were rolled back to its savepoint.
-    fn undo(&mut self, error: StoreError) {
+    fn undo(&mut self, error: StoreError, known: &mut Known) {
         match self {
             Self::Admit(job) => {
+                known.remove(&job.key);
                 // its decision may be out already; its record must now say it was undone
                 job.decide(Err(error));
                 job.undone = true;
@@ -90,8 +105,8 @@ impl WriterJob {
 
 /// One call waiting to be admitted, with the channels its two answers go back on.
 pub(crate) struct AdmitJob {
-    account: String,
-    month: String,
+    /// The account and the month its allowance is counted in.
+    key: Key,
     tool: String,
     terms: Terms,
     decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
@@ -136,8 +151,10 @@ impl AdmitJob {
         let (decided, decided_rx) = oneshot::channel();
         let (recorded, recorded_rx) = oneshot::channel();
         let job = Self {
-            account: charge.account.as_str().to_owned(),
-            month: charge.month.as_str().to_owned(),
+            key: (
+                charge.account.as_str().to_owned(),
+                charge.month.as_str().to_owned(),
+            ),
             tool: charge.tool.to_owned(),
             terms: Terms {
                 free_monthly_calls: charge.free_monthly_calls,
@@ -156,8 +173,9 @@ impl AdmitJob {
         (job, answers)
     }
 
-    pub(crate) fn key(&self) -> Key {
-        (self.account.clone(), self.month.clone())
+    /// The account and month whose standing it changes.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
     /// The prices the call is admitted at.
@@ -190,7 +208,7 @@ impl AdmitJob {
             (Ok(()), Some(decision)) => Some(decision),
             _ => None,
         };
-        mirror.settle(&self.key(), self.predicted.as_ref(), settled);
+        mirror.settle(&self.key, self.predicted.as_ref(), settled);
         let refused = self
             .decision
             .is_some_and(|decision| decision.admission == Admission::Refused);
@@ -205,20 +223,36 @@ impl AdmitJob {
         let _ = self.recorded.send(outcome);
     }
 
-    /// Decides the job inside the open transaction on the standing it reads, and applies the
-    /// decision (an admitted call gets its ledger row). The decision goes out at once.
-    fn run(&mut self, conn: &Connection) -> Result<(), StoreError> {
+    /// Decides the job inside the open transaction on its account's standing (known, else
+    /// read), and applies the decision (an admitted call gets its ledger row). The decision
+    /// goes out at once.
+    fn run(&mut self, conn: &Connection, known: &mut Known) -> Result<(), StoreError> {
         let call = Call {
-            account: &self.account,
-            month: &self.month,
+            account: &self.key.0,
+            month: &self.key.1,
             tool: &self.tool,
         };
+        let mut remembered = known.get(&self.key).copied();
         for _ in 0..MAX_ATTEMPTS {
-            let before = standing::read(conn, &call)
-                .map_err(unavailable)?
-                .ok_or(StoreError::NotFound)?;
+            let (before, read) = match remembered.take() {
+                Some(standing) => (standing, false),
+                None => {
+                    let standing = standing::read(conn, &call)
+                        .map_err(unavailable)?
+                        .ok_or(StoreError::NotFound)?;
+                    (standing, true)
+                }
+            };
             let decision = decide(before, self.terms);
-            if standing::apply(conn, &call, before, &decision).map_err(unavailable)? {
+            // a refusal writes nothing to guard, so it must rest on what the database holds
+            let trusted = read || decision.admission.admitted();
+            if trusted && standing::apply(conn, &call, before, &decision).map_err(unavailable)? {
+                match known.get_mut(&self.key) {
+                    Some(standing) => *standing = decision.after,
+                    None => {
+                        known.insert(self.key.clone(), decision.after);
+                    }
+                }
                 self.decision = Some(decision);
                 self.decide(Ok(decision.admission));
                 return Ok(());
@@ -282,15 +316,16 @@ fn decide_batch(conn: &Connection, batch: &mut Vec<WriterJob>, mirror: &Mirror) 
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         return record_all(batch, &Err(unavailable(error)), mirror);
     }
+    let mut known = Known::new();
     for job in batch.iter_mut() {
         let outcome = conn
             .execute_batch("SAVEPOINT admission")
             .map_err(unavailable)
-            .and_then(|()| job.run(conn))
+            .and_then(|()| job.run(conn, &mut known))
             .and_then(|()| conn.execute_batch("RELEASE admission").map_err(unavailable));
         if let Err(error) = outcome {
             let _ = conn.execute_batch("ROLLBACK TO admission; RELEASE admission");
-            job.undo(error);
+            job.undo(error, &mut known);
         }
     }
     match conn.execute_batch("COMMIT") {
@@ -312,3 +347,7 @@ fn record_all(batch: &mut Vec<WriterJob>, outcome: &Result<(), StoreError>, mirr
         job.record(outcome, mirror);
     }
 }
+
+#[cfg(test)]
+#[path = "admit_tests.rs"]
+mod tests;

@@ -71,7 +71,7 @@ impl Mirror {
             return Submitted::Send(WriterJob::Admit(job));
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.entry(job.key()).or_default();
+        let entry = entries.entry(job.key().clone()).or_default();
         // a refusal is never predicted: the database may be more generous (a credit meanwhile)
         let prediction = entry
             .known

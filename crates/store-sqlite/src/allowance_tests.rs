@@ -56,7 +56,7 @@ impl Rig {
         let job = admission(self.jobs.try_recv().unwrap());
         let outcome = admission_decided.map(|a| decided(a, after));
         self.mirror
-            .settle(&job.key(), job.predicted.as_ref(), outcome.as_ref());
+            .settle(job.key(), job.predicted.as_ref(), outcome.as_ref());
     }
 }
 
@@ -148,7 +148,7 @@ fn a_failed_commit_makes_the_account_unknown() {
     r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
     assert!(predicted(&r.submit()).is_some());
     let job = admission(r.jobs.try_recv().unwrap());
-    r.mirror.settle(&job.key(), job.predicted.as_ref(), None);
+    r.mirror.settle(job.key(), job.predicted.as_ref(), None);
     assert!(matches!(r.submit(), Submitted::Queued));
 }
 
