@@ -1,12 +1,18 @@
 //! Call admission: one short transaction per call that reads the account's standing, decides on
 //! it with the one rule (`toolgate_domain::decide`) and applies the decision with a
-//! compare-and-set, trying again on a fresh read should the standing have changed.
+//! compare-and-set, reading and deciding again should the standing have changed.
 //!
 //! The two primitives are kept narrow for group commit (many calls in one transaction):
 //! [`read_standing`] locks the account's row, so nothing else changes the standing until the
 //! transaction ends (every admission, credit and take-back writes that row, or locks it first);
 //! [`apply`] writes the decision and its ledger row in one statement, only if the standing is
 //! still the one read. Neither makes anything durable: the transaction's commit does.
+//!
+//! A read that had to wait for the lock sees the account's row as committed meanwhile
+//! (PostgreSQL re-reads a locked row that changed) but the month's count as of the statement's
+//! start, which may be lower: a decision on it may be more generous than the truth, never less.
+//! So a refusal stands, anything else is refused by the compare-and-set, and the next read, made
+//! with the lock held, is exact.
 
 use sqlx::{PgConnection, PgPool};
 use toolgate_domain::{AccountId, Admission, Decision, Micros, MonthKey, Standing, Terms, decide};
@@ -14,13 +20,15 @@ use toolgate_store::{CallCharge, StoreError, now_millis};
 
 use crate::rows::map_error;
 
-/// READ COMMITTED is named rather than inherited: a guarded `UPDATE` that waited for a row
-/// lock re-checks its guard against the committed row, whereas a server defaulting to
-/// REPEATABLE READ or SERIALIZABLE would fail such calls with serialisation errors instead.
+/// READ COMMITTED is named rather than inherited: each statement reads what is committed when it
+/// starts (so an admission's second read, made with the lock held, is exact), and a guarded
+/// `UPDATE` that waited for a row lock re-checks its guard against the committed row, whereas a
+/// server defaulting to REPEATABLE READ or SERIALIZABLE would fail such calls with serialisation
+/// errors instead.
 pub(crate) const BEGIN: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
-/// Transactions one call may take before it gives up: under the row lock the first always
-/// applies; a later one only if something wrote the standing without taking the lock.
+/// Reads one call may decide on before it gives up: the second, made with the lock held,
+/// always holds unless something wrote the standing without taking the lock.
 const MAX_ATTEMPTS: usize = 3;
 
 /// Decides one call and, when admitted, commits its ledger row before answering.
@@ -29,8 +37,8 @@ pub(crate) async fn admit(pool: &PgPool, charge: &CallCharge<'_>) -> Result<Admi
         free_monthly_calls: charge.free_monthly_calls,
         paid_call_cost: charge.paid_call_cost,
     };
+    let mut tx = pool.begin_with(BEGIN).await.map_err(map_error)?;
     for _ in 0..MAX_ATTEMPTS {
-        let mut tx = pool.begin_with(BEGIN).await.map_err(map_error)?;
         let before = read_standing(&mut tx, charge.account, charge.month)
             .await?
             .ok_or(StoreError::NotFound)?;
@@ -44,8 +52,8 @@ pub(crate) async fn admit(pool: &PgPool, charge: &CallCharge<'_>) -> Result<Admi
             tx.commit().await.map_err(map_error)?;
             return Ok(decision.admission);
         }
-        tx.rollback().await.map_err(map_error)?;
     }
+    tx.rollback().await.map_err(map_error)?;
     Err(StoreError::Unavailable(
         "the account's standing kept changing during its admission".to_owned(),
     ))

@@ -203,3 +203,71 @@ async fn a_refusal_writes_nothing_and_an_unknown_account_is_not_found() {
     })
     .await;
 }
+
+/// Waits until `waiting` sessions of this database wait for a lock (each admission blocked on
+/// an account row), or until `done` says the awaited work finished.
+async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() -> bool) {
+    for _ in 0..3_000 {
+        let now: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if now >= waiting || done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no session came to wait for the lock within 30 s");
+}
+
+/// An admission that waited for the account's lock reads the month's count as it was before
+/// the wait (PostgreSQL's snapshot is the statement's), so its first decision may rest on a
+/// stale count. It must read again with the lock held, not give the lock up: here whoever held
+/// it counts a call each time the admission waits, and the admission is still counted exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_that_waited_for_the_lock_decides_again_on_what_is_committed() {
+    with_fresh_database(|url| async move {
+        let (store, mut watcher, account) = database_with_account(&url, 0).await;
+        let month = MonthKey::now();
+        let mut holder = PgConnection::connect(&url).await.unwrap();
+        let call = charge(&account, &month, 100, 8);
+        let mut tx = holder.begin_with(BEGIN).await.unwrap();
+        let mut before = read_standing(&mut tx, &account, &month).await.unwrap();
+        let (pool, id, held_month) = (store.pool.clone(), account.clone(), month.clone());
+        let admission =
+            tokio::spawn(async move { admit(&pool, &charge(&id, &held_month, 100, 8)).await });
+        let mut counted_by_holder = 0;
+        // each round: with the lock held, let the admission queue behind it, count a call and
+        // release; then take the lock again (waiting while the admission holds it)
+        for _ in 0..=MAX_ATTEMPTS {
+            until_waiting(&mut watcher, 1, || admission.is_finished()).await;
+            if admission.is_finished() {
+                break;
+            }
+            let standing = before.unwrap();
+            assert!(
+                apply(&mut tx, &call, standing, &decide(standing, terms(&call)))
+                    .await
+                    .unwrap()
+            );
+            tx.commit().await.unwrap();
+            counted_by_holder += 1;
+            tx = holder.begin_with(BEGIN).await.unwrap();
+            before = read_standing(&mut tx, &account, &month).await.unwrap();
+        }
+        tx.rollback().await.unwrap();
+        let admitted = admission.await.unwrap();
+        let free_used = match admitted {
+            Ok(Admission::Free { free_used }) => free_used,
+            other => panic!("the admission failed though the allowance could pay: {other:?}"),
+        };
+        assert_eq!(counted_by_holder, 1, "it kept the lock once it had it");
+        assert_eq!(free_used, counted_by_holder + 1);
+        assert_eq!(store.ledger_counts(&account, &month).await.unwrap(), (2, 0));
+        store.close().await;
+    })
+    .await;
+}
