@@ -81,24 +81,6 @@ impl DayKey {
     }
 }
 
-/// What metering decided about one call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Admission {
-    /// Paid by the monthly allowance; `free_used` counts this call.
-    Free { free_used: i64 },
-    /// Paid from the wallet; the balance after the charge.
-    Paid { balance_after: Micros },
-    /// Neither the allowance nor the wallet can pay.
-    Refused,
-}
-
-impl Admission {
-    /// Whether the call may run.
-    pub fn admitted(self) -> bool {
-        !matches!(self, Self::Refused)
-    }
-}
-
 /// An account's consumption as storage reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct UsageSnapshot {

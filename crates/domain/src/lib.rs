@@ -1,9 +1,10 @@
-//! toolgate's domain types: accounts, API keys, money, billing records and
+//! toolgate's domain types: accounts, API keys, money, billing records, the admission rule and
 //! vault secrets' names.
 //!
 //! Nothing here performs I/O; every other crate speaks in these types.
 
 pub mod account;
+pub mod admission;
 pub mod billing;
 pub mod key;
 pub mod money;
@@ -11,7 +12,8 @@ pub mod secret;
 pub mod token;
 
 pub use account::{Account, AccountId, Email, EmailError};
-pub use billing::{Admission, BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
+pub use admission::{Admission, Decision, Standing, Terms, decide};
+pub use billing::{BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
 pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};

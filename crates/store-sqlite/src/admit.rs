@@ -1,5 +1,10 @@
 //! Call admissions, decided and recorded by one thread with its own connection.
 //!
+//! Each admission reads the account's standing, decides on it with the one rule
+//! (`toolgate_domain::decide`) and applies the decision with a compare-and-set (see `standing`).
+//! Within one transaction the standing after an applied decision is known exactly, so the next
+//! call of that account in the batch decides on it without reading; a refusal is only taken
+//! from a fresh read, and any other decision is still guarded by the compare-and-set.
 //! The thread drains every admission waiting at the moment into one transaction (group commit,
 //! so the commit's fsync is shared) with a savepoint per call, so a failing call is undone
 //! alone. Each caller hears its decision as soon as its statements have run, and separately when
@@ -11,17 +16,19 @@
 //! Refunds and disputes taken back from wallets come this way too (`take_back`), so that they
 //! are ordered exactly against the admissions the mirror predicted.
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use tokio::sync::{mpsc, oneshot};
-use toolgate_domain::{Admission, Micros};
-use toolgate_store::{CallCharge, Decided, Recorded, StoreError, now_millis};
+use toolgate_domain::{Admission, Decision, Standing, Terms, decide};
+use toolgate_store::{CallCharge, Decided, Recorded, StoreError};
 
 use crate::Durability;
-use crate::allowance::{Key, Mirror, Standing};
+use crate::allowance::{Key, Mirror};
+use crate::standing::{self, Call};
 use crate::take_back::TakeBackJob;
 
 /// Most admissions decided in one transaction.
@@ -29,22 +36,16 @@ const MAX_BATCH: usize = 512;
 /// Admissions that may wait for the writer before senders feel back-pressure.
 const QUEUE_DEPTH: usize = 4096;
 
-/// The allowance, while it lasts; returns the count with this call.
-const TAKE_FREE: &str =
-    "INSERT INTO monthly_usage (account_id, month, free_used) VALUES (?1, ?2, 1)
-     ON CONFLICT (account_id, month) DO UPDATE SET free_used = free_used + 1
-     WHERE monthly_usage.free_used < ?3
-     RETURNING free_used";
-/// The wallet, if it covers the price; returns what is left.
-const DEBIT: &str = "UPDATE accounts SET wallet_micros = wallet_micros - ?1
-     WHERE id = ?2 AND wallet_micros >= ?1 RETURNING wallet_micros";
-const LEDGER: &str =
-    "INSERT INTO call_ledger (account_id, month, tool, paid_from, cost_micros, created_at)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
-/// The standing after a call, for the mirror; the wallet is NULL when the account is gone.
-const STANDING: &str = "SELECT coalesce((SELECT free_used FROM monthly_usage
-                                 WHERE account_id = ?1 AND month = ?2), 0),
-            (SELECT wallet_micros FROM accounts WHERE id = ?1)";
+/// Decisions an admission may try before it gives up, the first on the standing known in the
+/// transaction if any, the others on fresh reads: on this thread, inside its exclusive
+/// transaction, the first always holds (see `standing`).
+const MAX_ATTEMPTS: usize = 3;
+
+/// The standings known exactly inside the writer's open transaction: each one the standing
+/// after the last decision applied to it there. Forgotten when the transaction ends (other
+/// connections may write between transactions), when a job of the account is undone, and when a
+/// take-back changes the account's wallet.
+type Known = HashMap<Key, Standing>;
 
 /// What the writer thread applies, in the order it was queued.
 pub(crate) enum WriterJob {
@@ -71,19 +72,23 @@ impl WriterJob {
         }
     }
 
-    fn run(&mut self, conn: &Connection, mirror: &Mirror) -> rusqlite::Result<()> {
+    fn run(&mut self, conn: &Connection, known: &mut Known) -> Result<(), StoreError> {
         match self {
-            Self::Admit(job) => job.run(conn, mirror),
-            Self::TakeBack(job) => job.run(conn),
+            Self::Admit(job) => job.run(conn, known),
+            Self::TakeBack(job) => {
+                known.retain(|key, _| key.0 != job.account());
+                job.run(conn).map_err(unavailable)
+            }
         }
     }
 
     /// Its statements failed and were rolled back to its savepoint.
-    fn undo(&mut self, error: rusqlite::Error) {
+    fn undo(&mut self, error: StoreError, known: &mut Known) {
         match self {
             Self::Admit(job) => {
+                known.remove(&job.key);
                 // its decision may be out already; its record must now say it was undone
-                job.decide(Err(unavailable(error)));
+                job.decide(Err(error));
                 job.undone = true;
             }
             Self::TakeBack(job) => job.undone = true,
@@ -100,19 +105,16 @@ impl WriterJob {
 
 /// One call waiting to be admitted, with the channels its two answers go back on.
 pub(crate) struct AdmitJob {
-    account: String,
-    month: String,
+    /// The account and the month its allowance is counted in.
+    key: Key,
     tool: String,
-    free_monthly_calls: i64,
-    paid_call_cost: i64,
+    terms: Terms,
     decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
     recorded: oneshot::Sender<Result<(), StoreError>>,
     /// What the mirror predicted when it queued the job.
     pub(crate) predicted: Option<Admission>,
-    /// What the database decided, once it has.
-    decision: Option<Admission>,
-    /// The standing the database reported right after the job.
-    after: Option<Standing>,
+    /// What the database decided, and the standing right after it, once it has.
+    decision: Option<Decision>,
     /// Its statements failed and were rolled back to its savepoint.
     undone: bool,
 }
@@ -149,16 +151,19 @@ impl AdmitJob {
         let (decided, decided_rx) = oneshot::channel();
         let (recorded, recorded_rx) = oneshot::channel();
         let job = Self {
-            account: charge.account.as_str().to_owned(),
-            month: charge.month.as_str().to_owned(),
+            key: (
+                charge.account.as_str().to_owned(),
+                charge.month.as_str().to_owned(),
+            ),
             tool: charge.tool.to_owned(),
-            free_monthly_calls: charge.free_monthly_calls,
-            paid_call_cost: charge.paid_call_cost.0,
+            terms: Terms {
+                free_monthly_calls: charge.free_monthly_calls,
+                paid_call_cost: charge.paid_call_cost,
+            },
             decided: Some(decided),
             recorded,
             predicted: None,
             decision: None,
-            after: None,
             undone: false,
         };
         let answers = Answers {
@@ -168,23 +173,18 @@ impl AdmitJob {
         (job, answers)
     }
 
-    pub(crate) fn key(&self) -> Key {
-        (self.account.clone(), self.month.clone())
+    /// The account and month whose standing it changes.
+    pub(crate) fn key(&self) -> &Key {
+        &self.key
     }
 
-    pub(crate) fn free_limit(&self) -> i64 {
-        self.free_monthly_calls
-    }
-
-    pub(crate) fn price(&self) -> i64 {
-        self.paid_call_cost
+    /// The prices the call is admitted at.
+    pub(crate) fn terms(&self) -> Terms {
+        self.terms
     }
 
     /// Passes the decision on (once; later calls are ignored).
     fn decide(&mut self, outcome: Result<Admission, StoreError>) {
-        if let Ok(admission) = &outcome {
-            self.decision.get_or_insert(*admission);
-        }
         if let Some(decided) = self.decided.take() {
             // A caller that went away no longer needs its answer; its ledger row stands.
             let _ = decided.send(outcome);
@@ -205,11 +205,14 @@ impl AdmitJob {
             Err(error) => self.decide(Err(StoreError::Unavailable(error.to_string()))),
         }
         let settled = match (&outcome, &self.decision) {
-            (Ok(()), Some(decision)) => Some((decision, self.after)),
+            (Ok(()), Some(decision)) => Some(decision),
             _ => None,
         };
-        mirror.settle(&self.key(), self.predicted.as_ref(), settled);
-        let unpaid = self.predicted.is_some() && self.decision == Some(Admission::Refused);
+        mirror.settle(&self.key, self.predicted.as_ref(), settled);
+        let refused = self
+            .decision
+            .is_some_and(|decision| decision.admission == Admission::Refused);
+        let unpaid = self.predicted.is_some() && refused;
         let outcome = match outcome {
             // the call started on the prediction; the books must not pretend it was charged
             Ok(()) if unpaid => Err(StoreError::Unavailable(
@@ -220,67 +223,44 @@ impl AdmitJob {
         let _ = self.recorded.send(outcome);
     }
 
-    /// Decides the job inside the open transaction: the allowance first, then the wallet, then
-    /// refusal; an admitted call gets its ledger row. The decision goes out at once. The
-    /// standing after it is read only while the mirror has to learn the account.
-    fn run(&mut self, conn: &Connection, mirror: &Mirror) -> rusqlite::Result<()> {
-        let free_used = if self.free_monthly_calls > 0 {
-            conn.prepare_cached(TAKE_FREE)?
-                .query_row(
-                    params![self.account, self.month, self.free_monthly_calls],
-                    |row| row.get::<_, i64>(0),
-                )
-                .optional()?
-        } else {
-            None
+    /// Decides the job inside the open transaction on its account's standing (known, else
+    /// read), and applies the decision (an admitted call gets its ledger row). The decision
+    /// goes out at once.
+    fn run(&mut self, conn: &Connection, known: &mut Known) -> Result<(), StoreError> {
+        let call = Call {
+            account: &self.key.0,
+            month: &self.key.1,
+            tool: &self.tool,
         };
-        let admission = match free_used {
-            Some(free_used) => {
-                self.ledger(conn, "free", 0)?;
-                Admission::Free { free_used }
-            }
-            None => {
-                let balance = conn
-                    .prepare_cached(DEBIT)?
-                    .query_row(params![self.paid_call_cost, self.account], |row| {
-                        row.get::<_, i64>(0)
-                    })
-                    .optional()?;
-                match balance {
-                    Some(balance) => {
-                        self.ledger(conn, "wallet", self.paid_call_cost)?;
-                        Admission::Paid {
-                            balance_after: Micros(balance),
-                        }
-                    }
-                    None => Admission::Refused,
+        let mut remembered = known.get(&self.key).copied();
+        for _ in 0..MAX_ATTEMPTS {
+            let (before, read) = match remembered.take() {
+                Some(standing) => (standing, false),
+                None => {
+                    let standing = standing::read(conn, &call)
+                        .map_err(unavailable)?
+                        .ok_or(StoreError::NotFound)?;
+                    (standing, true)
                 }
+            };
+            let decision = decide(before, self.terms);
+            // a refusal writes nothing to guard, so it must rest on what the database holds
+            let trusted = read || decision.admission.admitted();
+            if trusted && standing::apply(conn, &call, before, &decision).map_err(unavailable)? {
+                match known.get_mut(&self.key) {
+                    Some(standing) => *standing = decision.after,
+                    None => {
+                        known.insert(self.key.clone(), decision.after);
+                    }
+                }
+                self.decision = Some(decision);
+                self.decide(Ok(decision.admission));
+                return Ok(());
             }
-        };
-        if mirror.needs_standing(&self.key()) {
-            self.after = conn.prepare_cached(STANDING)?.query_row(
-                params![self.account, self.month],
-                |row| {
-                    let wallet: Option<i64> = row.get(1)?;
-                    let free_used: i64 = row.get(0)?;
-                    Ok(wallet.map(|wallet| Standing { free_used, wallet }))
-                },
-            )?;
         }
-        self.decide(Ok(admission));
-        Ok(())
-    }
-
-    fn ledger(&self, conn: &Connection, paid_from: &str, cost: i64) -> rusqlite::Result<()> {
-        conn.prepare_cached(LEDGER)?.execute(params![
-            self.account,
-            self.month,
-            self.tool,
-            paid_from,
-            cost,
-            now_millis()
-        ])?;
-        Ok(())
+        Err(StoreError::Unavailable(
+            "the account's standing kept changing under the metering writer".to_owned(),
+        ))
     }
 }
 
@@ -336,14 +316,16 @@ fn decide_batch(conn: &Connection, batch: &mut Vec<WriterJob>, mirror: &Mirror) 
     if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
         return record_all(batch, &Err(unavailable(error)), mirror);
     }
+    let mut known = Known::new();
     for job in batch.iter_mut() {
         let outcome = conn
             .execute_batch("SAVEPOINT admission")
-            .and_then(|()| job.run(conn, mirror))
-            .and_then(|()| conn.execute_batch("RELEASE admission"));
+            .map_err(unavailable)
+            .and_then(|()| job.run(conn, &mut known))
+            .and_then(|()| conn.execute_batch("RELEASE admission").map_err(unavailable));
         if let Err(error) = outcome {
             let _ = conn.execute_batch("ROLLBACK TO admission; RELEASE admission");
-            job.undo(error);
+            job.undo(error, &mut known);
         }
     }
     match conn.execute_batch("COMMIT") {
@@ -365,3 +347,7 @@ fn record_all(batch: &mut Vec<WriterJob>, outcome: &Result<(), StoreError>, mirr
         job.record(outcome, mirror);
     }
 }
+
+#[cfg(test)]
+#[path = "admit_tests.rs"]
+mod tests;

@@ -1,8 +1,8 @@
 //! A mirror of each busy account's allowance and wallet as they will stand once every queued
 //! admission is applied, so that a call certain to be admitted starts without waiting for the
 //! database. The database stays the authority: every call is still decided and recorded there,
-//! and its answer still waits for that record. The mirror only predicts, and only when it can
-//! be certain:
+//! and its answer still waits for that record. The mirror only predicts, with the rule the
+//! database decides by (`toolgate_domain::decide`), and only when it can be certain:
 //!
 //! - it is enabled only for the one process that serves (`serve` holds a lock on the database
 //!   for its life), so no other process admits calls; other processes may only credit wallets,
@@ -14,7 +14,7 @@
 //!   order the writer does;
 //! - anything it cannot know (a job it did not predict, a refusal, a failed commit) makes the
 //!   account's entry unknown until every queued job of it is settled; then the standing the
-//!   database reported after the last one seeds it again;
+//!   database decided the last one on, with that decision applied, seeds it again;
 //! - should the database ever decide otherwise than predicted, something else is changing it:
 //!   the mirror switches itself off for good and says so.
 
@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::mpsc::{self, error::TrySendError};
-use toolgate_domain::{Admission, Micros};
+use toolgate_domain::{Admission, Decision, Standing, decide};
 
 use crate::admit::{AdmitJob, WriterJob};
 use crate::take_back::TakeBackJob;
@@ -33,35 +33,6 @@ const MAX_ENTRIES: usize = 100_000;
 
 /// An account in one month: `(account id, month)`.
 pub(crate) type Key = (String, String);
-
-/// What the database holds for an account in a month.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Standing {
-    /// Free calls used in the month.
-    pub free_used: i64,
-    /// Wallet balance in micro-dollars.
-    pub wallet: i64,
-}
-
-impl Standing {
-    /// The admission the database will make for a call at `limit` free calls and `price`, and
-    /// the standing after it; `None` for a refusal (which the mirror never predicts).
-    fn admit(self, limit: i64, price: i64) -> Option<(Admission, Standing)> {
-        if limit > 0 && self.free_used < limit {
-            let free_used = self.free_used + 1;
-            let after = Standing { free_used, ..self };
-            return Some((Admission::Free { free_used }, after));
-        }
-        (self.wallet >= price).then(|| {
-            let wallet = self.wallet - price;
-            let after = Standing { wallet, ..self };
-            let paid = Admission::Paid {
-                balance_after: Micros(wallet),
-            };
-            (paid, after)
-        })
-    }
-}
 
 #[derive(Debug, Default)]
 struct Entry {
@@ -100,17 +71,19 @@ impl Mirror {
             return Submitted::Send(WriterJob::Admit(job));
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = entries.entry(job.key()).or_default();
+        let entry = entries.entry(job.key().clone()).or_default();
+        // a refusal is never predicted: the database may be more generous (a credit meanwhile)
         let prediction = entry
             .known
-            .and_then(|standing| standing.admit(job.free_limit(), job.price()));
-        job.predicted = prediction.map(|(admission, _)| admission);
+            .map(|standing| decide(standing, job.terms()))
+            .filter(|decision| decision.admission.admitted());
+        job.predicted = prediction.map(|decision| decision.admission);
         match queue.try_send(WriterJob::Admit(job)) {
             Ok(()) => {
                 entry.in_flight += 1;
-                entry.known = prediction.map(|(_, after)| after);
+                entry.known = prediction.map(|decision| decision.after);
                 match prediction {
-                    Some((admission, _)) => Submitted::Predicted(admission),
+                    Some(decision) => Submitted::Predicted(decision.admission),
                     None => Submitted::Queued,
                 }
             }
@@ -170,30 +143,20 @@ impl Mirror {
         }
     }
 
-    /// Whether the writer should report the standing after a job of `key`: only while the mirror
-    /// is on and does not know the account (the standing is what seeds it again).
-    pub(crate) fn needs_standing(&self, key: &Key) -> bool {
-        if !self.enabled.load(Ordering::SeqCst) {
-            return false;
-        }
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.get(key).is_none_or(|entry| entry.known.is_none())
-    }
-
     /// Settles one queued job once its commit is known: `outcome` is the database's decision
-    /// and the standing right after it, or `None` if it failed or was undone.
+    /// (with the standing right after it), or `None` if it failed or was undone.
     pub(crate) fn settle(
         &self,
         key: &Key,
         predicted: Option<&Admission>,
-        outcome: Option<(&Admission, Option<Standing>)>,
+        outcome: Option<&Decision>,
     ) {
         if !self.enabled.load(Ordering::SeqCst) {
             return;
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(predicted), Some((decided, _))) = (predicted, outcome)
-            && std::mem::discriminant(predicted) != std::mem::discriminant(decided)
+        if let (Some(predicted), Some(decided)) = (predicted, outcome)
+            && std::mem::discriminant(predicted) != std::mem::discriminant(&decided.admission)
         {
             tracing::error!(
                 ?predicted,
@@ -210,8 +173,8 @@ impl Mirror {
         entry.in_flight = entry.in_flight.saturating_sub(1);
         match outcome {
             None => entry.known = None,
-            Some((_, after)) if entry.known.is_none() && entry.in_flight == 0 => {
-                entry.known = after;
+            Some(decided) if entry.known.is_none() && entry.in_flight == 0 => {
+                entry.known = Some(decided.after);
             }
             Some(_) => {}
         }

@@ -1,37 +1,19 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
 
+use toolgate_domain::Micros;
+
 fn standing(free_used: i64, wallet: i64) -> Standing {
-    Standing { free_used, wallet }
+    Standing {
+        free_used,
+        wallet: Micros(wallet),
+        owed: Micros::ZERO,
+    }
 }
 
-#[test]
-fn the_prediction_follows_the_database_order() {
-    // allowance first, then the wallet, then nothing
-    assert_eq!(
-        standing(1, 0).admit(2, 8),
-        Some((Admission::Free { free_used: 2 }, standing(2, 0)))
-    );
-    assert_eq!(
-        standing(2, 20).admit(2, 8),
-        Some((
-            Admission::Paid {
-                balance_after: Micros(12)
-            },
-            standing(2, 12)
-        ))
-    );
-    assert_eq!(standing(2, 7).admit(2, 8), None);
-    // no allowance at all: the wallet pays from the first call
-    assert_eq!(
-        standing(0, 8).admit(0, 8),
-        Some((
-            Admission::Paid {
-                balance_after: Micros(0)
-            },
-            standing(0, 0)
-        ))
-    );
+/// The database's decision on `before` at the rig's terms, as the writer reports it.
+fn decided(admission: Admission, after: Standing) -> Decision {
+    Decision { admission, after }
 }
 
 struct Rig {
@@ -70,11 +52,11 @@ impl Rig {
     }
 
     /// Settles the oldest queued job as the database would have decided it.
-    fn settle(&mut self, decided: Option<Admission>, after: Standing) {
+    fn settle(&mut self, admission_decided: Option<Admission>, after: Standing) {
         let job = admission(self.jobs.try_recv().unwrap());
-        let outcome = decided.as_ref().map(|d| (d, Some(after)));
+        let outcome = admission_decided.map(|a| decided(a, after));
         self.mirror
-            .settle(&job.key(), job.predicted.as_ref(), outcome);
+            .settle(job.key(), job.predicted.as_ref(), outcome.as_ref());
     }
 }
 
@@ -166,7 +148,7 @@ fn a_failed_commit_makes_the_account_unknown() {
     r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
     assert!(predicted(&r.submit()).is_some());
     let job = admission(r.jobs.try_recv().unwrap());
-    r.mirror.settle(&job.key(), job.predicted.as_ref(), None);
+    r.mirror.settle(job.key(), job.predicted.as_ref(), None);
     assert!(matches!(r.submit(), Submitted::Queued));
 }
 
@@ -210,20 +192,6 @@ fn off_by_default_and_a_full_queue_sends_later_without_a_prediction() {
     // the full one is unknown to those after it
     r.settle(Some(Admission::Free { free_used: 2 }), standing(2, 0));
     assert!(matches!(r.submit(), Submitted::Queued));
-}
-
-#[test]
-fn the_standing_is_wanted_only_while_an_account_is_unknown() {
-    let mut r = rig(16);
-    let key = (r.account.as_str().to_owned(), r.month.as_str().to_owned());
-    assert!(r.mirror.needs_standing(&key), "never seen");
-    assert!(matches!(r.submit(), Submitted::Queued));
-    r.settle(Some(Admission::Free { free_used: 1 }), standing(1, 0));
-    assert!(!r.mirror.needs_standing(&key), "known again");
-    assert!(matches!(r.submit(), Submitted::Predicted(_)));
-    assert!(matches!(r.submit(), Submitted::Queued), "a refusal");
-    assert!(r.mirror.needs_standing(&key), "unknown after the refusal");
-    assert!(!Mirror::default().needs_standing(&key), "off: never wanted");
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod oauth;
 mod private;
 mod rows;
 mod secrets;
+mod standing;
 mod take_back;
 
 use std::fs::{File, TryLockError};

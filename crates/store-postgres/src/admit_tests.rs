@@ -1,0 +1,273 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use sqlx::{Connection, PgConnection};
+use toolgate_domain::{ApiKey, Brand, Email};
+use toolgate_store::{Accounts, Metering, NewAccount};
+
+use super::*;
+use crate::PgStore;
+use crate::testkit::with_fresh_database;
+
+/// A migrated database with one account holding `wallet`, and a connection of its own to it.
+async fn database_with_account(url: &str, wallet: i64) -> (PgStore, PgConnection, AccountId) {
+    let store = PgStore::connect(url).await.unwrap();
+    let account = NewAccount {
+        id: AccountId::generate(),
+        email: Email::parse("standing@example.org").unwrap(),
+        key_hash: ApiKey::generate(&Brand::parse("svc").unwrap())
+            .unwrap()
+            .hash(),
+    };
+    store.create_account(&account).await.unwrap();
+    if wallet > 0 {
+        store
+            .credit_wallet(&account.id, Micros(wallet), "start")
+            .await
+            .unwrap();
+    }
+    let conn = PgConnection::connect(url).await.unwrap();
+    (store, conn, account.id)
+}
+
+fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64, cost: i64) -> CallCharge<'a> {
+    CallCharge {
+        account,
+        month,
+        tool: "svc_read",
+        free_monthly_calls: free,
+        paid_call_cost: Micros(cost),
+    }
+}
+
+fn terms(charge: &CallCharge<'_>) -> Terms {
+    Terms {
+        free_monthly_calls: charge.free_monthly_calls,
+        paid_call_cost: charge.paid_call_cost,
+    }
+}
+
+async fn ledger_rows(conn: &mut PgConnection) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM call_ledger")
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+async fn execute(conn: &mut PgConnection, statement: &'static str, account: &AccountId) {
+    sqlx::query(statement)
+        .bind(account.as_str())
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_free_call_decided_on_a_stale_count_writes_nothing() {
+    with_fresh_database(|url| async move {
+        let (store, mut conn, account) = database_with_account(&url, 0).await;
+        let month = MonthKey::now();
+        let call = charge(&account, &month, 5, 8);
+        let first = read_standing(&mut conn, &account, &month)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(first, Standing::default(), "no usage row yet: nothing used");
+        let second = first;
+        assert!(
+            apply(&mut conn, &call, first, &decide(first, terms(&call)))
+                .await
+                .unwrap()
+        );
+        assert!(
+            !apply(&mut conn, &call, second, &decide(second, terms(&call)))
+                .await
+                .unwrap(),
+            "the count it rests on changed"
+        );
+        assert_eq!(ledger_rows(&mut conn).await, 1, "no row for the stale one");
+        let fresh = read_standing(&mut conn, &account, &month)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(fresh.free_used, 1, "counted once");
+        store.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paid_call_decided_on_a_stale_wallet_or_debt_writes_nothing() {
+    with_fresh_database(|url| async move {
+        let (store, mut conn, account) = database_with_account(&url, 20).await;
+        let month = MonthKey::now();
+        let call = charge(&account, &month, 0, 8);
+        let before = read_standing(&mut conn, &account, &month)
+            .await
+            .unwrap()
+            .unwrap();
+        let decision = decide(before, terms(&call));
+        assert!(matches!(decision.admission, Admission::Paid { .. }));
+        let credit = "UPDATE accounts SET wallet_micros = wallet_micros + 5 WHERE id = $1";
+        execute(&mut conn, credit, &account).await;
+        assert!(!apply(&mut conn, &call, before, &decision).await.unwrap());
+        assert_eq!(
+            store.usage(&account, &month).await.unwrap().wallet,
+            Micros(25),
+            "the credit is kept, nothing charged"
+        );
+
+        // at a price of nothing an empty wallet pays; a debt arising meanwhile must stop it
+        let empty = "UPDATE accounts SET wallet_micros = 0 WHERE id = $1";
+        execute(&mut conn, empty, &account).await;
+        let free_price = charge(&account, &month, 0, 0);
+        let before = read_standing(&mut conn, &account, &month)
+            .await
+            .unwrap()
+            .unwrap();
+        let decision = decide(before, terms(&free_price));
+        assert!(matches!(decision.admission, Admission::Paid { .. }));
+        let owe = "UPDATE accounts SET owed_micros = 3 WHERE id = $1";
+        execute(&mut conn, owe, &account).await;
+        assert!(
+            !apply(&mut conn, &free_price, before, &decision)
+                .await
+                .unwrap()
+        );
+        assert_eq!(ledger_rows(&mut conn).await, 0);
+        assert_eq!(
+            store.admit_call(&free_price).await.unwrap(),
+            Admission::Refused,
+            "nothing paid while anything is owed"
+        );
+        store.close().await;
+    })
+    .await;
+}
+
+/// The read locks the account's row, so no other admission, credit or take-back decides on
+/// the same standing before this transaction ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_standing_holds_the_account_until_the_transaction_ends() {
+    with_fresh_database(|url| async move {
+        let (store, mut conn, account) = database_with_account(&url, 0).await;
+        let month = MonthKey::now();
+        let mut other = PgConnection::connect(&url).await.unwrap();
+        let try_lock = "SELECT 1 FROM accounts WHERE id = $1 FOR NO KEY UPDATE NOWAIT";
+
+        let mut tx = conn.begin_with(BEGIN).await.unwrap();
+        read_standing(&mut tx, &account, &month)
+            .await
+            .unwrap()
+            .unwrap();
+        let locked = sqlx::query(try_lock)
+            .bind(account.as_str())
+            .execute(&mut other)
+            .await;
+        assert!(locked.is_err(), "the row is held: {locked:?}");
+        tx.rollback().await.unwrap();
+        sqlx::query(try_lock)
+            .bind(account.as_str())
+            .execute(&mut other)
+            .await
+            .expect("released with the transaction");
+        assert_eq!(
+            read_standing(&mut conn, &AccountId::generate(), &month)
+                .await
+                .unwrap(),
+            None
+        );
+        store.close().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_writes_nothing_and_an_unknown_account_is_not_found() {
+    with_fresh_database(|url| async move {
+        let (store, mut conn, account) = database_with_account(&url, 7).await;
+        let month = MonthKey::now();
+        let call = charge(&account, &month, 0, 8);
+        assert_eq!(admit(&store.pool, &call).await.unwrap(), Admission::Refused);
+        assert_eq!(ledger_rows(&mut conn).await, 0);
+        let usage_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM monthly_usage")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(usage_rows, 0, "no usage row for a refused call");
+        let stranger = AccountId::generate();
+        assert!(matches!(
+            admit(&store.pool, &charge(&stranger, &month, 5, 8)).await,
+            Err(StoreError::NotFound)
+        ));
+        store.close().await;
+    })
+    .await;
+}
+
+/// Waits until `waiting` sessions of this database wait for a lock (each admission blocked on
+/// an account row), or until `done` says the awaited work finished.
+async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() -> bool) {
+    for _ in 0..3_000 {
+        let now: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if now >= waiting || done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no session came to wait for the lock within 30 s");
+}
+
+/// An admission that waited for the account's lock reads the month's count as it was before
+/// the wait (PostgreSQL's snapshot is the statement's), so its first decision may rest on a
+/// stale count. It must read again with the lock held, not give the lock up: here whoever held
+/// it counts a call each time the admission waits, and the admission is still counted exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admission_that_waited_for_the_lock_decides_again_on_what_is_committed() {
+    with_fresh_database(|url| async move {
+        let (store, mut watcher, account) = database_with_account(&url, 0).await;
+        let month = MonthKey::now();
+        let mut holder = PgConnection::connect(&url).await.unwrap();
+        let call = charge(&account, &month, 100, 8);
+        let mut tx = holder.begin_with(BEGIN).await.unwrap();
+        let mut before = read_standing(&mut tx, &account, &month).await.unwrap();
+        let (pool, id, held_month) = (store.pool.clone(), account.clone(), month.clone());
+        let admission =
+            tokio::spawn(async move { admit(&pool, &charge(&id, &held_month, 100, 8)).await });
+        let mut counted_by_holder = 0;
+        // each round: with the lock held, let the admission queue behind it, count a call and
+        // release; then take the lock again (waiting while the admission holds it)
+        for _ in 0..=MAX_ATTEMPTS {
+            until_waiting(&mut watcher, 1, || admission.is_finished()).await;
+            if admission.is_finished() {
+                break;
+            }
+            let standing = before.unwrap();
+            assert!(
+                apply(&mut tx, &call, standing, &decide(standing, terms(&call)))
+                    .await
+                    .unwrap()
+            );
+            tx.commit().await.unwrap();
+            counted_by_holder += 1;
+            tx = holder.begin_with(BEGIN).await.unwrap();
+            before = read_standing(&mut tx, &account, &month).await.unwrap();
+        }
+        tx.rollback().await.unwrap();
+        let admitted = admission.await.unwrap();
+        let free_used = match admitted {
+            Ok(Admission::Free { free_used }) => free_used,
+            other => panic!("the admission failed though the allowance could pay: {other:?}"),
+        };
+        assert_eq!(counted_by_holder, 1, "it kept the lock once it had it");
+        assert_eq!(free_used, counted_by_holder + 1);
+        assert_eq!(store.ledger_counts(&account, &month).await.unwrap(), (2, 0));
+        store.close().await;
+    })
+    .await;
+}
