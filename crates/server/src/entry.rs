@@ -13,9 +13,8 @@ use http_body_util::BodyExt;
 use toolgate_domain::Account;
 
 use crate::error::EdgeError;
-use crate::handler::Caller;
-use crate::legacy::{self, SESSION_HEADER};
-use crate::{Metrics, Shared, carriers, sse};
+use crate::mcp_session_requests::{self, SESSION_HEADER};
+use crate::{Shared, credentials, rmcp_forward, sse};
 
 /// What a caller presents at an MCP endpoint: an API key (from its carrier) or, at `/mcp`, an
 /// OAuth access token. Either resolves to an account; everything after that is one path.
@@ -51,10 +50,10 @@ async fn authenticate(
     parts: &Parts,
 ) -> Result<Account, EdgeError> {
     match credential {
-        Credential::Key(path_key) => carriers::authenticate(&state.app, path_key, parts).await,
+        Credential::Key(path_key) => credentials::authenticate(&state.app, path_key, parts).await,
         Credential::Token => {
             let oauth = state.app.oauth();
-            let bearer = carriers::bearer(&parts.headers);
+            let bearer = credentials::bearer(&parts.headers);
             match oauth.authenticate(bearer.as_deref()).await {
                 Ok((account, _grant)) => Ok(account),
                 Err(error) => Err(EdgeError::Token {
@@ -91,8 +90,11 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     };
     if parts.method != Method::POST {
         return match &session {
-            Some(id) => legacy::other(state, &account, id, &parts.method),
-            None => forward(state, &account, parts, body, sse::Accepts { sse: true }).await,
+            Some(id) => mcp_session_requests::other(state, &account, id, &parts.method),
+            None => {
+                rmcp_forward::forward(state, &account, parts, body, sse::Accepts { sse: true })
+                    .await
+            }
         };
     }
     let bytes = match read_limited(body, state.max_body).await {
@@ -117,59 +119,17 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
         return answer;
     }
     match session {
-        Some(id) => legacy::post(state, &account, &id, parts, bytes, &info, accepts).await,
-        None if info.opens_session() => legacy::open(state, &account, parts, bytes, accepts).await,
-        None => match crate::direct::answer(state, &account, &parts, &bytes, &info).await {
+        Some(id) => {
+            mcp_session_requests::post(state, &account, &id, parts, bytes, &info, accepts).await
+        }
+        None if info.opens_session() => {
+            mcp_session_requests::open(state, &account, parts, bytes, accepts).await
+        }
+        None => match crate::tools_call::answer(state, &account, &parts, &bytes, &info).await {
             Some(answer) => answer,
-            None => forward(state, &account, parts, Body::from(bytes), accepts).await,
+            None => rmcp_forward::forward(state, &account, parts, Body::from(bytes), accepts).await,
         },
     }
-}
-
-/// Hands a request to rmcp's stateless service, as `account`, and shapes its answer for the
-/// caller (a JSON-RPC error body for transport refusals; inline JSON for JSON-only callers).
-pub async fn forward(
-    state: &Shared,
-    account: &Arc<Account>,
-    mut parts: Parts,
-    body: Body,
-    accepts: sse::Accepts,
-) -> Response {
-    parts.extensions.insert(Caller(account.clone()));
-    let response = state
-        .mcp
-        .handle(Request::from_parts(parts, body))
-        .await
-        .map(Body::new);
-    let response = as_jsonrpc_error(response, &state.metrics).await;
-    sse::inline_if_needed(response, accepts).await
-}
-
-/// rmcp answers transport refusals (unknown session, missing session id, wrong Host) in plain
-/// text; callers get the same JSON-RPC error body as for every other refusal, status unchanged.
-async fn as_jsonrpc_error(response: Response, metrics: &Metrics) -> Response {
-    let plain = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_none_or(|v| v.starts_with("text/plain"));
-    if !response.status().is_client_error() || !plain {
-        return response;
-    }
-    let status = response.status();
-    let text = match http_body_util::Limited::new(response.into_body(), 4096)
-        .collect()
-        .await
-    {
-        Ok(collected) => String::from_utf8_lossy(&collected.to_bytes()).into_owned(),
-        Err(_) => String::new(),
-    };
-    let message = if text.trim().is_empty() {
-        status.canonical_reason().unwrap_or("refused").to_owned()
-    } else {
-        text
-    };
-    EdgeError::Transport { status, message }.respond(metrics)
 }
 
 /// How much of a refused request's body is read to keep its connection; a larger body closes it.

@@ -23,7 +23,7 @@ use toolgate_domain::Account;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{RpcCode, call_error, mcp_error};
-use crate::legacy::CallCancel;
+use crate::mcp_sessions::CallCancel;
 use crate::metrics::{CallLabel, Metrics};
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.

@@ -1,24 +1,25 @@
 //! HTTP and MCP: the axum router, the front door in front of rmcp (origin, key, body checks),
 //! the rmcp handler over the capability registry, metrics and a redacted access log.
 
-mod carriers;
 mod connections;
-mod direct;
+mod credentials;
 mod entry;
 mod error;
-mod fast;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;
 mod handler;
 pub mod jsonrpc;
-mod legacy;
+mod mcp_session_requests;
 mod mcp_sessions;
 pub mod metrics;
 mod oauth;
 mod origin;
 mod proxies;
+mod rmcp_forward;
 mod routes;
 mod sse;
+mod tools_call;
+mod tools_list;
 
 use std::sync::Arc;
 
@@ -64,10 +65,10 @@ pub(crate) struct ServerState {
     max_body: usize,
     sessions: Arc<mcp_sessions::McpSessions>,
     /// A plain legacy `tools/list`, answered without rmcp.
-    tools_list: Option<fast::ToolsList>,
+    tools_list: Option<tools_list::ToolsList>,
     /// The handler rmcp calls, also for plain legacy `tools/call`s answered without rmcp.
     handler: McpHandler,
-    /// rmcp in stateless mode answers every request; legacy sessions are ours (see `legacy`).
+    /// rmcp in stateless mode answers every request; legacy sessions are ours (see `mcp_session_requests`).
     mcp: StreamableHttpService<McpHandler, LocalSessionManager>,
 }
 
@@ -90,7 +91,7 @@ pub fn router(
     let origins = Origins::new(&settings.public_url, &settings.allowed_origins);
     let handler = McpHandler::new(app.clone(), metrics.clone());
     let config = rmcp_config(settings, &origins, shutdown);
-    let tools_list = fast::ToolsList::new(&handler, &config.allowed_hosts);
+    let tools_list = tools_list::ToolsList::new(&handler, &config.allowed_hosts);
     let config = config
         .with_legacy_session_mode(false)
         .with_json_response(true);

@@ -229,6 +229,10 @@ impl Table {
     }
 }
 
+/// A call's cancellation by the client's `notifications/cancelled`, for the handler.
+#[derive(Clone, Debug)]
+pub struct CallCancel(pub tokio_util::sync::CancellationToken);
+
 /// A call registered in its session; dropping it (the answer sent or abandoned) unregisters it.
 pub struct CallGuard {
     sessions: Arc<McpSessions>,

@@ -8,12 +8,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use crate::error::EdgeError;
-use crate::{Shared, carriers};
+use crate::{Shared, credentials};
 
 /// `GET /billing/status` with the key in `Authorization`, `X-Api-Key` or `?key=`.
 pub async fn billing_status(State(state): State<Shared>, request: Request) -> Response {
     let (parts, _) = request.into_parts();
-    let account = match carriers::authenticate(&state.app, None, &parts).await {
+    let account = match credentials::authenticate(&state.app, None, &parts).await {
         Ok(account) => account,
         Err(err) => return err.respond(&state.metrics),
     };
@@ -57,7 +57,7 @@ pub async fn access_log(State(state): State<Shared>, request: Request, next: Nex
     let started = Instant::now();
     let route = route_label(request.extensions().get::<MatchedPath>());
     let method = method_label(request.method());
-    let shown = carriers::redact(request.uri().path(), request.uri().query());
+    let shown = credentials::redact(request.uri().path(), request.uri().query());
     let response = next.run(request).await;
     let elapsed = started.elapsed();
     let status = response.status().as_u16();

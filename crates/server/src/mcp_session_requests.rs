@@ -16,16 +16,12 @@ use toolgate_domain::Account;
 
 use crate::error::EdgeError;
 use crate::jsonrpc::MessageInfo;
-use crate::mcp_sessions::CallGuard;
+use crate::mcp_sessions::{CallCancel, CallGuard};
 use crate::sse::Accepts;
-use crate::{Shared, entry};
+use crate::{Shared, rmcp_forward};
 
 /// The header naming a legacy session.
 pub const SESSION_HEADER: &str = "mcp-session-id";
-
-/// A call's cancellation by the client's `notifications/cancelled`, for the handler.
-#[derive(Clone, Debug)]
-pub struct CallCancel(pub tokio_util::sync::CancellationToken);
 
 /// `initialize` of the older generation: answered by rmcp, and on success a session is opened.
 pub async fn open(
@@ -39,7 +35,8 @@ pub async fn open(
         Ok(id) => id,
         Err(err) => return EdgeError::from(err).respond(&state.metrics),
     };
-    let mut response = entry::forward(state, account, parts, Body::from(body), accepts).await;
+    let mut response =
+        rmcp_forward::forward(state, account, parts, Body::from(body), accepts).await;
     match HeaderValue::from_str(&id) {
         Ok(value) if response.status().is_success() => {
             response.headers_mut().insert(SESSION_HEADER, value);
@@ -77,9 +74,9 @@ pub async fn post(
     if let Some(call) = &call {
         parts.extensions.insert(CallCancel(call.token().clone()));
     }
-    let response = match crate::direct::answer(state, account, &parts, &body, info).await {
+    let response = match crate::tools_call::answer(state, account, &parts, &body, info).await {
         Some(answer) => answer,
-        None => entry::forward(state, account, parts, Body::from(body), accepts).await,
+        None => rmcp_forward::forward(state, account, parts, Body::from(body), accepts).await,
     };
     match call {
         Some(call) => withheld_if_cancelled(response, call, accepts),

@@ -23,7 +23,7 @@ use toolgate_domain::Account;
 use crate::Shared;
 use crate::handler::Answered;
 use crate::jsonrpc::MessageInfo;
-use crate::legacy::CallCancel;
+use crate::mcp_sessions::CallCancel;
 
 /// `params` of a call this path takes: nothing but the tool and its arguments.
 #[derive(Deserialize)]
