@@ -22,14 +22,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
-use toolgate_domain::{Admission, Decision, Standing, Terms, decide};
-use toolgate_store::{CallCharge, Decided, Recorded, StoreError};
+use tokio::sync::mpsc;
+use toolgate_domain::{Admission, Standing, decide};
+use toolgate_store::StoreError;
 
 use crate::Durability;
-use crate::allowance::{Key, Mirror};
+use crate::allowance::Mirror;
+use crate::jobs::{AdmitJob, Key, WriterJob};
 use crate::standing::{self, Call};
-use crate::take_back::TakeBackJob;
 
 /// Most admissions decided in one transaction.
 const MAX_BATCH: usize = 512;
@@ -47,31 +47,7 @@ const MAX_ATTEMPTS: usize = 3;
 /// take-back changes the account's wallet.
 type Known = HashMap<Key, Standing>;
 
-/// What the writer thread applies, in the order it was queued.
-pub(crate) enum WriterJob {
-    /// One call's admission.
-    Admit(AdmitJob),
-    /// One refund or dispute taken back from a wallet.
-    TakeBack(TakeBackJob),
-}
-
 impl WriterJob {
-    /// What the mirror predicted for it (never anything for a take-back).
-    #[cfg(test)]
-    pub(crate) fn predicted(&self) -> Option<&Admission> {
-        match self {
-            Self::Admit(job) => job.predicted.as_ref(),
-            Self::TakeBack(_) => None,
-        }
-    }
-
-    /// Drops the prediction of a job that is queued later than predicted.
-    pub(crate) fn forget_prediction(&mut self) {
-        if let Self::Admit(job) = self {
-            job.predicted = None;
-        }
-    }
-
     fn run(&mut self, conn: &Connection, known: &mut Known) -> Result<(), StoreError> {
         match self {
             Self::Admit(job) => job.run(conn, known),
@@ -103,94 +79,7 @@ impl WriterJob {
     }
 }
 
-/// One call waiting to be admitted, with the channels its two answers go back on.
-pub(crate) struct AdmitJob {
-    /// The account and the month its allowance is counted in.
-    key: Key,
-    tool: String,
-    terms: Terms,
-    decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
-    recorded: oneshot::Sender<Result<(), StoreError>>,
-    /// What the mirror predicted when it queued the job.
-    pub(crate) predicted: Option<Admission>,
-    /// What the database decided, and the standing right after it, once it has.
-    decision: Option<Decision>,
-    /// Its statements failed and were rolled back to its savepoint.
-    undone: bool,
-}
-
-/// What the caller of [`AdmitJob::new`] waits on.
-pub(crate) struct Answers {
-    decided: oneshot::Receiver<Result<Admission, StoreError>>,
-    recorded: oneshot::Receiver<Result<(), StoreError>>,
-}
-
-impl Answers {
-    /// Durability alone, for a job whose admission was predicted.
-    pub(crate) fn recorded(self) -> Recorded {
-        let recorded = self.recorded;
-        Recorded::when(async move { recorded.await.map_err(|_| dropped())? })
-    }
-
-    /// The decision, and the durability still to come.
-    pub(crate) async fn decided(mut self) -> Result<Decided, StoreError> {
-        let admission = (&mut self.decided).await.map_err(|_| dropped())??;
-        Ok(Decided {
-            admission,
-            recorded: self.recorded(),
-        })
-    }
-}
-
-fn dropped() -> StoreError {
-    StoreError::Unavailable("the metering writer dropped a call".to_owned())
-}
-
 impl AdmitJob {
-    pub(crate) fn new(charge: &CallCharge<'_>) -> (Self, Answers) {
-        let (decided, decided_rx) = oneshot::channel();
-        let (recorded, recorded_rx) = oneshot::channel();
-        let job = Self {
-            key: (
-                charge.account.as_str().to_owned(),
-                charge.month.as_str().to_owned(),
-            ),
-            tool: charge.tool.to_owned(),
-            terms: Terms {
-                free_monthly_calls: charge.free_monthly_calls,
-                paid_call_cost: charge.paid_call_cost,
-            },
-            decided: Some(decided),
-            recorded,
-            predicted: None,
-            decision: None,
-            undone: false,
-        };
-        let answers = Answers {
-            decided: decided_rx,
-            recorded: recorded_rx,
-        };
-        (job, answers)
-    }
-
-    /// The account and month whose standing it changes.
-    pub(crate) fn key(&self) -> &Key {
-        &self.key
-    }
-
-    /// The prices the call is admitted at.
-    pub(crate) fn terms(&self) -> Terms {
-        self.terms
-    }
-
-    /// Passes the decision on (once; later calls are ignored).
-    fn decide(&mut self, outcome: Result<Admission, StoreError>) {
-        if let Some(decided) = self.decided.take() {
-            // A caller that went away no longer needs its answer; its ledger row stands.
-            let _ = decided.send(outcome);
-        }
-    }
-
     /// Passes on whether the decision is durable, deciding "refused" if nothing paid, after
     /// settling the job in the mirror (so a caller's next call sees it settled).
     fn record(mut self, outcome: Result<(), StoreError>, mirror: &Mirror) {

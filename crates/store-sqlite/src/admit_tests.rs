@@ -2,11 +2,13 @@
 
 use toolgate_domain::{AccountId, ApiKey, Brand, Email, Micros, MonthKey};
 use toolgate_store::{
-    Accounts, Metering, NewAccount, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack,
+    Accounts, CallCharge, Metering, NewAccount, PaymentCredit, Reversal, TakeBack, TakeBacks,
+    TakenBack,
 };
 
 use super::*;
 use crate::SqliteStore;
+use crate::jobs::{Answers, TakeBackJob};
 
 /// A migrated file with one account whose wallet a payment of `wallet` credited, and the
 /// writer's kind of connection to it.

@@ -25,14 +25,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc::{self, error::TrySendError};
 use toolgate_domain::{Admission, Decision, Standing, decide};
 
-use crate::admit::{AdmitJob, WriterJob};
-use crate::take_back::TakeBackJob;
+use crate::jobs::{AdmitJob, Key, TakeBackJob, WriterJob};
 
 /// Entries kept before idle ones (nothing queued) are dropped.
 const MAX_ENTRIES: usize = 100_000;
-
-/// An account in one month: `(account id, month)`.
-pub(crate) type Key = (String, String);
 
 #[derive(Debug, Default)]
 struct Entry {

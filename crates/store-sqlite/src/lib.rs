@@ -9,10 +9,11 @@
 mod admit;
 mod allowance;
 mod dashboard;
-mod epoch;
+mod file_modes;
+mod jobs;
+mod key_epoch;
 mod money;
 mod oauth;
-mod private;
 mod rows;
 mod secrets;
 mod standing;
@@ -36,9 +37,9 @@ use toolgate_store::{
     key_hash_from_column, now_millis,
 };
 
-use crate::admit::{AdmitJob, WriterJob};
 use crate::allowance::{Mirror, Submitted};
-use crate::epoch::KeyEpoch;
+use crate::jobs::{AdmitJob, WriterJob};
+use crate::key_epoch::KeyEpoch;
 use crate::rows::map_error;
 
 /// How hard a commit waits for the disk.
@@ -80,17 +81,17 @@ impl SqliteStore {
     /// Opens (creating and migrating when needed) the database file at `path`.
     pub async fn open(path: &Path, durability: Durability) -> Result<Self, StoreError> {
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            private::create_dir(parent).map_err(|e| {
+            file_modes::create_dir(parent).map_err(|e| {
                 StoreError::Unavailable(format!("cannot create {}: {e}", parent.display()))
             })?;
         }
         // SQLite gives its -wal and -shm files the database's own mode: create that one 0600
-        private::open(path)
+        file_modes::open(path)
             .map_err(|e| StoreError::Unavailable(format!("cannot open {}: {e}", path.display())))?;
         for companion in ["-wal", "-shm"] {
             let mut name = path.as_os_str().to_owned();
             name.push(companion);
-            private::narrow_if_present(Path::new(&name)).map_err(|e| {
+            file_modes::narrow_if_present(Path::new(&name)).map_err(|e| {
                 StoreError::Unavailable(format!(
                     "cannot restrict {}{companion}: {e}",
                     path.display()
@@ -149,7 +150,7 @@ impl SqliteStore {
     pub fn serve_exclusively(&self) -> Result<(), StoreError> {
         let mut name = self.path.as_os_str().to_owned();
         name.push("-serve.lock");
-        let file = private::open(Path::new(&name))
+        let file = file_modes::open(Path::new(&name))
             .map_err(|e| StoreError::Unavailable(format!("cannot open the serve lock: {e}")))?;
         match file.try_lock() {
             Ok(()) => {}

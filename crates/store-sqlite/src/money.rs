@@ -9,8 +9,8 @@ use toolgate_store::{
 };
 
 use crate::SqliteStore;
+use crate::jobs::TakeBackJob;
 use crate::rows::{map_error, map_write_error};
-use crate::take_back::TakeBackJob;
 
 /// Credits `amount` under `reference`, and under `payment` when given, in one transaction:
 /// at most once per reference and per payment, what is owed repaid first. Returns the balance

@@ -7,11 +7,11 @@
 //! first admission decided after it.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tokio::sync::oneshot;
 use toolgate_domain::{AccountId, Micros};
-use toolgate_store::{Reversal, StoreError, TakeBack, TakenBack, now_millis, reversal_amounts};
+use toolgate_store::{Reversal, StoreError, TakenBack, now_millis, reversal_amounts};
 
-use crate::allowance::{Key, Mirror};
+use crate::allowance::Mirror;
+use crate::jobs::{Asked, TakeBackJob};
 
 const PAYMENT: &str = "SELECT account_id, credited_micros, refunded_micros, taken_micros
      FROM wallet_payments WHERE payment = ?1";
@@ -26,56 +26,7 @@ const TAKE: &str = "UPDATE accounts SET wallet_micros = max(wallet_micros - ?1, 
          owed_micros = owed_micros + max(?1 - wallet_micros, 0)
      WHERE id = ?2 RETURNING wallet_micros - owed_micros";
 
-/// What a take-back asks, owned, to cross to the writer thread.
-enum Asked {
-    Refunded(Micros),
-    Disputed(String, Micros),
-}
-
-/// One take-back waiting for the writer, with the channel its answer goes back on.
-pub(crate) struct TakeBackJob {
-    /// The account the payment credited, as read before queueing: the one fenced.
-    account: String,
-    reference: String,
-    payment: String,
-    asked: Asked,
-    answer: oneshot::Sender<Result<TakenBack, StoreError>>,
-    outcome: Option<TakenBack>,
-    /// Mirror entries made unknown for it, given back when it settles.
-    pub(crate) fenced: Vec<Key>,
-    /// Its statements failed and were rolled back to its savepoint.
-    pub(crate) undone: bool,
-}
-
 impl TakeBackJob {
-    /// A job for `take`, whose payment credited `account`.
-    pub(crate) fn new(
-        take: &TakeBack<'_>,
-        account: String,
-    ) -> (Self, oneshot::Receiver<Result<TakenBack, StoreError>>) {
-        let (answer, receiver) = oneshot::channel();
-        let asked = match take.reversal {
-            Reversal::Refunded { total } => Asked::Refunded(total),
-            Reversal::Disputed { dispute, amount } => Asked::Disputed(dispute.to_owned(), amount),
-        };
-        let job = Self {
-            account,
-            reference: take.reference.to_owned(),
-            payment: take.payment.to_owned(),
-            asked,
-            answer,
-            outcome: None,
-            fenced: Vec::new(),
-            undone: false,
-        };
-        (job, receiver)
-    }
-
-    /// The account whose mirror entries it fences.
-    pub(crate) fn account(&self) -> &str {
-        &self.account
-    }
-
     /// Applies it inside the writer's open transaction.
     pub(crate) fn run(&mut self, conn: &Connection) -> rusqlite::Result<()> {
         let row = conn

@@ -21,7 +21,7 @@ impl KeyEpoch {
         let mut name = database.as_os_str().to_owned();
         name.push("-keys-epoch");
         let path = PathBuf::from(name);
-        let file = crate::private::open(&path)?;
+        let file = crate::file_modes::open(&path)?;
         let epoch = Self { file };
         if epoch.current().is_none() {
             epoch.bump()?;
