@@ -55,7 +55,7 @@ class HardenLib:
         self._init = function("toolgate_zygote_init")
         self._before = function("toolgate_before_session_fork")
         self._after = function("toolgate_after_session_fork")
-        self._admit = function("toolgate_admit_session", ctypes.c_int, *spec, fd, fd)
+        self._release = function("toolgate_release_session", ctypes.c_int, *spec, fd, fd)
         self._harden = function("toolgate_harden_session", *spec, fd, fd)
         rc, message = self._call(self._init)
         if rc != 0:
@@ -75,10 +75,10 @@ class HardenLib:
         """In the zygote: its children's pid namespace is its own again."""
         return self._call(self._after)
 
-    def admit(self, pid, blob, status_r, release_w):
+    def release(self, pid, blob, status_r, release_w):
         """In the zygote: id maps, cgroups, release; waits for the child's checklist. Takes both
         descriptors. On failure the child has been killed."""
-        return self._call(self._admit, pid, blob, len(blob), status_r, release_w)
+        return self._call(self._release, pid, blob, len(blob), status_r, release_w)
 
     def harden(self, blob, status_w, release_r):
         """In the child: the whole checklist. Takes both descriptors."""
@@ -296,7 +296,7 @@ class Zygote:
                    "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
 
     def fork_hardened(self, req, fds, session):
-        """A child that is pid 1 of its own pid namespace, admitted (id maps, cgroups) and fully
+        """A child that is pid 1 of its own pid namespace, released (cgroups, id maps) and fully
         confined before "forked" is sent; any failure is a harden_failed error frame and no child."""
         rid = request_id(req)
         spec = req.get("harden")
@@ -332,7 +332,7 @@ class Zygote:
                 ours.discard(fd)
             self.children[pid] = session      # so the "exited" frame names it, failed or not
             ours -= {status_r, release_w}     # the library owns (and closes) them from here
-            rc, message = self.harden.admit(pid, blob, status_r, release_w)
+            rc, message = self.harden.release(pid, blob, status_r, release_w)
             if rc != 0:
                 _kill(pid)                    # the library did already; never leave it running
                 self.send(error_frame("harden_failed", f"hardening failed: {message}", rid,

@@ -1,4 +1,4 @@
-//! One error per checklist step, and the zygote's side's errors ([`AdmitError`]). Each message
+//! One error per checklist step, and the zygote's side's errors ([`ReleaseError`]). Each message
 //! names its step, so a log line alone tells how far the confinement got. After any of them the
 //! child is partly confined and must exit without running the session's code.
 
@@ -49,7 +49,7 @@ pub enum HardenError {
         /// The kernel's answer.
         source: io::Error,
     },
-    /// The zygote did not admit the session (no id maps written, or it is gone).
+    /// The zygote did not release the session (no id maps written, or it is gone).
     #[error("step (d) user namespace: admission by the zygote: {0}")]
     Admission(String),
     /// `setrlimit(2)` failed.
@@ -85,11 +85,11 @@ pub enum HardenError {
     SeccompInstall(#[source] seccompiler::Error),
 }
 
-/// Why the zygote's side of a hardened fork ([`crate::admit_session`]) failed. The child has been
+/// Why the zygote's side of a hardened fork ([`crate::release_session`]) failed. The child has been
 /// sent SIGKILL by then.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum AdmitError {
+pub enum ReleaseError {
     /// The spec is unusable (the child refuses it too).
     #[error("admission: invalid harden spec: {0}")]
     InvalidSpec(String),

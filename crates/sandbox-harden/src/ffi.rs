@@ -14,7 +14,7 @@
 //!     rc = lib.toolgate_harden_session(spec, len(spec), status_w, release_r, err, len(err))
 //!     if rc != 0: os._exit(121)            # never run session code half-confined
 //! else:          # the zygote: id maps, cgroups; -1 means the child was killed
-//!     rc = lib.toolgate_admit_session(pid, spec, len(spec), status_r, release_w, err, len(err))
+//!     rc = lib.toolgate_release_session(pid, spec, len(spec), status_r, release_w, err, len(err))
 //! ```
 //!
 //! Every function returns 0 on success and -1 otherwise. When `err_buf` is not null and `err_len`
@@ -22,7 +22,7 @@
 //! boundary to fit: the error (naming the step that failed), or on success the report line of
 //! the child (`hardened: landlock=fully_enforced …`) or nothing. No panic crosses the boundary: it
 //! becomes -1 and `internal panic: …` (with the default `panic = "unwind"`), and a panic in
-//! `toolgate_admit_session` kills the child as any other failure does.
+//! `toolgate_release_session` kills the child as any other failure does.
 //!
 //! The two functions given descriptors take ownership of them: both are closed before the call
 //! returns, in every case; the caller must not close or use them afterwards.
@@ -35,8 +35,8 @@ use std::ptr;
 
 use crate::channel::{ChildChannel, ParentChannel, fitting};
 use crate::{
-    HardenSpec, admit_session, after_session_fork, before_session_fork, harden_session_with_report,
-    prepare_seccomp, remember_pid_namespace, sys,
+    HardenSpec, after_session_fork, before_session_fork, harden_session_with_report,
+    prepare_seccomp, release_session, remember_pid_namespace, sys,
 };
 
 /// A spec larger than this is refused before it is read (a real one is well under 4 KiB).
@@ -105,7 +105,7 @@ pub unsafe extern "C" fn toolgate_after_session_fork(err_buf: *mut u8, err_len: 
     unsafe { zygote_step(after_session_fork, what, err_buf, err_len) }
 }
 
-/// In the zygote, after a successful fork: admits child `pid` as [`crate::admit_session`] does
+/// In the zygote, after a successful fork: releases child `pid` as [`crate::release_session`] does
 /// (id maps, cgroups, release, wait for its checklist). On success `err_buf` holds the child's
 /// report line; on -1 the child has been sent SIGKILL (the caller still reaps it).
 ///
@@ -118,7 +118,7 @@ pub unsafe extern "C" fn toolgate_after_session_fork(err_buf: *mut u8, err_len: 
 /// - `err_buf` must be null or point to `err_len` writable bytes not otherwise accessed during
 ///   the call.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn toolgate_admit_session(
+pub unsafe extern "C" fn toolgate_release_session(
     pid: i32,
     spec_json: *const u8,
     spec_len: usize,
@@ -143,7 +143,7 @@ pub unsafe extern "C" fn toolgate_admit_session(
                 return Err(message);
             }
         };
-        admit_session(pid, &spec, channel).map_err(|error| error.to_string())
+        release_session(pid, &spec, channel).map_err(|error| error.to_string())
     });
     if outcome.is_err() {
         // Covers a panic and descriptors that never made a channel; a second SIGKILL is harmless.
@@ -154,16 +154,16 @@ pub unsafe extern "C" fn toolgate_admit_session(
 }
 
 /// In the session child, right after the fork: hardens the calling process as
-/// [`crate::harden_session`] does, from a JSON [`HardenSpec`], admitted by the zygote through
+/// [`crate::harden_session`] does, from a JSON [`HardenSpec`], released by the zygote through
 /// the pipes. On success `err_buf` holds the report line; after -1 the process may be partly
 /// confined: exit without running session code.
 ///
 /// # Safety
 ///
-/// - `spec_json` as for [`toolgate_admit_session`].
+/// - `spec_json` as for [`toolgate_release_session`].
 /// - `status_fd` (the status pipe's write end) and `release_fd` (the release pipe's read end)
 ///   must be open descriptors the caller owns; ownership passes to this function.
-/// - `err_buf` as for [`toolgate_admit_session`].
+/// - `err_buf` as for [`toolgate_release_session`].
 /// - The process must be single-threaded (checked; a multi-threaded caller gets -1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn toolgate_harden_session(
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn toolgate_harden_session(
     unsafe { report(outcome, err_buf, err_len) }
 }
 
-/// SIGKILL to the child being admitted (never to a pid <= 0, which would address a group).
+/// SIGKILL to the child being released (never to a pid <= 0, which would address a group).
 fn kill_child(pid: i32) {
     if pid > 0 {
         // ESRCH only: it ended already (and is not reaped yet, so the pid is still the child's).
@@ -373,7 +373,7 @@ mod tests {
         let mut buf = [0u8; 64];
         // SAFETY: as above; pid 0 is refused before any signal.
         let code = unsafe {
-            toolgate_admit_session(0, ptr::null(), 0, -1, -2, buf.as_mut_ptr(), buf.len())
+            toolgate_release_session(0, ptr::null(), 0, -1, -2, buf.as_mut_ptr(), buf.len())
         };
         assert_eq!(code, -1);
         assert!(

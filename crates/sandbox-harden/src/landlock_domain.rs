@@ -5,7 +5,7 @@
 //! network, TCP bind and connect. Granted: read and execute beneath each `read_only` path; read
 //! (files and directories, no execute) beneath the session's own `/proc`, which shows its pid
 //! namespace only; every right but creating device nodes beneath the workspace, `tmp` and the
-//! session's `/dev/shm`; the device nodes of [`DEVICES`]. Nothing else: the host's files, other sessions' workspaces and the
+//! session's `/dev/shm`; the device nodes of [`DEVICES`](crate::policy::DEVICES). Nothing else: the host's files, other sessions' workspaces and the
 //! server's data directory are unreachable, whatever the process's uid or capabilities.
 
 use std::path::Path;
@@ -18,7 +18,7 @@ use landlock::{
 
 use crate::error::HardenError;
 use crate::mounts::SessionMounts;
-use crate::policy::LANDLOCK_ABI;
+use crate::policy::{DEVICES, LANDLOCK_ABI};
 use crate::spec::{HardenSpec, LandlockEnforcement};
 
 /// What the kernel enforced.
@@ -28,15 +28,6 @@ pub(crate) struct Enforced {
     /// The ABI in force.
     pub(crate) abi: u32,
 }
-
-/// Device nodes a session may use, and how; step (b) shows exactly these in its `/dev`.
-pub(crate) const DEVICES: [(&str, &[AccessFs]); 5] = [
-    ("/dev/null", &[AccessFs::ReadFile, AccessFs::WriteFile]),
-    ("/dev/full", &[AccessFs::ReadFile, AccessFs::WriteFile]),
-    ("/dev/zero", &[AccessFs::ReadFile]),
-    ("/dev/urandom", &[AccessFs::ReadFile]),
-    ("/dev/random", &[AccessFs::ReadFile]),
-];
 
 /// Builds the ruleset and restricts the calling thread (and its future children) with it.
 pub(crate) fn restrict_self(

@@ -4,7 +4,7 @@
 //! it (the zygote). Around each hardened fork the Python zygote calls this crate's C ABI through
 //! ctypes: [`before_session_fork`] (`unshare(CLONE_NEWPID)`, so the child is pid 1 of a new pid
 //! namespace), `os.fork()`, [`after_session_fork`] (`setns` back to its own pid namespace);
-//! then the child runs [`harden_session`] while the zygote runs [`admit_session`], the two
+//! then the child runs [`harden_session`] while the zygote runs [`release_session`], the two
 //! talking over two pipes ([`session_channel`]). The child runs no line of the session's code
 //! before the whole checklist succeeded. The probe binary `toolgate-harden-probe` is a one-shot
 //! zygote doing the same in Rust ([`fork_session_child`]) before it `exec`s a command, and the
@@ -41,7 +41,7 @@
 //!    otherwise survive, and after `deny` can never be dropped), `unshare(CLONE_NEWUSER)`, then
 //!    `U` to the zygote and wait: it writes `setgroups` `deny`, `uid_map` and `gid_map`
 //!    `1000 <uid> 1`, then releases it (it wrote the child's pid into each of the spec's cgroups
-//!    right after the fork, before waiting for `U`: see `admit`). Then
+//!    right after the fork, before waiting for `U`: see `release`). Then
 //!    `setresgid(1000)`, the capability bounding set emptied, `setresuid(1000)`, `capset` to
 //!    empty sets (the kernel does not clear them here: uid 0 of this namespace is not mapped, so
 //!    `setresuid` is no "root to non-root" change), `PR_SET_DUMPABLE` 1 (reset by the uid
@@ -73,7 +73,7 @@
 //! Then the child sends `D` and its report line (with each step's time), and the zygote announces
 //! it (`forked`). Any error leaves the process partly confined: the child sends `E` and the error,
 //! the caller must exit without running session code, and the zygote kills it. Every error names
-//! its step ([`HardenError`]); the zygote's side has its own ([`AdmitError`]), and kills the child
+//! its step ([`HardenError`]); the zygote's side has its own ([`ReleaseError`]), and kills the child
 //! on any of them (before the pipes close, so the child never acts on their end of file).
 //!
 //! ## The session as pid 1
@@ -100,7 +100,7 @@
 //! - [`toolgate_after_session_fork`]`(err, err_len)`: `setns` back; on -1 the zygote must exit.
 //! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, err, err_len)`:
 //!   the child's checklist; on success `err` holds the [`HardenReport`] line.
-//! - [`toolgate_admit_session`]`(pid, spec_json, spec_len, status_fd, release_fd, err,
+//! - [`toolgate_release_session`]`(pid, spec_json, spec_len, status_fd, release_fd, err,
 //!   err_len)`: the zygote's side; on success `err` holds the child's report line, on -1 the
 //!   child has been killed.
 //!
@@ -151,7 +151,6 @@
 //!   searchable by the session's uid on the host (checked, never changed here), and the server
 //!   gives the workspace to that uid.
 
-mod admit;
 mod channel;
 mod error;
 mod ffi;
@@ -160,24 +159,25 @@ mod landlock_domain;
 mod mounts;
 mod pid_namespace;
 mod policy;
+mod release;
 mod seccomp_filter;
 mod spec;
 mod sys;
 
 use std::time::{Duration, Instant};
 
-pub use admit::admit_session;
 pub use channel::{ChildChannel, ParentChannel, session_channel};
-pub use error::{AdmitError, HardenError};
+pub use error::{HardenError, ReleaseError};
 pub use ffi::{
-    TOOLGATE_HARDEN_ABI_VERSION, toolgate_admit_session, toolgate_after_session_fork,
-    toolgate_before_session_fork, toolgate_harden_abi_version, toolgate_harden_session,
+    TOOLGATE_HARDEN_ABI_VERSION, toolgate_after_session_fork, toolgate_before_session_fork,
+    toolgate_harden_abi_version, toolgate_harden_session, toolgate_release_session,
     toolgate_zygote_init,
 };
 pub use pid_namespace::{
     SessionFork, after_session_fork, before_session_fork, fork_session_child,
     remember_pid_namespace, wait_for_child,
 };
+pub use release::release_session;
 pub use spec::{HardenReport, HardenSpec, LandlockEnforcement, SESSION_ID_INSIDE};
 
 /// Compiles the seccomp programs of step (h) once, in the zygote, before it forks: every child
@@ -189,7 +189,7 @@ pub fn prepare_seccomp() -> Result<(), HardenError> {
     seccomp_filter::prepare()
 }
 
-/// Confines the calling process (the freshly forked session child) as `spec` says, admitted by
+/// Confines the calling process (the freshly forked session child) as `spec` says, released by
 /// the zygote through `channel`. See the crate docs for the checklist.
 ///
 /// On error the process is partly confined and must exit without running the session's code.
@@ -238,7 +238,7 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
     sys::set_hostname(&spec.hostname).map_err(HardenError::Hostname)?;
     steps.lap("hostname");
 
-    // (d) Own user namespace, admitted by the zygote (id maps), then uid and gid 1000
+    // (d) Own user namespace, released by the zygote (id maps), then uid and gid 1000
     // with no capability.
     let admission = identity::enter_user_namespace(channel)?;
     steps.lap("user_namespace");

@@ -27,7 +27,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::HardenError;
-use crate::landlock_domain::DEVICES;
+use crate::policy::DEVICES;
 use crate::spec::{HardenSpec, SHOWN_IN_TMP, WORKSPACE_INSIDE};
 use crate::sys;
 
@@ -195,7 +195,7 @@ fn make_dev(root: &Path, devices: &[(&str, File)], options: &str) -> Result<Path
     Ok(PathBuf::from("/dev/shm"))
 }
 
-/// The host's device nodes that Landlock grants (`landlock_domain::DEVICES`) and that exist,
+/// The host's device nodes that Landlock grants (`policy::DEVICES`) and that exist,
 /// opened, by name.
 fn open_devices() -> Result<Vec<(&'static str, File)>, HardenError> {
     let mut opened = Vec::new();

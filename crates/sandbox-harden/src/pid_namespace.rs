@@ -54,7 +54,7 @@ pub fn after_session_fork() -> io::Result<()> {
 pub enum SessionFork {
     /// In the new child: harden with this channel ([`crate::harden_session_with_report`]).
     Child(ChildChannel),
-    /// In the caller: admit `pid` with this channel ([`crate::admit_session`]).
+    /// In the caller: release `pid` with this channel ([`crate::release_session`]).
     Parent {
         /// The child's pid in the caller's pid namespace.
         pid: i32,

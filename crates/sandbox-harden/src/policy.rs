@@ -1,6 +1,7 @@
 //! The reviewed policy data: the seccomp allow-list (which syscalls a session may make, with which
-//! arguments, and why), the syscalls refused by name, and the Landlock ABI the rules are written
-//! for. A change here is a security change and should be reviewed as one.
+//! arguments, and why), the syscalls refused by name, the device nodes a session may use, and the
+//! Landlock ABI the rules are written for. A change here is a security change and should be
+//! reviewed as one.
 //!
 //! The seccomp answer to a syscall is decided in this order (see `seccomp_filter`):
 //!
@@ -35,7 +36,7 @@
 //! `msg*`, `sethostname`, `setdomainname`, `landlock_*`, `memfd_secret`, and every syscall newer
 //! than this list.
 
-use landlock::ABI;
+use landlock::{ABI, AccessFs};
 
 /// The Landlock ABI whose rights the ruleset asks for. ABI 7 (Linux 6.15) is what the project's
 /// machines run and what the tests prove; its rights are those of ABI 5 (filesystem, including
@@ -44,6 +45,15 @@ use landlock::ABI;
 /// testing on a kernel that has it. On an older kernel the crate drops what the kernel lacks
 /// (best effort) and [`crate::HardenReport`] says so.
 pub(crate) const LANDLOCK_ABI: ABI = ABI::V7;
+
+/// Device nodes a session may use, and how; step (b) shows exactly these in its `/dev`.
+pub(crate) const DEVICES: [(&str, &[AccessFs]); 5] = [
+    ("/dev/null", &[AccessFs::ReadFile, AccessFs::WriteFile]),
+    ("/dev/full", &[AccessFs::ReadFile, AccessFs::WriteFile]),
+    ("/dev/zero", &[AccessFs::ReadFile]),
+    ("/dev/urandom", &[AccessFs::ReadFile]),
+    ("/dev/random", &[AccessFs::ReadFile]),
+];
 
 /// A syscall number on the build's architecture, with its name for tests and reviewers.
 #[derive(Debug, Clone, Copy)]

@@ -213,7 +213,7 @@ fn errors_name_their_step() {
             .to_string()
             .starts_with("step (d) user namespace: setresuid")
     );
-    let error = AdmitError::IdMap {
+    let error = ReleaseError::IdMap {
         file: "/proc/7/uid_map".into(),
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
     };

@@ -174,7 +174,7 @@ pub(super) enum Claim {
     /// an idle entry past its time: retire it, then look up again
     Expired(Arc<Entry>, OwnedMutexGuard<Slot>),
     /// every uid is taken, some by a warm session of other limits: discard it (which gives its
-    /// uid back), then admit again
+    /// uid back), then look up again
     Evict(Box<Warm>),
 }
 

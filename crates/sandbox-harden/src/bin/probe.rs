@@ -1,7 +1,7 @@
 //! `toolgate-harden-probe [--time] SPEC_JSON PROGRAM [ARGS...]`
 //!
 //! A one-shot zygote: forks a session child exactly as the Python zygote does (pid namespace,
-//! [`fork_session_child`]), admits it ([`admit_session`]: id maps, cgroups) while the child
+//! [`fork_session_child`]), releases it ([`release_session`]: id maps, cgroups) while the child
 //! hardens itself with the JSON [`HardenSpec`] given as the first argument (the very code path
 //! of the zygote's children), then the child `exec`s `PROGRAM ARGS...` as pid 1 of its pid
 //! namespace. The probe waits for it and exits with its status. With `--time`, prints to stderr
@@ -18,7 +18,7 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use toolgate_sandbox_harden::{
-    HardenSpec, SessionFork, admit_session, fork_session_child, harden_session_with_report,
+    HardenSpec, SessionFork, fork_session_child, harden_session_with_report, release_session,
     wait_for_child,
 };
 
@@ -60,10 +60,10 @@ fn main() -> ExitCode {
             return ExitCode::from(125);
         }
     };
-    let admitted = admit_session(pid, &spec, channel);
+    let released = release_session(pid, &spec, channel);
     let ready = started.elapsed();
     let status = wait_for_child(pid);
-    match admitted {
+    match released {
         Ok(report) if time => eprintln!(
             "toolgate-harden-probe: session ready {} us after the fork request ({report})",
             ready.as_micros()

@@ -23,10 +23,10 @@ def function(name, *argtypes):
 init = function("toolgate_zygote_init")
 before = function("toolgate_before_session_fork")
 after = function("toolgate_after_session_fork")
-admit_ = function("toolgate_admit_session", ctypes.c_int, *SPEC, FD, FD)
+release_ = function("toolgate_release_session", ctypes.c_int, *SPEC, FD, FD)
 harden_ = function("toolgate_harden_session", *SPEC, FD, FD)
-def admit(pid, spec, status_r, release_w):
-    return admit_(pid, spec, len(spec), status_r, release_w)
+def release(pid, spec, status_r, release_w):
+    return release_(pid, spec, len(spec), status_r, release_w)
 def harden(spec, status_w=None, release_r=None, size=512):
     if status_w is None:       # a call that fails before any step: pipes nobody else holds
         status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
@@ -71,10 +71,10 @@ for _ in range(3):
     assert after() == (0, "")
     assert os.readlink("/proc/self/ns/pid_for_children") == own_ns
     os.close(status_w); os.close(release_r); os.close(out_w)
-    admitted = admit(pid, spec, status_r, release_w)
+    released = release(pid, spec, status_r, release_w)
     child = json.loads(os.read(out_r, 65536))
     os.waitpid(pid, 0)
-    child["admitted"] = admitted
+    child["released"] = released
     results.append(child)
 print(json.dumps({"children": results,
                   "parent_hostname_unchanged": socket.gethostname() == host,
@@ -88,7 +88,7 @@ print(json.dumps({"children": results,
         let message = child["message"].as_str().unwrap();
         assert!(message.starts_with("hardened: landlock="), "{message}");
         // the zygote got the same report line from the child
-        assert_eq!(child["admitted"], json!([0, message]));
+        assert_eq!(child["released"], json!([0, message]));
         assert_eq!(child["hostname"], "session-7");
         assert_eq!(child["shadow"], "absent");
         assert_eq!(child["pid"], 1);
@@ -123,7 +123,7 @@ results["truncated"] = harden(b"{not json", size=8)
 results["unknown_field"] = harden(json.dumps(dict(P["relative"], surprise=1)).encode())
 results["relative_path"] = harden(json.dumps(P["relative"]).encode())
 results["bad_fds"] = harden(json.dumps(P["threaded"]).encode(), -1, -2)
-results["admit_pid_0"] = admit(0, b"{}", -1, -2)
+results["release_pid_0"] = release(0, b"{}", -1, -2)
 # A second thread alive: Landlock and seccomp would bind only the calling one.
 stop = threading.Event()
 thread = threading.Thread(target=stop.wait); thread.start()
@@ -156,6 +156,6 @@ print(json.dumps(results))
         "step (0) single-thread check: the process has 2 threads",
     );
     check("bad_fds", "invalid descriptors -1 and -2");
-    check("admit_pid_0", "invalid descriptors -1 and -2");
+    check("release_pid_0", "invalid descriptors -1 and -2");
     assert_eq!(results["still_unconfined"], true);
 }

@@ -229,7 +229,7 @@ fn probe_fails_closed_with_the_failing_step_named() {
 }
 
 #[test]
-fn failed_admission_kills_the_child_before_it_runs_anything() {
+fn a_failed_release_kills_the_child_before_it_runs_anything() {
     // The zygote's side fails, kills the child, and the program never runs: (1) a uid_map write
     // the kernel refuses, because the zygote (here the probe, started by `setpriv` without
     // CAP_SETUID in its bounding set) may not map another uid; (2) a cgroup that does not exist.

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::channel::{DONE, FAILED, ParentChannel, UNSHARED};
-use crate::error::{AdmitError, HardenError};
+use crate::error::{HardenError, ReleaseError};
 use crate::spec::{HardenSpec, SESSION_ID_INSIDE};
 use crate::sys;
 
@@ -23,19 +23,19 @@ use crate::sys;
 /// this only bounds a stuck kernel or machine).
 const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Admits the session child `pid` (as this process sees it) that was forked with `channel`'s
+/// Releases the session child `pid` (as this process sees it) that was forked with `channel`'s
 /// other ends: adds it to each of the spec's cgroups, waits for it to enter its user namespace,
 /// writes `setgroups` (`deny`), `uid_map` and `gid_map` (`1000 <uid> 1`), releases it, and waits
 /// until its checklist is complete. Returns the child's report line.
 ///
 /// On error the child has been sent SIGKILL (it is pid 1 of its pid namespace: whatever it
 /// started dies with it); the caller still reaps it.
-pub fn admit_session(
+pub fn release_session(
     pid: i32,
     spec: &HardenSpec,
     mut channel: ParentChannel,
-) -> Result<String, AdmitError> {
-    let outcome = admit(pid, spec, &mut channel);
+) -> Result<String, ReleaseError> {
+    let outcome = release_child(pid, spec, &mut channel);
     if outcome.is_err() && pid > 0 {
         // Before the pipes close: the child must not see end of file and run its own error path
         // first. ESRCH only means it already ended; the caller has not reaped it, so the pid is
@@ -46,19 +46,23 @@ pub fn admit_session(
     outcome
 }
 
-fn admit(pid: i32, spec: &HardenSpec, channel: &mut ParentChannel) -> Result<String, AdmitError> {
+fn release_child(
+    pid: i32,
+    spec: &HardenSpec,
+    channel: &mut ParentChannel,
+) -> Result<String, ReleaseError> {
     if pid <= 0 {
-        return Err(AdmitError::InvalidPid(pid));
+        return Err(ReleaseError::InvalidPid(pid));
     }
     spec.validate().map_err(|error| match error {
-        HardenError::InvalidSpec(reason) => AdmitError::InvalidSpec(reason),
-        other => AdmitError::InvalidSpec(other.to_string()),
+        HardenError::InvalidSpec(reason) => ReleaseError::InvalidSpec(reason),
+        other => ReleaseError::InvalidSpec(other.to_string()),
     })?;
     // while the child sets itself up (see the module docs)
     let pid_text = pid.to_string();
     for cgroup in &spec.cgroups {
         let file = cgroup.join("cgroup.procs");
-        write_once(&file, &pid_text).map_err(|source| AdmitError::Cgroup { file, source })?;
+        write_once(&file, &pid_text).map_err(|source| ReleaseError::Cgroup { file, source })?;
     }
 
     let deadline = Instant::now() + ADMIT_TIMEOUT;
@@ -72,11 +76,11 @@ fn admit(pid: i32, spec: &HardenSpec, channel: &mut ParentChannel) -> Result<Str
     // setgroups first: the kernel refuses `deny` once gid_map is written.
     for (name, content) in [("setgroups", "deny"), ("uid_map", &map), ("gid_map", &map)] {
         let file = proc_dir.join(name);
-        write_once(&file, content).map_err(|source| AdmitError::IdMap { file, source })?;
+        write_once(&file, content).map_err(|source| ReleaseError::IdMap { file, source })?;
     }
     channel
         .release()
-        .map_err(|_| AdmitError::ChildGone("waiting for its id maps"))?;
+        .map_err(|_| ReleaseError::ChildGone("waiting for its id maps"))?;
 
     let deadline = Instant::now() + ADMIT_TIMEOUT;
     let last = receive(channel, deadline, "completing its checklist")?;
@@ -91,22 +95,22 @@ fn receive(
     channel: &mut ParentChannel,
     deadline: Instant,
     phase: &'static str,
-) -> Result<Vec<u8>, AdmitError> {
-    match channel.receive(deadline).map_err(AdmitError::Channel)? {
-        None => Err(AdmitError::TimedOut {
+) -> Result<Vec<u8>, ReleaseError> {
+    match channel.receive(deadline).map_err(ReleaseError::Channel)? {
+        None => Err(ReleaseError::TimedOut {
             seconds: ADMIT_TIMEOUT.as_secs(),
             phase,
         }),
-        Some(message) if message.is_empty() => Err(AdmitError::ChildGone(phase)),
+        Some(message) if message.is_empty() => Err(ReleaseError::ChildGone(phase)),
         Some(message) => Ok(message),
     }
 }
 
 /// The child's own error, or a protocol error for anything else.
-fn unexpected(message: &[u8]) -> AdmitError {
+fn unexpected(message: &[u8]) -> ReleaseError {
     match message.split_first() {
-        Some((&FAILED, error)) => AdmitError::ChildFailed(String::from_utf8_lossy(error).into()),
-        _ => AdmitError::Protocol(String::from_utf8_lossy(message).into_owned()),
+        Some((&FAILED, error)) => ReleaseError::ChildFailed(String::from_utf8_lossy(error).into()),
+        _ => ReleaseError::Protocol(String::from_utf8_lossy(message).into_owned()),
     }
 }
 
