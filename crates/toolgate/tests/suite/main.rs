@@ -25,6 +25,7 @@ mod operations;
 mod protocol;
 mod reads;
 mod sandbox;
+mod sandbox_faults;
 mod sql;
 mod sql_hostile;
 mod tenant_fetches;
