@@ -437,27 +437,27 @@ impl toolgate_store::SignIns for GatedStore {
     async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError> {
         self.inner.count_sign_in_links(email, since).await
     }
-    async fn create_web_session(
+    async fn create_sign_in_session(
         &self,
-        session: &toolgate_store::NewWebSession,
+        session: &toolgate_store::NewSignInSession,
     ) -> Result<(), StoreError> {
-        self.inner.create_web_session(session).await
+        self.inner.create_sign_in_session(session).await
     }
-    async fn find_web_session(
+    async fn find_sign_in_session(
         &self,
         token_hash: &toolgate_store::TokenHash,
         now: i64,
     ) -> Result<Option<Account>, StoreError> {
-        self.inner.find_web_session(token_hash, now).await
+        self.inner.find_sign_in_session(token_hash, now).await
     }
-    async fn end_web_session(
+    async fn end_sign_in_session(
         &self,
         token_hash: &toolgate_store::TokenHash,
     ) -> Result<bool, StoreError> {
-        self.inner.end_web_session(token_hash).await
+        self.inner.end_sign_in_session(token_hash).await
     }
-    async fn end_all_web_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
-        self.inner.end_all_web_sessions(account).await
+    async fn end_all_sign_in_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
+        self.inner.end_all_sign_in_sessions(account).await
     }
     async fn purge_expired(&self, now: i64) -> Result<u64, StoreError> {
         self.inner.purge_expired(now).await

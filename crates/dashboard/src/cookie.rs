@@ -16,9 +16,9 @@ const PLAIN_NAME: &str = "toolgate_session";
 /// Seconds the cookie is kept by the browser (the session's own expiry is enforced on the server).
 const MAX_AGE: u64 = 7 * 24 * 3600;
 
-/// How the session cookie is named and scoped for one public URL.
+/// How the sign-in session's cookie is named and scoped for one public URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SessionCookie {
+pub struct SignInCookie {
     name: &'static str,
     path: &'static str,
     secure: bool,
@@ -28,7 +28,7 @@ pub struct SessionCookie {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TwoSessions;
 
-impl SessionCookie {
+impl SignInCookie {
     /// The cookie of a service reached at `public_url`: prefixed and `Secure` behind https.
     pub fn for_public_url(public_url: &str) -> Self {
         let https = public_url
@@ -117,7 +117,7 @@ mod tests {
     fn behind_https_the_cookie_is_host_prefixed_secure_and_at_the_root() {
         let token = SecretToken::generate().unwrap();
         for url in ["https://tools.example", "HTTPS://tools.example/"] {
-            let cookie = SessionCookie::for_public_url(url);
+            let cookie = SignInCookie::for_public_url(url);
             assert_eq!(
                 cookie.set(&token),
                 format!(
@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn over_plain_http_the_cookie_keeps_its_plain_name_and_path() {
         let token = SecretToken::generate().unwrap();
-        let cookie = SessionCookie::for_public_url("http://127.0.0.1:8080");
+        let cookie = SignInCookie::for_public_url("http://127.0.0.1:8080");
         let line = cookie.set(&token);
         assert_eq!(
             line,
@@ -152,8 +152,8 @@ mod tests {
     #[test]
     fn the_session_cookie_is_found_among_others_and_only_under_its_own_name() {
         let token = SecretToken::generate().unwrap();
-        let plain = SessionCookie::for_public_url("http://127.0.0.1:8080");
-        let host = SessionCookie::for_public_url("https://tools.example");
+        let plain = SignInCookie::for_public_url("http://127.0.0.1:8080");
+        let host = SignInCookie::for_public_url("https://tools.example");
         let line = format!("a=b; toolgate_session={}; c=d", token.expose());
         let headers = with_cookies(&[&line]);
         assert_eq!(plain.token(&headers).unwrap().unwrap().hash(), token.hash());
@@ -173,8 +173,8 @@ mod tests {
     fn two_session_cookies_are_refused_on_one_line_or_on_two() {
         let token = SecretToken::generate().unwrap();
         let other = SecretToken::generate().unwrap();
-        let plain = SessionCookie::for_public_url("http://127.0.0.1:8080");
-        let host = SessionCookie::for_public_url("https://tools.example");
+        let plain = SignInCookie::for_public_url("http://127.0.0.1:8080");
+        let host = SignInCookie::for_public_url("https://tools.example");
         let (a, b) = (token.expose(), other.expose());
         for (cookie, name) in [
             (plain, "toolgate_session"),

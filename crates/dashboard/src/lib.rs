@@ -49,7 +49,7 @@ pub(crate) struct DashState {
     /// The public URL's origin: forms must come from it.
     origin: String,
     /// The session cookie's name and scope, chosen by the public URL's scheme.
-    cookie: cookie::SessionCookie,
+    cookie: cookie::SignInCookie,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
 }
 
@@ -66,7 +66,7 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
     let state = Dash(Arc::new(DashState {
         app,
         origin: guard::origin_of(&public_url),
-        cookie: cookie::SessionCookie::for_public_url(&public_url),
+        cookie: cookie::SignInCookie::for_public_url(&public_url),
         on_key_rotated: settings.on_key_rotated,
     }));
     Router::new()

@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
 use toolgate_store::{
-    DailyCalls, History, NewWebSession, SealedKeys, SignIns, StoreError, TokenHash, WalletCredit,
-    account_from_columns, now_millis, sealed_from_columns,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, StoreError, TokenHash,
+    WalletCredit, account_from_columns, now_millis, sealed_from_columns,
 };
 
 use crate::SqliteStore;
@@ -87,7 +87,7 @@ impl SignIns for SqliteStore {
         .map_err(map_error)
     }
 
-    async fn create_web_session(&self, session: &NewWebSession) -> Result<(), StoreError> {
+    async fn create_sign_in_session(&self, session: &NewSignInSession) -> Result<(), StoreError> {
         sqlx::query(
             "INSERT INTO web_sessions (token_hash, account_id, created_at, expires_at)
              VALUES (?1, ?2, ?3, ?4)",
@@ -102,7 +102,7 @@ impl SignIns for SqliteStore {
         Ok(())
     }
 
-    async fn find_web_session(
+    async fn find_sign_in_session(
         &self,
         token_hash: &TokenHash,
         now: i64,
@@ -121,7 +121,7 @@ impl SignIns for SqliteStore {
             .transpose()
     }
 
-    async fn end_web_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError> {
+    async fn end_sign_in_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError> {
         let done = sqlx::query("DELETE FROM web_sessions WHERE token_hash = ?1")
             .bind(&token_hash[..])
             .execute(&self.writer)
@@ -130,7 +130,7 @@ impl SignIns for SqliteStore {
         Ok(done.rows_affected() == 1)
     }
 
-    async fn end_all_web_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
+    async fn end_all_sign_in_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
         let done = sqlx::query("DELETE FROM web_sessions WHERE account_id = ?1")
             .bind(account.as_str())
             .execute(&self.writer)

@@ -9,9 +9,9 @@ use crate::StoreError;
 /// A token's SHA-256: links and session cookies are stored only as this.
 pub type TokenHash = [u8; 32];
 
-/// A dashboard session to be stored.
+/// A dashboard sign-in session to be stored.
 #[derive(Debug, Clone)]
-pub struct NewWebSession {
+pub struct NewSignInSession {
     /// SHA-256 of the cookie's token.
     pub token_hash: TokenHash,
     /// Whose session it is.
@@ -80,21 +80,21 @@ pub trait SignIns: Send + Sync {
     async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError>;
 
     /// Stores a dashboard session. `Err(NotFound)` if the account does not exist.
-    async fn create_web_session(&self, session: &NewWebSession) -> Result<(), StoreError>;
+    async fn create_sign_in_session(&self, session: &NewSignInSession) -> Result<(), StoreError>;
 
     /// The account of the session whose token hashes to `token_hash`, if it exists and
     /// `now < expires_at`. `Ok(None)` otherwise.
-    async fn find_web_session(
+    async fn find_sign_in_session(
         &self,
         token_hash: &TokenHash,
         now: i64,
     ) -> Result<Option<Account>, StoreError>;
 
     /// Ends one session; `false` if there was none.
-    async fn end_web_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError>;
+    async fn end_sign_in_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError>;
 
     /// Ends every session of the account; returns how many there were.
-    async fn end_all_web_sessions(&self, account: &AccountId) -> Result<u64, StoreError>;
+    async fn end_all_sign_in_sessions(&self, account: &AccountId) -> Result<u64, StoreError>;
 
     /// Deletes links and sessions that expired before `now`; returns how many rows went.
     async fn purge_expired(&self, now: i64) -> Result<u64, StoreError>;

@@ -19,7 +19,7 @@ mod oauth;
 pub mod testkit;
 
 pub use dashboard::{
-    DailyCalls, History, NewWebSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, TokenHash, WalletCredit,
 };
 pub use money::{
     OperatorTokens, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack, reversal_amounts,

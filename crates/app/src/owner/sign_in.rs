@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_domain::{Account, AccountId, ApiKey, Brand, Email, SecretToken};
-use toolgate_store::{NewAccount, NewWebSession, Store, StoreError, now_millis};
+use toolgate_store::{NewAccount, NewSignInSession, Store, StoreError, now_millis};
 use toolgate_vault::Vault;
 
 use crate::limiter::{Limiter, client_key};
@@ -201,7 +201,7 @@ impl SignIn {
         let session =
             SecretToken::generate().map_err(|e| SignInError::Unavailable(e.to_string()))?;
         self.store
-            .create_web_session(&NewWebSession {
+            .create_sign_in_session(&NewSignInSession {
                 token_hash: session.hash(),
                 account: account.id.clone(),
                 expires_at: now + millis(SESSION_TTL),
@@ -245,19 +245,19 @@ impl SignIn {
     pub async fn session(&self, token: &SecretToken) -> Result<Option<Account>, SignInError> {
         Ok(self
             .store
-            .find_web_session(&token.hash(), now_millis())
+            .find_sign_in_session(&token.hash(), now_millis())
             .await?)
     }
 
     /// Ends this session.
     pub async fn sign_out(&self, token: &SecretToken) -> Result<(), SignInError> {
-        self.store.end_web_session(&token.hash()).await?;
+        self.store.end_sign_in_session(&token.hash()).await?;
         Ok(())
     }
 
     /// Ends every session of the account.
     pub async fn sign_out_everywhere(&self, account: &AccountId) -> Result<u64, SignInError> {
-        Ok(self.store.end_all_web_sessions(account).await?)
+        Ok(self.store.end_all_sign_in_sessions(account).await?)
     }
 
     /// Deletes expired links and sessions.

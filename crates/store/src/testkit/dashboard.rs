@@ -7,7 +7,7 @@ use std::sync::Arc;
 use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey, SealedSecret};
 
 use super::{charge, new_account, time};
-use crate::{DailyCalls, NewWebSession, Store, StoreError, TokenHash, now_millis};
+use crate::{DailyCalls, NewSignInSession, Store, StoreError, TokenHash, now_millis};
 
 /// An hour in milliseconds: far enough from now that no step's row expires while it runs.
 const HOUR: i64 = 3_600_000;
@@ -31,8 +31,8 @@ async fn created_account(store: &dyn Store, label: &str, tag: &str) -> (AccountI
     (account.id, key)
 }
 
-fn session(account: &AccountId, expires_at: i64) -> NewWebSession {
-    NewWebSession {
+fn session(account: &AccountId, expires_at: i64) -> NewSignInSession {
+    NewSignInSession {
         token_hash: token(),
         account: account.clone(),
         expires_at,
@@ -179,17 +179,17 @@ async fn sessions_are_found_until_they_end(store: &dyn Store, tag: &str) {
     let (first, second) = (session(&mine, now + HOUR), session(&mine, now + HOUR));
     let other = session(&theirs, now + HOUR);
     for s in [&first, &second, &other] {
-        store.create_web_session(s).await.unwrap();
+        store.create_sign_in_session(s).await.unwrap();
     }
     assert!(
         matches!(
-            store.create_web_session(&first).await,
+            store.create_sign_in_session(&first).await,
             Err(StoreError::Conflict(_))
         ),
         "a token hash is stored once"
     );
     let found = store
-        .find_web_session(&first.token_hash, now)
+        .find_sign_in_session(&first.token_hash, now)
         .await
         .unwrap()
         .expect("a live session is found");
@@ -199,14 +199,14 @@ async fn sessions_are_found_until_they_end(store: &dyn Store, tag: &str) {
     let expiry = now + HOUR;
     assert!(
         store
-            .find_web_session(&first.token_hash, expiry - 1)
+            .find_sign_in_session(&first.token_hash, expiry - 1)
             .await
             .unwrap()
             .is_some()
     );
     assert!(
         store
-            .find_web_session(&first.token_hash, expiry)
+            .find_sign_in_session(&first.token_hash, expiry)
             .await
             .unwrap()
             .is_none(),
@@ -214,48 +214,48 @@ async fn sessions_are_found_until_they_end(store: &dyn Store, tag: &str) {
     );
     assert!(
         store
-            .find_web_session(&token(), now)
+            .find_sign_in_session(&token(), now)
             .await
             .unwrap()
             .is_none()
     );
 
-    assert!(store.end_web_session(&first.token_hash).await.unwrap());
+    assert!(store.end_sign_in_session(&first.token_hash).await.unwrap());
     assert!(
-        !store.end_web_session(&first.token_hash).await.unwrap(),
+        !store.end_sign_in_session(&first.token_hash).await.unwrap(),
         "a session ends once"
     );
     assert!(
         store
-            .find_web_session(&first.token_hash, now)
+            .find_sign_in_session(&first.token_hash, now)
             .await
             .unwrap()
             .is_none()
     );
     let third = session(&mine, now + HOUR);
-    store.create_web_session(&third).await.unwrap();
-    assert_eq!(store.end_all_web_sessions(&mine).await.unwrap(), 2);
+    store.create_sign_in_session(&third).await.unwrap();
+    assert_eq!(store.end_all_sign_in_sessions(&mine).await.unwrap(), 2);
     for ended in [&second, &third] {
         assert!(
             store
-                .find_web_session(&ended.token_hash, now)
+                .find_sign_in_session(&ended.token_hash, now)
                 .await
                 .unwrap()
                 .is_none()
         );
     }
-    let survivor = store.find_web_session(&other.token_hash, now).await;
+    let survivor = store.find_sign_in_session(&other.token_hash, now).await;
     assert_eq!(
         survivor.unwrap().map(|a| a.id),
         Some(theirs.clone()),
         "another account's session is untouched"
     );
-    assert_eq!(store.end_all_web_sessions(&mine).await.unwrap(), 0);
+    assert_eq!(store.end_all_sign_in_sessions(&mine).await.unwrap(), 0);
 
     let stranger = session(&AccountId::generate(), now + HOUR);
     assert!(
         matches!(
-            store.create_web_session(&stranger).await,
+            store.create_sign_in_session(&stranger).await,
             Err(StoreError::NotFound)
         ),
         "a session needs an account"
@@ -460,13 +460,13 @@ async fn purging_removes_only_expired_rows(store: &dyn Store, tag: &str) {
         session(&account, now - 1_000),
         session(&account, now + HOUR),
     );
-    store.create_web_session(&expired).await.unwrap();
-    store.create_web_session(&live).await.unwrap();
+    store.create_sign_in_session(&expired).await.unwrap();
+    store.create_sign_in_session(&live).await.unwrap();
     // An expired session is still found at a time before its expiry until it is purged.
     let before_expiry = now - 2_000;
     assert!(
         store
-            .find_web_session(&expired.token_hash, before_expiry)
+            .find_sign_in_session(&expired.token_hash, before_expiry)
             .await
             .unwrap()
             .is_some()
@@ -484,7 +484,7 @@ async fn purging_removes_only_expired_rows(store: &dyn Store, tag: &str) {
     );
     assert!(
         store
-            .find_web_session(&expired.token_hash, before_expiry)
+            .find_sign_in_session(&expired.token_hash, before_expiry)
             .await
             .unwrap()
             .is_none(),
@@ -496,7 +496,7 @@ async fn purging_removes_only_expired_rows(store: &dyn Store, tag: &str) {
     );
     assert!(
         store
-            .find_web_session(&live.token_hash, now)
+            .find_sign_in_session(&live.token_hash, now)
             .await
             .unwrap()
             .is_some()
