@@ -1,7 +1,6 @@
 //! `toolgate`: the service's single binary.
 
 mod accounts;
-mod ai;
 mod backend;
 mod commands;
 mod config;
@@ -14,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Settings;
+use crate::config::{ServeConfig, Settings};
 
 // Many small, short-lived allocations per request (JSON values, rmcp messages): mimalloc's
 // thread-local free lists beat glibc malloc's arenas here.
@@ -99,12 +98,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match cli.settings.merged_with_file(cli.config.as_deref()) {
         Ok(settings) => settings,
-        Err(err) => return fail(&err),
+        Err(err) => return fail(&err.into()),
     };
-    let _log_guard = serve::init_logging(
-        settings.log.as_deref(),
-        matches!(cli.command, Command::Serve),
-    );
+    // `serve`'s whole configuration is checked here, before logging, the runtime or anything
+    // else starts: a refusal names its setting and leaves nothing behind
+    let serve = match cli.command {
+        Command::Serve => match ServeConfig::from_settings(&settings) {
+            Ok(config) => Some(config),
+            Err(err) => return fail(&err.into()),
+        },
+        _ => None,
+    };
+    let _log_guard = serve::init_logging(match &serve {
+        Some(config) => &config.log,
+        None => serve::command_log(settings.log.as_deref()),
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -115,20 +123,25 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve => serve::run(&settings).await,
-            Command::Account(AccountCommand::Create { email }) => {
+        match (cli.command, serve) {
+            (Command::Serve, Some(config)) => serve::run(config).await,
+            // cannot happen: `serve`'s configuration is read above or the process has stopped
+            (Command::Serve, None) => Err(anyhow::anyhow!("serve has no configuration")),
+            (Command::Account(AccountCommand::Create { email }), _) => {
                 commands::create_account(&settings, &email).await
             }
-            Command::Account(AccountCommand::RotateKey { email }) => {
+            (Command::Account(AccountCommand::RotateKey { email }), _) => {
                 commands::rotate_key(&settings, &email).await
             }
-            Command::Wallet(WalletCommand::Credit {
-                email,
-                usd,
-                reference,
-            }) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
-            Command::Vault(VaultCommand::RotateMasterKey) => vault::rotate(&settings).await,
+            (
+                Command::Wallet(WalletCommand::Credit {
+                    email,
+                    usd,
+                    reference,
+                }),
+                _,
+            ) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
+            (Command::Vault(VaultCommand::RotateMasterKey), _) => vault::rotate(&settings).await,
         }
     });
     match outcome {
