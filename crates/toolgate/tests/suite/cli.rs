@@ -445,21 +445,21 @@ fn help_documents_the_environment() {
     assert_fails(&cli(None, &[], &[]), "no command");
 }
 
-/// A free port on loopback, for a server that must not take it.
-fn free_port() -> u16 {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    probe.local_addr().unwrap().port()
-}
-
 /// `serve` with `flags` fails at once, naming `named`, and leaves nothing behind: the data
 /// directory (where the database, the vault key file, the outbox and the sessions would be) is
-/// never made, and the port is still free.
-fn assert_refused_untouched(flags: &[&str], env: &[(&str, &str)], named: &str) {
+/// never made, and no port was bound. With `hold_port` the port it is told to listen on is held
+/// by the test meanwhile, so a server that got as far as binding would fail with "cannot listen"
+/// instead; without, it listens on port 0 and would go on to open what it opens.
+fn assert_refused_untouched(hold_port: bool, flags: &[&str], env: &[(&str, &str)], named: &str) {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let storage = Storage::sqlite(&data);
-    let port = free_port();
-    let listen = format!("127.0.0.1:{port}");
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = if hold_port {
+        held.local_addr().unwrap().to_string()
+    } else {
+        "127.0.0.1:0".to_owned()
+    };
     let mut args = vec!["serve", "--listen", &listen];
     args.extend_from_slice(flags);
     let out = cli(Some(&storage), &args, env);
@@ -467,6 +467,10 @@ fn assert_refused_untouched(flags: &[&str], env: &[(&str, &str)], named: &str) {
     assert!(
         out.stderr.contains(named),
         "serve {flags:?}: the message names {named}: {out:?}"
+    );
+    assert!(
+        !out.stderr.contains("cannot listen"),
+        "serve {flags:?} tried to bind before refusing: {out:?}"
     );
     assert!(
         !data.exists(),
@@ -481,10 +485,6 @@ fn assert_refused_untouched(flags: &[&str], env: &[(&str, &str)], named: &str) {
         .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "serve {flags:?} left {left:?} behind");
-    assert!(
-        std::net::TcpListener::bind(("127.0.0.1", port)).is_ok(),
-        "serve {flags:?}: port {port} is free"
-    );
 }
 
 #[test]
@@ -557,10 +557,15 @@ fn serve_refuses_a_bad_value_of_every_group_before_anything_opens() {
         (&["--log", "toolgate=loud"], "log"),
     ];
     for (flags, named) in cases {
-        assert_refused_untouched(flags, &[], named);
+        assert_refused_untouched(true, flags, &[], named);
     }
     // the operator's PostgreSQL client settings, which tenants' connections would carry
-    assert_refused_untouched(&[], &[("PGSSLCERT", "/etc/ssl/operator.pem")], "PGSSLCERT");
+    assert_refused_untouched(
+        true,
+        &[],
+        &[("PGSSLCERT", "/etc/ssl/operator.pem")],
+        "PGSSLCERT",
+    );
 }
 
 /// Once found only after the database was opened (and created on a first start).
@@ -570,6 +575,7 @@ fn the_vault_key_conflict_is_refused_before_the_database_opens() {
     let elsewhere = tempfile::tempdir().unwrap();
     let key_file = elsewhere.path().join("vault.key").display().to_string();
     assert_refused_untouched(
+        false,
         &["--vault-master-key", key, "--vault-key-file", &key_file],
         &[],
         "vault_master_key",
@@ -589,6 +595,7 @@ fn bad_ai_endpoints_are_refused_before_the_vault_key_file_is_made() {
         "openai=http://127.0.0.1:1/v1",
     ] {
         assert_refused_untouched(
+            false,
             &["--ai-endpoints", endpoints, "--vault-key-file", &key_flag],
             &[],
             "ai_endpoints",
