@@ -43,6 +43,13 @@ struct Cli {
 enum Command {
     /// Runs the service (HTTP on --listen; embedded SQLite in --data-dir unless --database-url)
     Serve,
+    #[command(flatten)]
+    Operator(OperatorCommand),
+}
+
+/// The operator's commands: each opens the store, does one thing and prints one JSON object.
+#[derive(Debug, Subcommand)]
+enum OperatorCommand {
     /// Creates accounts and rotates their keys
     #[command(subcommand)]
     Account(AccountCommand),
@@ -100,18 +107,18 @@ fn main() -> ExitCode {
         Ok(settings) => settings,
         Err(err) => return fail(&err.into()),
     };
-    // `serve`'s whole configuration is checked here, before logging, the runtime or anything
+    // a role's whole configuration is checked here, before logging, the runtime or anything
     // else starts: a refusal names its setting and leaves nothing behind
-    let serve = match cli.command {
+    let role = match cli.command {
         Command::Serve => match ServeConfig::from_settings(&settings) {
-            Ok(config) => Some(config),
+            Ok(config) => Role::Serve(Box::new(config)),
             Err(err) => return fail(&err.into()),
         },
-        _ => None,
+        Command::Operator(command) => Role::Operator(command),
     };
-    let _log_guard = serve::init_logging(match &serve {
-        Some(config) => &config.log,
-        None => serve::command_log(settings.log.as_deref()),
+    let _log_guard = serve::init_logging(match &role {
+        Role::Serve(config) => &config.log,
+        Role::Operator(_) => serve::command_log(settings.log.as_deref()),
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -123,30 +130,38 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async move {
-        match (cli.command, serve) {
-            (Command::Serve, Some(config)) => serve::run(config).await,
-            // cannot happen: `serve`'s configuration is read above or the process has stopped
-            (Command::Serve, None) => Err(anyhow::anyhow!("serve has no configuration")),
-            (Command::Account(AccountCommand::Create { email }), _) => {
-                commands::create_account(&settings, &email).await
-            }
-            (Command::Account(AccountCommand::RotateKey { email }), _) => {
-                commands::rotate_key(&settings, &email).await
-            }
-            (
-                Command::Wallet(WalletCommand::Credit {
-                    email,
-                    usd,
-                    reference,
-                }),
-                _,
-            ) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
-            (Command::Vault(VaultCommand::RotateMasterKey), _) => vault::rotate(&settings).await,
+        match role {
+            Role::Serve(config) => serve::run(*config).await,
+            Role::Operator(command) => operator(command, &settings).await,
         }
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => fail(&err),
+    }
+}
+
+/// What this process runs as, its configuration read: the server, or one operator command
+/// (which reads the few pieces it needs itself).
+enum Role {
+    Serve(Box<ServeConfig>),
+    Operator(OperatorCommand),
+}
+
+async fn operator(command: OperatorCommand, settings: &Settings) -> anyhow::Result<()> {
+    match command {
+        OperatorCommand::Account(AccountCommand::Create { email }) => {
+            commands::create_account(settings, &email).await
+        }
+        OperatorCommand::Account(AccountCommand::RotateKey { email }) => {
+            commands::rotate_key(settings, &email).await
+        }
+        OperatorCommand::Wallet(WalletCommand::Credit {
+            email,
+            usd,
+            reference,
+        }) => commands::credit_wallet(settings, &email, &usd, reference.as_deref()).await,
+        OperatorCommand::Vault(VaultCommand::RotateMasterKey) => vault::rotate(settings).await,
     }
 }
 
