@@ -25,9 +25,8 @@ const SEARCH_TIMEOUT: Duration = Duration::from_secs(20);
 const COMMAND_LOG: &str = "warn,rmcp=error";
 
 /// Logs go to stderr through a background writer, so a request never waits on a log write.
-/// `filter`: `serve`'s checked filter, or `None` for a command (its `log` setting, if it
-/// parses, else warnings only). Keep the guard alive until exit: dropping it flushes what is
-/// queued.
+/// `filter`: `serve`'s checked `log`, or a command's (one that does not parse gives way to the
+/// commands' default). Keep the guard alive until exit: dropping it flushes what is queued.
 pub fn init_logging(filter: &str) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_new(filter)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(COMMAND_LOG));

@@ -3,7 +3,9 @@
 //! order of precedence, each `None` when not given. A role's configuration ([`ServeConfig`]
 //! for `serve`; the operator commands use the same pieces) is then read from it, every value
 //! checked and given its default, before anything is opened, created or bound; a refusal is a
-//! [`ConfigError`], which names its setting.
+//! [`ConfigError`], which names its setting. A further role (an execution `node`) would get a
+//! configuration of its own beside `ServeConfig`, from the same typed pieces (store, sandbox,
+//! providers, …).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
