@@ -41,6 +41,23 @@ const OPERATOR_ENVIRONMENT: [&str; 5] = [
     "PGSSLKEYPASSWORD",
 ];
 
+/// Refuses a process environment that sets one of the variables sqlx would add to every
+/// tenant's PostgreSQL connection; the binary asks before it opens anything, `new` again.
+pub fn check_operator_environment() -> Result<(), String> {
+    let set: Vec<&str> = OPERATOR_ENVIRONMENT
+        .into_iter()
+        .filter(|name| std::env::var_os(name).is_some())
+        .collect();
+    if set.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "unset {} before serving: the PostgreSQL client would add them to tenants' \
+         database connections",
+        set.join(", ")
+    ))
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
     account: String,
@@ -89,17 +106,7 @@ impl DatabaseServers {
     /// that sqlx would add to every tenant's connection. Call within a tokio runtime (a task
     /// closes idle pools).
     pub fn new(policy: EgressPolicy) -> Result<Self, String> {
-        let set: Vec<&str> = OPERATOR_ENVIRONMENT
-            .into_iter()
-            .filter(|name| std::env::var_os(name).is_some())
-            .collect();
-        if !set.is_empty() {
-            return Err(format!(
-                "unset {} before serving: the PostgreSQL client would add them to tenants' \
-                 database connections",
-                set.join(", ")
-            ));
-        }
+        check_operator_environment()?;
         let pools: Arc<Pools> = Arc::default();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn(sweep_forever(Arc::downgrade(&pools)));

@@ -42,6 +42,12 @@ pub enum SetupError {
 
 /// Parses `mail_from` once, at construction, so a typo is refused at start-up rather than at
 /// the first sign-in.
+/// Checks `mail_from` without building a transport or creating the outbox, so that the
+/// binary refuses a bad sender before it opens anything.
+pub fn check_from(mail_from: &str) -> Result<(), SetupError> {
+    parse_from(mail_from).map(drop)
+}
+
 fn parse_from(value: &str) -> Result<Mailbox, SetupError> {
     value
         .trim()

@@ -24,7 +24,7 @@ use toolgate_vault::Zeroizing;
 
 pub use catalog::{BUILTIN, setting_prefix};
 pub use formats::Format;
-pub use search::{SearchEngines, SearchSettings};
+pub use search::{SEARCH_ENGINES, SearchEngines, SearchSettings};
 
 /// A whole answer read at most, in bytes.
 pub const MAX_ANSWER_BYTES: usize = 8 << 20;

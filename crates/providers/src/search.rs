@@ -19,8 +19,9 @@ const MAX_SNIPPET: usize = 500;
 /// A search engine's answer read at most, in bytes.
 const MAX_SEARCH_BYTES: usize = 2 << 20;
 
-/// The engines a key chooses, with their default endpoint and their secret's name.
-const KEYED: [(&str, &str, &str); 3] = [
+/// The engines a key chooses (name, default endpoint, secret name): the one list of engines,
+/// which also drives the binary's `<engine>_base_url` and `<engine>_api_key` settings.
+pub const SEARCH_ENGINES: [(&str, &str, &str); 3] = [
     (
         "brave",
         "https://api.search.brave.com/res/v1",
@@ -84,7 +85,7 @@ impl SearchEngines {
             .get(engine)
             .cloned()
             .unwrap_or_else(|| {
-                KEYED
+                SEARCH_ENGINES
                     .iter()
                     .find(|(name, _, _)| *name == engine)
                     .map(|(_, url, _)| (*url).to_owned())
@@ -103,7 +104,7 @@ impl SearchEngines {
         if self.settings.searxng_url.is_some() {
             return Ok(("searxng".to_owned(), None));
         }
-        for (engine, _, _) in KEYED {
+        for (engine, _, _) in SEARCH_ENGINES {
             if let Some(key) = self.settings.api_keys.get(engine) {
                 return Ok((engine.to_owned(), Some(key.clone())));
             }
@@ -309,7 +310,7 @@ fn plain(text: &str) -> String {
 #[async_trait]
 impl Searches for SearchEngines {
     fn key_secrets(&self) -> Vec<(String, String)> {
-        KEYED
+        SEARCH_ENGINES
             .iter()
             .map(|(engine, _, secret)| ((*engine).to_owned(), (*secret).to_owned()))
             .collect()

@@ -6,26 +6,22 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use toolgate_app::App;
-use toolgate_app::owner::SignInLimits;
+use toolgate_payments::StripeSettings;
 use toolgate_ports::mail::Mailer;
 use toolgate_ports::payments::Payments;
 
-use crate::config::Settings;
+use crate::config::MailConfig;
 
 /// How often expired sign-in links and dashboard sessions, and unused OAuth clients, are deleted.
 const PURGE_EVERY: Duration = Duration::from_secs(10 * 60);
 
 /// SMTP when `smtp_url` is set, else `.eml` files in `<data-dir>/outbox` with the link logged.
-pub fn mailer(settings: &Settings, public_url: &str) -> Result<Arc<dyn Mailer>> {
-    let from = settings
-        .mail_from
-        .clone()
-        .unwrap_or_else(|| default_from(public_url));
-    Ok(match &settings.smtp_url {
+pub fn mailer(mail: MailConfig, public_url: &str) -> Result<Arc<dyn Mailer>> {
+    let from = mail.from.unwrap_or_else(|| default_from(public_url));
+    Ok(match &mail.smtp_url {
         Some(url) => Arc::new(toolgate_mail::Smtp::from_url(url.expose(), &from)?),
         None => {
-            let dir = settings.data_dir().join("outbox");
-            Arc::new(toolgate_mail::Outbox::new(dir, &from).context("the mail outbox")?)
+            Arc::new(toolgate_mail::Outbox::new(mail.outbox, &from).context("the mail outbox")?)
         }
     })
 }
@@ -41,42 +37,13 @@ fn default_from(public_url: &str) -> String {
     format!("toolgate@{host}")
 }
 
-/// Stripe when a secret key or webhook secret is set; `None` (top-ups off) otherwise.
-pub fn payments(settings: &Settings) -> Result<Option<Arc<dyn Payments>>> {
-    let secret_key = settings
-        .stripe_secret_key
-        .as_ref()
-        .map(|s| s.expose().to_owned());
-    let webhook_secret = settings
-        .stripe_webhook_secret
-        .as_ref()
-        .map(|s| s.expose().to_owned());
-    if secret_key.is_none() && webhook_secret.is_none() {
+/// Stripe when configured; `None` (top-ups off) otherwise.
+pub fn payments(stripe: Option<StripeSettings>) -> Result<Option<Arc<dyn Payments>>> {
+    let Some(stripe) = stripe else {
         return Ok(None);
-    }
-    let mut stripe = toolgate_payments::StripeSettings {
-        secret_key,
-        webhook_secret,
-        ..toolgate_payments::StripeSettings::default()
     };
-    if let Some(base) = &settings.stripe_api_base {
-        stripe.api_base = base.clone();
-    }
     let stripe = toolgate_payments::Stripe::new(stripe).map_err(anyhow::Error::msg)?;
     Ok(Some(Arc::new(stripe)))
-}
-
-/// The sign-in limits, defaults where not set.
-pub fn sign_in_limits(settings: &Settings) -> SignInLimits {
-    let defaults = SignInLimits::default();
-    SignInLimits {
-        per_address: settings
-            .sign_in_limit_per_address
-            .unwrap_or(defaults.per_address),
-        per_client: settings
-            .sign_in_limit_per_client
-            .unwrap_or(defaults.per_client),
-    }
 }
 
 /// Deletes expired sign-in links and dashboard sessions, and OAuth clients unused for a day

@@ -1,16 +1,13 @@
-//! Choosing and opening the storage backend from the settings.
+//! Opening the storage backend the configuration chose.
 
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
-use toolgate_store_sqlite::{Durability, SqliteStore};
+use toolgate_store_sqlite::SqliteStore;
 
-use crate::config::{Secret, Settings};
-
-/// The SQLite file's name inside the data directory.
-pub const SQLITE_FILE: &str = "toolgate.db";
+use crate::config::StoreConfig;
 
 /// Who opens the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,27 +18,17 @@ pub enum Opener {
     Command,
 }
 
-/// Opens PostgreSQL when `database_url` is set, else the SQLite file in the data directory.
-pub async fn open(settings: &Settings, opener: Opener) -> Result<Arc<dyn Store>> {
-    match settings.database_url.as_ref().map(Secret::expose) {
-        Some(url) if url.starts_with("postgres://") || url.starts_with("postgresql://") => {
-            let store = PgStore::connect(url)
+/// Opens PostgreSQL or the SQLite file (creating it and its directory on the first start).
+pub async fn open(config: &StoreConfig, opener: Opener) -> Result<Arc<dyn Store>> {
+    match config {
+        StoreConfig::Postgres { url } => {
+            let store = PgStore::connect(url.expose())
                 .await
                 .context("cannot open the PostgreSQL database")?;
             Ok(Arc::new(store))
         }
-        Some(_) => bail!(
-            "database_url must start with postgres:// or postgresql:// (leave it unset for the embedded SQLite file)"
-        ),
-        None => {
-            let durability: Durability = settings
-                .sqlite_synchronous
-                .as_deref()
-                .unwrap_or("full")
-                .parse()
-                .map_err(|err: String| anyhow::anyhow!(err))?;
-            let path = settings.data_dir().join(SQLITE_FILE);
-            let store = SqliteStore::open(&path, durability)
+        StoreConfig::Sqlite { path, durability } => {
+            let store = SqliteStore::open(path, *durability)
                 .await
                 .with_context(|| format!("cannot open the SQLite database {}", path.display()))?;
             if opener == Opener::Server {

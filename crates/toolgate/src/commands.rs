@@ -3,26 +3,49 @@
 use anyhow::Result;
 use serde::Serialize;
 use toolgate_app::{App, Services};
+use toolgate_domain::{Brand, Pricing};
 
-use crate::config::Settings;
+use crate::config::{Settings, StoreConfig, VaultKeys};
 
-async fn app(settings: &Settings) -> Result<App> {
-    app_with_vault(settings, false).await
+/// What an operator command needs of the configuration, checked before anything is opened:
+/// the same typed pieces `serve` uses.
+pub struct Pieces {
+    store: StoreConfig,
+    vault: Option<VaultKeys>,
+    brand: Brand,
+    pricing: Pricing,
+    public_url: String,
 }
 
-/// The use cases over the configured store, with the vault when `vault` (it must exist then).
-pub async fn app_with_vault(settings: &Settings, vault: bool) -> Result<App> {
-    let store = crate::backend::open(settings, crate::backend::Opener::Command).await?;
-    let vault = if vault {
-        Some(crate::vault::open(settings, &store).await?)
-    } else {
-        None
+impl Pieces {
+    /// Reads and checks the pieces, the vault's keys only `with_vault`.
+    pub fn from_settings(settings: &Settings, with_vault: bool) -> Result<Self> {
+        Ok(Self {
+            store: StoreConfig::from_settings(settings)?,
+            vault: if with_vault {
+                Some(VaultKeys::from_settings(settings)?)
+            } else {
+                None
+            },
+            brand: settings.brand()?,
+            pricing: settings.pricing()?,
+            public_url: settings.public_url()?,
+        })
+    }
+}
+
+/// The use cases over the configured store, with the vault when the pieces have its keys.
+pub async fn app(pieces: Pieces) -> Result<App> {
+    let store = crate::backend::open(&pieces.store, crate::backend::Opener::Command).await?;
+    let vault = match pieces.vault {
+        Some(keys) => Some(crate::vault::open(keys, &store).await?),
+        None => None,
     };
     Ok(App::new(
         store,
-        settings.brand()?,
-        settings.pricing()?,
-        &settings.public_url()?,
+        pieces.brand,
+        pieces.pricing,
+        &pieces.public_url,
         Services {
             vault,
             ..Services::default()
@@ -38,7 +61,7 @@ fn print_json(value: &impl Serialize) -> Result<()> {
 /// `account create --email E`.
 pub async fn create_account(settings: &Settings, email: &str) -> Result<()> {
     // with the vault, so the key is also kept sealed for the owner's dashboard
-    let issued = app_with_vault(settings, true)
+    let issued = app(Pieces::from_settings(settings, true)?)
         .await?
         .admin()
         .create_account(email)
@@ -48,7 +71,7 @@ pub async fn create_account(settings: &Settings, email: &str) -> Result<()> {
 
 /// `account rotate-key --email E`.
 pub async fn rotate_key(settings: &Settings, email: &str) -> Result<()> {
-    let issued = app_with_vault(settings, true)
+    let issued = app(Pieces::from_settings(settings, true)?)
         .await?
         .admin()
         .rotate_key(email)
@@ -63,7 +86,7 @@ pub async fn credit_wallet(
     usd: &str,
     reference: Option<&str>,
 ) -> Result<()> {
-    let status = app(settings)
+    let status = app(Pieces::from_settings(settings, false)?)
         .await?
         .admin()
         .credit_wallet(email, usd, reference)

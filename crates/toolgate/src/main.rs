@@ -1,7 +1,6 @@
 //! `toolgate`: the service's single binary.
 
 mod accounts;
-mod ai;
 mod backend;
 mod commands;
 mod config;
@@ -14,7 +13,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Settings;
+use crate::config::{ServeConfig, Settings};
 
 // Many small, short-lived allocations per request (JSON values, rmcp messages): mimalloc's
 // thread-local free lists beat glibc malloc's arenas here.
@@ -44,6 +43,13 @@ struct Cli {
 enum Command {
     /// Runs the service (HTTP on --listen; embedded SQLite in --data-dir unless --database-url)
     Serve,
+    #[command(flatten)]
+    Operator(OperatorCommand),
+}
+
+/// The operator's commands: each opens the store, does one thing and prints one JSON object.
+#[derive(Debug, Subcommand)]
+enum OperatorCommand {
     /// Creates accounts and rotates their keys
     #[command(subcommand)]
     Account(AccountCommand),
@@ -99,12 +105,21 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let settings = match cli.settings.merged_with_file(cli.config.as_deref()) {
         Ok(settings) => settings,
-        Err(err) => return fail(&err),
+        Err(err) => return fail(&err.into()),
     };
-    let _log_guard = serve::init_logging(
-        settings.log.as_deref(),
-        matches!(cli.command, Command::Serve),
-    );
+    // a role's whole configuration is checked here, before logging, the runtime or anything
+    // else starts: a refusal names its setting and leaves nothing behind
+    let role = match cli.command {
+        Command::Serve => match ServeConfig::from_settings(&settings) {
+            Ok(config) => Role::Serve(Box::new(config)),
+            Err(err) => return fail(&err.into()),
+        },
+        Command::Operator(command) => Role::Operator(command),
+    };
+    let _log_guard = serve::init_logging(match &role {
+        Role::Serve(config) => &config.log,
+        Role::Operator(_) => serve::command_log(settings.log.as_deref()),
+    });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -115,25 +130,38 @@ fn main() -> ExitCode {
         }
     };
     let outcome = runtime.block_on(async move {
-        match cli.command {
-            Command::Serve => serve::run(&settings).await,
-            Command::Account(AccountCommand::Create { email }) => {
-                commands::create_account(&settings, &email).await
-            }
-            Command::Account(AccountCommand::RotateKey { email }) => {
-                commands::rotate_key(&settings, &email).await
-            }
-            Command::Wallet(WalletCommand::Credit {
-                email,
-                usd,
-                reference,
-            }) => commands::credit_wallet(&settings, &email, &usd, reference.as_deref()).await,
-            Command::Vault(VaultCommand::RotateMasterKey) => vault::rotate(&settings).await,
+        match role {
+            Role::Serve(config) => serve::run(*config).await,
+            Role::Operator(command) => operator(command, &settings).await,
         }
     });
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => fail(&err),
+    }
+}
+
+/// What this process runs as, its configuration read: the server, or one operator command
+/// (which reads the few pieces it needs itself).
+enum Role {
+    Serve(Box<ServeConfig>),
+    Operator(OperatorCommand),
+}
+
+async fn operator(command: OperatorCommand, settings: &Settings) -> anyhow::Result<()> {
+    match command {
+        OperatorCommand::Account(AccountCommand::Create { email }) => {
+            commands::create_account(settings, &email).await
+        }
+        OperatorCommand::Account(AccountCommand::RotateKey { email }) => {
+            commands::rotate_key(settings, &email).await
+        }
+        OperatorCommand::Wallet(WalletCommand::Credit {
+            email,
+            usd,
+            reference,
+        }) => commands::credit_wallet(settings, &email, &usd, reference.as_deref()).await,
+        OperatorCommand::Vault(VaultCommand::RotateMasterKey) => vault::rotate(settings).await,
     }
 }
 

@@ -6,10 +6,11 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use tokio_util::sync::CancellationToken;
 use toolgate_app::{App, Services};
-use toolgate_domain::{Brand, Pricing};
-use toolgate_server::{ConnectionLimits, HttpSettings, Metrics};
+use toolgate_egress::EgressPolicy;
+use toolgate_providers::{ModelClients, SearchEngines};
+use toolgate_server::{ConnectionLimits, Metrics};
 
-use crate::config::Settings;
+use crate::config::ServeConfig;
 
 /// Requests still running this long after a shutdown signal are abandoned.
 const DRAIN_LIMIT: Duration = Duration::from_secs(10);
@@ -17,21 +18,18 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// The longest a `url` fetch may take, redirects included.
 const WEB_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Logs go to stderr through a background writer, so a request never waits on a log write;
-/// commands other than `serve` log only warnings so their stdout stays JSON. Keep the guard
-/// alive until exit: dropping it flushes what is queued.
-pub fn init_logging(
-    filter: Option<&str>,
-    serving: bool,
-) -> tracing_appender::non_blocking::WorkerGuard {
-    // rmcp logs every session at info and each protocol error at warn; ours are in the access log.
-    let default = if serving {
-        "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info"
-    } else {
-        "warn,rmcp=error"
-    };
-    let filter = tracing_subscriber::EnvFilter::try_new(filter.unwrap_or(default))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+/// A search's time limit.
+const SEARCH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The commands' default log filter: only warnings, so their stdout stays JSON.
+const COMMAND_LOG: &str = "warn,rmcp=error";
+
+/// Logs go to stderr through a background writer, so a request never waits on a log write.
+/// `filter`: `serve`'s checked `log`, or a command's (one that does not parse gives way to the
+/// commands' default). Keep the guard alive until exit: dropping it flushes what is queued.
+pub fn init_logging(filter: &str) -> tracing_appender::non_blocking::WorkerGuard {
+    let filter = tracing_subscriber::EnvFilter::try_new(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(COMMAND_LOG));
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -42,53 +40,25 @@ pub fn init_logging(
     guard
 }
 
-/// What `serve` needs from the settings, parsed and validated once, before anything is opened,
-/// bound or started: a bad value is refused by name with nothing left behind.
-struct ServeConfig {
-    brand: Brand,
-    pricing: Pricing,
-    http: HttpSettings,
-    egress: toolgate_egress::EgressPolicy,
-    operator_keys: toolgate_app::capabilities::OperatorKeyLimits,
+/// A command's log filter: its `log` setting, else warnings only.
+pub fn command_log(setting: Option<&str>) -> &str {
+    setting.unwrap_or(COMMAND_LOG)
 }
 
-impl ServeConfig {
-    fn from_settings(settings: &Settings) -> Result<Self> {
-        let public_url = settings.public_url()?;
-        crate::sandbox::check(settings)?;
-        Ok(Self {
-            brand: settings.brand()?,
-            pricing: settings.pricing()?,
-            http: HttpSettings {
-                public_url,
-                allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
-                allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
-                max_request_bytes: settings.max_request_bytes()?,
-                sessions: settings.mcp_session_limits()?,
-                trusted_proxies: settings.trusted_proxies()?,
-            },
-            egress: toolgate_egress::EgressPolicy::new(
-                settings.egress_allow_private.as_deref().unwrap_or_default(),
-            )
-            .map_err(anyhow::Error::msg)?,
-            operator_keys: crate::ai::operator_key_limits(settings)?,
-        })
-    }
-}
-
-/// Runs the service.
-pub async fn run(settings: &Settings) -> Result<()> {
-    let mut config = ServeConfig::from_settings(settings)?;
+/// Runs the service from its checked configuration: nothing was opened before this.
+pub async fn run(config: ServeConfig) -> Result<()> {
     // bound first: a port in use is refused before anything is opened, and a server told to
     // listen on port 0 knows its port (and so its public URL) from here on
-    let listen = settings.listen();
-    let listener = tokio::net::TcpListener::bind(listen)
+    let listener = tokio::net::TcpListener::bind(config.listen)
         .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
     let bound = listener.local_addr().context("the bound address")?;
-    config.http.public_url = settings.public_url_for(bound)?;
-    let store = crate::backend::open(settings, crate::backend::Opener::Server).await?;
-    let vault = crate::vault::open(settings, &store).await?;
+    let public_url = config.public_url_for(bound)?;
+    let mut http = config.http;
+    http.public_url.clone_from(&public_url);
+    let backend = config.store.backend();
+    let store = crate::backend::open(&config.store, crate::backend::Opener::Server).await?;
+    let vault = crate::vault::open(config.vault, &store).await?;
     let web: Arc<dyn toolgate_ports::web::Web> = Arc::new(
         toolgate_web::WebClient::new(config.egress.clone(), WEB_TIMEOUT)
             .map_err(anyhow::Error::msg)?,
@@ -99,22 +69,27 @@ pub async fn run(settings: &Settings) -> Result<()> {
     );
     // `egress_allow_private` is for tenants' destinations; the service's own endpoints are
     // reachable because the operator configured them, each at its host and port only
-    let models: Arc<dyn toolgate_ports::ai::Models> = Arc::new(crate::ai::models(
-        settings,
-        toolgate_egress::EgressPolicy::default(),
-    )?);
-    let searches: Arc<dyn toolgate_ports::ai::Searches> = Arc::new(crate::ai::searches(
-        settings,
-        toolgate_egress::EgressPolicy::default(),
-    )?);
-    let sandbox = crate::sandbox::start(settings).await?;
-    let (capabilities, manager) = match sandbox {
-        Some((capabilities, manager)) => (Some(capabilities), Some(manager)),
+    let models: Arc<dyn toolgate_ports::ai::Models> = Arc::new(
+        ModelClients::new(EgressPolicy::default(), config.providers.models)
+            .map_err(anyhow::Error::msg)?,
+    );
+    let searches: Arc<dyn toolgate_ports::ai::Searches> = Arc::new(
+        SearchEngines::new(
+            EgressPolicy::default(),
+            config.providers.search,
+            SEARCH_TIMEOUT,
+        )
+        .map_err(anyhow::Error::msg)?,
+    );
+    let (capabilities, manager) = match config.sandbox {
+        Some(sandbox) => {
+            let (capabilities, manager) = crate::sandbox::start(sandbox).await?;
+            (Some(capabilities), Some(manager))
+        }
         None => (None, None),
     };
-    let public_url = config.http.public_url.clone();
-    let mailer = crate::accounts::mailer(settings, &public_url)?;
-    let payments = crate::accounts::payments(settings)?;
+    let mailer = crate::accounts::mailer(config.mail, &public_url)?;
+    let payments = crate::accounts::payments(config.payments)?;
     let app = App::new(
         store,
         config.brand,
@@ -130,14 +105,13 @@ pub async fn run(settings: &Settings) -> Result<()> {
             operator_keys: config.operator_keys,
             mailer: Some(mailer),
             payments,
-            sign_in_limits: crate::accounts::sign_in_limits(settings),
+            sign_in_limits: config.sign_in_limits,
         },
     );
     crate::accounts::purge_expired(&app);
-    let http = config.http;
     let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
-    tracing::info!(listen = %bound, %public_url, backend = if settings.database_url.is_some() { "postgres" } else { "sqlite" }, "toolgate serving");
+    tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");
     announce(bound, &public_url);
     let signal = shutdown.clone();
     tokio::spawn(async move {
@@ -148,7 +122,7 @@ pub async fn run(settings: &Settings) -> Result<()> {
     let server = toolgate_server::serve(
         listener,
         router,
-        connection_limits(settings),
+        connection_limits(config.max_connections),
         shutdown.clone(),
     );
     tokio::select! {
@@ -177,10 +151,10 @@ fn announce(bound: std::net::SocketAddr, public_url: &str) {
 
 /// The connection limit, after raising the soft open-file limit to the hard one: idle
 /// connections must not run the process out of descriptors before the limit is reached.
-fn connection_limits(settings: &Settings) -> ConnectionLimits {
+fn connection_limits(max_connections: Option<usize>) -> ConnectionLimits {
     let open_files = raise_open_file_limit();
     let mut limits = ConnectionLimits::for_open_files(open_files);
-    if let Some(max) = settings.max_connections {
+    if let Some(max) = max_connections {
         limits.max_connections = max;
     }
     tracing::info!(

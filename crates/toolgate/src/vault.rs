@@ -4,25 +4,18 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result, bail};
 use toolgate_store::Store;
-use toolgate_vault::{KeyFile, KeySource, MasterKeys, Vault};
+use toolgate_vault::{KeyFile, KeySource, Vault};
 
-use crate::config::Settings;
+use crate::config::{Settings, VaultKeys};
 
-/// The vault `serve` uses: the keys of `vault_master_key`, else the key file, created with a
-/// fresh key on the first start, unless the database already holds secrets (then the file was
-/// lost, and a new key would only hide that every stored secret is unreadable).
-pub async fn open(settings: &Settings, store: &Arc<dyn Store>) -> Result<Arc<Vault>> {
-    let source = match &settings.vault_master_key {
-        Some(keys) => {
-            if settings.vault_key_file.is_some() {
-                bail!(
-                    "give the vault's master keys either as vault_master_key or in vault_key_file, not both"
-                );
-            }
-            KeySource::Given(MasterKeys::parse(keys.expose())?)
-        }
-        None => {
-            let file = key_file(settings);
+/// The vault `serve` uses: the keys given, else the key file, created with a fresh key on the
+/// first start, unless the database already holds secrets (then the file was lost, and a new
+/// key would only hide that every stored secret is unreadable).
+pub async fn open(keys: VaultKeys, store: &Arc<dyn Store>) -> Result<Arc<Vault>> {
+    let source = match keys {
+        VaultKeys::Given(keys) => KeySource::Given(keys),
+        VaultKeys::File(path) => {
+            let file = KeyFile::new(path);
             if !file.exists() {
                 create(&file, store).await?;
             }
@@ -30,15 +23,6 @@ pub async fn open(settings: &Settings, store: &Arc<dyn Store>) -> Result<Arc<Vau
         }
     };
     Ok(Arc::new(Vault::open_source(source)?))
-}
-
-fn key_file(settings: &Settings) -> KeyFile {
-    KeyFile::new(
-        settings
-            .vault_key_file
-            .clone()
-            .unwrap_or_else(|| settings.data_dir().join("vault.key")),
-    )
 }
 
 async fn create(file: &KeyFile, store: &Arc<dyn Store>) -> Result<()> {
@@ -64,19 +48,22 @@ async fn create(file: &KeyFile, store: &Arc<dyn Store>) -> Result<()> {
 /// `vault rotate-master-key`: a new master key version in the key file, then every data key
 /// wrapped again under it, while the service may keep running (it follows the file).
 pub async fn rotate(settings: &Settings) -> Result<()> {
-    if settings.vault_master_key.is_some() {
-        bail!(
+    let path = match VaultKeys::from_settings(settings)? {
+        VaultKeys::Given(_) => bail!(
             "the master keys come from the vault_master_key setting: add a new version there \
              (`v<N+1> <base64 of 32 random bytes>`), restart, and run this command with that \
              setting to re-wrap every secret; key-file rotation needs no restart"
-        );
-    }
-    let file = key_file(settings);
+        ),
+        VaultKeys::File(path) => path,
+    };
+    let file = KeyFile::new(path);
     if !file.exists() {
         bail!("there is no vault key file at {}", file.path().display());
     }
+    // checked before the file changes: a bad setting leaves the keys as they were
+    let pieces = crate::commands::Pieces::from_settings(settings, true)?;
     let keys = file.add_version()?;
-    let app = crate::commands::app_with_vault(settings, true).await?;
+    let app = crate::commands::app(pieces).await?;
     let secrets = app.secrets().context("the vault is not available")?;
     let done = secrets.rewrap_all().await?;
     let report = serde_json::json!({

@@ -3,11 +3,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
 use toolgate_domain::{Brand, Micros, Pricing};
 use toolgate_server::SessionLimits;
 
-use super::Settings;
+use super::{ConfigError, Settings};
 
 impl Settings {
     /// The data directory.
@@ -19,32 +18,8 @@ impl Settings {
 
     /// The public base URL, without a trailing slash: the setting, else the listening address
     /// (`http://127.0.0.1:8080` by default).
-    pub fn public_url(&self) -> Result<String> {
-        self.public_url_for(self.listen())
-    }
-
-    /// The public base URL of a server listening on `bound`: the setting, else `bound` as a
-    /// URL (a wildcard or loopback address as `127.0.0.1` or `[::1]`), so that a server told
-    /// to listen on port 0 knows the port it got.
-    pub fn public_url_for(&self, bound: SocketAddr) -> Result<String> {
-        let url = self.public_url.clone().unwrap_or_else(|| {
-            let host = match bound.ip() {
-                ip if ip.is_unspecified() || ip.is_loopback() => match ip {
-                    std::net::IpAddr::V4(_) => "127.0.0.1".to_owned(),
-                    std::net::IpAddr::V6(_) => "[::1]".to_owned(),
-                },
-                std::net::IpAddr::V4(ip) => ip.to_string(),
-                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
-            };
-            format!("http://{host}:{}", bound.port())
-        });
-        let parsed: http::Uri = url
-            .parse()
-            .with_context(|| format!("public_url {url:?} is not a URL"))?;
-        if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
-            bail!("public_url {url:?} must be an http:// or https:// URL with a host");
-        }
-        Ok(url.trim_end_matches('/').to_owned())
+    pub fn public_url(&self) -> Result<String, ConfigError> {
+        public_url_of(self.public_url.as_deref(), self.listen())
     }
 
     /// The listening address.
@@ -54,29 +29,30 @@ impl Settings {
     }
 
     /// The brand.
-    pub fn brand(&self) -> Result<Brand> {
+    pub fn brand(&self) -> Result<Brand, ConfigError> {
         let raw = self.brand.as_deref().unwrap_or("svc");
-        Brand::parse(raw).map_err(|err| anyhow::anyhow!("brand {raw:?}: {err}"))
+        Brand::parse(raw).map_err(|err| ConfigError::new("brand", format!("{raw:?}: {err}")))
     }
 
     /// Prices and allowance.
-    pub fn pricing(&self) -> Result<Pricing> {
+    pub fn pricing(&self) -> Result<Pricing, ConfigError> {
         let defaults = Pricing::default();
-        let usd = |name: &str, value: &Option<String>, default: Micros| -> Result<Micros> {
-            match value {
-                None => Ok(default),
-                Some(raw) => match Micros::parse_usd(raw) {
-                    Ok(amount) if amount.0 >= 0 => Ok(amount),
-                    Ok(_) => bail!("{name} must not be negative"),
-                    Err(err) => bail!("{name} {raw:?}: {err}"),
-                },
-            }
+        let usd = |name: &str, value: &Option<String>, default: Micros| match value {
+            None => Ok(default),
+            Some(raw) => match Micros::parse_usd(raw) {
+                Ok(amount) if amount.0 >= 0 => Ok(amount),
+                Ok(_) => Err(ConfigError::new(name, "must not be negative")),
+                Err(err) => Err(ConfigError::new(name, format!("{raw:?}: {err}"))),
+            },
         };
         let free = self
             .free_monthly_calls
             .unwrap_or(defaults.free_monthly_calls);
         if free < 0 {
-            bail!("free_monthly_calls must not be negative");
+            return Err(ConfigError::new(
+                "free_monthly_calls",
+                "must not be negative",
+            ));
         }
         let pricing = Pricing {
             free_monthly_calls: free,
@@ -89,16 +65,22 @@ impl Settings {
             max_topup: usd("max_topup_usd", &self.max_topup_usd, defaults.max_topup)?,
         };
         if pricing.paid_call_cost.0 == 0 {
-            bail!("paid_call_cost_usd must be greater than 0");
+            return Err(ConfigError::new(
+                "paid_call_cost_usd",
+                "must be greater than 0",
+            ));
         }
         if pricing.min_topup.0 > pricing.max_topup.0 {
-            bail!("min_topup_usd must not exceed max_topup_usd");
+            return Err(ConfigError::new(
+                "min_topup_usd",
+                "must not exceed max_topup_usd",
+            ));
         }
         Ok(pricing)
     }
 
     /// The limits of legacy MCP sessions.
-    pub fn mcp_session_limits(&self) -> Result<SessionLimits> {
+    pub fn mcp_session_limits(&self) -> Result<SessionLimits, ConfigError> {
         let defaults = SessionLimits::default();
         let limits = SessionLimits {
             per_account: self
@@ -107,32 +89,71 @@ impl Settings {
             total: self.max_mcp_sessions.unwrap_or(defaults.total),
             idle: defaults.idle,
         };
-        if limits.per_account == 0 || limits.total == 0 {
-            bail!("max_mcp_sessions_per_account and max_mcp_sessions must be at least 1");
+        if limits.per_account == 0 {
+            return Err(ConfigError::new(
+                "max_mcp_sessions_per_account",
+                "must be at least 1",
+            ));
+        }
+        if limits.total == 0 {
+            return Err(ConfigError::new("max_mcp_sessions", "must be at least 1"));
         }
         Ok(limits)
     }
 
     /// The body limit.
-    pub fn max_request_bytes(&self) -> Result<usize> {
+    pub fn max_request_bytes(&self) -> Result<usize, ConfigError> {
         let limit = self.max_request_bytes.unwrap_or(10 * 1024 * 1024);
         if limit < 1024 {
-            bail!("max_request_bytes must be at least 1024");
+            return Err(ConfigError::new(
+                "max_request_bytes",
+                "must be at least 1024",
+            ));
         }
         Ok(limit)
     }
 }
 
+/// The public base URL of a server listening on `bound`: `given`, else `bound` as a URL (a
+/// wildcard or loopback address as `127.0.0.1` or `[::1]`), so that a server told to listen on
+/// port 0 knows the port it got.
+pub fn public_url_of(given: Option<&str>, bound: SocketAddr) -> Result<String, ConfigError> {
+    let url = given.map_or_else(
+        || {
+            let host = match bound.ip() {
+                ip if ip.is_unspecified() || ip.is_loopback() => match ip {
+                    std::net::IpAddr::V4(_) => "127.0.0.1".to_owned(),
+                    std::net::IpAddr::V6(_) => "[::1]".to_owned(),
+                },
+                std::net::IpAddr::V4(ip) => ip.to_string(),
+                std::net::IpAddr::V6(ip) => format!("[{ip}]"),
+            };
+            format!("http://{host}:{}", bound.port())
+        },
+        str::to_owned,
+    );
+    let parsed: http::Uri = url
+        .parse()
+        .map_err(|err| ConfigError::new("public_url", format!("{url:?} is not a URL: {err}")))?;
+    if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+        return Err(ConfigError::new(
+            "public_url",
+            format!("{url:?} must be an http:// or https:// URL with a host"),
+        ));
+    }
+    Ok(url.trim_end_matches('/').to_owned())
+}
+
 impl Settings {
     /// `trusted_proxies`, each entry checked.
-    pub fn trusted_proxies(&self) -> Result<Vec<toolgate_server::Network>> {
+    pub fn trusted_proxies(&self) -> Result<Vec<toolgate_server::Network>, ConfigError> {
         self.trusted_proxies
             .iter()
             .flatten()
             .filter(|entry| !entry.trim().is_empty())
             .map(|entry| {
                 toolgate_server::Network::parse(entry)
-                    .map_err(|err| anyhow::anyhow!("trusted_proxies: {err}"))
+                    .map_err(|err| ConfigError::new("trusted_proxies", err.to_string()))
             })
             .collect()
     }

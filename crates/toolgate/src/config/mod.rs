@@ -1,12 +1,68 @@
-//! Settings: every option as a flag, a `TOOLGATE_*` environment variable and a key of the TOML
-//! file given by `--config`, in that order of precedence, then the built-in default.
+//! Configuration in two steps. [`Settings`] is what was given: every option as a flag, a
+//! `TOOLGATE_*` environment variable and a key of the TOML file given by `--config`, in that
+//! order of precedence, each `None` when not given. A role's configuration ([`ServeConfig`]
+//! for `serve`; the operator commands use the same pieces) is then read from it, every value
+//! checked and given its default, before anything is opened, created or bound; a refusal is a
+//! [`ConfigError`], which names its setting. A further role (an execution `node`) would get a
+//! configuration of its own beside `ServeConfig`, from the same typed pieces (store, sandbox,
+//! providers, …).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use clap::Args;
 use serde::Deserialize;
+
+pub use providers::{ProviderTable, Providers};
+pub use sandbox::SandboxConfig;
+pub use serve::{MailConfig, ServeConfig};
+pub use store::{StoreConfig, VaultKeys};
+
+/// A setting that cannot be used: its name and why. Every refusal of the configuration is one,
+/// so every message names its setting; the reason never repeats a secret's value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    // the message names it; kept apart for the tests that check which setting was refused
+    #[cfg_attr(not(test), allow(dead_code))]
+    setting: String,
+    message: String,
+}
+
+impl ConfigError {
+    /// `setting` refused for `reason`: "setting: reason".
+    pub fn new(setting: impl Into<String>, reason: impl std::fmt::Display) -> Self {
+        let setting = setting.into();
+        let message = format!("{setting}: {reason}");
+        Self { setting, message }
+    }
+
+    /// `setting` refused with a message of an adapter's that already names it.
+    pub fn worded(setting: &str, message: impl std::fmt::Display) -> Self {
+        let message = message.to_string();
+        if message.contains(setting) {
+            Self {
+                setting: setting.to_owned(),
+                message,
+            }
+        } else {
+            Self::new(setting, message)
+        }
+    }
+
+    /// The setting refused.
+    #[cfg(test)]
+    pub fn setting(&self) -> &str {
+        &self.setting
+    }
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
 
 /// A setting that holds a credential (a database URL with its password): its `Debug` shows
 /// nothing of it, so no log line or error built from the settings can leak it.
@@ -38,7 +94,6 @@ impl std::str::FromStr for Secret {
 /// Options every command reads. `Option` everywhere so that "not given" can fall through to the
 /// file and then to the default.
 #[derive(Debug, Default, Clone, Args, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Settings {
     /// Directory for the embedded database and other local state [default: ./toolgate-data]
     #[arg(long, env = "TOOLGATE_DATA_DIR", global = true)]
@@ -227,135 +282,11 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_VAULT_KEY_FILE", global = true)]
     pub vault_key_file: Option<PathBuf>,
 
-    /// openai's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_OPENAI_BASE_URL", global = true)]
-    pub openai_base_url: Option<String>,
-
-    /// The operator's openai key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_OPENAI_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub openai_api_key: Option<Secret>,
-
-    /// anthropic's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_ANTHROPIC_BASE_URL", global = true)]
-    pub anthropic_base_url: Option<String>,
-
-    /// The operator's anthropic key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_ANTHROPIC_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub anthropic_api_key: Option<Secret>,
-
-    /// gemini's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_GEMINI_BASE_URL", global = true)]
-    pub gemini_base_url: Option<String>,
-
-    /// The operator's gemini key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_GEMINI_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub gemini_api_key: Option<Secret>,
-
-    /// mistral's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_MISTRAL_BASE_URL", global = true)]
-    pub mistral_base_url: Option<String>,
-
-    /// The operator's mistral key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_MISTRAL_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub mistral_api_key: Option<Secret>,
-
-    /// groq's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_GROQ_BASE_URL", global = true)]
-    pub groq_base_url: Option<String>,
-
-    /// The operator's groq key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_GROQ_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub groq_api_key: Option<Secret>,
-
-    /// openrouter's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_OPENROUTER_BASE_URL", global = true)]
-    pub openrouter_base_url: Option<String>,
-
-    /// The operator's openrouter key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_OPENROUTER_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub openrouter_api_key: Option<Secret>,
-
-    /// deepseek's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_DEEPSEEK_BASE_URL", global = true)]
-    pub deepseek_base_url: Option<String>,
-
-    /// The operator's deepseek key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_DEEPSEEK_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub deepseek_api_key: Option<Secret>,
-
-    /// xai's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_XAI_BASE_URL", global = true)]
-    pub xai_base_url: Option<String>,
-
-    /// The operator's xai key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_XAI_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub xai_api_key: Option<Secret>,
-
-    /// together's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_TOGETHER_BASE_URL", global = true)]
-    pub together_base_url: Option<String>,
-
-    /// The operator's together key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_TOGETHER_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub together_api_key: Option<Secret>,
-
-    /// ollama's API endpoint [default: the provider's own]
-    #[arg(long, env = "TOOLGATE_OLLAMA_BASE_URL", global = true)]
-    pub ollama_base_url: Option<String>,
-
-    /// The operator's ollama key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_OLLAMA_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub ollama_api_key: Option<Secret>,
+    /// `<provider>_base_url` and `<provider>_api_key` of every model provider and search engine
+    /// of the catalogs (see `providers.rs`)
+    #[command(flatten)]
+    #[serde(flatten)]
+    pub providers: ProviderTable,
 
     /// OpenAI-compatible model endpoints, as NAME=BASE_URL (models then are NAME/model)
     #[arg(
@@ -393,45 +324,6 @@ pub struct Settings {
     /// A SearXNG instance for `search` (its JSON API), e.g. http://127.0.0.1:8888
     #[arg(long, env = "TOOLGATE_SEARXNG_URL", global = true)]
     pub searxng_url: Option<String>,
-
-    /// brave's search API endpoint [default: the engine's own]
-    #[arg(long, env = "TOOLGATE_BRAVE_BASE_URL", global = true)]
-    pub brave_base_url: Option<String>,
-
-    /// The operator's brave key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_BRAVE_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub brave_api_key: Option<Secret>,
-
-    /// tavily's search API endpoint [default: the engine's own]
-    #[arg(long, env = "TOOLGATE_TAVILY_BASE_URL", global = true)]
-    pub tavily_base_url: Option<String>,
-
-    /// The operator's tavily key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_TAVILY_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub tavily_api_key: Option<Secret>,
-
-    /// exa's search API endpoint [default: the engine's own]
-    #[arg(long, env = "TOOLGATE_EXA_BASE_URL", global = true)]
-    pub exa_base_url: Option<String>,
-
-    /// The operator's exa key, used when the caller's vault has none
-    #[arg(
-        long,
-        env = "TOOLGATE_EXA_API_KEY",
-        global = true,
-        hide_env_values = true
-    )]
-    pub exa_api_key: Option<Secret>,
 
     /// Where sign-in mails go: smtp://user:pass@host:port (STARTTLS when offered) or
     /// smtps://… [default: none: each mail is an .eml file in <data-dir>/outbox, its link logged]
@@ -492,12 +384,15 @@ macro_rules! fill {
 
 impl Settings {
     /// Fills every option not given on the command line or in the environment from `file`.
-    pub fn merged_with_file(mut self, file: Option<&Path>) -> Result<Self> {
+    pub fn merged_with_file(mut self, file: Option<&Path>) -> Result<Self, ConfigError> {
         let Some(path) = file else { return Ok(self) };
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("cannot read config file {}", path.display()))?;
-        let from_file: Settings = toml::from_str(&text)
-            .with_context(|| format!("invalid config file {}", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            ConfigError::new("config", format!("cannot read {}: {err}", path.display()))
+        })?;
+        let from_file: Settings = toml::from_str(&text).map_err(|err| {
+            ConfigError::new("config", format!("invalid file {}: {err}", path.display()))
+        })?;
+        self.providers.fill_from(from_file.providers);
         fill!(
             self,
             from_file,
@@ -537,38 +432,12 @@ impl Settings {
             vault_master_key,
             vault_key_file,
             egress_allow_private,
-            openai_base_url,
-            openai_api_key,
-            anthropic_base_url,
-            anthropic_api_key,
-            gemini_base_url,
-            gemini_api_key,
-            mistral_base_url,
-            mistral_api_key,
-            groq_base_url,
-            groq_api_key,
-            openrouter_base_url,
-            openrouter_api_key,
-            deepseek_base_url,
-            deepseek_api_key,
-            xai_base_url,
-            xai_api_key,
-            together_base_url,
-            together_api_key,
-            ollama_base_url,
-            ollama_api_key,
             ai_endpoints,
             ai_endpoint_keys,
             ai_timeout_s,
             operator_max_tokens,
             operator_tokens_per_day,
             searxng_url,
-            brave_base_url,
-            brave_api_key,
-            tavily_base_url,
-            tavily_api_key,
-            exa_base_url,
-            exa_api_key,
             smtp_url,
             mail_from,
             stripe_secret_key,
@@ -583,6 +452,10 @@ impl Settings {
 }
 
 mod derived;
+mod providers;
+mod sandbox;
+mod serve;
+mod store;
 
 #[cfg(test)]
 mod tests;

@@ -1,5 +1,6 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use std::net::SocketAddr;
 
 #[test]
 fn flags_win_over_the_file_and_the_file_over_defaults() {
@@ -70,4 +71,192 @@ fn trusted_proxies_are_checked_by_name() {
     };
     assert!(format!("{:#}", bad.trusted_proxies().unwrap_err()).contains("trusted_proxies"));
     assert!(Settings::default().trusted_proxies().unwrap().is_empty());
+}
+
+/// Settings as the command line gives them (no environment variable of the test's is read:
+/// the suite's harness sets none).
+fn given(args: &[&str]) -> Settings {
+    use clap::{Args, FromArgMatches};
+    let command = Settings::augment_args(clap::Command::new("toolgate"));
+    let matches = command
+        .try_get_matches_from(std::iter::once("toolgate").chain(args.iter().copied()))
+        .unwrap();
+    Settings::from_arg_matches(&matches).unwrap()
+}
+
+/// The setting a refused configuration names.
+fn refused(args: &[&str]) -> String {
+    match ServeConfig::from_settings(&given(args)) {
+        Ok(_) => panic!("{args:?} was accepted"),
+        Err(err) => {
+            assert!(
+                err.to_string().contains(err.setting()),
+                "{args:?}: the message names its setting: {err}"
+            );
+            err.setting().to_owned()
+        }
+    }
+}
+
+const KEY: &str = "v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
+
+#[test]
+fn serve_refuses_a_bad_value_of_every_group_by_name() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--public-url", "ftp://example.org"], "public_url"),
+        (&["--brand", "Not A Brand!"], "brand"),
+        (&["--paid-call-cost-usd", "lots"], "paid_call_cost_usd"),
+        (&["--free-monthly-calls=-1"], "free_monthly_calls"),
+        (
+            &["--min-topup-usd", "10", "--max-topup-usd", "5"],
+            "min_topup_usd",
+        ),
+        (&["--max-request-bytes", "10"], "max_request_bytes"),
+        (&["--max-connections", "0"], "max_connections"),
+        (&["--max-mcp-sessions", "0"], "max_mcp_sessions"),
+        (
+            &["--max-mcp-sessions-per-account", "0"],
+            "max_mcp_sessions_per_account",
+        ),
+        (&["--trusted-proxies", "10.0.0.0/33"], "trusted_proxies"),
+        (
+            &["--egress-allow-private", "nowhere"],
+            "egress_allow_private",
+        ),
+        (&["--database-url", "mysql://localhost/x"], "database_url"),
+        (&["--sqlite-synchronous", "sometimes"], "sqlite_synchronous"),
+        (&["--vault-master-key", "v1 short"], "vault_master_key"),
+        (
+            &[
+                "--vault-master-key",
+                KEY,
+                "--vault-key-file",
+                "/nowhere/vault.key",
+            ],
+            "vault_master_key",
+        ),
+        (&["--sandbox", "maybe"], "sandbox"),
+        (&["--sandbox-memory-mib", "1"], "sandbox_memory_mib"),
+        (&["--sandbox-idle-minutes", "0"], "sandbox_idle_minutes"),
+        (
+            &["--sandbox-runtime", "/nowhere/runtime"],
+            "sandbox_runtime",
+        ),
+        (&["--openai-base-url", "not a url"], "openai_base_url"),
+        (&["--brave-base-url", "not a url"], "brave_base_url"),
+        (&["--searxng-url", "not a url"], "searxng_url"),
+        (&["--ai-endpoints", "nonsense"], "ai_endpoints"),
+        (
+            &["--ai-endpoints", "openai=http://127.0.0.1:1/v1"],
+            "ai_endpoints",
+        ),
+        (&["--ai-endpoint-keys", "nokey"], "ai_endpoint_keys"),
+        (&["--operator-max-tokens", "0"], "operator_max_tokens"),
+        (&["--smtp-url", "http://mail.example.org"], "smtp_url"),
+        (&["--mail-from", "not an address"], "mail_from"),
+        (
+            &[
+                "--stripe-secret-key",
+                "sk_test_x",
+                "--stripe-api-base",
+                "nowhere",
+            ],
+            "stripe_api_base",
+        ),
+        (&["--log", "toolgate=loud"], "log"),
+    ];
+    for (args, setting) in cases {
+        let mut args = args.to_vec();
+        if !args.iter().any(|arg| arg.starts_with("--sandbox")) {
+            args.extend(["--sandbox", "off"]);
+        }
+        assert_eq!(refused(&args), *setting, "{args:?}");
+    }
+}
+
+#[test]
+fn a_secret_in_a_refused_setting_is_never_repeated() {
+    let err = ServeConfig::from_settings(&given(&[
+        "--sandbox",
+        "off",
+        "--ai-endpoint-keys",
+        "hunter2-no-equals",
+    ]))
+    .err()
+    .unwrap();
+    assert!(!err.to_string().contains("hunter2"), "{err}");
+}
+
+#[test]
+fn the_provider_settings_are_the_catalogs_names() {
+    use toolgate_providers::{BUILTIN, SEARCH_ENGINES, setting_prefix};
+    let names = providers::setting_names();
+    for builtin in BUILTIN {
+        let prefix = setting_prefix(builtin.name);
+        for setting in [format!("{prefix}_base_url"), format!("{prefix}_api_key")] {
+            assert!(names.contains(&setting), "{setting} is missing");
+        }
+    }
+    for (engine, _, _) in SEARCH_ENGINES {
+        assert!(names.contains(&format!("{engine}_api_key")), "{engine}");
+    }
+    // google and gemini share their settings: 10 providers and 3 engines, two settings each
+    assert_eq!(names.len(), 2 * (BUILTIN.len() - 1 + SEARCH_ENGINES.len()));
+
+    // each is a flag and a key of the file, and reaches the clients by the catalog's name
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("toolgate.toml");
+    std::fs::write(
+        &file,
+        "gemini_base_url = \"http://127.0.0.1:9/g\"\nexa_api_key = \"exa-k\"\nopenai_api_key = \"file-k\"\n",
+    )
+    .unwrap();
+    let settings = given(&[
+        "--openai-api-key",
+        "flag-k",
+        "--ollama-base-url",
+        "http://127.0.0.1:11434/v1",
+    ])
+    .merged_with_file(Some(&file))
+    .unwrap();
+    let providers = Providers::from_settings(&settings).unwrap();
+    assert_eq!(
+        providers.models.api_keys.get("openai").map(|k| k.as_str()),
+        Some("flag-k"),
+        "the flag beats the file"
+    );
+    assert_eq!(
+        providers.models.base_urls.get("gemini").map(String::as_str),
+        Some("http://127.0.0.1:9/g")
+    );
+    assert!(providers.models.base_urls.contains_key("ollama"));
+    assert_eq!(
+        providers.search.api_keys.get("exa").map(|k| k.as_str()),
+        Some("exa-k")
+    );
+    assert!(
+        !format!("{settings:?}").contains("flag-k"),
+        "keys never show in Debug"
+    );
+}
+
+#[test]
+fn a_good_configuration_is_read_whole() {
+    let config = ServeConfig::from_settings(&given(&[
+        "--sandbox",
+        "off",
+        "--listen",
+        "127.0.0.1:0",
+        "--vault-master-key",
+        KEY,
+    ]))
+    .unwrap();
+    assert!(config.sandbox.is_none());
+    assert!(matches!(config.vault, VaultKeys::Given(_)));
+    assert!(matches!(config.store, StoreConfig::Sqlite { .. }));
+    let bound: SocketAddr = "127.0.0.1:4321".parse().unwrap();
+    assert_eq!(
+        config.public_url_for(bound).unwrap(),
+        "http://127.0.0.1:4321"
+    );
 }

@@ -1,0 +1,198 @@
+//! `serve`'s configuration: every setting the server uses, read from [`Settings`], checked and
+//! given its default before a file, a socket or a database is touched. `serve` then runs from
+//! this alone.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use toolgate_app::capabilities::OperatorKeyLimits;
+use toolgate_app::owner::SignInLimits;
+use toolgate_domain::{Brand, Pricing};
+use toolgate_egress::EgressPolicy;
+use toolgate_payments::StripeSettings;
+use toolgate_server::HttpSettings;
+
+use super::derived::public_url_of;
+use super::sandbox::SandboxConfig;
+use super::store::{StoreConfig, VaultKeys};
+use super::{ConfigError, Providers, Secret, Settings};
+
+/// The server's default log filter: rmcp logs every session at info and each protocol error
+/// at warn; ours are in the access log.
+pub const SERVE_LOG: &str = "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info";
+
+/// Everything `serve` needs, checked (no `Debug`: it holds the vault's keys).
+pub struct ServeConfig {
+    /// `listen`
+    pub listen: SocketAddr,
+    /// `public_url` as given, checked; `None`: the bound address's
+    public_url: Option<String>,
+    /// `brand`
+    pub brand: Brand,
+    /// Prices and allowance.
+    pub pricing: Pricing,
+    /// The HTTP front door's settings; its public URL is the listening address's until bound.
+    pub http: HttpSettings,
+    /// `max_connections` [default: from the open-file limit]
+    pub max_connections: Option<usize>,
+    /// `egress_allow_private`: where tenants' requests may go.
+    pub egress: EgressPolicy,
+    /// The storage backend.
+    pub store: StoreConfig,
+    /// The vault's master keys.
+    pub vault: VaultKeys,
+    /// The sandbox; `None`: off.
+    pub sandbox: Option<SandboxConfig>,
+    /// Model providers and search engines.
+    pub providers: Providers,
+    /// `operator_max_tokens`, `operator_tokens_per_day`
+    pub operator_keys: OperatorKeyLimits,
+    /// Sign-in mail.
+    pub mail: MailConfig,
+    /// Stripe, when a secret key or webhook secret is set; `None`: top-ups are off.
+    pub payments: Option<StripeSettings>,
+    /// `sign_in_limit_per_address`, `sign_in_limit_per_client`
+    pub sign_in_limits: SignInLimits,
+    /// `log`, checked.
+    pub log: String,
+}
+
+/// Where sign-in mails go.
+pub struct MailConfig {
+    /// `smtp_url`; `None`: `.eml` files in [`Self::outbox`].
+    pub smtp_url: Option<Secret>,
+    /// `mail_from` as given, checked; `None`: `toolgate@<the public URL's host>`.
+    pub from: Option<String>,
+    /// `<data_dir>/outbox`
+    pub outbox: PathBuf,
+}
+
+impl ServeConfig {
+    /// Reads and checks every setting `serve` uses; the first refusal names its setting.
+    pub fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        let listen = settings.listen();
+        // the default is built from the address, so only a given URL can be refused
+        let public_url = public_url_of(settings.public_url.as_deref(), listen)?;
+        let log = settings.log.clone().unwrap_or_else(|| SERVE_LOG.to_owned());
+        tracing_subscriber::EnvFilter::try_new(&log)
+            .map_err(|err| ConfigError::new("log", format!("{log:?}: {err}")))?;
+        // tenants' database connections would carry the operator's PostgreSQL settings
+        toolgate_database::check_operator_environment()
+            .map_err(|reason| ConfigError::new("environment", reason))?;
+        Ok(Self {
+            listen,
+            public_url: settings.public_url.clone(),
+            brand: settings.brand()?,
+            pricing: settings.pricing()?,
+            http: HttpSettings {
+                public_url,
+                allowed_origins: settings.allowed_origins.clone().unwrap_or_default(),
+                allowed_hosts: settings.allowed_hosts.clone().unwrap_or_default(),
+                max_request_bytes: settings.max_request_bytes()?,
+                sessions: settings.mcp_session_limits()?,
+                trusted_proxies: settings.trusted_proxies()?,
+            },
+            max_connections: match settings.max_connections {
+                Some(0) => return Err(ConfigError::new("max_connections", "must be at least 1")),
+                other => other,
+            },
+            egress: EgressPolicy::new(settings.egress_allow_private.as_deref().unwrap_or_default())
+                .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?,
+            store: StoreConfig::from_settings(settings)?,
+            vault: VaultKeys::from_settings(settings)?,
+            sandbox: SandboxConfig::from_settings(settings)?,
+            providers: Providers::from_settings(settings)?,
+            operator_keys: operator_key_limits(settings)?,
+            mail: MailConfig::from_settings(settings)?,
+            payments: payments(settings)?,
+            sign_in_limits: sign_in_limits(settings),
+            log,
+        })
+    }
+
+    /// The public URL of the server once bound at `bound` (port 0 becomes the port it got).
+    pub fn public_url_for(&self, bound: SocketAddr) -> Result<String, ConfigError> {
+        public_url_of(self.public_url.as_deref(), bound)
+    }
+}
+
+impl MailConfig {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        if let Some(from) = &settings.mail_from {
+            toolgate_mail::check_from(from).map_err(|err| ConfigError::worded("mail_from", err))?;
+        }
+        if let Some(url) = &settings.smtp_url {
+            // the transport is built again at start; building it connects to nothing
+            let from = settings
+                .mail_from
+                .as_deref()
+                .unwrap_or("toolgate@localhost");
+            toolgate_mail::Smtp::from_url(url.expose(), from)
+                .map_err(|err| ConfigError::worded("smtp_url", err))?;
+        }
+        Ok(Self {
+            smtp_url: settings.smtp_url.clone(),
+            from: settings.mail_from.clone(),
+            outbox: settings.data_dir().join("outbox"),
+        })
+    }
+}
+
+/// What model calls on the operator's keys may use: `operator_max_tokens` (at least 1) and
+/// `operator_tokens_per_day`.
+fn operator_key_limits(settings: &Settings) -> Result<OperatorKeyLimits, ConfigError> {
+    let defaults = OperatorKeyLimits::default();
+    let max_tokens = settings.operator_max_tokens.unwrap_or(defaults.max_tokens);
+    if max_tokens == 0 {
+        return Err(ConfigError::new(
+            "operator_max_tokens",
+            "must be at least 1 (operator_tokens_per_day = 0 lends no key)",
+        ));
+    }
+    Ok(OperatorKeyLimits {
+        max_tokens,
+        tokens_per_day: settings
+            .operator_tokens_per_day
+            .unwrap_or(defaults.tokens_per_day),
+    })
+}
+
+/// Stripe when a secret key or webhook secret is set, its API base checked.
+fn payments(settings: &Settings) -> Result<Option<StripeSettings>, ConfigError> {
+    let secret_key = settings
+        .stripe_secret_key
+        .as_ref()
+        .map(|s| s.expose().to_owned());
+    let webhook_secret = settings
+        .stripe_webhook_secret
+        .as_ref()
+        .map(|s| s.expose().to_owned());
+    if secret_key.is_none() && webhook_secret.is_none() {
+        return Ok(None);
+    }
+    let mut stripe = StripeSettings {
+        secret_key,
+        webhook_secret,
+        ..StripeSettings::default()
+    };
+    if let Some(base) = &settings.stripe_api_base {
+        stripe.api_base = base.clone();
+    }
+    // the client is built again at start; building it connects to nothing
+    toolgate_payments::Stripe::new(stripe.clone())
+        .map_err(|reason| ConfigError::new("stripe_api_base", reason))?;
+    Ok(Some(stripe))
+}
+
+/// The sign-in limits, defaults where not set.
+fn sign_in_limits(settings: &Settings) -> SignInLimits {
+    let defaults = SignInLimits::default();
+    SignInLimits {
+        per_address: settings
+            .sign_in_limit_per_address
+            .unwrap_or(defaults.per_address),
+        per_client: settings
+            .sign_in_limit_per_client
+            .unwrap_or(defaults.per_client),
+    }
+}
