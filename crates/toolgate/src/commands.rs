@@ -1,9 +1,10 @@
 //! The operator commands: each prints one JSON object on success.
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use toolgate_app::{App, Services};
 use toolgate_domain::{Brand, Pricing};
+use toolgate_vault::KeyFile;
 
 use crate::config::{Settings, StoreConfig, VaultKeys};
 
@@ -92,4 +93,39 @@ pub async fn credit_wallet(
         .credit_wallet(email, usd, reference)
         .await?;
     print_json(&status)
+}
+
+/// `vault rotate-master-key`: a new master key version in the key file, then every data key
+/// wrapped again under it, while the service may keep running (it follows the file).
+pub async fn rotate_vault_master_key(settings: &Settings) -> Result<()> {
+    let path = match VaultKeys::from_settings(settings)? {
+        VaultKeys::Given(_) => bail!(
+            "the master keys come from the vault_master_key setting: add a new version there \
+             (`v<N+1> <base64 of 32 random bytes>`), restart, and run this command with that \
+             setting to re-wrap every secret; key-file rotation needs no restart"
+        ),
+        VaultKeys::File(path) => path,
+    };
+    let file = KeyFile::new(path);
+    if !file.exists() {
+        bail!("there is no vault key file at {}", file.path().display());
+    }
+    // checked before the file changes: a bad setting leaves the keys as they were
+    let pieces = Pieces::from_settings(settings, true)?;
+    let keys = file.add_version()?;
+    let app = app(pieces).await?;
+    let secrets = app.secrets().context("the vault is not available")?;
+    let done = secrets.rewrap_all().await?;
+    let report = serde_json::json!({
+        "key_version": keys.newest(), "rewrapped": done.rewrapped,
+        "replaced_meanwhile": done.raced, "failed": done.failed,
+    });
+    println!("{report}");
+    if done.failed > 0 {
+        bail!(
+            "{} secret(s) could not be re-wrapped (see the log)",
+            done.failed
+        );
+    }
+    Ok(())
 }

@@ -161,7 +161,9 @@ async fn operator(command: OperatorCommand, settings: &Settings) -> anyhow::Resu
             usd,
             reference,
         }) => commands::credit_wallet(settings, &email, &usd, reference.as_deref()).await,
-        OperatorCommand::Vault(VaultCommand::RotateMasterKey) => vault::rotate(settings).await,
+        OperatorCommand::Vault(VaultCommand::RotateMasterKey) => {
+            commands::rotate_vault_master_key(settings).await
+        }
     }
 }
 
