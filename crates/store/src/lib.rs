@@ -15,6 +15,7 @@ use toolgate_domain::{
 mod dashboard;
 mod money;
 mod oauth;
+mod oauth_columns;
 mod oauth_spend;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -28,8 +29,9 @@ pub use money::{
 pub use oauth::{
     AccessGrant, Advance, CodeColumns, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode,
     NewTokens, OAuthClient, OAuthStore, RefreshColumns, Refreshed, StoredCode, StoredRefresh,
-    UsedCode, connected_apps_from_groups, redirect_uris_from_column, redirect_uris_to_column,
+    UsedCode, connected_apps_from_groups,
 };
+pub use oauth_columns::{redirect_uris_from_column, redirect_uris_to_column};
 /// The replay and rotation rule's values, as the backends' primitives read and write them.
 pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 
