@@ -11,6 +11,7 @@ mod consent;
 mod cookie;
 mod guard;
 mod pages;
+mod payment_status;
 mod sign_in;
 mod views;
 mod webhook;
