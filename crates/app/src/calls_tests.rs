@@ -511,12 +511,14 @@ impl toolgate_store::OAuthStore for GatedStore {
     async fn put_code(&self, code: &toolgate_store::NewCode) -> Result<(), StoreError> {
         self.inner.put_code(code).await
     }
-    async fn use_code(
+    async fn code_state(
         &self,
         code_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<toolgate_store::CodeUse, StoreError> {
-        self.inner.use_code(code_hash, now).await
+    ) -> Result<Option<toolgate_store::StoredCode>, StoreError> {
+        self.inner.code_state(code_hash).await
+    }
+    async fn advance_code(&self, change: &toolgate_store::Advance<'_>) -> Result<bool, StoreError> {
+        self.inner.advance_code(change).await
     }
     async fn put_tokens(&self, tokens: &toolgate_store::NewTokens) -> Result<(), StoreError> {
         self.inner.put_tokens(tokens).await
@@ -528,14 +530,19 @@ impl toolgate_store::OAuthStore for GatedStore {
     ) -> Result<Option<toolgate_store::AccessGrant>, StoreError> {
         self.inner.find_access(token_hash, now).await
     }
-    async fn refresh(
+    async fn refresh_state(
         &self,
         token_hash: &toolgate_store::TokenHash,
         client_id: &str,
-        now: i64,
-        next: &toolgate_store::NewTokens,
-    ) -> Result<toolgate_store::Refreshed, StoreError> {
-        self.inner.refresh(token_hash, client_id, now, next).await
+    ) -> Result<Option<toolgate_store::StoredRefresh>, StoreError> {
+        self.inner.refresh_state(token_hash, client_id).await
+    }
+    async fn advance_refresh(
+        &self,
+        change: &toolgate_store::Advance<'_>,
+        issue: Option<&toolgate_store::NewTokens>,
+    ) -> Result<bool, StoreError> {
+        self.inner.advance_refresh(change, issue).await
     }
     async fn revoke_token(
         &self,

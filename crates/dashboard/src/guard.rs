@@ -6,7 +6,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::Markup;
-use toolgate_domain::{Account, SecretToken};
+use toolgate_domain::{Account, Origin, SecretToken};
 
 use crate::Dash;
 use crate::cookie::TwoSessions;
@@ -67,26 +67,23 @@ pub async fn current(state: &Dash, headers: &HeaderMap) -> Result<Option<Signed>
     }
 }
 
-/// `scheme://host[:port]` of a URL.
-pub fn origin_of(url: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
-    let authority = rest.split('/').next().unwrap_or(rest);
-    format!(
-        "{}://{}",
-        scheme.to_ascii_lowercase(),
-        authority.to_ascii_lowercase()
-    )
+/// Whether a form post comes from the dashboard's own pages.
+pub fn same_origin(state: &Dash, headers: &HeaderMap) -> bool {
+    from_origin(state.origin.as_ref(), headers)
 }
 
-/// Whether a form post comes from the dashboard's own pages. A browser names the page's origin
-/// (`Origin`, else `Sec-Fetch-Site`); a request naming neither is no browser's cross-site post.
-pub fn same_origin(state: &Dash, headers: &HeaderMap) -> bool {
+/// The forms' policy over `toolgate_domain::Origin` (the parser the MCP endpoints' allow-list
+/// reads with): a browser names the page's origin (`Origin`, else `Sec-Fetch-Site`), which must
+/// be `expected`; a request naming neither is no browser's cross-site post.
+fn from_origin(expected: Option<&Origin>, headers: &HeaderMap) -> bool {
     let site = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok());
     match headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) {
         // an opaque origin (a privacy setting, a sandboxed frame): only the browser's own
         // account of where the request came from can vouch for it
         Some("null") => site == Some("same-origin"),
-        Some(origin) => origin.eq_ignore_ascii_case(&state.origin),
+        Some(origin) => {
+            expected.is_some_and(|expected| Origin::parse(origin).as_ref() == Some(expected))
+        }
         None => site.is_none_or(|site| site == "same-origin" || site == "none"),
     }
 }
@@ -206,12 +203,51 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        for (name, value) in pairs {
+            headers.insert(*name, HeaderValue::from_static(value));
+        }
+        headers
+    }
+
     #[test]
-    fn origins_are_scheme_and_authority() {
-        assert_eq!(
-            origin_of("https://Tools.Example/x/y"),
-            "https://tools.example"
+    fn a_form_comes_from_the_public_urls_origin() {
+        let ours = Origin::parse("https://Tools.Example/dashboard");
+        let from =
+            |pairs: &[(&'static str, &'static str)]| from_origin(ours.as_ref(), &headers(pairs));
+        for same in [
+            "https://tools.example",
+            "https://TOOLS.example:443",
+            "https://tools.example:443",
+        ] {
+            assert!(from(&[("origin", same)]), "{same}");
+        }
+        for other in [
+            "http://tools.example",
+            "https://tools.example:8443",
+            "https://evil.example",
+            "https://tools.example.evil.example",
+            "garbage",
+        ] {
+            assert!(!from(&[("origin", other)]), "{other}");
+        }
+        assert!(!from(&[("origin", "null")]), "null alone");
+        assert!(!from(&[
+            ("origin", "null"),
+            ("sec-fetch-site", "same-site")
+        ]));
+        assert!(from(&[
+            ("origin", "null"),
+            ("sec-fetch-site", "same-origin")
+        ]));
+        assert!(from(&[]), "no browser");
+        assert!(from(&[("sec-fetch-site", "none")]));
+        assert!(!from(&[("sec-fetch-site", "cross-site")]));
+        let nowhere = headers(&[("origin", "https://tools.example")]);
+        assert!(
+            !from_origin(None, &nowhere),
+            "no public origin, no origin passes"
         );
-        assert_eq!(origin_of("http://127.0.0.1:8080"), "http://127.0.0.1:8080");
     }
 }

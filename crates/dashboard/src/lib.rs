@@ -11,6 +11,7 @@ mod consent;
 mod cookie;
 mod guard;
 mod pages;
+mod payment_status;
 mod sign_in;
 mod views;
 mod webhook;
@@ -20,7 +21,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 use toolgate_app::App;
-use toolgate_domain::AccountId;
+use toolgate_domain::{AccountId, Origin};
 
 /// What the dashboard needs from the server around it.
 #[derive(Clone)]
@@ -46,8 +47,9 @@ pub(crate) struct Dash(Arc<DashState>);
 
 pub(crate) struct DashState {
     app: App,
-    /// The public URL's origin: forms must come from it.
-    origin: String,
+    /// The public URL's origin: forms must come from it (`None`: a public URL naming none, so
+    /// no form naming its origin passes).
+    origin: Option<Origin>,
     /// The session cookie's name and scope, chosen by the public URL's scheme.
     cookie: cookie::SignInCookie,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
@@ -65,7 +67,7 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
     let public_url = settings.public_url.trim_end_matches('/').to_owned();
     let state = Dash(Arc::new(DashState {
         app,
-        origin: guard::origin_of(&public_url),
+        origin: Origin::parse(&public_url),
         cookie: cookie::SignInCookie::for_public_url(&public_url),
         on_key_rotated: settings.on_key_rotated,
     }));

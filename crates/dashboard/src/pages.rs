@@ -7,13 +7,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use serde::Deserialize;
 use toolgate_app::SecretsError;
-use toolgate_app::owner::TopUpError;
 use toolgate_domain::SecretName;
-use toolgate_ports::payments::PaymentError;
 
-use crate::Dash;
 use crate::guard::{self, Signed};
 use crate::views::{self, Chrome, Tab};
+use crate::{Dash, payment_status};
 
 /// A notice named in the query after a form (fixed texts only: nothing is reflected).
 #[derive(Deserialize, Default)]
@@ -294,11 +292,7 @@ pub async fn top_up(
     {
         Ok(checkout) => guard::see_other(&checkout.url),
         Err(err) => {
-            let status = match &err {
-                TopUpError::BadAmount(_) => StatusCode::BAD_REQUEST,
-                TopUpError::Payment(PaymentError::NotConfigured) => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::BAD_GATEWAY,
-            };
+            let status = payment_status::status_of(&err);
             if status != StatusCode::BAD_REQUEST {
                 tracing::error!(error = ?err, "a top-up was not started");
             }

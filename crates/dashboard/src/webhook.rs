@@ -5,10 +5,9 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use toolgate_app::owner::{TopUpError, WebhookOutcome};
-use toolgate_ports::payments::PaymentError;
+use toolgate_app::owner::WebhookOutcome;
 
-use crate::Dash;
+use crate::{Dash, payment_status};
 
 /// Stripe's events are a few KiB; anything much larger is not one.
 const MAX_EVENT_BYTES: usize = 512 * 1024;
@@ -44,14 +43,7 @@ pub async fn stripe(State(state): State<Dash>, request: Request) -> Response {
             )
         }
         Err(err) => {
-            let status = match &err {
-                TopUpError::Payment(PaymentError::BadSignature(_)) => StatusCode::BAD_REQUEST,
-                TopUpError::Payment(PaymentError::BadEvent(_)) | TopUpError::UnknownAccount => {
-                    StatusCode::BAD_REQUEST
-                }
-                TopUpError::Payment(PaymentError::NotConfigured) => StatusCode::SERVICE_UNAVAILABLE,
-                _ => StatusCode::SERVICE_UNAVAILABLE,
-            };
+            let status = payment_status::status_of(&err);
             tracing::warn!(error = %err, status = status.as_u16(), "payment webhook refused");
             answer(status, json!({"error": err.to_string()}))
         }

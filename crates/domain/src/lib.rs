@@ -1,5 +1,5 @@
-//! toolgate's domain types: accounts, API keys, money, billing records, the admission rule and
-//! vault secrets' names.
+//! toolgate's domain types: accounts, API keys, money, billing records, the admission rule,
+//! vault secrets' names and web origins.
 //!
 //! Nothing here performs I/O; every other crate speaks in these types.
 
@@ -8,6 +8,7 @@ pub mod admission;
 pub mod billing;
 pub mod key;
 pub mod money;
+pub mod origin;
 pub mod secret;
 pub mod token;
 
@@ -16,6 +17,7 @@ pub use admission::{Admission, Decision, Standing, Terms, decide};
 pub use billing::{BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
+pub use origin::Origin;
 pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};
 pub use token::SecretToken;
 

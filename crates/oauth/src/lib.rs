@@ -9,10 +9,13 @@
 //! - the code flow: [`AuthorizeParams`] read from the query and checked into an
 //!   [`AuthorizeRequest`] against a known client; token requests read as a [`TokenForm`], PKCE
 //!   S256 ([`token::pkce_matches`]), refresh-token families, and [`TokenAnswer`];
+//! - the replay and rotation rule of codes and refresh tokens ([`credential::step`]), which the
+//!   store applies by compare-and-set;
 //! - scopes ([`scope`]) and the errors in the RFCs' words ([`OAuthError`], [`AuthorizeError`],
 //!   [`TokenError`]).
 
 mod authorize;
+pub mod credential;
 pub mod document;
 mod error;
 mod issuer;

@@ -204,7 +204,7 @@ fn rmcp_config(
     hosts.extend(settings.allowed_hosts.iter().cloned());
     StreamableHttpServerConfig::default()
         .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins.list().to_vec())
+        .with_allowed_origins(origins.list())
         .with_max_request_body_bytes(settings.max_request_bytes)
         .with_cancellation_token(shutdown)
 }

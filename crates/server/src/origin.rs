@@ -1,13 +1,15 @@
 //! `Origin` validation against DNS rebinding and cross-site requests: the public URL's origin
 //! and the operator's allow-list pass; any other present Origin gets 403. No Origin passes,
-//! since non-browser clients do not send one.
+//! since non-browser clients do not send one. What an origin is, is `toolgate_domain::Origin`'s
+//! (the dashboard's forms read it with the same parser); this is only the MCP endpoints' policy.
 
-use axum::http::{HeaderMap, Uri, header};
+use axum::http::{HeaderMap, header};
+use toolgate_domain::Origin;
 
 /// The origins a browser may call from.
 #[derive(Debug, Clone)]
 pub struct Origins {
-    allowed: Vec<String>,
+    allowed: Vec<Origin>,
 }
 
 impl Origins {
@@ -15,14 +17,14 @@ impl Origins {
     pub fn new(public_url: &str, extra: &[String]) -> Self {
         let allowed = std::iter::once(public_url)
             .chain(extra.iter().map(String::as_str))
-            .filter_map(normalize)
+            .filter_map(Origin::parse)
             .collect();
         Self { allowed }
     }
 
     /// The normalised allowed origins, for rmcp's own (second) check.
-    pub fn list(&self) -> &[String] {
-        &self.allowed
+    pub fn list(&self) -> Vec<String> {
+        self.allowed.iter().map(|o| o.as_str().to_owned()).collect()
     }
 
     /// `true` when the request carries no Origin or an allowed one.
@@ -33,22 +35,9 @@ impl Origins {
         value
             .to_str()
             .ok()
-            .and_then(normalize)
+            .and_then(Origin::parse)
             .is_some_and(|origin| self.allowed.contains(&origin))
     }
-}
-
-/// `scheme://host:port` in lower case with the default port made explicit; `None` if unusable.
-fn normalize(raw: &str) -> Option<String> {
-    let uri: Uri = raw.trim().parse().ok()?;
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    let host = uri.host()?.to_ascii_lowercase();
-    let port = uri.port_u16().or(match scheme.as_str() {
-        "https" => Some(443),
-        "http" => Some(80),
-        _ => None,
-    })?;
-    Some(format!("{scheme}://{host}:{port}"))
 }
 
 #[cfg(test)]

@@ -1,17 +1,21 @@
-//! What the OAuth authorization server stores: clients, codes and token families. Every
-//! transaction that adds tokens to a family or revokes one first takes a transaction-scoped
-//! advisory lock on the family's account and client: a row lock (`FOR UPDATE`, taken too)
-//! cannot cover rows inserted later, and this lock can, so a revocation sees every token added
-//! before it and tokens added after it see the revocation. Codes and tokens arrive hashed, and
-//! no error carries a hash: PostgreSQL's error text is its message only, never the DETAIL.
+//! What the OAuth authorization server stores: clients, codes and token families, and the
+//! primitives `toolgate-store` spends codes and refresh tokens over (the rule is
+//! `toolgate-oauth`'s): a credential's state read, and its next stage written by
+//! compare-and-set. Every transaction that adds tokens to a family, spends a credential of it
+//! or revokes one first takes a transaction-scoped advisory lock on the family's account and
+//! client: a row lock (the compare-and-set's update takes one too) cannot cover rows inserted
+//! later, and this lock can, so a revocation sees every token added before it and tokens added
+//! after it see the revocation. Codes and tokens arrive hashed, and no error carries a hash:
+//! PostgreSQL's error text is its message only, never the DETAIL.
 
 use async_trait::async_trait;
 use sqlx::PgConnection;
 use toolgate_domain::AccountId;
 use toolgate_store::{
-    AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
-    OAuthStore, Refreshed, StoreError, TokenHash, UsedCode, account_from_columns,
-    connected_apps_from_groups, now_millis, redirect_uris_from_column, redirect_uris_to_column,
+    AccessGrant, Advance, CodeColumns, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens,
+    OAuthClient, OAuthStore, RefreshColumns, StoreError, StoredCode, StoredRefresh, TokenHash,
+    account_from_columns, connected_apps_from_groups, now_millis, redirect_uris_from_column,
+    redirect_uris_to_column,
 };
 
 use crate::PgStore;
@@ -20,26 +24,8 @@ use crate::rows::{map_error, map_write_error};
 /// The first key of the advisory locks taken here, so that they share no key with others.
 const LOCK_SPACE: i32 = 0x6f61_7574;
 
-/// A code's columns: family, account, client, scope, resource, redirect URI, challenge,
-/// expiry, and when it was used and revoked.
-type CodeRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-);
-
 /// A live access token joined with its account: id, email, tier, client, scope, resource, expiry.
 type AccessRow = (String, String, String, String, String, String, i64);
-
-/// A live refresh token's family, account, scope, resource and when it was used.
-type RefreshRow = (String, String, String, String, Option<i64>);
 
 #[async_trait]
 impl OAuthStore for PgStore {
@@ -101,62 +87,57 @@ impl OAuthStore for PgStore {
         Ok(())
     }
 
-    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError> {
+    async fn code_state(&self, code_hash: &TokenHash) -> Result<Option<StoredCode>, StoreError> {
+        let row: Option<CodeColumns> = sqlx::query_as(
+            "SELECT family, account_id, client_id, scope, resource, redirect_uri, code_challenge,
+                    expires_at, used_at, revoked_at
+             FROM oauth_codes WHERE code_hash = $1",
+        )
+        .bind(&code_hash[..])
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok(row.map(StoredCode::from_columns))
+    }
+
+    async fn advance_code(&self, change: &Advance<'_>) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(map_error)?;
         let grantee: Option<(String, String)> =
             sqlx::query_as("SELECT account_id, client_id FROM oauth_codes WHERE code_hash = $1")
-                .bind(&code_hash[..])
+                .bind(&change.hash[..])
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(map_error)?;
         let Some((account, client_id)) = grantee else {
-            return Ok(CodeUse::Invalid);
+            return Ok(false);
         };
         lock_grantee(&mut tx, &account, &client_id).await?;
-        // Read again under the locks: the decision and its write are one step.
-        let row: Option<CodeRow> = sqlx::query_as(
-            "SELECT family, account_id, client_id, scope, resource, redirect_uri, code_challenge,
-                    expires_at, used_at, revoked_at
-             FROM oauth_codes WHERE code_hash = $1 FOR UPDATE",
+        let family: Option<String> = sqlx::query_scalar(
+            "UPDATE oauth_codes
+             SET used_at = CASE WHEN $4 THEN COALESCE(used_at, $6) ELSE used_at END,
+                 revoked_at = CASE WHEN $5 THEN COALESCE(revoked_at, $6) ELSE revoked_at END
+             WHERE code_hash = $1
+               AND (used_at IS NOT NULL) = $2 AND (revoked_at IS NOT NULL) = $3
+             RETURNING family",
         )
-        .bind(&code_hash[..])
+        .bind(&change.hash[..])
+        .bind(change.seen.used)
+        .bind(change.seen.revoked)
+        .bind(change.next.used)
+        .bind(change.next.revoked)
+        .bind(change.now)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_error)?;
-        let Some(row) = row else {
-            return Ok(CodeUse::Invalid);
+        let Some(family) = family else {
+            return Ok(false);
         };
-        let (family, account, client_id, scope, resource, redirect_uri, code_challenge) =
-            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
-        let (expires_at, used_at, revoked_at) = (row.7, row.8, row.9);
-        let outcome = if used_at.is_some() {
-            revoke_family(&mut tx, &family, now).await?;
-            CodeUse::Reused
-        } else if revoked_at.is_none() && now < expires_at {
-            sqlx::query("UPDATE oauth_codes SET used_at = $2 WHERE code_hash = $1")
-                .bind(&code_hash[..])
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_error)?;
-            CodeUse::Fresh(UsedCode {
-                family,
-                grant: Grant {
-                    account: AccountId::from_stored(account),
-                    client_id,
-                    scope,
-                    resource,
-                },
-                redirect_uri,
-                code_challenge,
-            })
-        } else {
-            return Ok(CodeUse::Invalid);
-        };
+        if change.revoke_family {
+            revoke_family(&mut tx, &family, change.now).await?;
+        }
         tx.commit().await.map_err(map_error)?;
-        Ok(outcome)
+        Ok(true)
     }
-
     async fn put_tokens(&self, tokens: &NewTokens) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await.map_err(map_error)?;
         let grant = &tokens.grant;
@@ -199,71 +180,73 @@ impl OAuthStore for PgStore {
         .transpose()
     }
 
-    async fn refresh(
+    async fn refresh_state(
         &self,
         token_hash: &TokenHash,
         client_id: &str,
-        now: i64,
-        next: &NewTokens,
-    ) -> Result<Refreshed, StoreError> {
-        // Under the locks, of concurrent callers the first rotates, the next finds the token
-        // used and revokes the family, the rest find it revoked.
-        let mut tx = self.pool.begin().await.map_err(map_error)?;
-        let account: Option<String> = sqlx::query_scalar(
-            "SELECT account_id FROM oauth_tokens
-             WHERE token_hash = $1 AND kind = 'refresh' AND client_id = $2",
+    ) -> Result<Option<StoredRefresh>, StoreError> {
+        let row: Option<RefreshColumns> = sqlx::query_as(
+            "SELECT family, account_id, client_id, scope, resource, expires_at, used_at,
+                    revoked_at
+             FROM oauth_tokens WHERE token_hash = $1 AND kind = 'refresh' AND client_id = $2",
         )
         .bind(&token_hash[..])
         .bind(client_id)
-        .fetch_optional(&mut *tx)
+        .fetch_optional(&self.pool)
         .await
         .map_err(map_error)?;
-        let Some(account) = account else {
-            return Ok(Refreshed::Invalid);
-        };
-        lock_grantee(&mut tx, &account, client_id).await?;
-        let row: Option<RefreshRow> = sqlx::query_as(
-            "SELECT family, account_id, scope, resource, used_at FROM oauth_tokens
-             WHERE token_hash = $1 AND kind = 'refresh' AND client_id = $2
-               AND revoked_at IS NULL AND expires_at > $3
-             FOR UPDATE",
-        )
-        .bind(&token_hash[..])
-        .bind(client_id)
-        .bind(now)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(map_error)?;
-        let Some((family, account, scope, resource, used_at)) = row else {
-            return Ok(Refreshed::Invalid);
-        };
-        if used_at.is_some() {
-            revoke_family(&mut tx, &family, now).await?;
-            tx.commit().await.map_err(map_error)?;
-            return Ok(Refreshed::Reused);
-        }
-        if next.family != family {
-            return Err(StoreError::Conflict(
-                "a rotated refresh token's tokens must join its family",
-            ));
-        }
-        sqlx::query("UPDATE oauth_tokens SET used_at = $2 WHERE token_hash = $1")
-            .bind(&token_hash[..])
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_error)?;
-        let grant = Grant {
-            account: AccountId::from_stored(account),
-            client_id: client_id.to_owned(),
-            scope,
-            resource,
-        };
-        insert_tokens(&mut tx, &family, &grant, next).await?;
-        tx.commit().await.map_err(map_error)?;
-        Ok(Refreshed::Rotated(grant))
+        Ok(row.map(StoredRefresh::from_columns))
     }
 
+    async fn advance_refresh(
+        &self,
+        change: &Advance<'_>,
+        issue: Option<&NewTokens>,
+    ) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin().await.map_err(map_error)?;
+        let grantee: Option<(String, String)> = sqlx::query_as(
+            "SELECT account_id, client_id FROM oauth_tokens
+             WHERE token_hash = $1 AND kind = 'refresh'",
+        )
+        .bind(&change.hash[..])
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let Some((account, client_id)) = grantee else {
+            return Ok(false);
+        };
+        // Under the lock the comparison, the write, the family's revocation and the tokens
+        // added to it are one step that no other change to the family interleaves.
+        lock_grantee(&mut tx, &account, &client_id).await?;
+        let family: Option<String> = sqlx::query_scalar(
+            "UPDATE oauth_tokens
+             SET used_at = CASE WHEN $4 THEN COALESCE(used_at, $6) ELSE used_at END,
+                 revoked_at = CASE WHEN $5 THEN COALESCE(revoked_at, $6) ELSE revoked_at END
+             WHERE token_hash = $1 AND kind = 'refresh'
+               AND (used_at IS NOT NULL) = $2 AND (revoked_at IS NOT NULL) = $3
+             RETURNING family",
+        )
+        .bind(&change.hash[..])
+        .bind(change.seen.used)
+        .bind(change.seen.revoked)
+        .bind(change.next.used)
+        .bind(change.next.revoked)
+        .bind(change.now)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        let Some(family) = family else {
+            return Ok(false);
+        };
+        if change.revoke_family {
+            revoke_family(&mut tx, &family, change.now).await?;
+        }
+        if let Some(tokens) = issue {
+            insert_tokens(&mut tx, &family, &tokens.grant, tokens).await?;
+        }
+        tx.commit().await.map_err(map_error)?;
+        Ok(true)
+    }
     async fn revoke_token(&self, token_hash: &TokenHash, now: i64) -> Result<bool, StoreError> {
         let mut tx = self.pool.begin().await.map_err(map_error)?;
         let row: Option<(String, String, String)> = sqlx::query_as(

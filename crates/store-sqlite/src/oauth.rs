@@ -1,41 +1,26 @@
-//! What the OAuth authorization server stores: clients, codes and token families. Writes go
-//! through the writer connection, each that reads before it writes in a `BEGIN IMMEDIATE`
-//! transaction; with the single writer that serialises every change to a family, so a
-//! revocation and the tokens added to the family never interleave. Reads go through the reader
-//! pool. Codes and tokens arrive hashed, and no error carries a hash.
+//! What the OAuth authorization server stores: clients, codes and token families, and the
+//! primitives `toolgate-store` spends codes and refresh tokens over (the rule is
+//! `toolgate-oauth`'s): a credential's state read, and its next stage written by
+//! compare-and-set. Writes go through the writer connection, each that reads before it writes
+//! in a `BEGIN IMMEDIATE` transaction; with the single writer that serialises every change to a
+//! family, so a revocation and the tokens added to the family never interleave. Reads go
+//! through the reader pool. Codes and tokens arrive hashed, and no error carries a hash.
 
 use async_trait::async_trait;
 use sqlx::SqliteConnection;
 use toolgate_domain::AccountId;
 use toolgate_store::{
-    AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
-    OAuthStore, Refreshed, StoreError, TokenHash, UsedCode, account_from_columns,
-    connected_apps_from_groups, now_millis, redirect_uris_from_column, redirect_uris_to_column,
+    AccessGrant, Advance, CodeColumns, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens,
+    OAuthClient, OAuthStore, RefreshColumns, StoreError, StoredCode, StoredRefresh, TokenHash,
+    account_from_columns, connected_apps_from_groups, now_millis, redirect_uris_from_column,
+    redirect_uris_to_column,
 };
 
 use crate::SqliteStore;
 use crate::rows::{map_error, map_write_error};
 
-/// A code's columns: family, account, client, scope, resource, redirect URI, challenge,
-/// expiry, and when it was used and revoked.
-type CodeRow = (
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    String,
-    i64,
-    Option<i64>,
-    Option<i64>,
-);
-
 /// A live access token joined with its account: id, email, tier, client, scope, resource, expiry.
 type AccessRow = (String, String, String, String, String, String, i64);
-
-/// A live refresh token's family, account, scope, resource and when it was used.
-type RefreshRow = (String, String, String, String, Option<i64>);
 
 #[async_trait]
 impl OAuthStore for SqliteStore {
@@ -97,56 +82,52 @@ impl OAuthStore for SqliteStore {
         Ok(())
     }
 
-    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError> {
-        // IMMEDIATE: the decision and its write are one step, never split by another writer.
-        let mut tx = self
-            .writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(map_error)?;
-        let row: Option<CodeRow> = sqlx::query_as(
+    async fn code_state(&self, code_hash: &TokenHash) -> Result<Option<StoredCode>, StoreError> {
+        let row: Option<CodeColumns> = sqlx::query_as(
             "SELECT family, account_id, client_id, scope, resource, redirect_uri, code_challenge,
                     expires_at, used_at, revoked_at
              FROM oauth_codes WHERE code_hash = ?1",
         )
         .bind(&code_hash[..])
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        Ok(row.map(StoredCode::from_columns))
+    }
+
+    async fn advance_code(&self, change: &Advance<'_>) -> Result<bool, StoreError> {
+        // IMMEDIATE: the comparison, the write and the family's revocation are one step.
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let family: Option<String> = sqlx::query_scalar(
+            "UPDATE oauth_codes
+             SET used_at = CASE WHEN ?4 THEN COALESCE(used_at, ?6) ELSE used_at END,
+                 revoked_at = CASE WHEN ?5 THEN COALESCE(revoked_at, ?6) ELSE revoked_at END
+             WHERE code_hash = ?1
+               AND (used_at IS NOT NULL) = ?2 AND (revoked_at IS NOT NULL) = ?3
+             RETURNING family",
+        )
+        .bind(&change.hash[..])
+        .bind(change.seen.used)
+        .bind(change.seen.revoked)
+        .bind(change.next.used)
+        .bind(change.next.revoked)
+        .bind(change.now)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_error)?;
-        let Some(row) = row else {
-            return Ok(CodeUse::Invalid);
+        let Some(family) = family else {
+            return Ok(false);
         };
-        let (family, account, client_id, scope, resource, redirect_uri, code_challenge) =
-            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
-        let (expires_at, used_at, revoked_at) = (row.7, row.8, row.9);
-        let outcome = if used_at.is_some() {
-            revoke_family(&mut tx, &family, now).await?;
-            CodeUse::Reused
-        } else if revoked_at.is_none() && now < expires_at {
-            sqlx::query("UPDATE oauth_codes SET used_at = ?2 WHERE code_hash = ?1")
-                .bind(&code_hash[..])
-                .bind(now)
-                .execute(&mut *tx)
-                .await
-                .map_err(map_error)?;
-            CodeUse::Fresh(UsedCode {
-                family,
-                grant: Grant {
-                    account: AccountId::from_stored(account),
-                    client_id,
-                    scope,
-                    resource,
-                },
-                redirect_uri,
-                code_challenge,
-            })
-        } else {
-            return Ok(CodeUse::Invalid);
-        };
+        if change.revoke_family {
+            revoke_family(&mut tx, &family, change.now).await?;
+        }
         tx.commit().await.map_err(map_error)?;
-        Ok(outcome)
+        Ok(true)
     }
-
     async fn put_tokens(&self, tokens: &NewTokens) -> Result<(), StoreError> {
         let mut tx = self
             .writer
@@ -191,61 +172,65 @@ impl OAuthStore for SqliteStore {
         .transpose()
     }
 
-    async fn refresh(
+    async fn refresh_state(
         &self,
         token_hash: &TokenHash,
         client_id: &str,
-        now: i64,
-        next: &NewTokens,
-    ) -> Result<Refreshed, StoreError> {
-        // IMMEDIATE, and everything below in it: of concurrent callers the first rotates, the
-        // next finds the token used and revokes the family, the rest find it revoked.
+    ) -> Result<Option<StoredRefresh>, StoreError> {
+        let row: Option<RefreshColumns> = sqlx::query_as(
+            "SELECT family, account_id, client_id, scope, resource, expires_at, used_at,
+                    revoked_at
+             FROM oauth_tokens WHERE token_hash = ?1 AND kind = 'refresh' AND client_id = ?2",
+        )
+        .bind(&token_hash[..])
+        .bind(client_id)
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        Ok(row.map(StoredRefresh::from_columns))
+    }
+
+    async fn advance_refresh(
+        &self,
+        change: &Advance<'_>,
+        issue: Option<&NewTokens>,
+    ) -> Result<bool, StoreError> {
+        // IMMEDIATE, and everything below in it: with the single writer, a revocation and the
+        // tokens added to the family never interleave.
         let mut tx = self
             .writer
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_error)?;
-        let row: Option<RefreshRow> = sqlx::query_as(
-            "SELECT family, account_id, scope, resource, used_at FROM oauth_tokens
-             WHERE token_hash = ?1 AND kind = 'refresh' AND client_id = ?2
-               AND revoked_at IS NULL AND expires_at > ?3",
+        let family: Option<String> = sqlx::query_scalar(
+            "UPDATE oauth_tokens
+             SET used_at = CASE WHEN ?4 THEN COALESCE(used_at, ?6) ELSE used_at END,
+                 revoked_at = CASE WHEN ?5 THEN COALESCE(revoked_at, ?6) ELSE revoked_at END
+             WHERE token_hash = ?1 AND kind = 'refresh'
+               AND (used_at IS NOT NULL) = ?2 AND (revoked_at IS NOT NULL) = ?3
+             RETURNING family",
         )
-        .bind(&token_hash[..])
-        .bind(client_id)
-        .bind(now)
+        .bind(&change.hash[..])
+        .bind(change.seen.used)
+        .bind(change.seen.revoked)
+        .bind(change.next.used)
+        .bind(change.next.revoked)
+        .bind(change.now)
         .fetch_optional(&mut *tx)
         .await
         .map_err(map_error)?;
-        let Some((family, account, scope, resource, used_at)) = row else {
-            return Ok(Refreshed::Invalid);
+        let Some(family) = family else {
+            return Ok(false);
         };
-        if used_at.is_some() {
-            revoke_family(&mut tx, &family, now).await?;
-            tx.commit().await.map_err(map_error)?;
-            return Ok(Refreshed::Reused);
+        if change.revoke_family {
+            revoke_family(&mut tx, &family, change.now).await?;
         }
-        if next.family != family {
-            return Err(StoreError::Conflict(
-                "a rotated refresh token's tokens must join its family",
-            ));
+        if let Some(tokens) = issue {
+            insert_tokens(&mut tx, &family, &tokens.grant, tokens).await?;
         }
-        sqlx::query("UPDATE oauth_tokens SET used_at = ?2 WHERE token_hash = ?1")
-            .bind(&token_hash[..])
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(map_error)?;
-        let grant = Grant {
-            account: AccountId::from_stored(account),
-            client_id: client_id.to_owned(),
-            scope,
-            resource,
-        };
-        insert_tokens(&mut tx, &family, &grant, next).await?;
         tx.commit().await.map_err(map_error)?;
-        Ok(Refreshed::Rotated(grant))
+        Ok(true)
     }
-
     async fn revoke_token(&self, token_hash: &TokenHash, now: i64) -> Result<bool, StoreError> {
         let mut tx = self
             .writer

@@ -15,6 +15,8 @@ use toolgate_domain::{
 mod dashboard;
 mod money;
 mod oauth;
+mod oauth_columns;
+mod oauth_spend;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
@@ -25,10 +27,13 @@ pub use money::{
     OperatorTokens, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack, reversal_amounts,
 };
 pub use oauth::{
-    AccessGrant, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens, OAuthClient,
-    OAuthStore, Refreshed, UsedCode, connected_apps_from_groups, redirect_uris_from_column,
-    redirect_uris_to_column,
+    AccessGrant, Advance, CodeColumns, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode,
+    NewTokens, OAuthClient, OAuthStore, RefreshColumns, Refreshed, StoredCode, StoredRefresh,
+    UsedCode, connected_apps_from_groups,
 };
+pub use oauth_columns::{redirect_uris_from_column, redirect_uris_to_column};
+/// The replay and rotation rule's values, as the backends' primitives read and write them.
+pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 
 /// What went wrong in storage, kept apart so that callers answer each case differently.
 #[derive(Debug, thiserror::Error)]

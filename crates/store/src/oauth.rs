@@ -4,11 +4,17 @@
 //!
 //! A family is revoked as a whole, never in part, and stays revoked: tokens stored into it
 //! afterwards are stored revoked. Its code and tokens belong to one account and one client.
+//!
+//! When a code or a refresh token is spent, replayed or refused is `toolgate-oauth`'s rule
+//! (`credential::step`), applied once for every backend by [`OAuthStore::use_code`] and
+//! [`OAuthStore::refresh`]; a backend provides the atomic primitives under it: read a
+//! credential's state, write the next one by compare-and-set, revoke a family.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId};
+use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 
 use crate::{StoreError, TokenHash};
 
@@ -116,6 +122,125 @@ pub enum Refreshed {
     Invalid,
 }
 
+/// A code as stored: what its use gives, and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredCode {
+    /// Its family, grant, redirect URI and PKCE challenge.
+    pub code: UsedCode,
+    /// Its stage and expiry, what the replay rule reads.
+    pub state: CredentialState,
+}
+
+/// A refresh token as stored: its family and grant, and where it stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRefresh {
+    /// The family it belongs to.
+    pub family: String,
+    /// The grant its successors inherit.
+    pub grant: Grant,
+    /// Its stage and expiry, what the rotation rule reads.
+    pub state: CredentialState,
+}
+
+/// A code's columns as both backends read them: family, account, client, scope, resource,
+/// redirect URI, challenge, expiry, and when it was used and revoked.
+pub type CodeColumns = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+
+/// A refresh token's columns as both backends read them: family, account, client, scope,
+/// resource, expiry, and when it was used and revoked.
+pub type RefreshColumns = (
+    String,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    Option<i64>,
+    Option<i64>,
+);
+
+impl StoredCode {
+    /// The code a row holds.
+    pub fn from_columns(row: CodeColumns) -> Self {
+        let (family, account, client_id, scope, resource, redirect_uri, code_challenge) =
+            (row.0, row.1, row.2, row.3, row.4, row.5, row.6);
+        Self {
+            code: UsedCode {
+                family,
+                grant: Grant {
+                    account: AccountId::from_stored(account),
+                    client_id,
+                    scope,
+                    resource,
+                },
+                redirect_uri,
+                code_challenge,
+            },
+            state: credential_state(Credential::Code, row.7, row.8, row.9),
+        }
+    }
+}
+
+impl StoredRefresh {
+    /// The refresh token a row holds.
+    pub fn from_columns(row: RefreshColumns) -> Self {
+        let (family, account, client_id, scope, resource) = (row.0, row.1, row.2, row.3, row.4);
+        Self {
+            family,
+            grant: Grant {
+                account: AccountId::from_stored(account),
+                client_id,
+                scope,
+                resource,
+            },
+            state: credential_state(Credential::Refresh, row.5, row.6, row.7),
+        }
+    }
+}
+
+/// A credential's state from its expiry and the times it was used and revoked.
+fn credential_state(
+    credential: Credential,
+    expires_at: i64,
+    used_at: Option<i64>,
+    revoked_at: Option<i64>,
+) -> CredentialState {
+    CredentialState {
+        credential,
+        stage: Stage {
+            used: used_at.is_some(),
+            revoked: revoked_at.is_some(),
+        },
+        expires_at,
+    }
+}
+
+/// One compare-and-set of a code or a refresh token: the rule's answer to what was read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Advance<'a> {
+    /// SHA-256 of the code or token.
+    pub hash: &'a TokenHash,
+    /// The stage read: the write happens only if the credential still stands there.
+    pub seen: Stage,
+    /// The stage to write.
+    pub next: Stage,
+    /// Whether its whole family is revoked with it.
+    pub revoke_family: bool,
+    /// Unix ms, the time written for a flag set now.
+    pub now: i64,
+}
+
 /// A client holding live tokens of an account, for the dashboard's "Connected apps".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectedApp {
@@ -142,10 +267,22 @@ pub trait OAuthStore: Send + Sync {
     /// hash or the family is taken.
     async fn put_code(&self, code: &NewCode) -> Result<(), StoreError>;
 
-    /// Presents a code, in one atomic step: unused, unrevoked and `now < expires_at` → marked
-    /// used, `Fresh` (of concurrent callers at most one gets it); used before (expired or not)
-    /// → its family revoked, tokens stored later included, `Reused`; otherwise `Invalid`.
-    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError>;
+    /// Presents a code: unused, unrevoked and `now < expires_at` → marked used, `Fresh` (of
+    /// concurrent callers exactly one gets it); used before (expired or not) → its family
+    /// revoked, tokens stored later included, `Reused`; otherwise `Invalid`. Provided: the rule
+    /// is `toolgate_oauth::credential::step`, written by compare-and-set through
+    /// [`OAuthStore::code_state`] and [`OAuthStore::advance_code`]; a backend does not override it.
+    async fn use_code(&self, code_hash: &TokenHash, now: i64) -> Result<CodeUse, StoreError> {
+        crate::oauth_spend::use_code(self, code_hash, now).await
+    }
+
+    /// Where a code stands, with what its use gives. `Ok(None)`: unknown.
+    async fn code_state(&self, code_hash: &TokenHash) -> Result<Option<StoredCode>, StoreError>;
+
+    /// Compare-and-set of a code, in one atomic step: if it still stands at `change.seen`,
+    /// moves it to `change.next` (a flag once set stays set) and, if told, revokes its family;
+    /// `false`, writing nothing, when it had moved meanwhile or is unknown.
+    async fn advance_code(&self, change: &Advance<'_>) -> Result<bool, StoreError>;
 
     /// Stores an access token and, if given, a refresh token of one family, created now.
     /// `Err(NotFound)` if the account does not exist; `Err(Conflict)` if a hash is taken. Into
@@ -159,19 +296,40 @@ pub trait OAuthStore: Send + Sync {
         now: i64,
     ) -> Result<Option<AccessGrant>, StoreError>;
 
-    /// Presents a refresh token of `client_id`, in one transaction. Unrevoked, `now <
-    /// expires_at`, unused → marked used, `next` stored, `Rotated` with the token's grant; used
-    /// before → its whole family revoked, `Reused`; otherwise (unknown, another client's,
-    /// expired, revoked, an access token) `Invalid`. `next.family` must be the token's family,
-    /// else `Err(Conflict)` and nothing changes; `next.grant` is not read: the new tokens
-    /// inherit the presented token's grant. Of concurrent callers at most one gets `Rotated`.
+    /// Presents a refresh token of `client_id`. Unrevoked, `now < expires_at`, unused → marked
+    /// used, `next` stored, `Rotated` with the token's grant; used before → its whole family
+    /// revoked, `Reused`; otherwise (unknown, another client's, expired, revoked, an access
+    /// token) `Invalid`. `next.family` must be the token's family, else `Err(Conflict)` and
+    /// nothing changes; `next.grant` is not read: the new tokens inherit the presented token's
+    /// grant. Of concurrent callers exactly one gets `Rotated`. Provided, as
+    /// [`OAuthStore::use_code`] is, over [`OAuthStore::refresh_state`] and
+    /// [`OAuthStore::advance_refresh`].
     async fn refresh(
         &self,
         token_hash: &TokenHash,
         client_id: &str,
         now: i64,
         next: &NewTokens,
-    ) -> Result<Refreshed, StoreError>;
+    ) -> Result<Refreshed, StoreError> {
+        crate::oauth_spend::refresh(self, token_hash, client_id, now, next).await
+    }
+
+    /// Where a refresh token of `client_id` stands, with its family and grant. `Ok(None)`:
+    /// unknown, another client's, or an access token.
+    async fn refresh_state(
+        &self,
+        token_hash: &TokenHash,
+        client_id: &str,
+    ) -> Result<Option<StoredRefresh>, StoreError>;
+
+    /// Compare-and-set of a refresh token, in one atomic step: as [`OAuthStore::advance_code`],
+    /// and `issue` stored into its family with it (revoked if the family is). `false`, writing
+    /// nothing, when it had moved meanwhile or is unknown.
+    async fn advance_refresh(
+        &self,
+        change: &Advance<'_>,
+        issue: Option<&NewTokens>,
+    ) -> Result<bool, StoreError>;
 
     /// Revokes the whole family of the token (access or refresh, live or not); `false` if the
     /// token is unknown.
@@ -199,125 +357,6 @@ pub trait OAuthStore: Send + Sync {
     /// what [`OAuthStore::connected_apps`] lists) and no pending code (unused, unrevoked, `now <
     /// expires_at`) of any account; returns how many went. Its dead codes and tokens stay.
     async fn purge_clients(&self, stored_before: i64, now: i64) -> Result<u64, StoreError>;
-}
-
-/// Redirect URIs as the `redirect_uris` column holds them: a JSON array of strings.
-pub fn redirect_uris_to_column(uris: &[String]) -> String {
-    let mut out = String::from("[");
-    for (n, uri) in uris.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        out.push('"');
-        for c in uri.chars() {
-            match c {
-                '"' => out.push_str("\\\""),
-                '\\' => out.push_str("\\\\"),
-                c if u32::from(c) < 0x20 => out.push_str(&format!("\\u{:04x}", u32::from(c))),
-                c => out.push(c),
-            }
-        }
-        out.push('"');
-    }
-    out.push(']');
-    out
-}
-
-/// Rebuilds redirect URIs from the `redirect_uris` column; anything but a JSON array of strings
-/// means corrupt storage.
-pub fn redirect_uris_from_column(raw: &str) -> Result<Vec<String>, StoreError> {
-    string_array(raw).ok_or_else(|| {
-        StoreError::Unavailable("corrupt oauth_clients row: redirect_uris".to_owned())
-    })
-}
-
-/// A JSON array of strings, or `None`.
-fn string_array(raw: &str) -> Option<Vec<String>> {
-    let mut chars = raw.chars().peekable();
-    let mut out = Vec::new();
-    skip_space(&mut chars);
-    if chars.next()? != '[' {
-        return None;
-    }
-    skip_space(&mut chars);
-    if chars.peek() == Some(&']') {
-        chars.next();
-    } else {
-        loop {
-            skip_space(&mut chars);
-            if chars.next()? != '"' {
-                return None;
-            }
-            out.push(string_rest(&mut chars)?);
-            skip_space(&mut chars);
-            match chars.next()? {
-                ',' => {}
-                ']' => break,
-                _ => return None,
-            }
-        }
-    }
-    skip_space(&mut chars);
-    chars.next().is_none().then_some(out)
-}
-
-/// The characters of a JSON text being read.
-type Chars<'a> = std::iter::Peekable<std::str::Chars<'a>>;
-
-/// Skips JSON whitespace.
-fn skip_space(chars: &mut Chars<'_>) {
-    let space = |c: &char| matches!(c, ' ' | '\t' | '\n' | '\r');
-    while chars.next_if(space).is_some() {}
-}
-
-/// The rest of a JSON string after its opening quote, through its closing one.
-fn string_rest(chars: &mut Chars<'_>) -> Option<String> {
-    let mut out = String::new();
-    loop {
-        match chars.next()? {
-            '"' => return Some(out),
-            '\\' => out.push(match chars.next()? {
-                '"' => '"',
-                '\\' => '\\',
-                '/' => '/',
-                'b' => '\u{8}',
-                'f' => '\u{c}',
-                'n' => '\n',
-                'r' => '\r',
-                't' => '\t',
-                'u' => escaped_char(chars)?,
-                _ => return None,
-            }),
-            c if u32::from(c) < 0x20 => return None,
-            c => out.push(c),
-        }
-    }
-}
-
-/// The character of a `\u` escape (its `\u` read already), a surrogate pair joined.
-fn escaped_char(chars: &mut Chars<'_>) -> Option<char> {
-    let high = hex4(chars)?;
-    if !(0xD800..0xDC00).contains(&high) {
-        // A lone low surrogate is no char, and from_u32 refuses it.
-        return char::from_u32(high);
-    }
-    if chars.next()? != '\\' || chars.next()? != 'u' {
-        return None;
-    }
-    let low = hex4(chars)?;
-    if !(0xDC00..0xE000).contains(&low) {
-        return None;
-    }
-    char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))
-}
-
-/// Four hex digits as a number.
-fn hex4(chars: &mut Chars<'_>) -> Option<u32> {
-    let mut value = 0;
-    for _ in 0..4 {
-        value = value * 16 + chars.next()?.to_digit(16)?;
-    }
-    Some(value)
 }
 
 /// One group of an account's live tokens as a backend reads it: the client's id, its stored
@@ -356,65 +395,6 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-
-    #[test]
-    fn redirect_uris_survive_the_column() {
-        let cases: [&[&str]; 4] = [
-            &[],
-            &["https://app.example/cb"],
-            &["http://127.0.0.1:8765/cb?a=\"b\"&c=\\d", "é🦀\u{1}\n/"],
-            &["", "x"],
-        ];
-        for case in cases {
-            let uris: Vec<String> = case.iter().map(|u| (*u).to_owned()).collect();
-            let column = redirect_uris_to_column(&uris);
-            assert_eq!(
-                redirect_uris_from_column(&column).unwrap(),
-                uris,
-                "{column}"
-            );
-        }
-        assert_eq!(
-            redirect_uris_to_column(&["a\"\\\u{1f}".to_owned()]),
-            r#"["a\"\\\u001f"]"#
-        );
-    }
-
-    #[test]
-    fn any_json_array_of_strings_is_read() {
-        let read = redirect_uris_from_column(" [ \"a\\/b\\u00e9\\ud83e\\udd80\" ,\"\\t\" ] ");
-        assert_eq!(read.unwrap(), vec!["a/bé🦀".to_owned(), "\t".to_owned()]);
-    }
-
-    #[test]
-    fn anything_else_is_corrupt() {
-        let bad = [
-            "",
-            "[",
-            "]",
-            "{}",
-            "[1]",
-            "[\"a\",]",
-            "[\"a\"] x",
-            "[\"a\" \"b\"]",
-            "[\"\\x\"]",
-            "[\"\\ud83e\"]",
-            "[\"\\udd80\"]",
-            "[\"\\u12\"]",
-            "[\"a\u{1}\"]",
-            "[\"a]",
-            "[,]",
-        ];
-        for raw in bad {
-            assert!(
-                matches!(
-                    redirect_uris_from_column(raw),
-                    Err(StoreError::Unavailable(ref d)) if d == "corrupt oauth_clients row: redirect_uris"
-                ),
-                "{raw:?}"
-            );
-        }
-    }
 
     #[test]
     fn groups_fold_into_apps_by_name() {

@@ -29,8 +29,9 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-store",
-        &["toolgate-domain"],
-        "the storage traits know the domain only",
+        &["toolgate-domain", "toolgate-oauth"],
+        "the storage traits know the domain, and OAuth's replay and rotation rule (pure), which \
+         they apply once for every backend over its compare-and-set primitives",
     ),
     (
         "toolgate-store-sqlite",
