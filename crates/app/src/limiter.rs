@@ -29,11 +29,11 @@ impl Limiter {
     }
 
     /// Counts one event for `key`, or refuses it with the wait until one would be allowed.
-    pub(crate) fn admit(&self, key: &str) -> Result<(), Duration> {
-        self.admit_at(key, Instant::now())
+    pub(crate) fn count(&self, key: &str) -> Result<(), Duration> {
+        self.count_at(key, Instant::now())
     }
 
-    fn admit_at(&self, key: &str, now: Instant) -> Result<(), Duration> {
+    fn count_at(&self, key: &str, now: Instant) -> Result<(), Duration> {
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if seen.len() >= MAX_KEYS && !seen.contains_key(key) {
             self.prune(&mut seen, now);
@@ -97,15 +97,15 @@ mod tests {
         let limiter = Limiter::new(3, Duration::from_secs(60));
         let start = Instant::now();
         for _ in 0..3 {
-            limiter.admit_at("a", start).unwrap();
+            limiter.count_at("a", start).unwrap();
         }
         let wait = limiter
-            .admit_at("a", start + Duration::from_secs(10))
+            .count_at("a", start + Duration::from_secs(10))
             .unwrap_err();
         assert_eq!(wait, Duration::from_secs(50));
-        limiter.admit_at("b", start).unwrap();
+        limiter.count_at("b", start).unwrap();
         limiter
-            .admit_at("a", start + Duration::from_secs(60))
+            .count_at("a", start + Duration::from_secs(60))
             .unwrap();
     }
 

@@ -21,7 +21,7 @@ use crate::sys;
 
 /// How long the child may take for each half of its checklist (it runs no foreign code yet, so
 /// this only bounds a stuck kernel or machine).
-const ADMIT_TIMEOUT: Duration = Duration::from_secs(10);
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Releases the session child `pid` (as this process sees it) that was forked with `channel`'s
 /// other ends: adds it to each of the spec's cgroups, waits for it to enter its user namespace,
@@ -65,7 +65,7 @@ fn release_child(
         write_once(&file, &pid_text).map_err(|source| ReleaseError::Cgroup { file, source })?;
     }
 
-    let deadline = Instant::now() + ADMIT_TIMEOUT;
+    let deadline = Instant::now() + RELEASE_TIMEOUT;
     let first = receive(channel, deadline, "entering its user namespace")?;
     if first != [UNSHARED] {
         return Err(unexpected(&first));
@@ -82,7 +82,7 @@ fn release_child(
         .release()
         .map_err(|_| ReleaseError::ChildGone("waiting for its id maps"))?;
 
-    let deadline = Instant::now() + ADMIT_TIMEOUT;
+    let deadline = Instant::now() + RELEASE_TIMEOUT;
     let last = receive(channel, deadline, "completing its checklist")?;
     match last.split_first() {
         Some((&DONE, report)) => Ok(String::from_utf8_lossy(report).into_owned()),
@@ -98,7 +98,7 @@ fn receive(
 ) -> Result<Vec<u8>, ReleaseError> {
     match channel.receive(deadline).map_err(ReleaseError::Channel)? {
         None => Err(ReleaseError::TimedOut {
-            seconds: ADMIT_TIMEOUT.as_secs(),
+            seconds: RELEASE_TIMEOUT.as_secs(),
             phase,
         }),
         Some(message) if message.is_empty() => Err(ReleaseError::ChildGone(phase)),

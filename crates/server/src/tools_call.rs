@@ -55,7 +55,7 @@ pub async fn answer(
         return None;
     }
     let id = info.id.clone()?;
-    if !state.tools_list.as_ref()?.admits(parts) {
+    if !state.tools_list.as_ref()?.serves(parts) {
         return None;
     }
     let call = serde_json::from_slice::<Envelope>(body).ok()?.params;

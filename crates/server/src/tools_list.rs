@@ -47,7 +47,7 @@ impl ToolsList {
             return None;
         }
         let id = info.id.as_ref()?;
-        if !self.admits(parts) {
+        if !self.serves(parts) {
             return None;
         }
         let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{}}}"#, self.result);
@@ -61,7 +61,7 @@ impl ToolsList {
 
     /// Whether rmcp would serve this request of the older generation as it is: a protocol
     /// version it knows (or none) and a Host it allows.
-    pub fn admits(&self, parts: &Parts) -> bool {
+    pub fn serves(&self, parts: &Parts) -> bool {
         let version_ok = parts
             .headers
             .get("mcp-protocol-version")

@@ -81,7 +81,7 @@ impl AuthServer {
             ));
         };
         self.fetches
-            .admit(owner.as_str())
+            .count(owner.as_str())
             .map_err(ClientError::TooManyFetches)?;
         let refused = |why: &str| {
             ClientError::Refused(format!("the client's metadata document at {url} {why}"))

@@ -17,7 +17,7 @@ impl AuthServer {
     /// address past [`toolgate_oauth::REGISTRATIONS_PER_HOUR`] within the hour is refused with
     /// `temporarily_unavailable`, and nothing is stored.
     pub async fn register(&self, client: IpAddr, body: &[u8]) -> Result<Value, OAuthError> {
-        if let Err(wait) = self.registrations.admit(&client_key(client)) {
+        if let Err(wait) = self.registrations.count(&client_key(client)) {
             return Err(OAuthError::TemporarilyUnavailable(format!(
                 "too many client registrations from this address; retry in {} s",
                 wait.as_secs().max(1)

@@ -133,10 +133,10 @@ impl SignIn {
         let email =
             Email::parse(email).map_err(|err| SignInError::InvalidEmail(err.to_string()))?;
         self.per_client
-            .admit(&client_key(client))
+            .count(&client_key(client))
             .map_err(SignInError::TooMany)?;
         self.per_address
-            .admit(email.as_str())
+            .count(email.as_str())
             .map_err(SignInError::TooMany)?;
         let now = now_millis();
         let since = now - millis(LIMIT_WINDOW);

@@ -267,12 +267,12 @@ async fn one_account_cannot_open_too_many_sessions() {
         async move { s.exec("burst", &format!("b{i}"), "1", limits).await }
     });
     let results = join_all(burst.collect()).await;
-    let admitted = results.iter().filter(|r| r.is_ok()).count();
+    let started = results.iter().filter(|r| r.is_ok()).count();
     let capped = results
         .iter()
         .filter(|r| matches!(r, Err(ManagerError::TooManySessions { limit: 3, .. })))
         .count();
-    assert_eq!((admitted, capped), (3, 9), "{results:?}");
+    assert_eq!((started, capped), (3, 9), "{results:?}");
     assert_eq!(s.m.live_sessions("burst"), 3);
     // other accounts are unaffected, and so are the greedy account's sessions
     s.assert_healthy(zygote).await;
