@@ -199,6 +199,7 @@ impl Capability for Probe {
             content: vec![ContentItem::Text("ran".to_owned())],
             structured: json!(true),
             is_error: false,
+            ..Output::default()
         })
     }
 }

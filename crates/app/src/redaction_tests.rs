@@ -1,4 +1,5 @@
-//! Redaction of structured output walks values of any depth without recursion.
+//! Redaction where a call finishes: structured output of any depth is walked without recursion;
+//! a capability that opened a secret and shows it is redacted by the call, not by itself.
 #![allow(clippy::unwrap_used)]
 
 use serde_json::{Value, json};
