@@ -2,9 +2,9 @@
 //! first `/`), through the model seam. The key is the vault secret named by `api_key_secret`,
 //! else the account's secret with the provider's conventional name (`OPENAI_API_KEY`, …), else
 //! the operator's; every key used is registered with the call, which redacts it from the answer
-//! and its errors. With a progress
-//! token the answer streams as progress notifications; a cancelled call drops the request. A
-//! call on the operator's key is capped and counted (`operator`).
+//! and its errors. With a progress token the answer streams as progress notifications; a
+//! cancelled call drops the request. A call on the operator's key is capped and counted
+//! (`operator`).
 
 mod messages;
 mod operator;
