@@ -1,59 +1,25 @@
-//! One tool call, start to finish, whoever makes it (an MCP client through the server today,
-//! code inside a session tomorrow): the arguments checked, the call admitted and charged, the
+//! One tool call, start to finish, whoever makes it (an MCP client through the server, code in a
+//! session through an upcall): the arguments checked, the call admitted and charged, the
 //! capabilities run (alongside the charge's commit when none of them reads metering state,
-//! after it otherwise), and the answer held until the charge is durable.
+//! after it otherwise), their output redacted of every secret they opened, and the answer held
+//! until the charge is durable.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 
-use tokio_util::sync::CancellationToken;
+use async_trait::async_trait;
 use toolgate_domain::{Account, Admission};
 use toolgate_store::Decided;
 
+pub use crate::capability::{Answer, CallError, CallIo};
 use crate::capability::{
-    CallContext, CallScratch, ContentItem, JsonObject, ProgressSink, ToolKind,
+    CallContext, CallScratch, CallSecrets, ContentItem, JsonObject, MakeCall, ProgressSink,
+    ToolKind, ToolOutcome,
 };
-use crate::metering::{Meter, MeterError};
-use crate::registry::{Registry, ToolOutcome};
+use crate::metering::Meter;
+use crate::redaction::{RedactedProgress, redact_ran};
+use crate::registry::{Registry, merge};
 use crate::turns::Budgets;
-
-/// What the caller's side gives a call: where progress goes and what cancels it.
-#[derive(Default, Clone, Copy)]
-pub struct CallIo<'a> {
-    /// Where to report progress, if the caller wants it.
-    pub progress: Option<&'a dyn ProgressSink>,
-    /// Cancelled when the caller cancels the call or goes away.
-    pub cancel: Option<&'a CancellationToken>,
-}
-
-/// An answered call.
-#[derive(Debug)]
-pub enum Answer {
-    /// The tool ran; its outcome may be an error for the caller to read.
-    Ran(ToolOutcome),
-    /// The arguments were refused before admission: nothing ran, nothing was charged.
-    InvalidArguments(ToolOutcome),
-    /// No turn of the work it needs came in time (see [`crate::turns`]): nothing ran,
-    /// nothing was charged; the outcome says to try again.
-    Busy(ToolOutcome),
-}
-
-/// A call that got no answer from a tool.
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    /// No tool has this name.
-    #[error("unknown tool")]
-    UnknownTool,
-    /// The allowance is used up and the wallet cannot pay: nothing ran.
-    #[error("{0}")]
-    Refused(String),
-    /// The charge could not be decided or recorded before the call would have run: nothing
-    /// ran, nothing was charged. The source is for logs only.
-    #[error(
-        "The service could not record this call, so it did not run and nothing was charged; please retry."
-    )]
-    NotRecorded(#[source] MeterError),
-}
 
 /// The tool-call use case over the registry and the meter.
 pub struct ToolCalls {
@@ -63,19 +29,16 @@ pub struct ToolCalls {
     budgets: Arc<Budgets>,
     /// Numbers calls, so capabilities of one call can share state (a call-scoped session).
     next_call: AtomicU64,
-    /// This use case, for the upcalls of the runs it starts (which are calls of their own).
-    this: Weak<ToolCalls>,
 }
 
 impl ToolCalls {
     /// Calls of `registry`'s tools, charged by `meter`, their work taking turns of `budgets`.
     pub fn new(meter: Arc<Meter>, registry: Arc<Registry>, budgets: Arc<Budgets>) -> Arc<Self> {
-        Arc::new_cyclic(|this| Self {
+        Arc::new(Self {
             meter,
             registry,
             budgets,
             next_call: AtomicU64::new(1),
-            this: this.clone(),
         })
     }
 
@@ -88,9 +51,11 @@ impl ToolCalls {
             .map(|spec| spec.name.as_str())
     }
 
-    /// Calls `tool` with `args` for `caller`.
+    /// Calls `tool` with `args` for `caller`. Work of the call that makes calls of its own (an
+    /// upcall from code in a session) makes them through this same use case, held only while
+    /// the call runs.
     pub async fn call(
-        &self,
+        self: &Arc<Self>,
         caller: &Account,
         tool: &str,
         args: Option<JsonObject>,
@@ -133,16 +98,29 @@ impl ToolCalls {
         };
         // dropped when this call returns, after the commit: a call-scoped session closes then
         let scratch = CallScratch::default();
+        let secrets = CallSecrets::default();
+        let progress = io
+            .progress
+            .map(|sink| RedactedProgress::new(sink, &secrets));
+        let calls: Arc<dyn MakeCall> = self.clone();
         let ctx = CallContext {
             account: caller,
             tool: &spec.name,
             call_id: self.next_call.fetch_add(1, Ordering::Relaxed),
-            calls: &self.this,
+            calls: &calls,
             scratch: &scratch,
-            progress: io.progress,
+            secrets: &secrets,
+            progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: io.cancel,
         };
-        let outcome = self.registry.run(&plan, &ctx).await;
+        let mut ran = self.registry.run(&plan, &ctx).await;
+        // the one place a call's output is redacted, of every value any capability opened
+        if let Some(redactor) = secrets.redactor() {
+            for part in &mut ran {
+                redact_ran(part, &redactor);
+            }
+        }
+        let outcome = merge(ran);
         // The charge's commit ran alongside the call; the answer waits for it. If it failed,
         // the call has run all the same and goes uncharged: its output is still the caller's.
         if let Some(recorded) = overlapping
@@ -154,12 +132,30 @@ impl ToolCalls {
     }
 }
 
+#[async_trait]
+impl MakeCall for ToolCalls {
+    async fn make_call(
+        self: Arc<Self>,
+        caller: &Account,
+        kind: ToolKind,
+        args: JsonObject,
+        io: CallIo<'_>,
+    ) -> Result<Answer, CallError> {
+        let tool = self
+            .tool_name(kind)
+            .ok_or(CallError::UnknownTool)?
+            .to_owned();
+        self.call(caller, &tool, Some(args), io).await
+    }
+}
+
 /// A tool error whose whole content is `message`.
 fn error_text(message: String) -> ToolOutcome {
     ToolOutcome {
         content: vec![ContentItem::Text(message)],
         structured: JsonObject::new(),
         is_error: true,
+        typed: Vec::new(),
     }
 }
 

@@ -198,7 +198,7 @@ impl Capability for Probe {
         Ok(Output {
             content: vec![ContentItem::Text("ran".to_owned())],
             structured: json!(true),
-            is_error: false,
+            ..Output::default()
         })
     }
 }

@@ -1,11 +1,16 @@
-//! The seam every capability plugs into: its fields, its description, its output and its handler.
-//! The three tools are nothing but the capabilities registered under them.
+//! The seam every capability plugs into: its fields, its description, its output and its handler;
+//! and what a call answers, with the call-back ([`MakeCall`]) through which work a call started
+//! makes calls of its own. The three tools are nothing but the capabilities registered under them.
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
-use toolgate_domain::Account;
+use toolgate_domain::{Account, BillingStatus, LlmAnswer, SearchResult};
 
+pub use crate::call_secrets::CallSecrets;
+use crate::metering::MeterError;
 pub use crate::schema::FieldKind;
 
 /// A JSON object, as tool arguments arrive.
@@ -91,25 +96,18 @@ pub struct CallContext<'a> {
     pub tool: &'a str,
     /// Unique per call within this process.
     pub call_id: u64,
-    /// The call use case itself, for calls a capability's work makes on the caller's behalf
-    /// (upcalls from code in a session).
-    pub calls: &'a std::sync::Weak<crate::calls::ToolCalls>,
+    /// Makes the calls a capability's work makes on the caller's behalf (upcalls from code in a
+    /// session): the call use case, held only while this call runs.
+    pub calls: &'a Arc<dyn MakeCall>,
     /// What the call's capabilities share; dropped when the call ends.
     pub scratch: &'a CallScratch,
+    /// The secret values the call's capabilities opened: what the call shows is redacted of
+    /// them where the call finishes, whichever capability opened them.
+    pub secrets: &'a CallSecrets,
     /// Where to report progress, if the caller wants it.
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
-}
-
-impl CallContext<'_> {
-    /// What answers upcalls from code this call runs: the call use case, as the caller.
-    pub fn upcall_handler(&self) -> std::sync::Arc<dyn toolgate_sandbox::upcall::UpcallHandler> {
-        std::sync::Arc::new(crate::upcalls::SessionUpcalls::new(
-            self.calls.clone(),
-            self.account.clone(),
-        ))
-    }
 }
 
 impl std::fmt::Debug for CallContext<'_> {
@@ -138,7 +136,7 @@ pub enum ContentItem {
 }
 
 /// What a capability returns when it ran.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Output {
     /// Human-readable content.
     pub content: Vec<ContentItem>,
@@ -147,6 +145,23 @@ pub struct Output {
     /// It ran, but what it ran failed (an exception, a non-zero exit status): the call's result
     /// is marked `isError` while the output stays complete.
     pub is_error: bool,
+    /// The result as a value, for a caller that wants it rather than its rendering (an upcall):
+    /// the content and structured content above are rendered from it.
+    pub typed: Option<TypedOutput>,
+    /// Bytes shown as they are (a binary file read back): the call's redaction passes over this
+    /// output, as it would break them.
+    pub verbatim: bool,
+}
+
+/// A capability's result as a value, of the capabilities an upcall reaches.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TypedOutput {
+    /// `billing`: the billing status record.
+    Billing(BillingStatus),
+    /// `llm`: the model's answer.
+    Llm(LlmAnswer),
+    /// `search`: the results, best first.
+    Search(Vec<SearchResult>),
 }
 
 /// A tool-level failure: reported as a result with `isError: true`, never as a protocol error.
@@ -207,4 +222,71 @@ pub trait Capability: Send + Sync {
 
     /// Runs it. Only called after the call was admitted and metered.
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure>;
+}
+
+/// What the dispatcher returns: content, structured output, and whether any capability failed.
+#[derive(Debug, Clone)]
+pub struct ToolOutcome {
+    /// Human-readable content of every capability, in registry order.
+    pub content: Vec<ContentItem>,
+    /// `{capability key: output}`; a failed capability shows `{"error": message}`.
+    pub structured: JsonObject,
+    /// True when at least one capability failed.
+    pub is_error: bool,
+    /// The typed results of the capabilities that have one, in registry order.
+    pub typed: Vec<TypedOutput>,
+}
+
+/// What the caller's side gives a call: where progress goes and what cancels it.
+#[derive(Default, Clone, Copy)]
+pub struct CallIo<'a> {
+    /// Where to report progress, if the caller wants it.
+    pub progress: Option<&'a dyn ProgressSink>,
+    /// Cancelled when the caller cancels the call or goes away.
+    pub cancel: Option<&'a CancellationToken>,
+}
+
+/// An answered call.
+#[derive(Debug)]
+pub enum Answer {
+    /// The tool ran; its outcome may be an error for the caller to read.
+    Ran(ToolOutcome),
+    /// The arguments were refused before admission: nothing ran, nothing was charged.
+    InvalidArguments(ToolOutcome),
+    /// No turn of the work it needs came in time (see [`crate::turns`]): nothing ran,
+    /// nothing was charged; the outcome says to try again.
+    Busy(ToolOutcome),
+}
+
+/// A call that got no answer from a tool.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No tool has this name.
+    #[error("unknown tool")]
+    UnknownTool,
+    /// The allowance is used up and the wallet cannot pay: nothing ran.
+    #[error("{0}")]
+    Refused(String),
+    /// The charge could not be decided or recorded before the call would have run: nothing
+    /// ran, nothing was charged. The source is for logs only.
+    #[error(
+        "The service could not record this call, so it did not run and nothing was charged; please retry."
+    )]
+    NotRecorded(#[source] MeterError),
+}
+
+/// The call-back through which work a call started makes calls of its own (an upcall from code
+/// in a session is one call of the same account): the call use case as a capability sees it,
+/// without knowing it. [`crate::ToolCalls`] implements it.
+#[async_trait]
+pub trait MakeCall: Send + Sync {
+    /// Calls the tool of `kind` with `args` for `caller`, checked, admitted and metered as any
+    /// tool call.
+    async fn make_call(
+        self: Arc<Self>,
+        caller: &Account,
+        kind: ToolKind,
+        args: JsonObject,
+        io: CallIo<'_>,
+    ) -> Result<Answer, CallError>;
 }

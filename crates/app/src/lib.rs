@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod auth;
+mod call_secrets;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
@@ -14,6 +15,7 @@ mod limiter;
 pub mod metering;
 pub mod oauth;
 pub mod owner;
+mod redaction;
 pub mod registry;
 mod schema;
 mod sealed_cache;
@@ -30,10 +32,11 @@ pub use admin::{Admin, AdminError, IssuedKey};
 pub use auth::{AuthError, Authenticator};
 pub use calls::{Answer, CallError, CallIo, ToolCalls};
 pub use capability::{
-    CallContext, Capability, ContentItem, Failure, Output, ProgressSink, ToolKind,
+    CallContext, CallSecrets, Capability, ContentItem, Failure, MakeCall, Output, ProgressSink,
+    ToolKind, ToolOutcome, TypedOutput,
 };
 pub use metering::{Meter, MeterError};
-pub use registry::{Hints, Plan, Registry, ToolOutcome, ToolSpec};
+pub use registry::{Hints, Plan, Registry, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
 
 /// What the capabilities run on besides the store; each one absent leaves its capabilities out.
@@ -201,7 +204,7 @@ impl App {
     }
 
     /// Makes tool calls.
-    pub fn calls(&self) -> &ToolCalls {
+    pub fn calls(&self) -> &Arc<ToolCalls> {
         &self.calls
     }
 

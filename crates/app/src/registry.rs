@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use toolgate_domain::Brand;
 
 use crate::capability::{
-    CallContext, Capability, ContentItem, Failure, Field, JsonObject, ToolKind,
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind, ToolOutcome,
 };
 use crate::turns::TurnKind;
 
@@ -66,15 +66,13 @@ impl Plan {
     }
 }
 
-/// What the dispatcher returns: content, structured output, and whether any capability failed.
-#[derive(Debug, Clone)]
-pub struct ToolOutcome {
-    /// Human-readable content of every capability, in registry order.
-    pub content: Vec<ContentItem>,
-    /// `{capability key: output}`; a failed capability shows `{"error": message}`.
-    pub structured: JsonObject,
-    /// True when at least one capability failed.
-    pub is_error: bool,
+/// What one capability of a call did.
+#[derive(Debug)]
+pub struct Ran {
+    /// The capability's key in `structuredContent`.
+    pub key: &'static str,
+    /// Its output, or why it failed.
+    pub result: Result<Output, Failure>,
 }
 
 /// The capability registry.
@@ -168,13 +166,9 @@ impl Registry {
         })
     }
 
-    /// Runs every capability of the plan, in registry order, and merges their results.
-    pub async fn run(&self, plan: &Plan, ctx: &CallContext<'_>) -> ToolOutcome {
-        let mut outcome = ToolOutcome {
-            content: Vec::new(),
-            structured: Map::new(),
-            is_error: false,
-        };
+    /// Runs every capability of the plan, in registry order (see [`merge`] for their answer).
+    pub async fn run(&self, plan: &Plan, ctx: &CallContext<'_>) -> Vec<Ran> {
+        let mut ran = Vec::with_capacity(plan.selected.len());
         for &index in &plan.selected {
             let Some(cap) = self
                 .capabilities
@@ -183,28 +177,12 @@ impl Registry {
             else {
                 continue;
             };
-            match cap.run(ctx, &plan.args).await {
-                Ok(output) => {
-                    outcome.is_error |= output.is_error;
-                    outcome.content.extend(output.content);
-                    outcome
-                        .structured
-                        .insert(cap.key().to_owned(), output.structured);
-                }
-                Err(failure) => {
-                    outcome.is_error = true;
-                    outcome.content.push(ContentItem::Text(format!(
-                        "{}: {}",
-                        cap.key(),
-                        failure.message
-                    )));
-                    outcome
-                        .structured
-                        .insert(cap.key().to_owned(), json!({"error": failure.message}));
-                }
-            }
+            ran.push(Ran {
+                key: cap.key(),
+                result: cap.run(ctx, &plan.args).await,
+            });
         }
-        outcome
+        ran
     }
 
     fn fields_of(&self, kind: ToolKind) -> Vec<Field> {
@@ -219,6 +197,37 @@ impl Registry {
         }
         fields
     }
+}
+
+/// The results of a call's capabilities as one answer: their content in order, their outputs
+/// under their keys, a failure as `{"error": message}` and a line of text.
+pub fn merge(ran: Vec<Ran>) -> ToolOutcome {
+    let mut outcome = ToolOutcome {
+        content: Vec::new(),
+        structured: Map::new(),
+        is_error: false,
+        typed: Vec::new(),
+    };
+    for Ran { key, result } in ran {
+        match result {
+            Ok(output) => {
+                outcome.is_error |= output.is_error;
+                outcome.content.extend(output.content);
+                outcome.structured.insert(key.to_owned(), output.structured);
+                outcome.typed.extend(output.typed);
+            }
+            Err(failure) => {
+                outcome.is_error = true;
+                outcome
+                    .content
+                    .push(ContentItem::Text(format!("{key}: {}", failure.message)));
+                outcome
+                    .structured
+                    .insert(key.to_owned(), json!({"error": failure.message}));
+            }
+        }
+    }
+    outcome
 }
 
 fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) -> ToolSpec {
@@ -327,7 +336,7 @@ fn as_object(value: Value) -> JsonObject {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::capability::Output;
+    use crate::capability::{Answer, CallError, CallIo, MakeCall};
     use crate::schema::FieldKind;
     use async_trait::async_trait;
     use toolgate_domain::{Account, AccountId, Email};
@@ -377,8 +386,24 @@ mod tests {
             Ok(Output {
                 content: vec![ContentItem::Text(value.to_string())],
                 structured: value,
-                is_error: false,
+                ..Output::default()
             })
+        }
+    }
+
+    /// A call-back for capabilities that make no calls of their own.
+    struct NoCalls;
+
+    #[async_trait]
+    impl MakeCall for NoCalls {
+        async fn make_call(
+            self: Arc<Self>,
+            _caller: &Account,
+            _kind: ToolKind,
+            _args: JsonObject,
+            _io: CallIo<'_>,
+        ) -> Result<Answer, CallError> {
+            Err(CallError::UnknownTool)
         }
     }
 
@@ -474,25 +499,28 @@ mod tests {
             tier: "free".into(),
         };
         let scratch = crate::capability::CallScratch::default();
+        let secrets = crate::capability::CallSecrets::default();
+        let calls: Arc<dyn MakeCall> = Arc::new(NoCalls);
         let ctx = CallContext {
             scratch: &scratch,
+            secrets: &secrets,
             account: &account,
             tool: "svc_read",
             call_id: 1,
-            calls: &std::sync::Weak::new(),
+            calls: &calls,
             progress: None,
             cancel: None,
         };
         let only_alpha = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi"})))
             .unwrap();
-        let outcome = registry.run(&only_alpha, &ctx).await;
+        let outcome = merge(registry.run(&only_alpha, &ctx).await);
         assert!(!outcome.is_error);
         assert_eq!(Value::Object(outcome.structured), json!({"alpha": "hi"}));
         let both = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi", "beta": "x"})))
             .unwrap();
-        let outcome = registry.run(&both, &ctx).await;
+        let outcome = merge(registry.run(&both, &ctx).await);
         assert!(outcome.is_error);
         assert_eq!(
             Value::Object(outcome.structured),

@@ -4,27 +4,38 @@
 //! account could do through the tools. An upcall is mapped onto a tool call that cannot reach a
 //! session (no upcall runs code), so a session can never wait on itself.
 
-use std::sync::Weak;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use toolgate_domain::{Account, BillingStatus};
+use toolgate_domain::Account;
 use toolgate_sandbox::upcall::{
     Upcall, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
 };
 
-use crate::calls::{Answer, CallError, CallIo, ToolCalls};
-use crate::capability::{ContentItem, JsonObject, ToolKind};
+use crate::capability::{
+    Answer, CallContext, CallError, CallIo, ContentItem, JsonObject, MakeCall, ToolKind,
+    TypedOutput,
+};
+
+/// What answers upcalls from code that `ctx`'s call runs: calls of the caller's account, made
+/// through the call's call-back.
+pub(crate) fn upcall_handler(ctx: &CallContext<'_>) -> Arc<dyn UpcallHandler> {
+    Arc::new(SessionUpcalls::new(
+        Arc::clone(ctx.calls),
+        ctx.account.clone(),
+    ))
+}
 
 /// Answers the upcalls of one run for the account whose call started it.
 pub(crate) struct SessionUpcalls {
-    calls: Weak<ToolCalls>,
+    calls: Arc<dyn MakeCall>,
     account: Account,
 }
 
 impl SessionUpcalls {
     /// Upcalls of `account`'s run, answered through `calls`.
-    pub(crate) fn new(calls: Weak<ToolCalls>, account: Account) -> Self {
+    pub(crate) fn new(calls: Arc<dyn MakeCall>, account: Account) -> Self {
         Self { calls, account }
     }
 }
@@ -72,17 +83,17 @@ impl SessionUpcalls {
             tracing::error!("an upcall came from another account's session; refused");
             return Err(unavailable());
         }
-        let calls = self.calls.upgrade().ok_or_else(unavailable)?;
         let (kind, args) = tool_call(&upcall);
-        let tool = calls.tool_name(kind).ok_or_else(unavailable)?;
-        tracing::debug!(?upcall, tool, "upcall from a session");
+        tracing::debug!(?upcall, ?kind, "upcall from a session");
         let io = CallIo {
             progress: pieces
                 .as_ref()
                 .map(|p| p as &dyn crate::capability::ProgressSink),
             cancel: None,
         };
-        let answer = calls.call(&self.account, tool, Some(args), io).await;
+        let answer = Arc::clone(&self.calls)
+            .make_call(&self.account, kind, args, io)
+            .await;
         let outcome = match answer {
             Ok(Answer::Ran(outcome)) if !outcome.is_error => outcome,
             Ok(Answer::Ran(outcome)) => {
@@ -108,7 +119,7 @@ impl SessionUpcalls {
             }
             Err(CallError::NotRecorded(_) | CallError::UnknownTool) => return Err(unavailable()),
         };
-        value(&upcall, outcome.structured, &outcome.content)
+        value(&upcall, outcome.typed)
     }
 }
 
@@ -131,7 +142,12 @@ fn tool_call(upcall: &Upcall) -> (ToolKind, JsonObject) {
                 ("system", system.as_ref().map(|s| json!(s))),
                 ("max_tokens", max_tokens.map(|n| json!(n))),
                 ("temperature", temperature.map(|t| json!(t))),
-                ("response_format", response_format.clone()),
+                (
+                    "response_format",
+                    response_format
+                        .as_ref()
+                        .and_then(|format| serde_json::to_value(format).ok()),
+                ),
                 ("api_key_secret", api_key_secret.as_ref().map(|s| json!(s))),
             ];
             for (name, value) in optional {
@@ -155,32 +171,22 @@ fn tool_call(upcall: &Upcall) -> (ToolKind, JsonObject) {
     (kind, args)
 }
 
-/// The typed answer, from the call's structured content.
-fn value(
-    upcall: &Upcall,
-    mut structured: JsonObject,
-    content: &[ContentItem],
-) -> Result<UpcallValue, UpcallError> {
-    match upcall {
-        Upcall::Billing {} => structured
-            .remove("billing")
-            .and_then(|record| serde_json::from_value::<BillingStatus>(record).ok())
-            .map(UpcallValue::Billing)
-            .ok_or_else(unavailable),
-        Upcall::InvokeLlm { .. } => {
-            let mut llm = structured.remove("llm").ok_or_else(unavailable)?;
-            llm["text"] = json!(text(content));
-            Ok(UpcallValue::Llm(llm))
-        }
-        Upcall::WebSearch { .. } => structured
-            .remove("search")
-            .and_then(|mut search| search.get_mut("results").map(Value::take))
-            .and_then(|results| match results {
-                Value::Array(results) => Some(UpcallValue::WebSearch(results)),
-                _ => None,
-            })
-            .ok_or_else(unavailable),
-    }
+/// The typed answer: the result the capability returned, as it returned it (redacted where
+/// the call finished), never read back out of the tool's rendering.
+fn value(upcall: &Upcall, typed: Vec<TypedOutput>) -> Result<UpcallValue, UpcallError> {
+    typed
+        .into_iter()
+        .find_map(|typed| match (upcall, typed) {
+            (Upcall::Billing {}, TypedOutput::Billing(status)) => {
+                Some(UpcallValue::Billing(status))
+            }
+            (Upcall::InvokeLlm { .. }, TypedOutput::Llm(answer)) => Some(UpcallValue::Llm(answer)),
+            (Upcall::WebSearch { .. }, TypedOutput::Search(results)) => {
+                Some(UpcallValue::WebSearch(results))
+            }
+            _ => None,
+        })
+        .ok_or_else(unavailable)
 }
 
 fn unavailable() -> UpcallError {
@@ -204,118 +210,5 @@ fn text(content: &[ContentItem]) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use std::sync::Arc;
-
-    use toolgate_domain::{Brand, Email, Pricing};
-    use toolgate_store::Store;
-    use toolgate_store_sqlite::{Durability, SqliteStore};
-
-    use super::*;
-    use crate::App;
-
-    /// An app over a real SQLite store with `free` calls a month, and one account.
-    async fn rig(free: i64) -> (tempfile::TempDir, App, Account) {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&dir.path().join("t.db"), Durability::Full)
-                .await
-                .unwrap(),
-        );
-        let pricing = Pricing {
-            free_monthly_calls: free,
-            ..Pricing::default()
-        };
-        let brand = Brand::parse("svc").unwrap();
-        let app = App::new(
-            store.clone(),
-            brand,
-            pricing,
-            "http://127.0.0.1",
-            crate::Services::default(),
-        );
-        app.admin()
-            .create_account("code@example.org")
-            .await
-            .unwrap();
-        let email = Email::parse("code@example.org").unwrap();
-        let account = store.find_by_email(&email).await.unwrap().unwrap();
-        (dir, app, account)
-    }
-
-    fn origin(account: &Account) -> UpcallOrigin {
-        UpcallOrigin {
-            account: account.id.to_string(),
-            session_id: Some("s".into()),
-        }
-    }
-
-    async fn free_left(app: &App, account: &Account) -> i64 {
-        app.meter()
-            .status(account)
-            .await
-            .unwrap()
-            .free_remaining_this_month
-    }
-
-    /// An upcall is one metered call of the session's account, answered with the typed record
-    /// (which already counts it); once the allowance is used up and the wallet is empty it is
-    /// refused with the same message a tool call gets, and runs nothing.
-    #[tokio::test]
-    async fn an_upcall_is_one_metered_call_refused_like_any_other() {
-        let (_dir, app, account) = rig(2).await;
-        let upcalls = SessionUpcalls::new(Arc::downgrade(&app.calls), account.clone());
-        let answer = upcalls
-            .answer(origin(&account), Upcall::Billing {})
-            .await
-            .unwrap();
-        let UpcallValue::Billing(record) = answer else {
-            panic!("not a billing record: {answer:?}")
-        };
-        assert_eq!(record.free_remaining_this_month, 1);
-        assert_eq!(free_left(&app, &account).await, 1);
-        upcalls
-            .answer(origin(&account), Upcall::Billing {})
-            .await
-            .unwrap();
-        let refused = upcalls
-            .answer(origin(&account), Upcall::Billing {})
-            .await
-            .unwrap_err();
-        assert_eq!(refused.code, UpcallErrorCode::Refused);
-        assert_eq!(refused.message, app.meter().refusal_message());
-        assert_eq!(free_left(&app, &account).await, 0);
-        // a funded wallet pays for the next one, as it would for a tool call
-        app.admin()
-            .credit_wallet("code@example.org", "1.00", None)
-            .await
-            .unwrap();
-        let UpcallValue::Billing(paid) = upcalls
-            .answer(origin(&account), Upcall::Billing {})
-            .await
-            .unwrap()
-        else {
-            panic!("not a billing record")
-        };
-        assert_eq!(paid.wallet_balance_usd, "0.99");
-    }
-
-    /// An upcall that says it comes from another account's session is refused and charges no
-    /// one: identity is the sandbox's to attach, and it is always the run's own account.
-    #[tokio::test]
-    async fn an_upcall_from_another_accounts_session_charges_no_one() {
-        let (_dir, app, account) = rig(5).await;
-        let upcalls = SessionUpcalls::new(Arc::downgrade(&app.calls), account.clone());
-        let stranger = UpcallOrigin {
-            account: "some-other-account".into(),
-            session_id: None,
-        };
-        let refused = upcalls
-            .answer(stranger, Upcall::Billing {})
-            .await
-            .unwrap_err();
-        assert_eq!(refused.code, UpcallErrorCode::Unavailable);
-        assert_eq!(free_left(&app, &account).await, 5);
-    }
-}
+#[path = "upcalls_tests.rs"]
+mod tests;

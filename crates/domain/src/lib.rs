@@ -1,10 +1,11 @@
 //! toolgate's domain types: accounts, API keys, money, billing records, the admission rule,
-//! vault secrets' names and web origins.
+//! vault secrets' names, web origins, and the records the AI tool answers with.
 //!
 //! Nothing here performs I/O; every other crate speaks in these types.
 
 pub mod account;
 pub mod admission;
+pub mod answers;
 pub mod billing;
 pub mod key;
 pub mod money;
@@ -14,6 +15,7 @@ pub mod token;
 
 pub use account::{Account, AccountId, Email, EmailError};
 pub use admission::{Admission, Decision, Standing, Terms, decide};
+pub use answers::{LlmAnswer, OperatorLoan, SearchResult, Usage};
 pub use billing::{BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};

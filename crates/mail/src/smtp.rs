@@ -7,7 +7,9 @@ use async_trait::async_trait;
 use lettre::message::Mailbox;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Tokio1Executor};
+use toolgate_domain::SecretName;
 use toolgate_ports::mail::{Mail, MailError, Mailer};
+use toolgate_vault::Redactor;
 use url::{Host, Url};
 
 use crate::{SetupError, build_message, parse_from};
@@ -26,8 +28,8 @@ pub struct Smtp {
     from: Mailbox,
     /// `host:port`, for error details.
     server: String,
-    /// The password as written in the URL and decoded: scrubbed from every error detail.
-    secrets: Vec<String>,
+    /// Redacts the password, as written in the URL and decoded, from every error detail.
+    password: Redactor,
 }
 
 impl std::fmt::Debug for Smtp {
@@ -45,12 +47,8 @@ impl Smtp {
     pub fn from_url(url: &str, mail_from: &str) -> Result<Self, SetupError> {
         let from = parse_from(mail_from)?;
         let parsed = Url::parse(url).map_err(|e| SetupError::BadUrl(e.to_string()))?;
-        let secrets: Vec<String> = parsed
-            .password()
-            .filter(|p| !p.is_empty())
-            .map(|p| vec![p.to_owned(), percent_decoded(p)])
-            .unwrap_or_default();
-        let scrub = |detail: String| scrubbed(detail, &secrets);
+        let password = password_redactor(parsed.password());
+        let scrub = |detail: String| password.redact(&detail);
         let host = match parsed.host() {
             Some(host) => host,
             None => return Err(SetupError::BadUrl("it names no host".to_owned())),
@@ -77,7 +75,7 @@ impl Smtp {
             transport: builder.timeout(Some(SEND_TIMEOUT)).build(),
             from,
             server,
-            secrets,
+            password,
         })
     }
 }
@@ -88,10 +86,10 @@ impl Mailer for Smtp {
         let message = build_message(&self.from, mail)?;
         match tokio::time::timeout(SEND_TIMEOUT, self.transport.send(message)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(MailError::Unavailable(scrubbed(
-                format!("SMTP server {}: {e}", self.server),
-                &self.secrets,
-            ))),
+            Ok(Err(e)) => Err(MailError::Unavailable(
+                self.password
+                    .redact(&format!("SMTP server {}: {e}", self.server)),
+            )),
             Err(_) => Err(MailError::Unavailable(format!(
                 "SMTP server {}: no answer within {} s",
                 self.server,
@@ -115,13 +113,17 @@ fn is_loopback(host: &Host<&str>) -> bool {
     }
 }
 
-/// `detail` with every form of the password replaced: lettre's errors carry the server's
-/// words, and a server may echo what it was sent.
-fn scrubbed(mut detail: String, secrets: &[String]) -> String {
-    for secret in secrets.iter().filter(|s| !s.is_empty()) {
-        detail = detail.replace(secret.as_str(), "***");
-    }
-    detail
+/// The vault's redactor for the password as written in the URL and as lettre decodes it:
+/// lettre's errors carry the server's words, and a server may echo what it was sent.
+fn password_redactor(password: Option<&str>) -> Redactor {
+    let (Some(raw), Ok(name)) = (
+        password.filter(|p| !p.is_empty()),
+        SecretName::parse("SMTP_PASSWORD"),
+    ) else {
+        return Redactor::new(std::iter::empty());
+    };
+    let decoded = percent_decoded(raw);
+    Redactor::new([(&name, raw.as_bytes()), (&name, decoded.as_bytes())])
 }
 
 /// `%XX` sequences decoded (as lettre decodes the password before using it); invalid UTF-8 is
@@ -178,11 +180,10 @@ mod tests {
 
     #[test]
     fn passwords_are_scrubbed_in_both_forms() {
-        let secrets = vec!["p%40ss".to_owned(), percent_decoded("p%40ss")];
-        assert_eq!(secrets[1], "p@ss");
+        assert_eq!(percent_decoded("p%40ss"), "p@ss");
         assert_eq!(
-            scrubbed("535 bad p@ss and p%40ss".to_owned(), &secrets),
-            "535 bad *** and ***"
+            password_redactor(Some("p%40ss")).redact("535 bad p@ss and p%40ss"),
+            "535 bad [REDACTED:SMTP_PASSWORD] and [REDACTED:SMTP_PASSWORD]"
         );
         assert_eq!(percent_decoded("a%2"), "a%2");
         assert_eq!(percent_decoded("%zz%41"), "%zzA");

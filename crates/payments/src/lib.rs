@@ -11,7 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest::{StatusCode, redirect};
 use serde::Deserialize;
+use toolgate_domain::SecretName;
 use toolgate_ports::payments::{Checkout, CheckoutRequest, PaymentError, PaymentEvent, Payments};
+use toolgate_vault::Redactor;
 
 pub use webhook::sign;
 
@@ -70,6 +72,8 @@ pub struct Stripe {
     api_base: String,
     secret_key: Option<String>,
     webhook_secret: Option<String>,
+    /// Redacts the secret key from every error detail.
+    key_redactor: Redactor,
 }
 
 impl std::fmt::Debug for Stripe {
@@ -107,20 +111,24 @@ impl Stripe {
             .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot build the Stripe client: {e}"))?;
+        let secret_key = settings.secret_key.filter(|k| !k.is_empty());
+        let key_redactor = match (&secret_key, SecretName::parse("STRIPE_SECRET_KEY")) {
+            (Some(key), Ok(name)) => Redactor::new([(&name, key.as_bytes())]),
+            _ => Redactor::new(std::iter::empty()),
+        };
         Ok(Self {
             client,
             api_base,
-            secret_key: settings.secret_key.filter(|k| !k.is_empty()),
+            secret_key,
             webhook_secret: settings.webhook_secret.filter(|k| !k.is_empty()),
+            key_redactor,
         })
     }
 
-    /// `detail` with the secret key replaced, should Stripe or a proxy ever echo it.
+    /// `detail` with the secret key redacted (the vault's redactor: every form of it), should
+    /// Stripe or a proxy ever echo it.
     fn scrubbed(&self, detail: String) -> String {
-        match &self.secret_key {
-            Some(key) => detail.replace(key.as_str(), "***"),
-            None => detail,
-        }
+        self.key_redactor.redact(&detail)
     }
 }
 

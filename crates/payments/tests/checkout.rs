@@ -249,7 +249,7 @@ async fn stripes_refusal_is_passed_on_without_the_key() {
         .unwrap_err()
         .to_string();
     assert!(
-        err.contains("403") && err.contains("key *** is restricted"),
+        err.contains("403") && err.contains("key [REDACTED:STRIPE_SECRET_KEY] is restricted"),
         "{err}"
     );
     assert!(!err.contains(KEY), "{err}");

@@ -8,6 +8,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use zeroize::Zeroizing;
 
+// The records the tools answer with are the domain's: the model's usage and a search result
+// reach an upcall's answer unchanged.
+pub use toolgate_domain::{SearchResult, Usage};
+
 /// Who wrote a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -71,15 +75,6 @@ impl std::fmt::Debug for ModelRequest {
             .field("api_key", &self.api_key.as_ref().map(|_| "<vault>"))
             .finish_non_exhaustive()
     }
-}
-
-/// Tokens a call used, as the provider counted them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Usage {
-    /// of the prompt
-    pub input_tokens: u64,
-    /// of the answer
-    pub output_tokens: u64,
 }
 
 /// A model's answer.
@@ -191,19 +186,6 @@ impl std::fmt::Debug for SearchQuery {
             .field("engine", &self.engine.as_ref().map(|(e, _)| e))
             .finish_non_exhaustive()
     }
-}
-
-/// One result.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SearchResult {
-    /// The page's title.
-    pub title: String,
-    /// Its address.
-    pub url: String,
-    /// A short passage.
-    pub snippet: String,
-    /// When it was published, where the engine says.
-    pub date: Option<String>,
 }
 
 /// What a search found, and which engine found it.

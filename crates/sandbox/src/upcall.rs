@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use toolgate_domain::BillingStatus;
+use toolgate_domain::{BillingStatus, LlmAnswer, SearchResult};
 
 /// What code in a session asks the service for: the billing status, a language model's
 /// answer, web search results. Each is one metered call, as the matching tool call.
@@ -37,7 +37,7 @@ pub enum Upcall {
         temperature: Option<f64>,
         /// `"json"` or a JSON Schema
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        response_format: Option<serde_json::Value>,
+        response_format: Option<ResponseFormat>,
         /// the vault secret holding the key to use
         #[serde(default, skip_serializing_if = "Option::is_none")]
         api_key_secret: Option<String>,
@@ -55,16 +55,92 @@ pub enum Upcall {
     },
 }
 
-/// The service's answer to an [`Upcall`], one variant per kind.
+/// The form a model's answer must take: any JSON object, or one that follows a schema.
+/// On the wire `"json"` or the schema itself (an object), as the AI tool's `response_format`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "WireFormat", into = "WireFormat")]
+pub enum ResponseFormat {
+    /// `"json"`: a JSON object, of any shape.
+    Json,
+    /// A JSON object that follows this JSON Schema.
+    Schema(JsonSchema),
+}
+
+/// A JSON Schema document, held as its text, which is checked to be one JSON object.
+///
+/// Why text and not a type of its own: the service never reads a schema, it only hands it to
+/// the model's provider, and JSON Schema is open (any keyword, vocabularies of each draft,
+/// extensions a provider reads). A typed model of it would drop what it does not know, so the
+/// provider would get less than the caller wrote, or it would be a second JSON value type.
+/// Text keeps the document exactly, serialises to the same object on any wire, and leaves
+/// `serde_json::Value` out of the seam's types.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonSchema(String);
+
+impl JsonSchema {
+    /// The schema in `text`, which must be one JSON object.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let object: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_str(text).map_err(|_| NOT_A_FORMAT.to_owned())?;
+        Self::of(&object)
+    }
+
+    fn of(object: &serde_json::Map<String, serde_json::Value>) -> Result<Self, String> {
+        serde_json::to_string(object)
+            .map(Self)
+            .map_err(|_| NOT_A_FORMAT.to_owned())
+    }
+
+    /// The schema's JSON text (one object).
+    pub fn as_json(&self) -> &str {
+        &self.0
+    }
+}
+
+const NOT_A_FORMAT: &str = "`response_format` must be \"json\" or a JSON Schema object";
+
+/// [`ResponseFormat`] as it is written: a word or an object.
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum WireFormat {
+    Word(String),
+    Object(serde_json::Map<String, serde_json::Value>),
+}
+
+impl TryFrom<WireFormat> for ResponseFormat {
+    type Error = String;
+
+    fn try_from(wire: WireFormat) -> Result<Self, String> {
+        match wire {
+            WireFormat::Word(word) if word == "json" => Ok(Self::Json),
+            WireFormat::Word(_) => Err(NOT_A_FORMAT.to_owned()),
+            WireFormat::Object(object) => JsonSchema::of(&object).map(Self::Schema),
+        }
+    }
+}
+
+impl From<ResponseFormat> for WireFormat {
+    fn from(format: ResponseFormat) -> Self {
+        match format {
+            ResponseFormat::Json => Self::Word("json".to_owned()),
+            // checked to be an object when it was made; an empty one should it ever not parse
+            ResponseFormat::Schema(schema) => {
+                Self::Object(serde_json::from_str(schema.as_json()).unwrap_or_default())
+            }
+        }
+    }
+}
+
+/// The service's answer to an [`Upcall`], one variant per kind.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpcallValue {
     /// The billing status record, already counting the upcall itself.
     Billing(BillingStatus),
-    /// The model's answer: `{"text", "model", "provider", "finish_reason", "usage"}`.
-    Llm(serde_json::Value),
-    /// The results: `[{"title", "url", "snippet", "date"}]`.
-    WebSearch(Vec<serde_json::Value>),
+    /// The model's answer.
+    Llm(LlmAnswer),
+    /// The results, best first.
+    WebSearch(Vec<SearchResult>),
 }
 
 /// Why an upcall got no value. The message is for the code's author (it becomes the Python
@@ -117,7 +193,7 @@ impl std::fmt::Display for UpcallErrorCode {
 }
 
 /// The answer as it travels: `{"value": …}` or `{"error": …}`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpcallAnswer {
     /// It was answered.
@@ -176,3 +252,7 @@ impl Upcall {
         matches!(self, Self::InvokeLlm { stream: true, .. })
     }
 }
+
+#[cfg(test)]
+#[path = "upcall_tests.rs"]
+mod tests;

@@ -4,9 +4,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use toolgate_domain::BillingStatus;
 
 use crate::capability::{
-    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind, TypedOutput,
 };
 use crate::metering::Meter;
 use crate::schema::FieldKind;
@@ -70,12 +71,17 @@ impl Capability for Billing {
         let status = self.meter.status(ctx.account).await.map_err(|_| {
             Failure::new("the billing status is temporarily unavailable; please retry")
         })?;
-        let structured =
-            serde_json::to_value(&status).map_err(|err| Failure::new(err.to_string()))?;
-        Ok(Output {
-            content: vec![ContentItem::Text(structured.to_string())],
-            structured,
-            is_error: false,
-        })
+        rendered(status)
     }
+}
+
+/// The record as the tool shows it: its JSON as the text and as the structured content.
+fn rendered(status: BillingStatus) -> Result<Output, Failure> {
+    let structured = serde_json::to_value(&status).map_err(|err| Failure::new(err.to_string()))?;
+    Ok(Output {
+        content: vec![ContentItem::Text(structured.to_string())],
+        structured,
+        typed: Some(TypedOutput::Billing(status)),
+        ..Output::default()
+    })
 }

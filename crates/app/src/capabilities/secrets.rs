@@ -39,6 +39,7 @@ fn text(message: String, structured: Value) -> Output {
         content: vec![ContentItem::Text(message)],
         structured,
         is_error: false,
+        ..Output::default()
     }
 }
 

@@ -111,13 +111,15 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-mail",
-        &["toolgate-domain", "toolgate-ports"],
-        "the mailer implements the Mailer port (SMTP or the outbox) and knows nothing else",
+        &["toolgate-domain", "toolgate-ports", "toolgate-vault"],
+        "the mailer implements the Mailer port (SMTP or the outbox) and knows nothing else; the \
+         vault's redactor keeps the SMTP password out of its errors",
     ),
     (
         "toolgate-payments",
-        &["toolgate-domain", "toolgate-ports"],
-        "the Stripe client implements the Payments port and knows nothing else",
+        &["toolgate-domain", "toolgate-ports", "toolgate-vault"],
+        "the Stripe client implements the Payments port and knows nothing else; the vault's \
+         redactor keeps the secret key out of its errors",
     ),
     (
         "toolgate-dashboard",

@@ -1,9 +1,10 @@
 //! `svc_ai`'s model call: `prompt` or `messages` with `model` (`provider/model`, split on the
 //! first `/`), through the model seam. The key is the vault secret named by `api_key_secret`,
 //! else the account's secret with the provider's conventional name (`OPENAI_API_KEY`, …), else
-//! the operator's; every key used is redacted from the answer and its errors. With a progress
-//! token the answer streams as progress notifications; a cancelled call drops the request. A
-//! call on the operator's key is capped and counted (`operator`).
+//! the operator's; every key used is registered with the call, which redacts it from the answer
+//! and its errors. With a progress token the answer streams as progress notifications; a
+//! cancelled call drops the request. A call on the operator's key is capped and counted
+//! (`operator`).
 
 mod messages;
 mod operator;
@@ -19,11 +20,11 @@ use std::time::Instant;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
-use toolgate_domain::SecretName;
-use toolgate_vault::{Redactor, Zeroizing};
+use toolgate_domain::{LlmAnswer, SecretName};
+use toolgate_vault::Zeroizing;
 
 use crate::capability::{
-    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind, TypedOutput,
 };
 use crate::schema::FieldKind;
 use crate::secrets::{Secrets, SecretsError};
@@ -60,39 +61,37 @@ impl ModelCall {
         self
     }
 
-    /// The key for this call, from the vault, and what redacts it; `None` leaves it to the
-    /// operator's key.
+    /// The key for this call, from the vault (registered with the call, which redacts it);
+    /// `None` leaves it to the operator's key.
     async fn key(
         &self,
         ctx: &CallContext<'_>,
         named: Option<&str>,
         conventional: &str,
-    ) -> Result<(Option<Zeroizing<String>>, Redactor), Failure> {
+    ) -> Result<Option<Zeroizing<String>>, Failure> {
         let Some(secrets) = &self.secrets else {
-            return Ok((None, Redactor::new(std::iter::empty())));
+            return Ok(None);
         };
         let (name, required) = match named {
             Some(name) => (name, true),
             None => (conventional, false),
         };
         let Ok(name) = SecretName::parse(name) else {
-            return Ok((None, Redactor::new(std::iter::empty())));
+            return Ok(None);
         };
         match secrets
             .open(&ctx.account.id, std::slice::from_ref(&name))
             .await
         {
             Ok(opened) => {
-                let redactor = opened.redactor();
-                let key = opened
+                ctx.secrets
+                    .add(opened.iter().map(|(n, v)| (n, v.as_bytes())));
+                Ok(opened
                     .iter()
                     .next()
-                    .map(|(_, v)| Zeroizing::new(v.to_owned()));
-                Ok((key, redactor))
+                    .map(|(_, v)| Zeroizing::new(v.to_owned())))
             }
-            Err(SecretsError::Unknown(_)) if !required => {
-                Ok((None, Redactor::new(std::iter::empty())))
-            }
+            Err(SecretsError::Unknown(_)) if !required => Ok(None),
             Err(e) => Err(Failure::new(e.to_string())),
         }
     }
@@ -244,7 +243,7 @@ impl Capability for ModelCall {
                 parts: vec![Part::Text(text("prompt").unwrap_or_default().to_owned())],
             }],
         };
-        let (api_key, redactor) = self
+        let api_key = self
             .key(ctx, text("api_key_secret"), &info.key_secret)
             .await?;
         let asked = args
@@ -277,39 +276,59 @@ impl Capability for ModelCall {
             api_key,
         };
         let started = Instant::now();
-        let (answer, spent) = self.complete(ctx, request, &redactor).await;
+        let (answer, spent) = self.complete(ctx, request).await;
         let operator_key = match lent {
-            Some(lent) => Some(lent.settle(spent).await),
+            Some(lent) => lent.settle(spent).await,
             None => None,
         };
         let answer = answer?;
         let latency_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let mut structured = json!({
-            "model": answer.model, "provider": provider, "finish_reason": answer.finish_reason,
-            "usage": {"input_tokens": answer.usage.input_tokens,
-                      "output_tokens": answer.usage.output_tokens},
-            "latency_ms": (latency_ms * 1000.0).round() / 1000.0, "attempts": answer.attempts,
+        Ok(rendered(LlmAnswer {
+            text: answer.text,
+            model: answer.model,
+            provider: provider.to_owned(),
+            finish_reason: answer.finish_reason,
+            usage: answer.usage,
+            latency_ms: (latency_ms * 1000.0).round() / 1000.0,
+            attempts: answer.attempts,
+            operator_key,
+        }))
+    }
+}
+
+/// The answer as the tool shows it: the text as the content, the rest as `structuredContent.llm`.
+fn rendered(answer: LlmAnswer) -> Output {
+    let mut structured = json!({
+        "model": answer.model, "provider": answer.provider, "finish_reason": answer.finish_reason,
+        "usage": {"input_tokens": answer.usage.input_tokens,
+                  "output_tokens": answer.usage.output_tokens},
+        "latency_ms": answer.latency_ms, "attempts": answer.attempts,
+    });
+    if let Some(loan) = &answer.operator_key {
+        structured["operator_key"] = json!({
+            "max_tokens": loan.max_tokens,
+            "capped": loan.capped,
+            "tokens_today": loan.tokens_today,
+            "tokens_per_day": loan.tokens_per_day,
         });
-        if let Some(operator_key) = operator_key {
-            structured["operator_key"] = operator_key;
-        }
-        Ok(Output {
-            content: vec![ContentItem::Text(redactor.redact(&answer.text))],
-            structured,
-            is_error: false,
-        })
+    }
+    Output {
+        content: vec![ContentItem::Text(answer.text.clone())],
+        structured,
+        typed: Some(TypedOutput::Llm(answer)),
+        ..Output::default()
     }
 }
 
 impl ModelCall {
-    /// The call, its text streamed as progress when the caller wants it, given up when the
+    /// The call, its text streamed as progress when the caller wants it (redacted per stream
+    /// with the call's redactor, as a key may be split between two pieces), given up when the
     /// caller cancels (dropping the request stops it upstream); and what it used, as far as is
     /// known.
     async fn complete(
         &self,
         ctx: &CallContext<'_>,
         request: ModelRequest,
-        redactor: &Redactor,
     ) -> (Result<ModelAnswer, Failure>, operator::Spent) {
         let (tokens, mut pieces) = match ctx.progress {
             Some(_) => {
@@ -320,6 +339,7 @@ impl ModelCall {
         };
         let call = self.models.complete(request, tokens);
         tokio::pin!(call);
+        let redactor = ctx.secrets.stream_redactor();
         let mut stream = redactor.stream();
         let mut sent = 0u64;
         let cancelled = async {
@@ -353,7 +373,7 @@ impl ModelCall {
                         sink.report((sent + rest.len() as u64) as f64, &rest);
                     }
                     let spent = operator::Spent::of(&result);
-                    let result = result.map_err(|e| Failure::new(redactor.redact(&e.to_string())));
+                    let result = result.map_err(|e| Failure::new(e.to_string()));
                     return (result, spent);
                 }
                 () = &mut cancelled => {

@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolgate_domain::{AccountId, DayKey};
+use toolgate_domain::{AccountId, DayKey, OperatorLoan};
 use toolgate_store::OperatorTokens;
 
 use crate::capability::Failure;
@@ -182,22 +182,20 @@ impl Lent {
         self.max_tokens
     }
 
-    /// Counts what the call used and describes the loan for `structuredContent.llm`.
-    pub(crate) async fn settle(mut self, spent: Spent) -> Value {
-        let Some(pending) = self.pending.take() else {
-            return Value::Null;
-        };
+    /// Counts what the call used and describes the loan (`structuredContent.llm.operator_key`).
+    pub(crate) async fn settle(mut self, spent: Spent) -> Option<OperatorLoan> {
+        let pending = self.pending.take()?;
         let spent = match spent {
             Spent::Reported(tokens) => tokens,
             Spent::Unknown => pending.unknown,
             Spent::Nothing => 0,
         };
-        let today = pending.add(spent).await;
-        json!({
-            "max_tokens": self.max_tokens,
-            "capped": self.capped,
-            "tokens_today": today,
-            "tokens_per_day": self.limit,
+        let tokens_today = pending.add(spent).await;
+        Some(OperatorLoan {
+            max_tokens: self.max_tokens,
+            capped: self.capped,
+            tokens_today,
+            tokens_per_day: self.limit,
         })
     }
 }

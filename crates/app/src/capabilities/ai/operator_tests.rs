@@ -395,7 +395,7 @@ async fn futures_totals(calls: impl Iterator<Item = tokio::task::JoinHandle<Valu
 async fn an_upcall_from_code_is_capped_and_refused_alike() {
     let rig = rig(150).await;
     let ann = rig.account("code@example.org").await;
-    let upcalls = crate::upcalls::SessionUpcalls::new(Arc::downgrade(&rig.app.calls), ann.clone());
+    let upcalls = crate::upcalls::SessionUpcalls::new(rig.app.calls.clone(), ann.clone());
     let origin = || UpcallOrigin {
         account: ann.id.to_string(),
         session_id: Some("s".to_owned()),
@@ -413,7 +413,8 @@ async fn an_upcall_from_code_is_capped_and_refused_alike() {
     let UpcallValue::Llm(llm) = upcalls.answer(origin(), invoke()).await.unwrap() else {
         panic!("not a model's answer")
     };
-    assert_eq!(llm["operator_key"]["capped"], true, "{llm}");
+    let loan = llm.operator_key.expect("the operator's key was lent");
+    assert!(loan.capped, "{llm:?}");
     assert_eq!(rig.models.seen()[0].max_tokens, Some(100));
     upcalls.answer(origin(), invoke()).await.unwrap();
     let refused = upcalls.answer(origin(), invoke()).await.unwrap_err();

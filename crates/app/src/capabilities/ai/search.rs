@@ -8,11 +8,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use toolgate_domain::SecretName;
-use toolgate_vault::{Redactor, Zeroizing};
+use toolgate_vault::Zeroizing;
 
 use super::ModelCall;
 use crate::capability::{
-    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind, TypedOutput,
 };
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
@@ -46,14 +46,10 @@ impl SearchCall {
         }
     }
 
-    /// The first engine the caller's vault has a key for, and what redacts it.
-    async fn engine(
-        &self,
-        ctx: &CallContext<'_>,
-    ) -> Result<(Option<(String, Zeroizing<String>)>, Redactor), Failure> {
-        let Some(secrets) = &self.secrets else {
-            return Ok((None, Redactor::new(std::iter::empty())));
-        };
+    /// The first engine the caller's vault has a key for (the key registered with the call,
+    /// which redacts it).
+    async fn engine(&self, ctx: &CallContext<'_>) -> Option<(String, Zeroizing<String>)> {
+        let secrets = self.secrets.as_ref()?;
         for (engine, secret) in self.searches.key_secrets() {
             let Ok(name) = SecretName::parse(&secret) else {
                 continue;
@@ -62,13 +58,14 @@ impl SearchCall {
                 .open(&ctx.account.id, std::slice::from_ref(&name))
                 .await
             {
-                let redactor = opened.redactor();
+                ctx.secrets
+                    .add(opened.iter().map(|(n, v)| (n, v.as_bytes())));
                 if let Some((_, key)) = opened.iter().next() {
-                    return Ok((Some((engine, Zeroizing::new(key.to_owned()))), redactor));
+                    return Some((engine, Zeroizing::new(key.to_owned())));
                 }
             }
         }
-        Ok((None, Redactor::new(std::iter::empty())))
+        None
     }
 }
 
@@ -167,7 +164,7 @@ impl Capability for SearchCall {
             .and_then(Value::as_str)
             .unwrap_or_default()
             .to_owned();
-        let (engine, redactor) = self.engine(ctx).await?;
+        let engine = self.engine(ctx).await;
         let found = self
             .searches
             .search(SearchQuery {
@@ -183,7 +180,7 @@ impl Capability for SearchCall {
                 engine,
             })
             .await
-            .map_err(|e| Failure::new(redactor.redact(&e.to_string())))?;
+            .map_err(|e| Failure::new(e.to_string()))?;
         let mut output = listed(&query, &found);
         if let (Some(llm), Some(prompt)) = (&self.llm, args.get("prompt").and_then(Value::as_str)) {
             answered(llm, ctx, args, prompt, &found, &mut output).await?;
@@ -192,7 +189,7 @@ impl Capability for SearchCall {
     }
 }
 
-/// The results as a numbered list and as structured results.
+/// The results as a numbered list, as structured results and as they are (the typed result).
 fn listed(query: &str, found: &SearchAnswer) -> Output {
     let mut text = String::new();
     for (i, r) in found.results.iter().enumerate() {
@@ -215,7 +212,8 @@ fn listed(query: &str, found: &SearchAnswer) -> Output {
     Output {
         content: vec![ContentItem::Text(text.trim_end().to_owned())],
         structured: json!({"engine": found.engine, "query": query, "results": results}),
-        is_error: false,
+        typed: Some(TypedOutput::Search(found.results.clone())),
+        ..Output::default()
     }
 }
 

@@ -95,6 +95,7 @@ impl Capability for ListSessions {
             content: vec![ContentItem::Text(text)],
             structured: json!({"sessions": rows}),
             is_error: false,
+            ..Output::default()
         })
     }
 }
@@ -160,6 +161,7 @@ impl Capability for CloseSession {
             content: vec![ContentItem::Text("closed the session".to_owned())],
             structured: json!({"id": id, "closed": true}),
             is_error: false,
+            ..Output::default()
         })
     }
 }

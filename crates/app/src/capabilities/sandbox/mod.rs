@@ -331,28 +331,22 @@ impl Sandbox {
         self.sessions.run(request).await.map_err(failure)
     }
 
-    /// A redactor for the secrets `session` was given (those that still exist).
-    pub(crate) async fn redactor_for(
-        &self,
-        ctx: &CallContext<'_>,
-        session: &str,
-    ) -> toolgate_vault::Redactor {
-        self.given_to(ctx, session, &[]).await.redactor()
+    /// Registers with the call the values of the secrets `session` was given (those that still
+    /// exist): what the session shows may hold them (in variables, files, its history), so the
+    /// call redacts them from it.
+    pub(crate) async fn register_given(&self, ctx: &CallContext<'_>, session: &str) {
+        let given = self.given_to(ctx, session).await;
+        ctx.secrets
+            .add(given.iter().map(|(name, value)| (name, value.as_bytes())));
     }
 
-    /// The values of the secrets `session` was given (those that still exist), but for
-    /// `except` (already opened by the caller).
-    pub(crate) async fn given_to(
-        &self,
-        ctx: &CallContext<'_>,
-        session: &str,
-        except: &[SecretName],
-    ) -> OpenedSecrets {
+    /// The values of the secrets `session` was given (those that still exist).
+    async fn given_to(&self, ctx: &CallContext<'_>, session: &str) -> OpenedSecrets {
         let names: Vec<SecretName> = self
             .exposed
             .of(&account_key(ctx), session)
             .into_iter()
-            .filter(|name| !except.contains(name))
+            .filter(|name| !ctx.secrets.holds(name))
             .collect();
         let Some(secrets) = self.secrets.as_ref().filter(|_| !names.is_empty()) else {
             return OpenedSecrets::default();

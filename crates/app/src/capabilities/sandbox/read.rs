@@ -100,16 +100,10 @@ impl Capability for ReadFile {
             .read_file(&account, session_id, path, MAX_READ_BYTES)
             .await
             .map_err(failure)?;
-        let mut output = describe(path, read.bytes, read.size);
-        let redactor = self.sandbox.redactor_for(ctx, session_id).await;
-        if !redactor.is_empty() && output.structured["encoding"] == "text" {
-            for item in &mut output.content {
-                if let ContentItem::Text(text) = item {
-                    redactor.redact_in_place(text);
-                }
-            }
-        }
-        Ok(output)
+        // code may write a value into a file as easily as print it: a text file is redacted
+        // (by the call) of what the session was given; other bytes come back as they are
+        self.sandbox.register_given(ctx, session_id).await;
+        Ok(describe(path, read.bytes, read.size))
     }
 }
 
@@ -127,6 +121,7 @@ fn describe(path: &str, bytes: Vec<u8>, size: u64) -> Output {
             }],
             structured: record(path, size, "base64", mime_type, None),
             is_error: false,
+            ..Output::default()
         };
     }
     match String::from_utf8(bytes) {
@@ -134,6 +129,7 @@ fn describe(path: &str, bytes: Vec<u8>, size: u64) -> Output {
             content: vec![ContentItem::Text(text)],
             structured: record(path, size, "text", "text/plain; charset=utf-8", None),
             is_error: false,
+            ..Output::default()
         },
         Ok(text) => binary(path, size, text.into_bytes()),
         Err(e) => binary(path, size, e.into_bytes()),
@@ -147,7 +143,9 @@ fn binary(path: &str, size: u64, bytes: Vec<u8>) -> Output {
             "{path} is a binary file of {size} bytes; its base64 is in structuredContent.file.content"
         ))],
         structured: record(path, size, "base64", "application/octet-stream", Some(data)),
-        is_error: false,
+        // the base64 of bytes: redacting a value's form in it would break the file
+        verbatim: true,
+        ..Output::default()
     }
 }
 

@@ -85,6 +85,7 @@ pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duratio
         content,
         structured: structured(call, session_id),
         is_error: failed,
+        ..Output::default()
     }
 }
 

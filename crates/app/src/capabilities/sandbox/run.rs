@@ -188,7 +188,7 @@ impl Capability for Runner {
                 .map(|(name, value)| (name.to_string(), value.to_owned()))
                 .collect(),
             cancel: ctx.cancel.cloned(),
-            upcalls: Some(ctx.upcall_handler()),
+            upcalls: Some(crate::upcalls::upcall_handler(ctx)),
             ..RunRequest::new(
                 account_key(ctx),
                 scope.id().map(str::to_owned),
@@ -196,62 +196,21 @@ impl Capability for Runner {
                 limits,
             )
         };
-        // a session keeps what earlier runs were given (in variables, files, its history):
-        // what it shows now is redacted of those too
-        let earlier = match scope.caller_id() {
-            Some(session) => {
-                let names: Vec<SecretName> = opened.iter().map(|(n, _)| n.clone()).collect();
-                self.sandbox.given_to(ctx, session, &names).await
-            }
-            None => OpenedSecrets::default(),
-        };
-        let redactor = Redactor::new(
-            opened
-                .iter()
-                .chain(earlier.iter())
-                .map(|(name, value)| (name, value.as_bytes())),
-        );
-        let call = self
-            .run_streaming(request, ctx, &redactor)
-            .await
-            .map_err(failure)?;
-        let mut output = render(&call, scope.caller_id(), timeout);
-        redact_output(&mut output, &redactor);
-        Ok(output)
+        // what the run shows is redacted (by the call) of the values it was given, and of what
+        // earlier runs of its session were given (it keeps them in variables, files, its history)
+        ctx.secrets
+            .add(opened.iter().map(|(name, value)| (name, value.as_bytes())));
+        drop(opened);
+        if let Some(session) = scope.caller_id() {
+            self.sandbox.register_given(ctx, session).await;
+        }
+        let call = self.run_streaming(request, ctx).await.map_err(failure)?;
+        Ok(render(&call, scope.caller_id(), timeout))
     }
 }
 
 /// Most secrets one run may name.
 const MAX_SECRETS_PER_RUN: usize = 32;
-
-/// Replaces every secret value in the output's text and structured strings.
-fn redact_output(output: &mut Output, redactor: &Redactor) {
-    if redactor.is_empty() {
-        return;
-    }
-    for item in &mut output.content {
-        if let ContentItem::Text(text) = item {
-            redactor.redact_in_place(text);
-        }
-    }
-    redact_value(&mut output.structured, redactor);
-}
-
-/// Every string of `value`, found without recursion: the output holds values parsed from what a
-/// session sent, nested as deep as serde_json allows and a few levels more.
-fn redact_value(value: &mut Value, redactor: &Redactor) {
-    let mut pending = vec![value];
-    while let Some(value) = pending.pop() {
-        match value {
-            Value::String(text) => {
-                redactor.redact_in_place(text);
-            }
-            Value::Array(items) => pending.extend(items.iter_mut()),
-            Value::Object(fields) => pending.extend(fields.values_mut()),
-            _ => {}
-        }
-    }
-}
 
 impl Runner {
     /// The values of the secrets the call names in `secrets`.
@@ -282,20 +241,20 @@ impl Runner {
         Ok(opened)
     }
 
-    /// Runs `request`, its output passed on (redacted) as progress while it runs when the
-    /// caller wants progress (every chunk before this returns).
+    /// Runs `request`, its output passed on as progress while it runs when the caller wants
+    /// progress (every chunk before this returns), redacted per stream with the call's redactor.
     async fn run_streaming(
         &self,
         mut request: RunRequest,
         ctx: &CallContext<'_>,
-        redactor: &Redactor,
     ) -> Result<RunOutcome, SessionsError> {
         let Some(sink) = ctx.progress else {
             return self.sandbox.sessions.run(request).await;
         };
+        let redactor = ctx.secrets.stream_redactor();
         let (output, mut chunks) = mpsc::channel(OUTPUT_QUEUE);
         request.output = Some(output);
-        let mut relay = OutputProgress::new(sink, redactor);
+        let mut relay = OutputProgress::new(sink, &redactor);
         let result = {
             let running = self.sandbox.sessions.run(request);
             tokio::pin!(running);
@@ -436,6 +395,7 @@ impl Capability for Upload {
                 "id": scope.caller_id(), "fresh": call.fresh, "expired": call.expired,
             }}),
             is_error: false,
+            ..Output::default()
         })
     }
 }
@@ -481,7 +441,3 @@ impl OutputProgress<'_> {
         self.sink.report(self.bytes as f64, &message);
     }
 }
-
-#[cfg(test)]
-#[path = "run_redact_tests.rs"]
-mod redact_tests;

@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 use toolgate_domain::SecretName;
 use toolgate_sandbox::{RunRequest, SqliteWork, Work};
-use toolgate_vault::{Redactor, Zeroizing};
+use toolgate_vault::Zeroizing;
 
 use super::sandbox::Sandbox;
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
@@ -111,7 +111,8 @@ impl Sql {
         statement: String,
         (max_rows, timeout): (u64, Duration),
     ) -> Result<(Table, &'static str), Failure> {
-        let redactor = Redactor::new([(&secret, connection.as_bytes())]);
+        // the call redacts it from the answer and from the errors of the server and the driver
+        ctx.secrets.add([(&secret, connection.as_bytes())]);
         let kind = render::kind_of(&connection).ok_or_else(|| {
             Failure::new(format!(
                 "the secret {secret} does not hold a connection string this service knows: \
@@ -134,7 +135,7 @@ impl Sql {
                 timeout,
             })
             .await
-            .map_err(|e| Failure::new(redactor.redact(&e.to_string())))?;
+            .map_err(|e| Failure::new(e.to_string()))?;
         Ok((table, kind))
     }
 
@@ -285,17 +286,17 @@ impl Capability for Sql {
             .and_then(Value::as_u64)
             .map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(s).min(MAX_TIMEOUT));
         let session_id = text("session_id");
-        let (table, kind) = match self
+        let (mut table, kind) = match self
             .target(ctx, text("database").unwrap_or_default())
             .await?
         {
             Target::Sqlite(path) => {
-                let mut table = self
+                let table = self
                     .in_session(ctx, path, statement, session_id, (max_rows, timeout))
                     .await?;
                 if let (Some(sandbox), Some(id)) = (&self.sandbox, session_id) {
                     // the file may hold what code given secrets wrote into it
-                    render::redact(&mut table, &sandbox.redactor_for(ctx, id).await);
+                    sandbox.register_given(ctx, id).await;
                 }
                 (table, "sqlite")
             }
@@ -304,6 +305,12 @@ impl Capability for Sql {
                     .await?
             }
         };
+        // The call redacts the answer where it finishes, but the Markdown escapes `|`, `\` and
+        // line breaks on the way, which would hide a value holding one of them from it: the
+        // values are redacted, with the call's redactor, before they are escaped.
+        if let Some(redactor) = ctx.secrets.redactor() {
+            render::redact(&mut table, &redactor);
+        }
         Ok(render::output(&table, kind, self.tool == ToolKind::Write))
     }
 }

@@ -71,6 +71,7 @@ pub(super) fn output(table: &Table, database: &str, write: bool) -> Output {
             "truncated": table.truncated, "changes": table.changes,
         }),
         is_error: false,
+        ..Output::default()
     }
 }
 

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use toolgate_domain::SecretName;
-use toolgate_vault::Redactor;
 
 use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output};
 use crate::secrets::{OpenedSecrets, Secrets};
@@ -65,7 +64,9 @@ impl Client {
         Self { web, secrets }
     }
 
-    /// Fills the placeholders, sends, and renders the answer with every used secret redacted.
+    /// Fills the placeholders, sends, and renders the answer; every used secret is registered
+    /// with the call, which redacts it from the answer (what a site echoes: the page, the final
+    /// URL, the `Content-Type`, a binary answer's first bytes) and from errors.
     pub async fn send(
         &self,
         ctx: &CallContext<'_>,
@@ -73,7 +74,9 @@ impl Client {
     ) -> Result<Output, Failure> {
         let texts = written.texts();
         let (filled, opened) = self.fill(ctx, &texts).await?;
-        let redactor = opened.redactor();
+        ctx.secrets
+            .add(opened.iter().map(|(name, value)| (name, value.as_bytes())));
+        drop(opened);
         let mut filled = filled.into_iter();
         let url = filled.next().unwrap_or_default();
         let headers: Vec<(String, String)> = written
@@ -100,8 +103,8 @@ impl Client {
                 max_bytes,
             })
             .await
-            .map_err(|e| Failure::new(redactor.redact(&e.to_string())))?;
-        Ok(rendered(page, &redactor))
+            .map_err(|e| Failure::new(e.to_string()))?;
+        Ok(rendered(page))
     }
 
     /// Opens the secrets `texts` name and replaces their placeholders.
@@ -169,12 +172,11 @@ fn output_schema() -> Value {
         "required": ["status", "final_url", "content_type", "format", "bytes", "truncated"]})
 }
 
-fn rendered(page: WebPage, redactor: &Redactor) -> Output {
+fn rendered(page: WebPage) -> Output {
     let (item, format) = match page.content {
-        WebContent::Text { text, format } => (ContentItem::Text(redactor.redact(&text)), format),
+        WebContent::Text { text, format } => (ContentItem::Text(text), format),
         WebContent::Image { data, mime_type } => (ContentItem::Image { data, mime_type }, "image"),
-        // the summary shows the first bytes, which the site chooses: a value may be among them
-        WebContent::Binary { summary } => (ContentItem::Text(redactor.redact(&summary)), "binary"),
+        WebContent::Binary { summary } => (ContentItem::Text(summary), "binary"),
     };
     let mut content = vec![item];
     if page.truncated {
@@ -186,13 +188,13 @@ fn rendered(page: WebPage, redactor: &Redactor) -> Output {
     Output {
         content,
         structured: json!({
-            "status": page.status, "final_url": redactor.redact(&page.final_url),
-            // the site chooses its Content-Type, and may echo a value there too
-            "content_type": redactor.redact(&page.content_type), "format": format, "bytes": page.bytes,
+            "status": page.status, "final_url": page.final_url,
+            "content_type": page.content_type, "format": format, "bytes": page.bytes,
             "truncated": page.truncated,
         }),
         // the answer arrived, but it says the request failed
         is_error: page.status >= 400,
+        ..Output::default()
     }
 }
 
