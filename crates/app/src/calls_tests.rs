@@ -28,6 +28,9 @@ use crate::capability::{
     CallContext, Capability, ContentItem, Failure, Field, FieldKind, JsonObject, Output, ToolKind,
 };
 
+#[path = "calls_gated_store_tests.rs"]
+mod passthrough;
+
 /// What the gate does with the commits it holds.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Gate {
@@ -37,6 +40,7 @@ enum Gate {
 }
 
 /// The real store, whose commits are reported durable only once the gate opens.
+/// (Its other storage passes straight through: `calls_gated_store_tests.rs`.)
 struct GatedStore {
     inner: SqliteStore,
     gate: watch::Receiver<Gate>,
@@ -403,205 +407,4 @@ async fn bad_arguments_and_unknown_tools_are_answered_before_admission() {
     );
     assert!(!rig.ran.load(Ordering::SeqCst));
     assert_eq!(rig.charged().await, (0, 0));
-}
-
-// The dashboard's and the OAuth server's storage pass straight through: the gate holds
-// admissions only.
-#[async_trait]
-impl toolgate_store::SignIns for GatedStore {
-    async fn put_sign_in_link(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        email: &Email,
-        created_at: i64,
-        expires_at: i64,
-    ) -> Result<(), StoreError> {
-        self.inner
-            .put_sign_in_link(token_hash, email, created_at, expires_at)
-            .await
-    }
-    async fn peek_sign_in_link(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<Option<Email>, StoreError> {
-        self.inner.peek_sign_in_link(token_hash, now).await
-    }
-    async fn use_sign_in_link(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<Option<Email>, StoreError> {
-        self.inner.use_sign_in_link(token_hash, now).await
-    }
-    async fn count_sign_in_links(&self, email: &Email, since: i64) -> Result<i64, StoreError> {
-        self.inner.count_sign_in_links(email, since).await
-    }
-    async fn create_sign_in_session(
-        &self,
-        session: &toolgate_store::NewSignInSession,
-    ) -> Result<(), StoreError> {
-        self.inner.create_sign_in_session(session).await
-    }
-    async fn find_sign_in_session(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<Option<Account>, StoreError> {
-        self.inner.find_sign_in_session(token_hash, now).await
-    }
-    async fn end_sign_in_session(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-    ) -> Result<bool, StoreError> {
-        self.inner.end_sign_in_session(token_hash).await
-    }
-    async fn end_all_sign_in_sessions(&self, account: &AccountId) -> Result<u64, StoreError> {
-        self.inner.end_all_sign_in_sessions(account).await
-    }
-    async fn purge_expired(&self, now: i64) -> Result<u64, StoreError> {
-        self.inner.purge_expired(now).await
-    }
-}
-
-#[async_trait]
-impl toolgate_store::SealedKeys for GatedStore {
-    async fn put_sealed_key(
-        &self,
-        account: &AccountId,
-        key_hash: &KeyHash,
-        sealed: &SealedSecret,
-    ) -> Result<bool, StoreError> {
-        self.inner.put_sealed_key(account, key_hash, sealed).await
-    }
-    async fn sealed_key(&self, account: &AccountId) -> Result<Option<SealedSecret>, StoreError> {
-        self.inner.sealed_key(account).await
-    }
-}
-
-#[async_trait]
-impl toolgate_store::History for GatedStore {
-    async fn daily_calls(
-        &self,
-        account: &AccountId,
-        month: &MonthKey,
-    ) -> Result<Vec<toolgate_store::DailyCalls>, StoreError> {
-        self.inner.daily_calls(account, month).await
-    }
-    async fn wallet_credits(
-        &self,
-        account: &AccountId,
-        limit: u32,
-    ) -> Result<Vec<toolgate_store::WalletCredit>, StoreError> {
-        self.inner.wallet_credits(account, limit).await
-    }
-}
-
-#[async_trait]
-impl toolgate_store::OAuthStore for GatedStore {
-    async fn put_client(&self, client: &toolgate_store::OAuthClient) -> Result<(), StoreError> {
-        self.inner.put_client(client).await
-    }
-    async fn client(
-        &self,
-        client_id: &str,
-    ) -> Result<Option<toolgate_store::OAuthClient>, StoreError> {
-        self.inner.client(client_id).await
-    }
-    async fn put_code(&self, code: &toolgate_store::NewCode) -> Result<(), StoreError> {
-        self.inner.put_code(code).await
-    }
-    async fn code_state(
-        &self,
-        code_hash: &toolgate_store::TokenHash,
-    ) -> Result<Option<toolgate_store::StoredCode>, StoreError> {
-        self.inner.code_state(code_hash).await
-    }
-    async fn advance_code(&self, change: &toolgate_store::Advance<'_>) -> Result<bool, StoreError> {
-        self.inner.advance_code(change).await
-    }
-    async fn put_tokens(&self, tokens: &toolgate_store::NewTokens) -> Result<(), StoreError> {
-        self.inner.put_tokens(tokens).await
-    }
-    async fn find_access(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<Option<toolgate_store::AccessGrant>, StoreError> {
-        self.inner.find_access(token_hash, now).await
-    }
-    async fn refresh_state(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        client_id: &str,
-    ) -> Result<Option<toolgate_store::StoredRefresh>, StoreError> {
-        self.inner.refresh_state(token_hash, client_id).await
-    }
-    async fn advance_refresh(
-        &self,
-        change: &toolgate_store::Advance<'_>,
-        issue: Option<&toolgate_store::NewTokens>,
-    ) -> Result<bool, StoreError> {
-        self.inner.advance_refresh(change, issue).await
-    }
-    async fn revoke_token(
-        &self,
-        token_hash: &toolgate_store::TokenHash,
-        now: i64,
-    ) -> Result<bool, StoreError> {
-        self.inner.revoke_token(token_hash, now).await
-    }
-    async fn revoke_client(
-        &self,
-        account: &AccountId,
-        client_id: &str,
-        now: i64,
-    ) -> Result<u64, StoreError> {
-        self.inner.revoke_client(account, client_id, now).await
-    }
-    async fn connected_apps(
-        &self,
-        account: &AccountId,
-        now: i64,
-    ) -> Result<Vec<toolgate_store::ConnectedApp>, StoreError> {
-        self.inner.connected_apps(account, now).await
-    }
-    async fn purge_clients(&self, stored_before: i64, now: i64) -> Result<u64, StoreError> {
-        self.inner.purge_clients(stored_before, now).await
-    }
-}
-
-#[async_trait]
-impl toolgate_store::OperatorTokens for GatedStore {
-    async fn operator_tokens(
-        &self,
-        account: &AccountId,
-        day: &toolgate_domain::DayKey,
-    ) -> Result<i64, StoreError> {
-        self.inner.operator_tokens(account, day).await
-    }
-    async fn add_operator_tokens(
-        &self,
-        account: &AccountId,
-        day: &toolgate_domain::DayKey,
-        tokens: i64,
-    ) -> Result<i64, StoreError> {
-        self.inner.add_operator_tokens(account, day, tokens).await
-    }
-}
-
-#[async_trait]
-impl toolgate_store::TakeBacks for GatedStore {
-    async fn credit_payment(
-        &self,
-        credit: &toolgate_store::PaymentCredit<'_>,
-    ) -> Result<(Micros, bool), StoreError> {
-        self.inner.credit_payment(credit).await
-    }
-    async fn take_back(
-        &self,
-        take: &toolgate_store::TakeBack<'_>,
-    ) -> Result<toolgate_store::TakenBack, StoreError> {
-        self.inner.take_back(take).await
-    }
 }
