@@ -126,7 +126,7 @@ struct EventData {
 
 /// The fields of a Checkout Session this service reads.
 #[derive(Deserialize)]
-struct Session {
+struct CheckoutSession {
     client_reference_id: Option<String>,
     amount_total: Option<i64>,
     currency: Option<String>,
@@ -166,7 +166,7 @@ fn read_event(body: &[u8]) -> Result<PaymentEvent, PaymentError> {
         .as_ref()
         .map(|data| data.object.clone())
         .ok_or_else(|| PaymentError::BadEvent("the event has no data.object".to_owned()))?;
-    let session: Session = serde_json::from_value(object)
+    let session: CheckoutSession = serde_json::from_value(object)
         .map_err(|e| PaymentError::BadEvent(format!("not a checkout session: {e}")))?;
     if session.payment_status.as_deref() != Some("paid") {
         return Ok(ignored(event));

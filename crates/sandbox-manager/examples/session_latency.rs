@@ -1,4 +1,4 @@
-//! New session → first result, as the server sees it: `SessionManager::exec(account, Some(new
+//! New session → first result, as the server sees it: `SandboxManager::exec(account, Some(new
 //! id), "1+1", ..)` on a hardened manager with cgroups and size-capped tmpfs workspaces, the
 //! production preload (numpy, pandas, matplotlib.pyplot). Prints p50/p99 and where the time goes
 //! (the manager's steps and the child's checklist, from the `toolgate_sandbox::timing` debug
@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use toolgate_sandbox::LimitSettings;
-use toolgate_sandbox_manager::{CgroupMode, ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox_manager::{CgroupMode, ManagerConfig, SandboxManager, ZygoteConfig};
 use tracing::field::{Field, Visit};
 use tracing_subscriber::Layer as _;
 use tracing_subscriber::layer::{Context, SubscriberExt};
@@ -109,7 +109,7 @@ fn summary(values: &mut [f64]) -> String {
 /// of the started ones (a warm one's steps were taken before it was wanted).
 async fn run(
     name: &str,
-    manager: &SessionManager,
+    manager: &SandboxManager,
     timings: &Timings,
     samples: usize,
     gap: Duration,
@@ -246,7 +246,7 @@ fn memory_kib(pid: i32) -> (u64, u64) {
 }
 
 /// What the idle warm sessions cost.
-fn warm_memory(manager: &SessionManager, zygote: i32) {
+fn warm_memory(manager: &SandboxManager, zygote: i32) {
     let warm = manager.warm_pids();
     println!("\n== memory (/proc/<pid>/smaps_rollup): PSS, and private (USS)");
     let (pss, private) = memory_kib(zygote);
@@ -260,7 +260,7 @@ fn warm_memory(manager: &SessionManager, zygote: i32) {
 }
 
 /// The floor of any new session: `1+1` again in a session that is already there.
-async fn warm(manager: &SessionManager, samples: usize) {
+async fn warm(manager: &SandboxManager, samples: usize) {
     let limits = LimitSettings::default().for_call(Some(60)).unwrap();
     let _ = manager
         .exec("warm", Some("w"), "1+1", &limits, &[], None)
@@ -299,7 +299,7 @@ async fn main() {
 
     let mut cold = config(&root);
     cold.warm_sessions = 0;
-    let manager = SessionManager::start(cold).await.unwrap();
+    let manager = SandboxManager::start(cold).await.unwrap();
     println!("isolation: {:?}", manager.isolation());
     warm(&manager, samples * 2).await;
     run(
@@ -312,7 +312,7 @@ async fn main() {
     .await;
     manager.shutdown().await;
 
-    let manager = SessionManager::start(config(&root)).await.unwrap();
+    let manager = SandboxManager::start(config(&root)).await.unwrap();
     run(
         "2 warm sessions, 50 ms apart",
         &manager,

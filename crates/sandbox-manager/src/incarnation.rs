@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::cgroup::Cgroups;
 use crate::cgroup::{MemoryEvents, SessionCgroup};
 use crate::manager_types::ManagerError;
-use crate::session::Session;
+use crate::session::SandboxSession;
 use crate::workspace::{QuotaMounts, prepare_workspace};
 use crate::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
 use toolgate_sandbox::policy::Limits;
@@ -34,7 +34,7 @@ pub(super) struct Place {
 /// `Drop`s, in this order.
 #[derive(Debug)]
 pub(super) struct Live {
-    pub(super) session: Session,
+    pub(super) session: SandboxSession,
     cgroup: Option<SessionCgroup>,
     mounts: Option<QuotaMounts>,
     /// The zygote it was forked from (a warm session whose zygote died is of no use).

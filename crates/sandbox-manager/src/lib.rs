@@ -1,4 +1,4 @@
-//! The in-process implementation of the sandbox seam ([`toolgate_sandbox::Sessions`]):
+//! The in-process implementation of the sandbox seam ([`toolgate_sandbox::SandboxSessions`]):
 //! starting the Python zygote, forking sessions from it, running calls in them with time
 //! limits, cancellation and upcalls, and a manager that keeps each account's sessions apart,
 //! expires idle ones and caps how many an account may have.
@@ -6,7 +6,7 @@
 //! Layers, each usable on its own:
 //! - [`Zygote`]: one fork server process and its control channel.
 //! - [`Session`]: one session child; calls run one at a time, in order.
-//! - [`SessionManager`]: sessions by (account, caller's session id), with workspaces on disk
+//! - [`SandboxManager`]: sessions by (account, caller's session id), with workspaces on disk
 //!   (size-capped tmpfs when it may mount), a cgroup and a host uid per session, files in and
 //!   out of a workspace, and a few warm sessions started ahead of time for new ones to take.
 //!
@@ -42,9 +42,9 @@ pub use bounded::{
 };
 pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
 pub use files::{FileError, FileProblem};
-pub use manager::SessionManager;
+pub use manager::SandboxManager;
 pub use manager_types::{Budget, Isolation, ManagerConfig, ManagerError};
-pub use session::Session;
+pub use session::SandboxSession;
 pub use session_error::{KillReason, SessionError};
 pub use zygote::{
     DEFAULT_MAX_FILE_BYTES, DEFAULT_SANDBOX_UID, ForkOptions, Zygote, ZygoteConfig, ZygoteError,

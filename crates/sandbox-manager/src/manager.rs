@@ -37,14 +37,14 @@ use crate::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote};
 
 /// Sessions of every account, forked from one zygote (restarted when it dies).
 #[derive(Debug)]
-pub struct SessionManager {
+pub struct SandboxManager {
     pub(crate) inner: Arc<ManagerState>,
     sweeper: JoinHandle<()>,
     /// The pool's filler; taken (and awaited) by shutdown.
     filler: Mutex<Option<JoinHandle<()>>>,
 }
 
-impl Drop for SessionManager {
+impl Drop for SandboxManager {
     fn drop(&mut self) {
         self.sweeper.abort();
         if let Some(filler) = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take() {
@@ -53,9 +53,9 @@ impl Drop for SessionManager {
     }
 }
 
-impl SessionManager {
+impl SandboxManager {
     /// Starts the zygote (so a broken runtime shows at once) and the idle sweeper, finds what
-    /// can confine sessions here (see [`SessionManager::isolation`]; a missing piece is logged
+    /// can confine sessions here (see [`SandboxManager::isolation`]; a missing piece is logged
     /// once, or is an error for [`CgroupMode::Required`]), and makes the warm sessions
     /// ([`ManagerConfig::warm_sessions`]) before it returns (one that cannot be made is logged;
     /// new sessions then start without).
@@ -144,7 +144,7 @@ impl SessionManager {
         self.inner.config.idle_ttl
     }
 
-    /// Runs Python code; see [`SessionManager::run`].
+    /// Runs Python code; see [`SandboxManager::run`].
     pub async fn exec(
         &self,
         account: &str,
@@ -161,7 +161,7 @@ impl SessionManager {
             .await
     }
 
-    /// Runs a bash command line; see [`SessionManager::run`].
+    /// Runs a bash command line; see [`SandboxManager::run`].
     pub async fn bash(
         &self,
         account: &str,
@@ -178,7 +178,7 @@ impl SessionManager {
             .await
     }
 
-    /// [`SessionManager::run`] with output passed to a callback as it comes.
+    /// [`SandboxManager::run`] with output passed to a callback as it comes.
     async fn run_relayed(
         &self,
         account: &str,

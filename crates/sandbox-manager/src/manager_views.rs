@@ -8,11 +8,11 @@ use toolgate_sandbox::{MAX_SESSION_ID_BYTES, WorkspaceFile, WorkspaceRead};
 
 use crate::files;
 use crate::incarnation::blocking;
-use crate::manager::SessionManager;
+use crate::manager::SandboxManager;
 use crate::manager_types::ManagerError;
 use crate::session_table::retire;
 
-impl SessionManager {
+impl SandboxManager {
     /// Reads one regular file of the account's session `session_id` (which must exist: this
     /// never starts one), of at most `max_bytes`. The path follows the rules of uploads; links
     /// are not followed; a directory, FIFO, socket or device is refused. It does not wait for a
@@ -63,7 +63,7 @@ impl SessionManager {
     }
 
     /// The account's live sessions with a caller's id, ordered by id.
-    pub async fn sessions_of(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
+    pub async fn sessions_of(&self, account: &str) -> Vec<toolgate_sandbox::SandboxSessionInfo> {
         let entries: Vec<Arc<crate::session_table::Entry>> = self
             .inner
             .table()
@@ -74,13 +74,13 @@ impl SessionManager {
         let inner = Arc::clone(&self.inner);
         let listed = blocking(move || {
             let now = std::time::Instant::now();
-            let mut listed: Vec<toolgate_sandbox::SessionInfo> = entries
+            let mut listed: Vec<toolgate_sandbox::SandboxSessionInfo> = entries
                 .iter()
                 .filter_map(|entry| {
                     let crate::session_table::Name::Caller(id) = &entry.name else {
                         return None;
                     };
-                    Some(toolgate_sandbox::SessionInfo {
+                    Some(toolgate_sandbox::SandboxSessionInfo {
                         id: id.clone(),
                         age: now.saturating_duration_since(entry.opened),
                         idle: now.saturating_duration_since(entry.idle_since()),

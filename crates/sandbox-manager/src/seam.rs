@@ -1,18 +1,20 @@
-//! [`SessionManager`] as the sandbox seam ([`Sessions`]), and its errors in the seam's terms:
+//! [`SandboxManager`] as the sandbox seam ([`SandboxSessions`]), and its errors in the seam's terms:
 //! what the caller may read, and what only the log may.
 
 use std::time::Duration;
 
 use async_trait::async_trait;
-use toolgate_sandbox::{RunOutcome, RunRequest, Sessions, SessionsError, WorkspaceRead};
+use toolgate_sandbox::{
+    RunOutcome, RunRequest, SandboxSessions, SandboxSessionsError, WorkspaceRead,
+};
 
-use crate::manager::SessionManager;
+use crate::manager::SandboxManager;
 use crate::manager_types::ManagerError;
 
 #[async_trait]
-impl Sessions for SessionManager {
-    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SessionsError> {
-        SessionManager::run(self, request).await.map_err(Into::into)
+impl SandboxSessions for SandboxManager {
+    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SandboxSessionsError> {
+        SandboxManager::run(self, request).await.map_err(Into::into)
     }
 
     async fn read_file(
@@ -21,8 +23,8 @@ impl Sessions for SessionManager {
         session_id: &str,
         path: &str,
         max_bytes: u64,
-    ) -> Result<WorkspaceRead, SessionsError> {
-        SessionManager::read_file(self, account, session_id, path, max_bytes)
+    ) -> Result<WorkspaceRead, SandboxSessionsError> {
+        SandboxManager::read_file(self, account, session_id, path, max_bytes)
             .await
             .map_err(Into::into)
     }
@@ -31,16 +33,16 @@ impl Sessions for SessionManager {
         self.close_session(account, session_id).await
     }
 
-    async fn list(&self, account: &str) -> Vec<toolgate_sandbox::SessionInfo> {
+    async fn list(&self, account: &str) -> Vec<toolgate_sandbox::SandboxSessionInfo> {
         self.sessions_of(account).await
     }
 
     fn idle_ttl(&self) -> Duration {
-        SessionManager::idle_ttl(self)
+        SandboxManager::idle_ttl(self)
     }
 }
 
-impl From<ManagerError> for SessionsError {
+impl From<ManagerError> for SandboxSessionsError {
     fn from(error: ManagerError) -> Self {
         match error {
             // the caller's to act on: a limit, a bad request, a missing session
@@ -77,13 +79,15 @@ mod tests {
             path: PathBuf::from("/var/lib/toolgate/sessions/secret-host-path"),
             source: std::io::Error::other("EACCES"),
         };
-        let seam = SessionsError::from(workspace);
-        assert!(matches!(seam, SessionsError::Unavailable(_)));
+        let seam = SandboxSessionsError::from(workspace);
+        assert!(matches!(seam, SandboxSessionsError::Unavailable(_)));
         assert!(!seam.to_string().contains("secret-host-path"), "{seam}");
         // the log still gets the whole story
         let source = std::error::Error::source(&seam).map(ToString::to_string);
         assert!(source.is_some_and(|s| s.contains("secret-host-path")));
-        let limit = SessionsError::from(ManagerError::NoSuchSession);
-        assert!(matches!(limit, SessionsError::Refused(ref m) if m.contains("no such session")));
+        let limit = SandboxSessionsError::from(ManagerError::NoSuchSession);
+        assert!(
+            matches!(limit, SandboxSessionsError::Refused(ref m) if m.contains("no such session"))
+        );
     }
 }

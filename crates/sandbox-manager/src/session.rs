@@ -24,14 +24,14 @@ use crate::session_error::SessionError;
 /// A forked session child. Dropping it closes the session (the child reads end of file and exits;
 /// it is killed if it does not); [`Session::close`] does the same and waits for it.
 #[derive(Debug)]
-pub struct Session {
+pub struct SandboxSession {
     pid: i32,
     jobs: mpsc::UnboundedSender<Job>,
     ended: Arc<Mutex<Option<String>>>,
     driver: Option<JoinHandle<()>>,
 }
 
-impl Session {
+impl SandboxSession {
     pub(crate) fn start(
         pid: i32,
         stream: UnixStream,

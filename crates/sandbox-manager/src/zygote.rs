@@ -21,7 +21,7 @@ use tokio::process::Command;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
-use crate::session::Session;
+use crate::session::SandboxSession;
 use toolgate_sandbox::frame;
 use toolgate_sandbox::protocol::{ControlEvent, ControlRequest, ExitInfo, ForkRequest, Hello};
 
@@ -399,7 +399,7 @@ impl Zygote {
         session_key: &str,
         cwd: &Path,
         tmpdir: Option<&Path>,
-    ) -> Result<Session, ZygoteError> {
+    ) -> Result<SandboxSession, ZygoteError> {
         self.fork_session_with(session_key, cwd, tmpdir, &ForkOptions::default())
             .await
     }
@@ -425,7 +425,7 @@ impl Zygote {
         cwd: &Path,
         tmpdir: Option<&Path>,
         options: &ForkOptions,
-    ) -> Result<Session, ZygoteError> {
+    ) -> Result<SandboxSession, ZygoteError> {
         let mut cwd_text = utf8(cwd)?;
         let mut tmp_text = tmpdir.map(utf8).transpose()?;
         let harden = self
@@ -479,7 +479,7 @@ impl Zygote {
         };
         ours.set_nonblocking(true)?;
         let stream = UnixStream::from_std(ours)?;
-        Ok(Session::start(
+        Ok(SandboxSession::start(
             forked.pid,
             stream,
             forked.exit,

@@ -1,10 +1,10 @@
 //! The sandbox seam: what the service asks of sessions and what it gets back, with no
-//! implementation behind it. `app` knows only this crate ([`Sessions`]); the binary wires in the
+//! implementation behind it. `app` knows only this crate ([`SandboxSessions`]); the binary wires in the
 //! in-process implementation (`toolgate-sandbox-manager`), and one on another host could carry
 //! the same values over a network: every request, output chunk, upcall and outcome here is plain
 //! data, and output and cancellation travel as a channel and a token, not as borrowed callbacks.
 //!
-//! - [`Sessions`]: run work in a session, read a workspace file, close a session.
+//! - [`SandboxSessions`]: run work in a session, read a workspace file, close a session.
 //! - [`RunRequest`] / [`RunOutcome`]: one run, whole (account, session, work, files, limits,
 //!   environment, output channel, upcall handler, cancellation) and what came of it.
 //! - [`upcall`]: code in a session asking the service for something (a typed request) and
@@ -27,4 +27,4 @@ pub use run::{
     MAX_WORKSPACE_PATH_BYTES, OUTPUT_QUEUE, OutputChunk, RunOutcome, RunRequest, SqliteWork, Work,
     WorkspaceFile, WorkspaceRead, check_env,
 };
-pub use sessions::{SessionInfo, Sessions, SessionsError};
+pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError};

@@ -89,7 +89,7 @@ pub struct OutputChunk {
     pub data: String,
 }
 
-/// One run for [`Sessions::run`](crate::Sessions::run).
+/// One run for [`SandboxSessions::run`](crate::SandboxSessions::run).
 pub struct RunRequest {
     /// The account the session belongs to (never empty).
     pub account: String,

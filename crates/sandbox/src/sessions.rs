@@ -12,7 +12,7 @@ use crate::run::{RunOutcome, RunRequest, WorkspaceRead};
 /// Sessions are private to their account: the same id under another account is another
 /// session. Runs of one session happen one at a time, in order.
 #[async_trait]
-pub trait Sessions: Send + Sync {
+pub trait SandboxSessions: Send + Sync {
     /// Runs `request`'s work in its account's session (started when it does not exist, or has
     /// expired: the outcome says so), or, without a session id, in a fresh session closed
     /// after the run. The files are written first. The run ends at its time limit or when
@@ -21,9 +21,9 @@ pub trait Sessions: Send + Sync {
     /// the run is gone: its next run starts fresh.
     ///
     /// `Ok` whatever the code did (an exception, a non-zero exit status, a time-out are in the
-    /// outcome); `Err` when nothing ran ([`SessionsError::Refused`],
-    /// [`SessionsError::Unavailable`]) or the session was lost ([`SessionsError::Failed`]).
-    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SessionsError>;
+    /// outcome); `Err` when nothing ran ([`SandboxSessionsError::Refused`],
+    /// [`SandboxSessionsError::Unavailable`]) or the session was lost ([`SandboxSessionsError::Failed`]).
+    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SandboxSessionsError>;
 
     /// One regular file of an existing session's workspace, of at most `max_bytes`. Never
     /// starts a session, never follows a symbolic link, never waits for a running call.
@@ -33,7 +33,7 @@ pub trait Sessions: Send + Sync {
         session_id: &str,
         path: &str,
         max_bytes: u64,
-    ) -> Result<WorkspaceRead, SessionsError>;
+    ) -> Result<WorkspaceRead, SandboxSessionsError>;
 
     /// Ends the account's session `session_id` now, if it lives; its variables and files go
     /// with it. `false` when there was no such live session.
@@ -43,12 +43,12 @@ pub trait Sessions: Send + Sync {
     fn idle_ttl(&self) -> Duration;
 
     /// The account's live sessions that have a caller's id, ordered by id.
-    async fn list(&self, account: &str) -> Vec<SessionInfo>;
+    async fn list(&self, account: &str) -> Vec<SandboxSessionInfo>;
 }
 
 /// One live session as its owner may see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionInfo {
+pub struct SandboxSessionInfo {
     /// The caller's session id.
     pub id: String,
     /// Since it was opened.
@@ -61,10 +61,10 @@ pub struct SessionInfo {
     pub busy: bool,
 }
 
-/// Why [`Sessions`] could not do what was asked. The messages are for the caller; the source
-/// of [`SessionsError::Unavailable`] is for logs only.
+/// Why [`SandboxSessions`] could not do what was asked. The messages are for the caller; the source
+/// of [`SandboxSessionsError::Unavailable`] is for logs only.
 #[derive(Debug, thiserror::Error)]
-pub enum SessionsError {
+pub enum SandboxSessionsError {
     /// Nothing ran: a limit was reached, the request was invalid, or the session named does
     /// not exist. The message says what to change.
     #[error("{0}")]

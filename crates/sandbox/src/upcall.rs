@@ -1,7 +1,7 @@
 //! Upcalls: code in a session asks the service for something and waits for the answer.
 //!
 //! The code sends a typed request ([`Upcall`]) on its session's channel while one of its calls
-//! runs (never between calls); the implementation of [`Sessions`](crate::Sessions) attaches
+//! runs (never between calls); the implementation of [`SandboxSessions`](crate::SandboxSessions) attaches
 //! the session's identity ([`UpcallOrigin`]: from its own table, never from the frame) and
 //! hands both to the call's [`UpcallHandler`], whose typed answer goes back to the code. An
 //! upcall is admitted and metered by the same rules as a tool call (the handler is `app`'s

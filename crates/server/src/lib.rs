@@ -32,7 +32,7 @@ use toolgate_app::App;
 
 pub use connections::{ConnectionLimits, serve};
 pub use handler::{Caller, McpHandler};
-pub use mcp_sessions::SessionLimits;
+pub use mcp_sessions::McpSessionLimits;
 pub use metrics::Metrics;
 pub use origin::Origins;
 pub use proxies::Network;
@@ -49,7 +49,7 @@ pub struct HttpSettings {
     /// Largest request body accepted, in bytes.
     pub max_request_bytes: usize,
     /// Legacy MCP sessions: how many, and for how long idle.
-    pub sessions: SessionLimits,
+    pub sessions: McpSessionLimits,
     /// Reverse proxies whose `X-Forwarded-For` names the client (empty: the TCP peer is).
     pub trusted_proxies: Vec<Network>,
 }

@@ -14,7 +14,7 @@ use toolgate_domain::AccountId;
 
 /// How many legacy sessions may be open, and for how long idle.
 #[derive(Debug, Clone, Copy)]
-pub struct SessionLimits {
+pub struct McpSessionLimits {
     /// Open sessions of one account; its longest-idle session is closed for a new one.
     pub per_account: usize,
     /// Open sessions on this server; beyond it `initialize` is refused until some close.
@@ -23,7 +23,7 @@ pub struct SessionLimits {
     pub idle: Duration,
 }
 
-impl Default for SessionLimits {
+impl Default for McpSessionLimits {
     fn default() -> Self {
         Self {
             per_account: 64,
@@ -50,7 +50,7 @@ pub enum OpenError {
     ServerFull(usize),
 }
 
-struct Session {
+struct McpSession {
     owner: AccountId,
     last_used: Instant,
     /// JSON text of a request id → the token its call obeys.
@@ -59,19 +59,19 @@ struct Session {
 
 #[derive(Default)]
 struct Table {
-    sessions: HashMap<String, Session>,
+    sessions: HashMap<String, McpSession>,
     per_account: HashMap<AccountId, usize>,
 }
 
 /// The open legacy sessions.
 pub struct McpSessions {
     table: Mutex<Table>,
-    limits: SessionLimits,
+    limits: McpSessionLimits,
 }
 
 impl McpSessions {
     /// An empty table with these limits.
-    pub fn new(limits: SessionLimits) -> Arc<Self> {
+    pub fn new(limits: McpSessionLimits) -> Arc<Self> {
         Arc::new(Self {
             table: Mutex::new(Table::default()),
             limits,
@@ -108,7 +108,7 @@ impl McpSessions {
         let id = uuid::Uuid::new_v4().simple().to_string();
         table.sessions.insert(
             id.clone(),
-            Session {
+            McpSession {
                 owner: owner.clone(),
                 last_used: now,
                 in_flight: HashMap::new(),

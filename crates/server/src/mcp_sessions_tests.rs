@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
 
-fn limits(per_account: usize, total: usize) -> SessionLimits {
-    SessionLimits {
+fn limits(per_account: usize, total: usize) -> McpSessionLimits {
+    McpSessionLimits {
         per_account,
         total,
         idle: Duration::from_secs(60),
@@ -11,7 +11,7 @@ fn limits(per_account: usize, total: usize) -> SessionLimits {
 
 #[test]
 fn sessions_belong_to_their_opener_for_their_whole_life() {
-    let sessions = McpSessions::new(SessionLimits::default());
+    let sessions = McpSessions::new(McpSessionLimits::default());
     let (alice, bob) = (AccountId::generate(), AccountId::generate());
     let id = sessions.open(&alice).unwrap();
     assert!(sessions.touch(&id, &alice));
@@ -64,7 +64,7 @@ fn the_server_total_is_a_refusal_not_an_eviction() {
 
 #[test]
 fn idle_sessions_expire_unless_a_call_is_in_flight() {
-    let sessions = McpSessions::new(SessionLimits {
+    let sessions = McpSessions::new(McpSessionLimits {
         per_account: 10,
         total: 2,
         idle: Duration::from_millis(20),
@@ -87,7 +87,7 @@ fn idle_sessions_expire_unless_a_call_is_in_flight() {
 
 #[test]
 fn cancellation_reaches_only_the_named_call_of_the_owner() {
-    let sessions = McpSessions::new(SessionLimits::default());
+    let sessions = McpSessions::new(McpSessionLimits::default());
     let (alice, bob) = (AccountId::generate(), AccountId::generate());
     let id = sessions.open(&alice).unwrap();
     let one = sessions.begin_call(&id, "1".into()).unwrap();
@@ -119,7 +119,7 @@ fn cancellation_reaches_only_the_named_call_of_the_owner() {
 
 #[test]
 fn a_rotation_closes_every_session_of_the_account_and_only_those() {
-    let sessions = McpSessions::new(SessionLimits::default());
+    let sessions = McpSessions::new(McpSessionLimits::default());
     let (alice, bob) = (AccountId::generate(), AccountId::generate());
     let (a1, a2, b1) = (
         sessions.open(&alice).unwrap(),

@@ -4,12 +4,12 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use toolgate_app::capabilities::Sandbox;
-use toolgate_sandbox_manager::{ManagerConfig, SessionManager, ZygoteConfig};
+use toolgate_sandbox_manager::{ManagerConfig, SandboxManager, ZygoteConfig};
 
 use crate::config::SandboxConfig;
 
 /// Starts the session manager.
-pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SessionManager>)> {
+pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SandboxManager>)> {
     if sandbox.harden_lib.is_none() {
         tracing::warn!(
             "sandbox confinement is off: session code runs with the server's privileges \
@@ -31,11 +31,11 @@ pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SessionManage
         "sessions' budget"
     );
     let manager = Arc::new(
-        SessionManager::start(config)
+        SandboxManager::start(config)
             .await
             .context("the sandbox could not start")?,
     );
     // app sees the sessions through the seam only; serve keeps the manager to shut it down
-    let sessions: Arc<dyn toolgate_sandbox::Sessions> = manager.clone();
+    let sessions: Arc<dyn toolgate_sandbox::SandboxSessions> = manager.clone();
     Ok((Sandbox::new(sessions, sandbox.limits), manager))
 }

@@ -8,8 +8,8 @@ pub mod wallet;
 use std::sync::Arc;
 
 use toolgate_domain::{Account, AccountId, ApiKey, BillingStatus, Brand, MonthKey, Pricing};
-pub use toolgate_sandbox::SessionInfo;
-use toolgate_sandbox::Sessions;
+pub use toolgate_sandbox::SandboxSessionInfo;
+use toolgate_sandbox::SandboxSessions;
 use toolgate_store::{DailyCalls, Store, StoreError};
 use toolgate_vault::Vault;
 
@@ -51,7 +51,7 @@ pub struct UsageReport {
 pub struct Owner {
     store: Arc<dyn Store>,
     vault: Option<Arc<Vault>>,
-    sessions: Option<Arc<dyn Sessions>>,
+    sessions: Option<Arc<dyn SandboxSessions>>,
     brand: Brand,
     pricing: Pricing,
     public_url: String,
@@ -62,7 +62,7 @@ impl Owner {
     pub fn new(
         store: Arc<dyn Store>,
         vault: Option<Arc<Vault>>,
-        sessions: Option<Arc<dyn Sessions>>,
+        sessions: Option<Arc<dyn SandboxSessions>>,
         brand: Brand,
         pricing: Pricing,
         public_url: &str,
@@ -121,7 +121,7 @@ impl Owner {
     }
 
     /// The account's live sandbox sessions.
-    pub async fn sandbox_sessions(&self, account: &AccountId) -> Vec<SessionInfo> {
+    pub async fn sandbox_sessions(&self, account: &AccountId) -> Vec<SandboxSessionInfo> {
         match &self.sessions {
             Some(sessions) => sessions.list(account.as_str()).await,
             None => Vec::new(),

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, bail};
 use toolgate_sandbox::LimitSettings;
 use toolgate_sandbox::Limits;
 use toolgate_sandbox_manager::{
-    Isolation, ManagerConfig, RunOutcome, SessionManager, ZygoteConfig,
+    Isolation, ManagerConfig, RunOutcome, SandboxManager, ZygoteConfig,
 };
 
 use super::memory::{self, SessionMemory};
@@ -58,7 +58,7 @@ pub async fn measure(
         .for_call(None)
         .context("the default limits")?;
     progress("starting the session manager in this process (confined, as serve does)");
-    let manager = SessionManager::start(config)
+    let manager = SandboxManager::start(config)
         .await
         .context("the session manager could not start")?;
     let isolation = manager.isolation();
@@ -87,7 +87,7 @@ pub async fn measure(
 }
 
 async fn figures(
-    manager: &SessionManager,
+    manager: &SandboxManager,
     limits: &Limits,
     (sessions, calls): (usize, usize),
     per_account: usize,

@@ -1,7 +1,7 @@
 //! `toolgate-bench --sandbox`: the sandbox figures the product asks for, printed beside their
 //! targets (not judged).
 //!
-//! 1. New session → first result: timed around `SessionManager::exec` in this process, with the
+//! 1. New session → first result: timed around `SandboxManager::exec` in this process, with the
 //!    configuration `serve` uses (confined, cgroups when the host has them, tmpfs workspaces), and
 //!    the same through HTTP for comparison.
 //! 2. A warm `1+1` round trip through HTTP on one keep-alive connection (and, for the split,

@@ -163,7 +163,7 @@ impl SandboxReport {
         );
         let _ = writeln!(
             out,
-            "(new sessions {} ms apart; server side: SessionManager::exec in the bench process with serve's configuration, each session closed before the next; close took p50 {} ms)",
+            "(new sessions {} ms apart; server side: SandboxManager::exec in the bench process with serve's configuration, each session closed before the next; close took p50 {} ms)",
             self.gap_ms,
             ms(d.close.percentile_ms(50.0))
         );

@@ -1,12 +1,12 @@
 //! Sessions: the account's live sandbox sessions, each with a button to end it.
 
 use maud::{Markup, html};
-use toolgate_app::owner::SessionInfo;
+use toolgate_app::owner::SandboxSessionInfo;
 
 use super::{Chrome, layout};
 
 /// The page.
-pub fn page(chrome: &Chrome<'_>, list: &[SessionInfo]) -> Markup {
+pub fn page(chrome: &Chrome<'_>, list: &[SandboxSessionInfo]) -> Markup {
     layout(
         "Sessions",
         chrome,

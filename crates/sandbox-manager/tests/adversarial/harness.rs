@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 use toolgate_sandbox::Limits;
 use toolgate_sandbox_manager::{
-    CgroupMode, ManagerConfig, ManagerError, RunOutcome, SessionError, SessionManager,
+    CgroupMode, ManagerConfig, ManagerError, RunOutcome, SandboxManager, SessionError,
 };
 
 use crate::common::{harden_lib, limits, outside_tmp, repo_root, zygote_config};
@@ -20,7 +20,7 @@ use crate::common::{harden_lib, limits, outside_tmp, repo_root, zygote_config};
 /// A hardened manager (the production confinement) with cgroups required, its workspaces in
 /// a directory of its own; the directory goes when this is dropped.
 pub struct Sandbox {
-    pub m: SessionManager,
+    pub m: SandboxManager,
     /// the directory that holds `root` (and whatever a test puts next to it)
     pub dir: TempDir,
     /// the sessions root (`ManagerConfig::root`)
@@ -35,7 +35,7 @@ impl Sandbox {
         config.zygote.harden_lib = Some(harden_lib());
         config.cgroups = CgroupMode::Required;
         tweak(&mut config);
-        let m = SessionManager::start(config).await.unwrap();
+        let m = SandboxManager::start(config).await.unwrap();
         Self { m, dir, root }
     }
 

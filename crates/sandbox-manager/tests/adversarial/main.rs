@@ -4,7 +4,7 @@
 //! environments, other sessions, the per-account cap), `names` (what of the host a session can
 //! even see), `kernel` (the network and risky syscalls). Helpers: `harness`.
 //!
-//! Every case runs real hardened sessions through `SessionManager` (the confinement library of
+//! Every case runs real hardened sessions through `SandboxManager` (the confinement library of
 //! crates/sandbox-harden, cgroups required) and asserts:
 //! (a) containment: the attack did not reach outside its session (its cgroup held it, the host
 //!     and the other sessions are untouched);

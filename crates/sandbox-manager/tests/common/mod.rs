@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tempfile::TempDir;
 
 use toolgate_sandbox::{LimitSettings, Limits};
-use toolgate_sandbox_manager::{ManagerConfig, RunOutcome, SessionManager, ZygoteConfig};
+use toolgate_sandbox_manager::{ManagerConfig, RunOutcome, SandboxManager, ZygoteConfig};
 
 pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -33,10 +33,10 @@ pub fn zygote_config(preload: Option<Vec<String>>) -> ZygoteConfig {
 }
 
 /// Most tests need no data stack: preloading nothing starts the zygote in ~0.1 s.
-pub async fn manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SessionManager {
+pub async fn manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SandboxManager {
     let mut config = ManagerConfig::new(zygote_config(Some(vec![])), root);
     tweak(&mut config);
-    SessionManager::start(config).await.unwrap()
+    SandboxManager::start(config).await.unwrap()
 }
 
 pub fn limits(seconds: u64) -> Limits {
@@ -140,7 +140,7 @@ pub fn error_type(call: &RunOutcome) -> &str {
 }
 
 /// Runs `code` in session `id`, failing the test if the call or the code fails.
-pub async fn exec_ok(m: &SessionManager, account: &str, id: &str, code: &str) -> RunOutcome {
+pub async fn exec_ok(m: &SandboxManager, account: &str, id: &str, code: &str) -> RunOutcome {
     let call = m
         .exec(account, Some(id), code, &limits(60), &[], None)
         .await

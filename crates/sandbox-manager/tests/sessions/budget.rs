@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use crate::common::{limits, manager};
 use toolgate_sandbox::Limits;
-use toolgate_sandbox_manager::{Budget, CgroupMode, ManagerError, SessionManager};
+use toolgate_sandbox_manager::{Budget, CgroupMode, ManagerError, SandboxManager};
 
 const MIB: u64 = 1 << 20;
 
@@ -21,7 +21,7 @@ fn small() -> Limits {
     limits
 }
 
-async fn budgeted(root: &std::path::Path, budget: Budget) -> SessionManager {
+async fn budgeted(root: &std::path::Path, budget: Budget) -> SandboxManager {
     manager(root, |config| {
         config.cgroups = CgroupMode::Required;
         config.max_sessions_per_account = 10;
@@ -31,7 +31,7 @@ async fn budgeted(root: &std::path::Path, budget: Budget) -> SessionManager {
     .await
 }
 
-async fn open(m: &SessionManager, account: &str, id: &str) -> Result<i32, ManagerError> {
+async fn open(m: &SandboxManager, account: &str, id: &str) -> Result<i32, ManagerError> {
     m.exec(account, Some(id), "1", &small(), &[], None)
         .await
         .map(|call| call.pid)

@@ -15,10 +15,10 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 
 use crate::common::{exec_ok as exec, harden_lib, limits, manager, text, tmp_skeleton};
 use tempfile::TempDir;
-use toolgate_sandbox_manager::{ManagerError, RunOutcome, SessionManager, ZygoteError};
+use toolgate_sandbox_manager::{ManagerError, RunOutcome, SandboxManager, ZygoteError};
 
 /// What `statement` raises, by type name ('ok' when nothing).
-async fn raised(m: &SessionManager, account: &str, id: &str, statement: &str) -> String {
+async fn raised(m: &SandboxManager, account: &str, id: &str, statement: &str) -> String {
     let code = format!(
         "try:\n    {statement}\n    _r = 'ok'\nexcept BaseException as e:\n    _r = type(e).__name__\n_r"
     );
@@ -30,7 +30,7 @@ fn workspace_root() -> TempDir {
     tempfile::tempdir_in("/var/tmp").unwrap()
 }
 
-async fn hardened_manager(root: &std::path::Path) -> SessionManager {
+async fn hardened_manager(root: &std::path::Path) -> SandboxManager {
     let lib = harden_lib();
     manager(root, |config| {
         config.zygote.harden_lib = Some(lib);
@@ -231,7 +231,7 @@ async fn figures_new_hardened_session() {
         root.path(),
     );
     config.zygote.harden_lib = Some(lib);
-    let m = SessionManager::start(config).await.unwrap();
+    let m = SandboxManager::start(config).await.unwrap();
     let mut took = Vec::new();
     for i in 0..30 {
         let start = std::time::Instant::now();

@@ -15,11 +15,11 @@ use std::path::{Path, PathBuf};
 use crate::common::{error_type, eventually, limits, manager, process_gone, text};
 use toolgate_sandbox::Limits;
 use toolgate_sandbox_manager::{
-    CgroupMode, CgroupVersion, ManagerConfig, ManagerError, RunOutcome, SessionError,
-    SessionManager,
+    CgroupMode, CgroupVersion, ManagerConfig, ManagerError, RunOutcome, SandboxManager,
+    SessionError,
 };
 
-async fn confined(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SessionManager {
+async fn confined(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SandboxManager {
     manager(root, |config| {
         config.cgroups = CgroupMode::Required;
         tweak(config);

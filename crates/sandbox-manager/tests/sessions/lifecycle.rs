@@ -11,7 +11,7 @@ use crate::common::{error_type, eventually, limits, manager, process_gone, text,
 use crate::sessions::exec;
 
 use toolgate_sandbox_manager::{
-    Interruption, ManagerConfig, ManagerError, OutputChunk, RunOutcome, SessionManager, ZygoteError,
+    Interruption, ManagerConfig, ManagerError, OutputChunk, RunOutcome, SandboxManager, ZygoteError,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,7 +97,7 @@ async fn figures_new_session_and_warm_round_trip() {
     // the production preload (numpy, pandas, matplotlib.pyplot): what a session forks from
     let mut config = ManagerConfig::new(zygote_config(None), root.path());
     config.max_sessions_per_account = 64;
-    let m = SessionManager::start(config).await.unwrap();
+    let m = SandboxManager::start(config).await.unwrap();
     let hello = m.current_zygote().await.unwrap().hello().clone();
     assert!(
         hello.skipped.is_empty(),
@@ -147,7 +147,7 @@ async fn figures_new_session_and_warm_round_trip() {
         ms(percentile(&one_off, 0.99))
     );
     println!(
-        "warm `1+1` round trip (SessionManager::exec), n=500: p50 {:.3} ms, p99 {:.3} ms",
+        "warm `1+1` round trip (SandboxManager::exec), n=500: p50 {:.3} ms, p99 {:.3} ms",
         ms(percentile(&warm, 0.5)),
         ms(percentile(&warm, 0.99))
     );
@@ -184,7 +184,7 @@ async fn shutdown_interrupts_running_calls_and_removes_everything() {
 /// A call of account `a` in session `busy` that sleeps for a minute, running in the background,
 /// and the signal that its code has started (it prints once it runs).
 fn spawn_sleeper(
-    m: &Arc<SessionManager>,
+    m: &Arc<SandboxManager>,
 ) -> (
     tokio::task::JoinHandle<Result<RunOutcome, ManagerError>>,
     tokio::sync::oneshot::Receiver<()>,

@@ -14,11 +14,11 @@ use crate::common::{error_type, eventually, limits, manager, process_gone, text}
 use sha2::{Digest, Sha256};
 use toolgate_sandbox_manager::{
     Interruption, KillReason, ManagerError, OutputChunk, OutputStream, RequestKind, RunOutcome,
-    SessionError, SessionManager,
+    SandboxManager, SessionError,
 };
 
 pub(crate) async fn exec(
-    m: &SessionManager,
+    m: &SandboxManager,
     account: &str,
     id: Option<&str>,
     code: &str,

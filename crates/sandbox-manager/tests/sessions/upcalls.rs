@@ -13,7 +13,7 @@ use toolgate_sandbox::upcall::{
     Upcall, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
 };
 use toolgate_sandbox::{Interruption, RunOutcome, RunRequest, Work};
-use toolgate_sandbox_manager::SessionManager;
+use toolgate_sandbox_manager::SandboxManager;
 
 use crate::common::{error_type, limits, manager, text};
 
@@ -90,7 +90,7 @@ impl UpcallHandler for Recording {
 }
 
 async fn run_with(
-    m: &SessionManager,
+    m: &SandboxManager,
     account: &str,
     session: Option<&str>,
     code: &str,

@@ -20,9 +20,9 @@ use crate::common::{
     tmp_skeleton,
 };
 
-use toolgate_sandbox_manager::{CgroupMode, ManagerConfig, RunOutcome, SessionManager};
+use toolgate_sandbox_manager::{CgroupMode, ManagerConfig, RunOutcome, SandboxManager};
 
-async fn warm_manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SessionManager {
+async fn warm_manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> SandboxManager {
     let lib = harden_lib();
     manager(root, |config| {
         config.zygote.harden_lib = Some(lib);
@@ -91,7 +91,7 @@ fn mounts_beneath(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-async fn pool_full(m: &SessionManager, size: usize) {
+async fn pool_full(m: &SandboxManager, size: usize) {
     eventually("the pool is full again", || m.warm_pids().len() == size).await;
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::common::{limits, manager, text};
 use toolgate_sandbox_manager::{
-    FileProblem, ManagerError, OutputChunk, RunOutcome, RunRequest, SessionManager, WorkspaceFile,
+    FileProblem, ManagerError, OutputChunk, RunOutcome, RunRequest, SandboxManager, WorkspaceFile,
     WorkspaceRead,
 };
 
@@ -22,7 +22,7 @@ fn file(path: &str, content: &[u8]) -> WorkspaceFile {
     }
 }
 
-async fn exec(m: &SessionManager, id: &str, code: &str, files: &[WorkspaceFile]) -> RunOutcome {
+async fn exec(m: &SandboxManager, id: &str, code: &str, files: &[WorkspaceFile]) -> RunOutcome {
     let call = m
         .exec("acct", Some(id), code, &limits(30), files, None)
         .await

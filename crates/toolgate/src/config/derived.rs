@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use toolgate_domain::{Brand, Micros, Pricing};
-use toolgate_server::SessionLimits;
+use toolgate_server::McpSessionLimits;
 
 use super::{ConfigError, Settings};
 
@@ -80,9 +80,9 @@ impl Settings {
     }
 
     /// The limits of legacy MCP sessions.
-    pub fn mcp_session_limits(&self) -> Result<SessionLimits, ConfigError> {
-        let defaults = SessionLimits::default();
-        let limits = SessionLimits {
+    pub fn mcp_session_limits(&self) -> Result<McpSessionLimits, ConfigError> {
+        let defaults = McpSessionLimits::default();
+        let limits = McpSessionLimits {
             per_account: self
                 .max_mcp_sessions_per_account
                 .unwrap_or(defaults.per_account),

@@ -330,7 +330,7 @@ async fn signing_out_ends_this_session_or_every_session_of_the_account() {
         a1.csrf, a2.csrf,
         "each session has its own anti-forgery value"
     );
-    let alive = |s: &Session| {
+    let alive = |s: &SignInSession| {
         let s = s.clone();
         let d = &d;
         async move { d.get("/dashboard", Some(&s.cookie)).await.status == 200 }

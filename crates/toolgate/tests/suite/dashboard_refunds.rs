@@ -88,7 +88,7 @@ fn disputed(id: &str, dispute: &str, payment: &str, amount: i64) -> String {
     event(id, "charge.dispute.created", object)
 }
 
-async fn balance_shown(d: &Dash, s: &Session) -> (String, String) {
+async fn balance_shown(d: &Dash, s: &SignInSession) -> (String, String) {
     let wallet = d.page("/dashboard/wallet", s).await;
     (
         text_of_id(&wallet, "balance").unwrap_or_default(),

@@ -44,7 +44,7 @@ async fn a_link_shows_a_button_and_signs_in_once() {
         );
     }
     assert!(!cookie.contains("Secure"), "Secure on plain http: {cookie}");
-    let session = Session {
+    let session = SignInSession {
         cookie: format!("{COOKIE}={value}"),
         token: value,
         csrf: String::new(),
@@ -122,7 +122,7 @@ async fn behind_https_the_session_cookie_is_host_only_and_secure() {
         .await;
     assert_see_other(&tossed, "/dashboard/sign-in");
     // and signing out clears the prefixed cookie, with the same scope
-    let session = Session {
+    let session = SignInSession {
         cookie: format!("{HOST_COOKIE}={value}"),
         token: value.to_owned(),
         csrf: csrf_of(&signed.body),

@@ -113,7 +113,7 @@ async fn metadata_document_fetches_are_counted_per_account() {
 
 /// Whether the consent page of `client_id` opens for `owner` (200), or the client is unknown
 /// (400).
-async fn known(d: &Dash, owner: &Session, client_id: &str) -> bool {
+async fn known(d: &Dash, owner: &SignInSession, client_id: &str) -> bool {
     let ask = Ask::new(d, client_id, &Pkce::new());
     let reply = d.get(&ask.path(), Some(&owner.cookie)).await;
     match reply.status {

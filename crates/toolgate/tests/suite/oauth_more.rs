@@ -296,7 +296,7 @@ async fn authorizing_without_a_session_signs_in_and_comes_back() {
     let page = d.get(&next, Some(&cookie)).await;
     assert_eq!(page.status, 200, "{page:?}");
     let fields = form_fields(&page.body, "authorize");
-    let session = Session {
+    let session = SignInSession {
         cookie,
         token: cookie_token,
         csrf: field(&fields, "csrf").unwrap().to_owned(),

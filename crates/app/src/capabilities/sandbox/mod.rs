@@ -1,6 +1,6 @@
 //! The sandbox capabilities: `python` (`code`), `bash`, `upload` (`files` alone) and
 //! `close_session` on the write tool, `file` (`path`) and `sessions` on the read tool. They share
-//! the fields `session_id`, `timeout_s` and `files`, and one [`Sessions`] (the sandbox seam:
+//! the fields `session_id`, `timeout_s` and `files`, and one [`SandboxSessions`] (the sandbox seam:
 //! `app` never knows what runs the sessions).
 //!
 //! Without `session_id` a call runs in a fresh interpreter that ends with the call. When one call
@@ -18,8 +18,8 @@ use std::sync::Arc;
 use base64::Engine;
 use serde_json::Value;
 use toolgate_sandbox::{
-    LimitSettings, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES, MAX_WORKSPACE_PATH_BYTES, Sessions,
-    SessionsError, WorkspaceFile,
+    LimitSettings, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES, MAX_WORKSPACE_PATH_BYTES,
+    SandboxSessions, SandboxSessionsError, WorkspaceFile,
 };
 
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject};
@@ -35,7 +35,7 @@ const MAX_SOURCE_BYTES: usize = 1024 * 1024;
 
 /// What the sandbox capabilities share: the sessions and the operator's limits.
 pub struct Sandbox {
-    sessions: Arc<dyn Sessions>,
+    sessions: Arc<dyn SandboxSessions>,
     limits: LimitSettings,
     /// `timeout_s` as `tools/list` shows it (it names the operator's limits).
     timeout: Field,
@@ -49,12 +49,12 @@ pub struct Sandbox {
 
 impl Sandbox {
     /// The sessions it runs calls in (the dashboard lists and ends them too).
-    pub fn sessions(&self) -> Arc<dyn Sessions> {
+    pub fn sessions(&self) -> Arc<dyn SandboxSessions> {
         Arc::clone(&self.sessions)
     }
 
     /// Runs calls in `sessions` under `limits`.
-    pub fn new(sessions: Arc<dyn Sessions>, limits: LimitSettings) -> Self {
+    pub fn new(sessions: Arc<dyn SandboxSessions>, limits: LimitSettings) -> Self {
         let timeout = timeout_field(&limits);
         let session_id = session_id_field(sessions.idle_ttl());
         Self {
@@ -237,7 +237,7 @@ fn shares_a_session(args: &JsonObject) -> bool {
 /// The session a call's capabilities share when it names none: opened by the first run, and
 /// closed when the call ends and this value (kept in the call's scratch) is dropped.
 struct CallSession {
-    sessions: Arc<dyn Sessions>,
+    sessions: Arc<dyn SandboxSessions>,
     account: String,
     id: String,
 }
@@ -374,8 +374,8 @@ fn account_key(ctx: &CallContext<'_>) -> String {
 }
 
 /// A sandbox error as the caller reads it; internal detail goes to the log only.
-fn failure(error: SessionsError) -> Failure {
-    if let SessionsError::Unavailable(source) = &error {
+fn failure(error: SandboxSessionsError) -> Failure {
+    if let SandboxSessionsError::Unavailable(source) = &error {
         tracing::error!(error = %source, "the sandbox could not serve a call");
     }
     Failure::new(error.to_string())

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use toolgate_sandbox::{
-    OUTPUT_QUEUE, OutputChunk, OutputStream, RunOutcome, RunRequest, SessionsError, Work,
+    OUTPUT_QUEUE, OutputChunk, OutputStream, RunOutcome, RunRequest, SandboxSessionsError, Work,
 };
 
 use super::render::{output_schema, render};
@@ -247,7 +247,7 @@ impl Runner {
         &self,
         mut request: RunRequest,
         ctx: &CallContext<'_>,
-    ) -> Result<RunOutcome, SessionsError> {
+    ) -> Result<RunOutcome, SandboxSessionsError> {
         let Some(sink) = ctx.progress else {
             return self.sandbox.sessions.run(request).await;
         };

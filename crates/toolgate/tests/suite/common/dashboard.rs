@@ -39,7 +39,7 @@ pub struct Dash {
 
 /// A dashboard signed in: the cookie pair to send and the session's anti-forgery value.
 #[derive(Clone, Debug)]
-pub struct Session {
+pub struct SignInSession {
     /// `toolgate_session=<token>`.
     pub cookie: String,
     /// The token alone.
@@ -84,7 +84,7 @@ impl Dash {
     }
 
     /// The key of a signed-in owner, read from the overview's revealed URL.
-    pub async fn key_of(&self, session: &Session) -> String {
+    pub async fn key_of(&self, session: &SignInSession) -> String {
         let overview = self.page("/dashboard", session).await;
         let url = text_of_id(&overview, "personal-url-full").expect("the overview shows the URL");
         url.rsplit_once("/u/").expect("a personal URL").1.to_owned()
@@ -206,7 +206,7 @@ impl Dash {
     }
 
     /// Uses `token` and returns the session it starts (its csrf read off the overview).
-    pub async fn session_from(&self, token: &str) -> Session {
+    pub async fn session_from(&self, token: &str) -> SignInSession {
         let reply = self.confirm(token).await;
         assert_eq!(reply.status, 303, "{reply:?}");
         let token =
@@ -214,7 +214,7 @@ impl Dash {
         let cookie = format!("{COOKIE}={token}");
         let page = self.get("/dashboard", Some(&cookie)).await;
         assert_eq!(page.status, 200, "{page:?}");
-        Session {
+        SignInSession {
             cookie,
             token,
             csrf: csrf_of(&page.body),
@@ -222,7 +222,7 @@ impl Dash {
     }
 
     /// A new link for `email`, used: a signed-in session.
-    pub async fn sign_in(&self, email: &str) -> Session {
+    pub async fn sign_in(&self, email: &str) -> SignInSession {
         let token = self.new_link(email).await;
         self.session_from(&token).await
     }
@@ -237,14 +237,19 @@ impl Dash {
     }
 
     /// A signed-in page, which must answer 200.
-    pub async fn page(&self, path: &str, session: &Session) -> String {
+    pub async fn page(&self, path: &str, session: &SignInSession) -> String {
         let reply = self.get(path, Some(&session.cookie)).await;
         assert_eq!(reply.status, 200, "GET {path}: {reply:?}");
         reply.body
     }
 
     /// A form post from this origin with the session's cookie.
-    pub async fn post(&self, path: &str, session: &Session, fields: &[(&str, &str)]) -> Reply {
+    pub async fn post(
+        &self,
+        path: &str,
+        session: &SignInSession,
+        fields: &[(&str, &str)],
+    ) -> Reply {
         self.post_from(path, Some(&session.cookie), fields, Some(&self.origin()))
             .await
     }

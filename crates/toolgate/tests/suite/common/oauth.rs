@@ -160,7 +160,7 @@ pub fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> 
 }
 
 /// The consent page of `ask` for the signed-in `session`: 200, with its form's fields.
-pub async fn consent(d: &Dash, session: &Session, ask: &Ask) -> Vec<(String, String)> {
+pub async fn consent(d: &Dash, session: &SignInSession, ask: &Ask) -> Vec<(String, String)> {
     let reply = d.get(&ask.path(), Some(&session.cookie)).await;
     assert_eq!(reply.status, 200, "the consent page: {reply:?}");
     form_fields(&reply.body, "authorize")
@@ -169,7 +169,7 @@ pub async fn consent(d: &Dash, session: &Session, ask: &Ask) -> Vec<(String, Str
 /// Posts the consent form's `fields` with `decision` from the dashboard's origin.
 pub async fn decide(
     d: &Dash,
-    session: &Session,
+    session: &SignInSession,
     fields: &[(String, String)],
     decision: &str,
 ) -> Reply {
@@ -214,7 +214,7 @@ pub fn assert_error_redirect(d: &Dash, reply: &Reply, ask: &Ask, error: &str) {
 }
 
 /// The owner consents to `ask`: the redirect's query (code, state, iss), checked.
-pub async fn allow(d: &Dash, session: &Session, ask: &Ask) -> HashMap<String, String> {
+pub async fn allow(d: &Dash, session: &SignInSession, ask: &Ask) -> HashMap<String, String> {
     let fields = consent(d, session, ask).await;
     let reply = decide(d, session, &fields, "allow").await;
     let back = redirected(&reply, ask.get("redirect_uri"));
@@ -320,7 +320,7 @@ pub fn assert_oauth_error(reply: &Reply, status: u16, error: &str) {
 }
 
 /// Everything from the consent page to tokens, as `session`'s owner, for `client_id`.
-pub async fn connect(d: &Dash, session: &Session, client_id: &str) -> Tokens {
+pub async fn connect(d: &Dash, session: &SignInSession, client_id: &str) -> Tokens {
     let pkce = Pkce::new();
     let ask = Ask::new(d, client_id, &pkce);
     let back = allow(d, session, &ask).await;
