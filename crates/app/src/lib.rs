@@ -45,7 +45,7 @@ pub struct Services {
     /// The secrets vault (`secret_set`, `list_secrets`, `secrets`, `{{secret:…}}`).
     pub vault: Option<Arc<toolgate_vault::Vault>>,
     /// The HTTP client behind the egress guard (`url`).
-    pub web: Option<Arc<dyn toolgate_ports::web::Web>>,
+    pub fetcher: Option<Arc<dyn toolgate_ports::fetch::Fetcher>>,
     /// The sandbox (`code`, `bash`, `files`, `path`, and `sql` on `sqlite:` files).
     pub sandbox: Option<capabilities::Sandbox>,
     /// The client of tenants' database servers (`sql` on `postgres://` and `mysql://`).
@@ -96,7 +96,7 @@ impl App {
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
         // client metadata documents are fetched through the same egress-guarded client as `url`
-        let oauth_web = services.web.clone();
+        let oauth_fetcher = services.fetcher.clone();
         let mailer = services.mailer.take();
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
@@ -136,7 +136,11 @@ impl App {
             pricing.clone(),
             public_url,
         ));
-        app.oauth = Arc::new(oauth::AuthServer::new(store.clone(), oauth_web, public_url));
+        app.oauth = Arc::new(oauth::AuthServer::new(
+            store.clone(),
+            oauth_fetcher,
+            public_url,
+        ));
         if let Some(vault) = vault {
             app.admin = Arc::new(
                 Admin::new(store, brand_for_admin, pricing, public_url).keeping_keys(vault),

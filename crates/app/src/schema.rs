@@ -113,7 +113,7 @@ impl FieldKind {
             FieldKind::HttpCall { max_body } => json!({
                 "type": "object",
                 "properties": {
-                    "method": {"type": "string", "enum": toolgate_ports::web::Method::WRITES},
+                    "method": {"type": "string", "enum": toolgate_ports::fetch::Method::WRITES},
                     "url": {"type": "string", "maxLength": 8192},
                     "headers": {"type": "object", "maxProperties": 32,
                                 "additionalProperties": {"type": "string", "maxLength": MAX_HEADER_VALUE}},
@@ -360,11 +360,11 @@ fn check_http_call(field: &str, value: &Value, max_body: usize) -> Result<(), St
         &["method", "url", "headers", "body", "max_bytes"],
     )?;
     match call.get("method").and_then(Value::as_str) {
-        Some(m) if toolgate_ports::web::Method::WRITES.contains(&m) => {}
+        Some(m) if toolgate_ports::fetch::Method::WRITES.contains(&m) => {}
         _ => {
             return Err(format!(
                 "`{field}.method` must be one of {} (a GET is the read tool's `url`)",
-                toolgate_ports::web::Method::WRITES.join(", ")
+                toolgate_ports::fetch::Method::WRITES.join(", ")
             ));
         }
     }

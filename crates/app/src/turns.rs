@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum TurnKind {
     /// `url` and `http`: each may hold an 8 MiB answer while it is rendered.
-    Web,
+    Fetch,
     /// `sql` on a tenant's database server.
     Database,
     /// Model calls and searches, from tools and from code.
@@ -32,7 +32,7 @@ impl TurnKind {
     /// What the caller reads when the kind is busy.
     fn work(self) -> &'static str {
         match self {
-            Self::Web => "web requests",
+            Self::Fetch => "web requests",
             Self::Database => "database statements",
             Self::Models => "model calls and searches",
             Self::WorkspaceRead => "workspace reads",
@@ -74,7 +74,7 @@ impl TurnLimits {
 
 /// The budgets of every kind, as the service sets them.
 pub struct Budgets {
-    web: Arc<Turns>,
+    fetcher: Arc<Turns>,
     database: Arc<Turns>,
     models: Arc<Turns>,
     workspace_reads: Arc<Turns>,
@@ -85,7 +85,7 @@ impl Default for Budgets {
     /// of each per account), two workspace reads (one per account).
     fn default() -> Self {
         Self {
-            web: Turns::new(TurnKind::Web, TurnLimits::new(32, 4)),
+            fetcher: Turns::new(TurnKind::Fetch, TurnLimits::new(32, 4)),
             database: Turns::new(TurnKind::Database, TurnLimits::new(32, 4)),
             models: Turns::new(TurnKind::Models, TurnLimits::new(32, 4)),
             workspace_reads: Turns::new(TurnKind::WorkspaceRead, TurnLimits::new(2, 1)),
@@ -97,7 +97,7 @@ impl Budgets {
     /// The budget of `kind`.
     pub fn of(&self, kind: TurnKind) -> &Arc<Turns> {
         match kind {
-            TurnKind::Web => &self.web,
+            TurnKind::Fetch => &self.fetcher,
             TurnKind::Database => &self.database,
             TurnKind::Models => &self.models,
             TurnKind::WorkspaceRead => &self.workspace_reads,

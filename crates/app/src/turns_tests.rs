@@ -41,7 +41,7 @@ async fn an_account_waits_for_its_own_turn_and_all_for_the_servers() {
 
 #[tokio::test]
 async fn eight_busy_accounts_leave_room_for_a_ninth() {
-    let turns = Turns::new(TurnKind::Web, TurnLimits::new(32, 4));
+    let turns = Turns::new(TurnKind::Fetch, TurnLimits::new(32, 4));
     let mut held = Vec::new();
     let mut waiting = Vec::new();
     for account in 0..8 {
@@ -121,7 +121,7 @@ async fn a_wait_is_bounded_and_a_crowd_of_waiters_is_turned_away() {
 
 #[tokio::test]
 async fn a_call_that_stops_waiting_leaves_no_trace() {
-    let turns = Turns::new(TurnKind::Web, limits(1, 1));
+    let turns = Turns::new(TurnKind::Fetch, limits(1, 1));
     let held = turns.turn("a").await.unwrap();
     let gone = tokio::spawn({
         let turns = turns.clone();

@@ -96,7 +96,7 @@ impl Stripe {
                 ));
             }
         }
-        // ring as the process's TLS provider, as crates/web installs it: reqwest is built
+        // ring as the process's TLS provider, as crates/fetch installs it: reqwest is built
         // without one of its own (so aws-lc is never compiled); a second install changes nothing.
         let _ = rustls::crypto::ring::default_provider().install_default();
         // The API base is an operator setting, never a tenant's input, so these requests do

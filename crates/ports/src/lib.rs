@@ -3,7 +3,7 @@
 //! one and depends on this crate, never on the application:
 //!
 //! - [`web`]: an HTTP client behind the egress guard (`url`, `http`, client metadata documents);
-//!   implemented by `toolgate-web`.
+//!   implemented by `toolgate-fetch`.
 //! - [`ai`]: language models ([`ai::Models`]) and web search engines ([`ai::Searches`]);
 //!   implemented by `toolgate-providers`.
 //! - [`database`]: tenants' own database servers (`sql`); implemented by `toolgate-database`.
@@ -15,6 +15,6 @@
 
 pub mod ai;
 pub mod database;
+pub mod fetch;
 pub mod mail;
 pub mod payments;
-pub mod web;

@@ -1,7 +1,7 @@
 //! Language-model providers: the implementation of the model seam
 //! ([`toolgate_ports::ai::Models`]). Three hand-written wire formats ([`formats`]) cover every
 //! provider of [`catalog`] and any OpenAI-compatible endpoint the operator adds; requests go
-//! through the egress-guarded client of `toolgate-web` (no redirects), are retried on 429 and
+//! through the egress-guarded client of `toolgate-fetch` (no redirects), are retried on 429 and
 //! 5xx within the call's time limit, and stream their text when the caller wants it.
 
 mod catalog;
@@ -98,7 +98,7 @@ impl ModelClients {
             .chain(settings.compatible.iter().map(|(_, url, _)| url))
             .map(String::as_str);
         let policy = policy.with_endpoints(configured)?;
-        let http = toolgate_web::api_client(policy.clone(), timeout)?;
+        let http = toolgate_fetch::api_client(policy.clone(), timeout)?;
         let mut providers = BTreeMap::new();
         for builtin in BUILTIN {
             let prefix = setting_prefix(builtin.name);
@@ -231,7 +231,7 @@ impl ModelClients {
         }
         match tokio::time::timeout_at(deadline, builder.send()).await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(toolgate_web::describe_error(e)),
+            Ok(Err(e)) => Err(toolgate_fetch::describe_error(e)),
             Err(_) => Err("no answer within the time limit".to_owned()),
         }
     }

@@ -1,4 +1,4 @@
-//! Web search through SearXNG (the operator's instance), Brave, Tavily or Exa: each engine's
+//! Fetcher search through SearXNG (the operator's instance), Brave, Tavily or Exa: each engine's
 //! request and the parse of its answer into title, URL, snippet and date. A caller's key for
 //! Brave, Tavily or Exa (from the vault) chooses that engine; else the operator's SearXNG, else
 //! the first engine the operator has a key for.
@@ -73,7 +73,7 @@ impl SearchEngines {
             .map(String::as_str);
         let policy = policy.with_endpoints(configured)?;
         Ok(Self {
-            http: toolgate_web::api_client(policy.clone(), timeout)?,
+            http: toolgate_fetch::api_client(policy.clone(), timeout)?,
             policy,
             settings,
         })
@@ -116,7 +116,7 @@ impl SearchEngines {
     }
 
     async fn send(&self, request: reqwest::RequestBuilder, engine: &str) -> Result<Value, String> {
-        let request = request.build().map_err(toolgate_web::describe_error)?;
+        let request = request.build().map_err(toolgate_fetch::describe_error)?;
         self.policy
             .check_url(request.url())
             .map_err(|r| r.to_string())?;
@@ -124,13 +124,13 @@ impl SearchEngines {
             .http
             .execute(request)
             .await
-            .map_err(toolgate_web::describe_error)?;
+            .map_err(toolgate_fetch::describe_error)?;
         let status = response.status().as_u16();
         let mut body = Vec::new();
         while let Some(piece) = response
             .chunk()
             .await
-            .map_err(toolgate_web::describe_error)?
+            .map_err(toolgate_fetch::describe_error)?
         {
             if body.len() + piece.len() > MAX_SEARCH_BYTES {
                 return Err(format!(

@@ -59,8 +59,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
     let backend = config.store.backend();
     let store = crate::backend::open(&config.store, crate::backend::Opener::Server).await?;
     let vault = crate::vault::open(config.vault, &store).await?;
-    let web: Arc<dyn toolgate_ports::web::Web> = Arc::new(
-        toolgate_web::WebClient::new(config.egress.clone(), WEB_TIMEOUT)
+    let fetcher: Arc<dyn toolgate_ports::fetch::Fetcher> = Arc::new(
+        toolgate_fetch::FetchClient::new(config.egress.clone(), WEB_TIMEOUT)
             .map_err(anyhow::Error::msg)?,
     );
     let databases: Arc<dyn toolgate_ports::database::Databases> = Arc::new(
@@ -97,7 +97,7 @@ pub async fn run(config: ServeConfig) -> Result<()> {
         &public_url,
         Services {
             vault: Some(vault),
-            web: Some(web),
+            fetcher: Some(fetcher),
             sandbox: capabilities,
             databases: Some(databases),
             models: Some(models),

@@ -2,10 +2,10 @@
 
 mod ai;
 mod billing;
+mod fetch;
 pub mod sandbox;
 mod secrets;
 mod sql;
-mod web;
 
 use std::sync::Arc;
 
@@ -36,7 +36,7 @@ pub fn builtin(
         capabilities.extend(secrets::capabilities(secrets));
     }
     let Services {
-        web,
+        fetcher,
         sandbox,
         databases,
         models,
@@ -44,9 +44,12 @@ pub fn builtin(
         operator_keys,
         ..
     } = services;
-    if let Some(web) = web {
-        capabilities.push(Arc::new(web::FetchUrl::new(web.clone(), secrets.clone())));
-        capabilities.push(Arc::new(web::SendHttp::new(web, secrets.clone())));
+    if let Some(fetcher) = fetcher {
+        capabilities.push(Arc::new(fetch::FetchUrl::new(
+            fetcher.clone(),
+            secrets.clone(),
+        )));
+        capabilities.push(Arc::new(fetch::SendHttp::new(fetcher, secrets.clone())));
     }
     let sandbox = sandbox.map(|sandbox| sandbox.shared(secrets.clone()));
     if let Some(sandbox) = &sandbox {

@@ -1,5 +1,5 @@
 //! Which client is asking: a Client ID Metadata Document (an https `client_id` that names its
-//! own metadata, fetched through the web port and kept for a day) or a client registered with
+//! own metadata, fetched through the Fetcher port and kept for a day) or a client registered with
 //! RFC 7591; and the purge of clients nobody uses.
 
 use std::time::Duration;
@@ -7,7 +7,7 @@ use std::time::Duration;
 use toolgate_domain::AccountId;
 use toolgate_oauth::document::{self, DOCUMENT_TTL, MAX_DOCUMENT_BYTES};
 use toolgate_oauth::{OAuthError, UNUSED_CLIENT_TTL};
-use toolgate_ports::web::{Method, WebContent, WebRequest};
+use toolgate_ports::fetch::{FetchRequest, Method, PageContent};
 use toolgate_store::{OAuthClient, StoreError};
 
 use super::{AuthServer, millis, storage};
@@ -46,7 +46,7 @@ impl AuthServer {
     }
 
     /// The client whose metadata document is at `url`: the stored copy if fetched within a
-    /// day, else fetched now through the web port for `owner` (counted against the account's
+    /// day, else fetched now through the Fetcher port for `owner` (counted against the account's
     /// hourly fetches, failed ones included), checked and stored.
     async fn document_client(
         &self,
@@ -64,7 +64,7 @@ impl AuthServer {
             Ok(_) => {}
             Err(err) => return Err(unavailable(err)),
         }
-        let Some(web) = &self.web else {
+        let Some(fetcher) = &self.fetcher else {
             return Err(ClientError::Refused(
                 "this service does not fetch client metadata documents: the app must register \
                  itself instead"
@@ -86,8 +86,8 @@ impl AuthServer {
         let refused = |why: &str| {
             ClientError::Refused(format!("the client's metadata document at {url} {why}"))
         };
-        let page = web
-            .send(WebRequest {
+        let page = fetcher
+            .send(FetchRequest {
                 method: Method::Get,
                 url: url.to_owned(),
                 headers: vec![("Accept".to_owned(), "application/json".to_owned())],
@@ -112,7 +112,7 @@ impl AuthServer {
                 MAX_DOCUMENT_BYTES / 1024
             )));
         }
-        let WebContent::Text { text, .. } = page.content else {
+        let PageContent::Text { text, .. } = page.content else {
             return Err(refused("is not JSON"));
         };
         let read = document::read(url, &text).map_err(|why| refused(&why))?;

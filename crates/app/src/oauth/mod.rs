@@ -5,7 +5,7 @@
 //! - discovery: [`AuthServer::metadata`] (RFC 8414), [`AuthServer::resource_metadata`]
 //!   (RFC 9728) and the `WWW-Authenticate` [`AuthServer::challenge`];
 //! - clients: Client ID Metadata Documents (an https `client_id` naming its own metadata,
-//!   fetched through the web port) and Dynamic Client Registration ([`AuthServer::register`],
+//!   fetched through the Fetcher port) and Dynamic Client Registration ([`AuthServer::register`],
 //!   RFC 7591, limited per client address); every client is public and proves itself with PKCE
 //!   S256;
 //! - the code flow: [`AuthServer::authorize`], then [`AuthServer::approve`] or
@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use toolgate_domain::{AccountId, SecretToken};
 use toolgate_oauth::{DOCUMENT_FETCHES_PER_HOUR, Issuer, OAuthError, REGISTRATIONS_PER_HOUR};
-use toolgate_ports::web::Web;
+use toolgate_ports::fetch::Fetcher;
 use toolgate_store::{Store, StoreError, now_millis};
 
 pub use toolgate_store::{ConnectedApp, Grant};
@@ -46,7 +46,7 @@ const LIMIT_WINDOW: Duration = Duration::from_secs(3600);
 /// The authorization server of one service.
 pub struct AuthServer {
     store: Arc<dyn Store>,
-    web: Option<Arc<dyn Web>>,
+    fetcher: Option<Arc<dyn Fetcher>>,
     issuer: Issuer,
     clock: Clock,
     cache: bearer::Cache,
@@ -59,10 +59,14 @@ pub struct AuthServer {
 impl AuthServer {
     /// The server over `store`, fetching client metadata documents through `web` (none: such
     /// clients are refused), reachable at `public_url` (its issuer identifier).
-    pub(crate) fn new(store: Arc<dyn Store>, web: Option<Arc<dyn Web>>, public_url: &str) -> Self {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        fetcher: Option<Arc<dyn Fetcher>>,
+        public_url: &str,
+    ) -> Self {
         Self {
             store,
-            web,
+            fetcher,
             issuer: Issuer::new(public_url),
             clock: Arc::new(now_millis),
             cache: bearer::Cache::default(),

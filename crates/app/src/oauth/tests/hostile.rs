@@ -40,7 +40,7 @@ fn refused_saying(outcome: Result<toolgate_oauth::AuthorizeRequest, AuthorizeErr
 #[tokio::test]
 async fn a_metadata_document_of_exactly_64_kib_is_read_and_one_byte_more_is_refused() {
     let h = Harness::new().await;
-    h.web.serve(DOC, Canned::json(document_of(LIMIT + 1)));
+    h.fetcher.serve(DOC, Canned::json(document_of(LIMIT + 1)));
     refused_saying(
         h.server
             .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
@@ -48,7 +48,7 @@ async fn a_metadata_document_of_exactly_64_kib_is_read_and_one_byte_more_is_refu
         "larger than 64 KiB",
     );
     assert!(h.store.client(DOC).await.unwrap().is_none());
-    h.web.serve(DOC, Canned::json(document_of(LIMIT)));
+    h.fetcher.serve(DOC, Canned::json(document_of(LIMIT)));
     let request = h
         .server
         .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
@@ -66,7 +66,7 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
         r#"{{"client_id":"{DOC}","redirect_uris":["{REDIRECT}"],"x":{}}}"#,
         nested(1_000_000)
     );
-    h.web.serve(DOC, Canned::json(deep));
+    h.fetcher.serve(DOC, Canned::json(deep));
     refused_saying(
         h.server
             .authorize(&params(DOC, VERIFIER), Some(&h.account.id))
@@ -79,7 +79,7 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
     );
     assert!(fitting.len() <= LIMIT);
     for content_type in ["application/json", "text/plain"] {
-        h.web.serve(
+        h.fetcher.serve(
             DOC,
             Canned {
                 content_type,
@@ -95,7 +95,7 @@ async fn a_metadata_document_nested_a_million_deep_is_refused_cleanly() {
     }
     assert!(h.store.client(DOC).await.unwrap().is_none());
     // the same server still reads an honest document
-    h.web.serve(DOC, Canned::json(document_of(200)));
+    h.fetcher.serve(DOC, Canned::json(document_of(200)));
     assert!(
         h.server
             .authorize(&params(DOC, VERIFIER), Some(&h.account.id))

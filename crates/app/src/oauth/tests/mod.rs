@@ -1,5 +1,5 @@
 //! The authorization server against the real SQLite store, with a clock the tests move and a
-//! fake web seam serving canned client metadata documents.
+//! fake Fetcher serving canned client metadata documents.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod authorize;
@@ -22,7 +22,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest, Sha256};
 use tempfile::TempDir;
 use toolgate_domain::{Account, AccountId, ApiKey, Brand, Email};
-use toolgate_ports::web::{Web, WebContent, WebError, WebPage, WebRequest};
+use toolgate_ports::fetch::{FetchError, FetchRequest, FetchedPage, Fetcher, PageContent};
 use toolgate_store::{Accounts, NewAccount, now_millis};
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
@@ -43,7 +43,7 @@ pub(crate) const REDIRECT: &str = "https://app.example/cb";
 pub(crate) const VERIFIER: &str = "verifier-0123456789-abcdefghijklmnopqrstuvwxyz";
 pub(crate) const OTHER_VERIFIER: &str = "verifier-9876543210-abcdefghijklmnopqrstuvwxyz";
 
-/// One canned answer of the fake web seam.
+/// One canned answer of the fake Fetcher.
 #[derive(Clone)]
 pub(crate) struct Canned {
     pub status: u16,
@@ -65,14 +65,14 @@ impl Canned {
     }
 }
 
-/// A web seam that serves canned pages and counts requests; unknown URLs fail.
+/// A Fetcher that serves canned pages and counts requests; unknown URLs fail.
 #[derive(Default)]
-pub(crate) struct FakeWeb {
+pub(crate) struct FakeFetcher {
     pages: Mutex<HashMap<String, Canned>>,
     pub calls: AtomicUsize,
 }
 
-impl FakeWeb {
+impl FakeFetcher {
     pub fn serve(&self, url: &str, answer: Canned) {
         self.pages.lock().unwrap().insert(url.to_owned(), answer);
     }
@@ -83,34 +83,34 @@ impl FakeWeb {
 }
 
 #[async_trait]
-impl Web for FakeWeb {
-    async fn send(&self, request: WebRequest) -> Result<WebPage, WebError> {
+impl Fetcher for FakeFetcher {
+    async fn send(&self, request: FetchRequest) -> Result<FetchedPage, FetchError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
         let Some(canned) = self.pages.lock().unwrap().get(&request.url).cloned() else {
-            return Err(WebError::Failed("connection refused".to_owned()));
+            return Err(FetchError::Failed("connection refused".to_owned()));
         };
         // as the real client does: read at most max_bytes, say whether there was more
         let truncated = canned.body.len() > request.max_bytes;
         let body = &canned.body.as_bytes()[..canned.body.len().min(request.max_bytes)];
         let content = match canned.content_type {
-            "application/octet-stream" => WebContent::Binary {
+            "application/octet-stream" => PageContent::Binary {
                 summary: "binary".to_owned(),
             },
             "application/json" => match serde_json::from_slice::<serde_json::Value>(body) {
-                Ok(value) => WebContent::Text {
+                Ok(value) => PageContent::Text {
                     text: serde_json::to_string_pretty(&value).unwrap(),
                     format: "json",
                 },
-                Err(_) => WebContent::Binary {
+                Err(_) => PageContent::Binary {
                     summary: "binary".to_owned(),
                 },
             },
-            _ => WebContent::Text {
+            _ => PageContent::Text {
                 text: String::from_utf8_lossy(body).into_owned(),
                 format: "text",
             },
         };
-        Ok(WebPage {
+        Ok(FetchedPage {
             status: canned.status,
             final_url: canned.final_url.unwrap_or(request.url),
             content_type: canned.content_type.to_owned(),
@@ -125,24 +125,24 @@ impl Web for FakeWeb {
 pub(crate) struct Harness {
     pub server: AuthServer,
     pub store: Arc<SqliteStore>,
-    pub web: Arc<FakeWeb>,
+    pub fetcher: Arc<FakeFetcher>,
     pub account: Account,
     offset: Arc<AtomicI64>,
     _dir: TempDir,
 }
 
 impl Harness {
-    /// With the fake web seam.
+    /// With the fake Fetcher.
     pub async fn new() -> Self {
         Self::build(true).await
     }
 
-    /// Without a web seam: metadata documents cannot be fetched.
+    /// Without a Fetcher: metadata documents cannot be fetched.
     pub async fn without_web() -> Self {
         Self::build(false).await
     }
 
-    async fn build(with_web: bool) -> Self {
+    async fn build(with_fetcher: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(
             SqliteStore::open(&dir.path().join("db"), Durability::Normal)
@@ -150,10 +150,11 @@ impl Harness {
                 .unwrap(),
         );
         let account = create_account(&store, "owner@example.com").await;
-        let web = Arc::new(FakeWeb::default());
+        let fetcher = Arc::new(FakeFetcher::default());
         let offset = Arc::new(AtomicI64::new(0));
         let clock_offset = offset.clone();
-        let seam: Option<Arc<dyn Web>> = with_web.then(|| web.clone() as Arc<dyn Web>);
+        let seam: Option<Arc<dyn Fetcher>> =
+            with_fetcher.then(|| fetcher.clone() as Arc<dyn Fetcher>);
         let server =
             AuthServer::new(store.clone(), seam, PUBLIC_URL).with_clock(Arc::new(move || {
                 now_millis() + clock_offset.load(Ordering::SeqCst)
@@ -161,7 +162,7 @@ impl Harness {
         Self {
             server,
             store,
-            web,
+            fetcher,
             account,
             offset,
             _dir: dir,

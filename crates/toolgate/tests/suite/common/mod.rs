@@ -533,9 +533,9 @@ async fn announced(stdout: std::process::ChildStdout) -> Option<std::net::Socket
 }
 
 /// A builder for the tests' HTTP clients: the build's reqwest carries no TLS provider of its own
-/// (see toolgate-web), so the process's is installed first.
+/// (see toolgate-fetch), so the process's is installed first.
 pub fn client_builder() -> reqwest::ClientBuilder {
-    toolgate_web::install_tls_provider();
+    toolgate_fetch::install_tls_provider();
     reqwest::Client::builder()
 }
 

@@ -10,15 +10,15 @@ use super::{Client, MAX_MAX_BYTES, Written, output_schema};
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
-use toolgate_ports::web::{Method, Web};
+use toolgate_ports::fetch::{Fetcher, Method};
 
 /// `http`.
 pub struct SendHttp(Client);
 
 impl SendHttp {
     /// Sends through `web`, with `secrets` for `{{secret:NAME}}`.
-    pub fn new(web: Arc<dyn Web>, secrets: Option<Arc<Secrets>>) -> Self {
-        Self(Client::new(web, secrets))
+    pub fn new(fetcher: Arc<dyn Fetcher>, secrets: Option<Arc<Secrets>>) -> Self {
+        Self(Client::new(fetcher, secrets))
     }
 }
 
@@ -71,7 +71,7 @@ impl Capability for SendHttp {
     }
 
     fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
-        Some(crate::turns::TurnKind::Web)
+        Some(crate::turns::TurnKind::Fetch)
     }
 
     fn validate(&self, args: &JsonObject) -> Result<(), String> {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use base64::Engine;
-use toolgate_ports::web::WebContent;
+use toolgate_ports::fetch::PageContent;
 
 /// The most time Markdown conversion may take before the page is shown as plain text.
 const MARKDOWN_TIME: Duration = Duration::from_secs(5);
@@ -17,7 +17,7 @@ pub fn max_text(bytes: usize) -> usize {
 }
 
 /// Renders `body` of type `content_type`.
-pub fn render(content_type: &str, body: &[u8]) -> WebContent {
+pub fn render(content_type: &str, body: &[u8]) -> PageContent {
     let mime = content_type
         .split(';')
         .next()
@@ -31,7 +31,7 @@ pub fn render(content_type: &str, body: &[u8]) -> WebContent {
     if (mime == "application/json" || mime.ends_with("+json"))
         && let Some(pretty) = pretty_json(body)
     {
-        return WebContent::Text {
+        return PageContent::Text {
             text: pretty,
             format: "json",
         };
@@ -40,7 +40,7 @@ pub fn render(content_type: &str, body: &[u8]) -> WebContent {
         mime.as_str(),
         "image/png" | "image/jpeg" | "image/gif" | "image/webp"
     ) {
-        return WebContent::Image {
+        return PageContent::Image {
             data: base64::engine::general_purpose::STANDARD.encode(body),
             mime_type: mime,
         };
@@ -53,21 +53,21 @@ pub fn render(content_type: &str, body: &[u8]) -> WebContent {
         || mime == "application/xml"
         || mime == "application/javascript";
     match std::str::from_utf8(body) {
-        Ok(text) if textual || (mime.is_empty() && !text.contains('\0')) => WebContent::Text {
+        Ok(text) if textual || (mime.is_empty() && !text.contains('\0')) => PageContent::Text {
             text: text.to_owned(),
             format: "text",
         },
-        _ if textual => WebContent::Text {
+        _ if textual => PageContent::Text {
             text: String::from_utf8_lossy(body).into_owned(),
             format: "text",
         },
-        _ => WebContent::Binary {
+        _ => PageContent::Binary {
             summary: summary(&mime, body),
         },
     }
 }
 
-fn html_as_markdown(html: &str) -> WebContent {
+fn html_as_markdown(html: &str) -> PageContent {
     let converted = crate::html::to_markdown(html, max_text(html.len()), MARKDOWN_TIME);
     let mut text = converted.text;
     if converted.cut {
@@ -76,7 +76,7 @@ fn html_as_markdown(html: &str) -> WebContent {
             text.len()
         ));
     }
-    WebContent::Text {
+    PageContent::Text {
         text,
         format: if converted.plain { "text" } else { "markdown" },
     }

@@ -1,4 +1,4 @@
-//! The web seam: what `url`, `http` and the fetch of OAuth client metadata documents need from an
+//! The Fetcher port: what `url`, `http` and the fetch of OAuth client metadata documents need from an
 //! HTTP client, as values. The binary wires in the real client (crate `web`: reqwest behind the
 //! egress guard); `app` never speaks HTTP itself.
 
@@ -49,7 +49,7 @@ impl Method {
 
 /// One request on a tenant's behalf.
 #[derive(Clone)]
-pub struct WebRequest {
+pub struct FetchRequest {
     /// The method.
     pub method: Method,
     /// The URL, secrets already substituted.
@@ -66,10 +66,10 @@ pub struct WebRequest {
     pub max_bytes: usize,
 }
 
-impl std::fmt::Debug for WebRequest {
+impl std::fmt::Debug for FetchRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // a URL or a header value may hold a secret's value
-        f.debug_struct("WebRequest")
+        f.debug_struct("FetchRequest")
             .field("method", &self.method)
             .field("headers", &self.headers.len())
             .field("body_bytes", &self.body.as_ref().map(String::len))
@@ -81,7 +81,7 @@ impl std::fmt::Debug for WebRequest {
 
 /// What a page became.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WebContent {
+pub enum PageContent {
     /// Readable text: `format` is `markdown` (from HTML), `json` (pretty-printed) or `text`.
     Text {
         /// the text
@@ -105,7 +105,7 @@ pub enum WebContent {
 
 /// A fetched page.
 #[derive(Debug, Clone)]
-pub struct WebPage {
+pub struct FetchedPage {
     /// The final response's status.
     pub status: u16,
     /// The URL after redirects.
@@ -117,13 +117,13 @@ pub struct WebPage {
     /// The body was longer than `max_bytes`.
     pub truncated: bool,
     /// The body, rendered.
-    pub content: WebContent,
+    pub content: PageContent,
 }
 
 /// Why a fetch failed; messages are safe to show the caller (they may echo the URL, which the
 /// caller redacts).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum WebError {
+pub enum FetchError {
     /// the egress guard, the scheme or the redirect limit refused it
     #[error("{0}")]
     Refused(String),
@@ -134,7 +134,7 @@ pub enum WebError {
 
 /// Sends requests and reads their answers.
 #[async_trait]
-pub trait Web: Send + Sync {
+pub trait Fetcher: Send + Sync {
     /// Sends `request`.
-    async fn send(&self, request: WebRequest) -> Result<WebPage, WebError>;
+    async fn send(&self, request: FetchRequest) -> Result<FetchedPage, FetchError>;
 }

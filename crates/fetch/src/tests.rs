@@ -12,9 +12,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use toolgate_egress::EgressPolicy;
-use toolgate_ports::web::{Method, Web, WebContent, WebError, WebRequest};
+use toolgate_ports::fetch::{FetchError, FetchRequest, Fetcher, Method, PageContent};
 
-use super::WebClient;
+use super::FetchClient;
 
 /// A loopback server with one route per case; counts the requests it saw.
 async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
@@ -136,16 +136,16 @@ async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, seen)
 }
 
-fn allowing_loopback() -> WebClient {
-    WebClient::new(
+fn allowing_loopback() -> FetchClient {
+    FetchClient::new(
         EgressPolicy::new(&["127.0.0.1/32".into()]).unwrap(),
         Duration::from_secs(2),
     )
     .unwrap()
 }
 
-fn get_of(url: String) -> WebRequest {
-    WebRequest {
+fn get_of(url: String) -> FetchRequest {
+    FetchRequest {
         method: Method::Get,
         url,
         headers: Vec::new(),
@@ -164,7 +164,7 @@ async fn pages_are_rendered_for_reading() {
         .await
         .unwrap();
     assert_eq!(page.status, 200);
-    let WebContent::Text { text, format } = &page.content else {
+    let PageContent::Text { text, format } = &page.content else {
         panic!("{page:?}")
     };
     assert_eq!(*format, "markdown");
@@ -178,7 +178,7 @@ async fn pages_are_rendered_for_reading() {
         .unwrap();
     assert_eq!(
         json.content,
-        WebContent::Text {
+        PageContent::Text {
             text: "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {\n    \"c\": true\n  }\n}".into(),
             format: "json"
         }
@@ -188,14 +188,14 @@ async fn pages_are_rendered_for_reading() {
         .await
         .unwrap();
     assert!(
-        matches!(png.content, WebContent::Image { ref mime_type, .. } if mime_type == "image/png"),
+        matches!(png.content, PageContent::Image { ref mime_type, .. } if mime_type == "image/png"),
         "{png:?}"
     );
     let bin = web
         .send(get_of(format!("http://{addr}/bin")))
         .await
         .unwrap();
-    let WebContent::Binary { summary } = &bin.content else {
+    let PageContent::Binary { summary } = &bin.content else {
         panic!("{bin:?}")
     };
     assert!(
@@ -208,7 +208,7 @@ async fn pages_are_rendered_for_reading() {
         .unwrap();
     assert_eq!(
         gz.content,
-        WebContent::Text {
+        PageContent::Text {
             text: "compressed hello".into(),
             format: "text"
         }
@@ -220,7 +220,7 @@ async fn size_time_and_redirects_are_bounded() {
     let (addr, _) = server().await;
     let web = allowing_loopback();
     let huge = web
-        .send(WebRequest {
+        .send(FetchRequest {
             max_bytes: 1000,
             ..get_of(format!("http://{addr}/huge"))
         })
@@ -232,7 +232,7 @@ async fn size_time_and_redirects_are_bounded() {
         .await
         .unwrap_err();
     assert!(
-        matches!(slow, WebError::Failed(ref m) if m.contains("timed out")),
+        matches!(slow, FetchError::Failed(ref m) if m.contains("timed out")),
         "{slow:?}"
     );
     let five = web
@@ -253,7 +253,7 @@ async fn size_time_and_redirects_are_bounded() {
 #[tokio::test]
 async fn the_guard_refuses_before_connecting() {
     let (addr, seen) = server().await;
-    let guarded = WebClient::new(EgressPolicy::default(), Duration::from_secs(2)).unwrap();
+    let guarded = FetchClient::new(EgressPolicy::default(), Duration::from_secs(2)).unwrap();
     for url in [
         format!("http://{addr}/html"),
         format!("http://0x7f000001:{}/html", addr.port()),
@@ -263,7 +263,7 @@ async fn the_guard_refuses_before_connecting() {
     ] {
         let err = guarded.send(get_of(url.clone())).await.unwrap_err();
         assert!(
-            matches!(err, WebError::Refused(ref m) if m.contains("loopback")),
+            matches!(err, FetchError::Refused(ref m) if m.contains("loopback")),
             "{url}: {err:?}"
         );
     }
@@ -271,7 +271,7 @@ async fn the_guard_refuses_before_connecting() {
         assert!(
             matches!(
                 guarded.send(get_of(url.into())).await,
-                Err(WebError::Refused(_))
+                Err(FetchError::Refused(_))
             ),
             "{url}"
         );
@@ -314,7 +314,7 @@ async fn headers_are_sent_and_bad_ones_refused_without_their_value() {
     let page = web.send(request).await.unwrap();
     assert_eq!(
         page.content,
-        WebContent::Text {
+        PageContent::Text {
             text: "Bearer abc".into(),
             format: "text"
         }
@@ -332,7 +332,7 @@ async fn writes_carry_their_method_and_body() {
     let web = allowing_loopback();
     for method in [Method::Post, Method::Put, Method::Patch, Method::Delete] {
         let page = web
-            .send(WebRequest {
+            .send(FetchRequest {
                 method,
                 body: Some("payload".into()),
                 ..get_of(format!("http://{addr}/items"))
@@ -342,7 +342,7 @@ async fn writes_carry_their_method_and_body() {
         let expected = format!("{} payload", method.as_str());
         assert_eq!(
             page.content,
-            WebContent::Text {
+            PageContent::Text {
                 text: expected,
                 format: "text"
             }

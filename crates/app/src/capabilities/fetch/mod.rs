@@ -1,10 +1,10 @@
-//! Requests on the caller's behalf through the web seam (which passes the egress guard): `url`
+//! Requests on the caller's behalf through the Fetcher port (which passes the egress guard): `url`
 //! (a GET) on the read tool and `http` (POST, PUT, PATCH, DELETE) on the write tool.
 //! `{{secret:NAME}}` in the URL, a header value or the body is replaced by the secret's value,
 //! and every such value is redacted from what the call returns.
 
-mod fetch;
-mod send;
+mod http;
+mod url;
 
 use std::sync::Arc;
 
@@ -13,10 +13,10 @@ use toolgate_domain::SecretName;
 
 use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output};
 use crate::secrets::{OpenedSecrets, Secrets};
-use toolgate_ports::web::{Method, Web, WebContent, WebPage, WebRequest};
+use toolgate_ports::fetch::{FetchRequest, FetchedPage, Fetcher, Method, PageContent};
 
-pub use fetch::FetchUrl;
-pub use send::SendHttp;
+pub use http::SendHttp;
+pub use url::FetchUrl;
 
 /// Longest URL, in bytes.
 pub(crate) const MAX_URL_BYTES: usize = 8 * 1024;
@@ -26,7 +26,7 @@ pub(crate) const MAX_MAX_BYTES: usize = 8 * 1024 * 1024;
 
 /// What both capabilities share.
 pub(crate) struct Client {
-    web: Arc<dyn Web>,
+    fetcher: Arc<dyn Fetcher>,
     secrets: Option<Arc<Secrets>>,
 }
 
@@ -60,8 +60,8 @@ impl Written<'_> {
 }
 
 impl Client {
-    pub fn new(web: Arc<dyn Web>, secrets: Option<Arc<Secrets>>) -> Self {
-        Self { web, secrets }
+    pub fn new(fetcher: Arc<dyn Fetcher>, secrets: Option<Arc<Secrets>>) -> Self {
+        Self { fetcher, secrets }
     }
 
     /// Fills the placeholders, sends, and renders the answer; every used secret is registered
@@ -93,8 +93,8 @@ impl Client {
             .and_then(|n| usize::try_from(n).ok())
             .unwrap_or(DEFAULT_MAX_BYTES);
         let page = self
-            .web
-            .send(WebRequest {
+            .fetcher
+            .send(FetchRequest {
                 method: written.method,
                 url,
                 headers,
@@ -172,11 +172,11 @@ fn output_schema() -> Value {
         "required": ["status", "final_url", "content_type", "format", "bytes", "truncated"]})
 }
 
-fn rendered(page: WebPage) -> Output {
+fn rendered(page: FetchedPage) -> Output {
     let (item, format) = match page.content {
-        WebContent::Text { text, format } => (ContentItem::Text(text), format),
-        WebContent::Image { data, mime_type } => (ContentItem::Image { data, mime_type }, "image"),
-        WebContent::Binary { summary } => (ContentItem::Text(summary), "binary"),
+        PageContent::Text { text, format } => (ContentItem::Text(text), format),
+        PageContent::Image { data, mime_type } => (ContentItem::Image { data, mime_type }, "image"),
+        PageContent::Binary { summary } => (ContentItem::Text(summary), "binary"),
     };
     let mut content = vec![item];
     if page.truncated {

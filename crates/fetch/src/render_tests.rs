@@ -1,14 +1,14 @@
 #![allow(clippy::unwrap_used)]
 
-use toolgate_ports::web::WebContent;
+use toolgate_ports::fetch::PageContent;
 
 use super::{max_text, render};
 
 const EIGHT_MIB: usize = 8 << 20;
 
-fn text_of(content: WebContent) -> (String, &'static str) {
+fn text_of(content: PageContent) -> (String, &'static str) {
     match content {
-        WebContent::Text { text, format } => (text, format),
+        PageContent::Text { text, format } => (text, format),
         other => panic!("{other:?}"),
     }
 }
@@ -52,14 +52,14 @@ fn xml_images_and_bytes_are_not_parsed() {
         .cycle()
         .take(EIGHT_MIB)
         .collect();
-    let WebContent::Image { data, mime_type } = render("image/png", &png) else {
+    let PageContent::Image { data, mime_type } = render("image/png", &png) else {
         panic!()
     };
     assert_eq!(
         (data.len(), mime_type.as_str()),
         (EIGHT_MIB.div_ceil(3) * 4, "image/png")
     );
-    let WebContent::Binary { summary } = render("application/octet-stream", &vec![7; EIGHT_MIB])
+    let PageContent::Binary { summary } = render("application/octet-stream", &vec![7; EIGHT_MIB])
     else {
         panic!()
     };

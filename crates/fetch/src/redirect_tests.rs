@@ -12,9 +12,9 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
 use toolgate_egress::EgressPolicy;
-use toolgate_ports::web::{Method, Web, WebError, WebRequest};
+use toolgate_ports::fetch::{FetchError, FetchRequest, Fetcher, Method};
 
-use super::WebClient;
+use super::FetchClient;
 
 /// One request as a server saw it: its method, headers and body.
 #[derive(Debug, Clone)]
@@ -60,13 +60,13 @@ async fn recording_server() -> (SocketAddr, Arc<Mutex<Vec<Seen>>>) {
     (addr, seen)
 }
 
-fn client() -> WebClient {
+fn client() -> FetchClient {
     let policy = EgressPolicy::new(&["127.0.0.1".to_owned()]).unwrap();
-    WebClient::new(policy, Duration::from_secs(5)).unwrap()
+    FetchClient::new(policy, Duration::from_secs(5)).unwrap()
 }
 
-fn request(method: Method, url: String, body: Option<&str>, secret: bool) -> WebRequest {
-    WebRequest {
+fn request(method: Method, url: String, body: Option<&str>, secret: bool) -> FetchRequest {
+    FetchRequest {
         method,
         url,
         headers: vec![
@@ -157,7 +157,7 @@ async fn a_body_with_a_secret_is_not_sent_again_to_another_origin() {
             .await
             .unwrap_err();
         assert!(
-            matches!(&refused, WebError::Refused(m) if m.contains("another origin")),
+            matches!(&refused, FetchError::Refused(m) if m.contains("another origin")),
             "{refused:?}"
         );
         assert!(
@@ -190,7 +190,7 @@ async fn a_body_with_a_secret_is_not_sent_again_to_another_origin() {
 #[tokio::test]
 async fn every_hop_is_checked_and_the_whole_chain_shares_one_time_limit() {
     let (site, _) = recording_server().await;
-    let guarded = WebClient::new(EgressPolicy::default(), Duration::from_secs(5)).unwrap();
+    let guarded = FetchClient::new(EgressPolicy::default(), Duration::from_secs(5)).unwrap();
     // a public-looking start is impossible on loopback; the refusal of a hop is what counts
     let url = format!("http://{site}/redirect?status=302&to=http%3A%2F%2F169.254.169.254%2F");
     let refused = client()
@@ -198,12 +198,12 @@ async fn every_hop_is_checked_and_the_whole_chain_shares_one_time_limit() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&refused, WebError::Refused(m) if m.contains("169.254.169.254")),
+        matches!(&refused, FetchError::Refused(m) if m.contains("169.254.169.254")),
         "{refused:?}"
     );
     let direct = guarded
         .send(request(Method::Get, format!("http://{site}/"), None, false))
         .await
         .unwrap_err();
-    assert!(matches!(direct, WebError::Refused(_)), "{direct:?}");
+    assert!(matches!(direct, FetchError::Refused(_)), "{direct:?}");
 }

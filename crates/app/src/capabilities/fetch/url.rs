@@ -9,15 +9,15 @@ use super::{Client, MAX_MAX_BYTES, MAX_URL_BYTES, Written, max_bytes_of, output_
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
-use toolgate_ports::web::{Method, Web};
+use toolgate_ports::fetch::{Fetcher, Method};
 
 /// `url`.
 pub struct FetchUrl(Client);
 
 impl FetchUrl {
     /// Fetches through `web`, with `secrets` for `{{secret:NAME}}`.
-    pub fn new(web: Arc<dyn Web>, secrets: Option<Arc<Secrets>>) -> Self {
-        Self(Client::new(web, secrets))
+    pub fn new(fetcher: Arc<dyn Fetcher>, secrets: Option<Arc<Secrets>>) -> Self {
+        Self(Client::new(fetcher, secrets))
     }
 }
 
@@ -94,7 +94,7 @@ impl Capability for FetchUrl {
     }
 
     fn turn_kind(&self, _args: &JsonObject) -> Option<crate::turns::TurnKind> {
-        Some(crate::turns::TurnKind::Web)
+        Some(crate::turns::TurnKind::Fetch)
     }
 
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {

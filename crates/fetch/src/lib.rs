@@ -20,7 +20,7 @@ use reqwest::header::{
 use reqwest::redirect;
 use tokio::time::Instant;
 use toolgate_egress::EgressPolicy;
-use toolgate_ports::web::{Web, WebError, WebPage, WebRequest};
+use toolgate_ports::fetch::{FetchError, FetchRequest, FetchedPage, Fetcher};
 use url::Url;
 
 /// Makes ring the process's TLS crypto provider, which every reqwest client of this build needs
@@ -49,7 +49,7 @@ pub fn api_client(policy: EgressPolicy, timeout: Duration) -> Result<reqwest::Cl
 /// never the URL).
 pub fn describe_error(err: reqwest::Error) -> String {
     match failed(err) {
-        WebError::Refused(message) | WebError::Failed(message) => message,
+        FetchError::Refused(message) | FetchError::Failed(message) => message,
     }
 }
 
@@ -60,20 +60,20 @@ const MAX_CONTENT_TYPE: usize = 256;
 pub const MAX_REDIRECTS: usize = 5;
 
 /// The client and its limits.
-pub struct WebClient {
+pub struct FetchClient {
     client: reqwest::Client,
     policy: Arc<EgressPolicy>,
     /// The most a request may take, redirects included.
     timeout: Duration,
 }
 
-impl std::fmt::Debug for WebClient {
+impl std::fmt::Debug for FetchClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebClient").finish_non_exhaustive()
+        f.debug_struct("FetchClient").finish_non_exhaustive()
     }
 }
 
-impl WebClient {
+impl FetchClient {
     /// A client that connects only where `policy` allows, giving up after `timeout`.
     pub fn new(policy: EgressPolicy, timeout: Duration) -> Result<Self, String> {
         install_tls_provider();
@@ -98,23 +98,23 @@ impl WebClient {
         })
     }
 
-    async fn fetch(&self, request: WebRequest) -> Result<WebPage, WebError> {
+    async fn fetch(&self, request: FetchRequest) -> Result<FetchedPage, FetchError> {
         let deadline = Instant::now() + self.timeout;
         let mut url =
-            Url::parse(&request.url).map_err(|e| WebError::Refused(format!("not a URL: {e}")))?;
+            Url::parse(&request.url).map_err(|e| FetchError::Refused(format!("not a URL: {e}")))?;
         self.policy
             .check_url(&url)
-            .map_err(|r| WebError::Refused(r.to_string()))?;
+            .map_err(|r| FetchError::Refused(r.to_string()))?;
         let origin = url.origin();
         let mut headers = header_map(&request.headers)?;
         let mut method = reqwest::Method::from_bytes(request.method.as_str().as_bytes())
-            .map_err(|_| WebError::Refused("unknown method".to_owned()))?;
+            .map_err(|_| FetchError::Refused("unknown method".to_owned()))?;
         let mut body = request.body;
         let mut hops = 0;
         let response = loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() {
-                return Err(WebError::Failed("the request timed out".to_owned()));
+                return Err(FetchError::Failed("the request timed out".to_owned()));
             }
             let mut builder = self
                 .client
@@ -130,13 +130,13 @@ impl WebClient {
             };
             hops += 1;
             if hops > MAX_REDIRECTS {
-                return Err(WebError::Refused(format!(
+                return Err(FetchError::Refused(format!(
                     "redirect refused: more than {MAX_REDIRECTS} redirects"
                 )));
             }
             self.policy
                 .check_url(&next)
-                .map_err(|r| WebError::Refused(format!("redirect refused: {r}")))?;
+                .map_err(|r| FetchError::Refused(format!("redirect refused: {r}")))?;
             let keeps_body = matches!(
                 response.status(),
                 StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
@@ -153,7 +153,7 @@ impl WebClient {
             }
             if next.origin() != origin {
                 if body.is_some() && request.body_holds_secret {
-                    return Err(WebError::Refused(format!(
+                    return Err(FetchError::Refused(format!(
                         "redirect refused: the answer ({}) sends the request to another \
                          origin, and its body holds a secret, which is not sent there",
                         response.status()
@@ -180,8 +180,8 @@ impl WebClient {
         let kind = content_type.clone();
         let content = tokio::task::spawn_blocking(move || render::render(&kind, &body))
             .await
-            .map_err(|_| WebError::Failed("the page could not be rendered".to_owned()))?;
-        Ok(WebPage {
+            .map_err(|_| FetchError::Failed("the page could not be rendered".to_owned()))?;
+        Ok(FetchedPage {
             status,
             final_url,
             bytes,
@@ -193,7 +193,7 @@ impl WebClient {
 }
 
 /// Where a redirect answer sends the request next, if it is one to follow.
-fn redirect_target(response: &reqwest::Response, current: &Url) -> Result<Option<Url>, WebError> {
+fn redirect_target(response: &reqwest::Response, current: &Url) -> Result<Option<Url>, FetchError> {
     let followed = matches!(
         response.status(),
         StatusCode::MOVED_PERMANENTLY
@@ -207,28 +207,28 @@ fn redirect_target(response: &reqwest::Response, current: &Url) -> Result<Option
     };
     let location = location
         .to_str()
-        .map_err(|_| WebError::Failed("a redirect's Location is not text".to_owned()))?;
+        .map_err(|_| FetchError::Failed("a redirect's Location is not text".to_owned()))?;
     current
         .join(location)
         .map(Some)
-        .map_err(|e| WebError::Failed(format!("a redirect's Location is not a URL: {e}")))
+        .map_err(|e| FetchError::Failed(format!("a redirect's Location is not a URL: {e}")))
 }
 
 #[async_trait]
-impl Web for WebClient {
-    async fn send(&self, request: WebRequest) -> Result<WebPage, WebError> {
+impl Fetcher for FetchClient {
+    async fn send(&self, request: FetchRequest) -> Result<FetchedPage, FetchError> {
         self.fetch(request).await
     }
 }
 
-fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, WebError> {
+fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, FetchError> {
     let mut map = HeaderMap::new();
     for (name, value) in headers {
         let name = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| WebError::Refused(format!("{name:?} is not a header name")))?;
+            .map_err(|_| FetchError::Refused(format!("{name:?} is not a header name")))?;
         // the value may hold a secret: the message names only the header
         let value = HeaderValue::from_str(value)
-            .map_err(|_| WebError::Refused(format!("the value of header {name} is not valid")))?;
+            .map_err(|_| FetchError::Refused(format!("the value of header {name} is not valid")))?;
         map.append(name, value);
     }
     Ok(map)
@@ -238,7 +238,7 @@ fn header_map(headers: &[(String, String)]) -> Result<HeaderMap, WebError> {
 async fn read_bounded(
     response: reqwest::Response,
     max: usize,
-) -> Result<(Vec<u8>, bool), WebError> {
+) -> Result<(Vec<u8>, bool), FetchError> {
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
@@ -254,21 +254,21 @@ async fn read_bounded(
 }
 
 /// A failed request, said plainly: the refusal of the guard when that is what stopped it.
-fn failed(err: reqwest::Error) -> WebError {
+fn failed(err: reqwest::Error) -> FetchError {
     let mut source: Option<&dyn std::error::Error> = Some(&err);
     while let Some(current) = source {
         if let Some(refusal) = current.downcast_ref::<toolgate_egress::Refusal>() {
-            return WebError::Refused(refusal.to_string());
+            return FetchError::Refused(refusal.to_string());
         }
         source = current.source();
     }
     if err.is_timeout() {
-        return WebError::Failed("the request timed out".to_owned());
+        return FetchError::Failed("the request timed out".to_owned());
     }
     if err.is_redirect() {
-        return WebError::Refused(format!("redirect refused: {}", chain(err)));
+        return FetchError::Refused(format!("redirect refused: {}", chain(err)));
     }
-    WebError::Failed(format!("the request failed: {}", chain(err)))
+    FetchError::Failed(format!("the request failed: {}", chain(err)))
 }
 
 /// The error and its causes, without the URL (which may hold a secret; the caller shows it).
