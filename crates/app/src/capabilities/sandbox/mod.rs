@@ -7,11 +7,11 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
-mod exposed;
 mod listing;
 mod read;
 mod render;
 mod run;
+mod secrets_given;
 
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ pub struct Sandbox {
     /// The vault, for `secrets` on `code` and `bash`.
     secrets: Option<Arc<Secrets>>,
     /// Which secrets each session was given, for reads of its files.
-    exposed: exposed::Exposed,
+    secrets_given: secrets_given::SecretsGiven,
 }
 
 impl Sandbox {
@@ -63,7 +63,7 @@ impl Sandbox {
             timeout,
             session_id,
             secrets: None,
-            exposed: exposed::Exposed::default(),
+            secrets_given: secrets_given::SecretsGiven::default(),
         }
     }
 
@@ -293,7 +293,7 @@ impl Sandbox {
     /// Remembers that `session` was given `names` (pruning the account's dead sessions when
     /// it remembers many).
     async fn expose(&self, account: &str, session: &str, names: &[SecretName]) {
-        if self.exposed.record(account, session, names) {
+        if self.secrets_given.record(account, session, names) {
             let live: Vec<String> = self
                 .sessions
                 .list(account)
@@ -301,7 +301,7 @@ impl Sandbox {
                 .into_iter()
                 .map(|s| s.id)
                 .collect();
-            self.exposed.keep_only(account, &live);
+            self.secrets_given.keep_only(account, &live);
         }
     }
 
@@ -343,7 +343,7 @@ impl Sandbox {
     /// The values of the secrets `session` was given (those that still exist).
     async fn given_to(&self, ctx: &CallContext<'_>, session: &str) -> OpenedSecrets {
         let names: Vec<SecretName> = self
-            .exposed
+            .secrets_given
             .of(&account_key(ctx), session)
             .into_iter()
             .filter(|name| !ctx.secrets.holds(name))

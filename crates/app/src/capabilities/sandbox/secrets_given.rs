@@ -12,11 +12,11 @@ const PRUNE_ABOVE: usize = 64;
 
 /// (account, session id) → the names of the secrets its runs were given.
 #[derive(Default)]
-pub(super) struct Exposed {
+pub(super) struct SecretsGiven {
     by_session: Mutex<HashMap<String, HashMap<String, BTreeSet<SecretName>>>>,
 }
 
-impl Exposed {
+impl SecretsGiven {
     /// Remembers that `session` of `account` was given `names`; returns whether the account now
     /// remembers so many sessions that the dead ones should be pruned.
     pub fn record(&self, account: &str, session: &str, names: &[SecretName]) -> bool {
@@ -68,19 +68,19 @@ mod tests {
 
     #[test]
     fn names_are_remembered_per_session_and_pruned_to_live_ones() {
-        let exposed = Exposed::default();
+        let given = SecretsGiven::default();
         let name = |n: &str| SecretName::parse(n).unwrap();
-        assert!(!exposed.record("a", "s", &[name("X")]));
-        exposed.record("a", "s", &[name("Y"), name("X")]);
-        assert_eq!(exposed.of("a", "s"), [name("X"), name("Y")]);
-        assert!(exposed.of("b", "s").is_empty(), "accounts apart");
+        assert!(!given.record("a", "s", &[name("X")]));
+        given.record("a", "s", &[name("Y"), name("X")]);
+        assert_eq!(given.of("a", "s"), [name("X"), name("Y")]);
+        assert!(given.of("b", "s").is_empty(), "accounts apart");
         let mut crowded = false;
         for n in 0..=PRUNE_ABOVE {
-            crowded = exposed.record("a", &format!("t{n}"), &[name("Z")]);
+            crowded = given.record("a", &format!("t{n}"), &[name("Z")]);
         }
         assert!(crowded);
-        exposed.keep_only("a", &["s".to_owned()]);
-        assert_eq!(exposed.of("a", "s").len(), 2);
-        assert!(exposed.of("a", "t0").is_empty());
+        given.keep_only("a", &["s".to_owned()]);
+        assert_eq!(given.of("a", "s").len(), 2);
+        assert!(given.of("a", "t0").is_empty());
     }
 }
