@@ -20,6 +20,7 @@ mod dashboard_wallet;
 mod front_door;
 mod hostile_bodies;
 mod metering;
+mod module_circles;
 mod oauth;
 mod oauth_edges;
 mod oauth_more;
