@@ -100,71 +100,12 @@ fn refused(args: &[&str]) -> String {
 
 const KEY: &str = "v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
 
+/// Shared with the suite's `cli_serve`, which runs each row through the binary.
+const REFUSED: &[(&[&str], &str)] = include!("../../tests/refused_settings.in");
+
 #[test]
 fn serve_refuses_a_bad_value_of_every_group_by_name() {
-    let cases: &[(&[&str], &str)] = &[
-        (&["--public-url", "ftp://example.org"], "public_url"),
-        (&["--brand", "Not A Brand!"], "brand"),
-        (&["--paid-call-cost-usd", "lots"], "paid_call_cost_usd"),
-        (&["--free-monthly-calls=-1"], "free_monthly_calls"),
-        (
-            &["--min-topup-usd", "10", "--max-topup-usd", "5"],
-            "min_topup_usd",
-        ),
-        (&["--max-request-bytes", "10"], "max_request_bytes"),
-        (&["--max-connections", "0"], "max_connections"),
-        (&["--max-mcp-sessions", "0"], "max_mcp_sessions"),
-        (
-            &["--max-mcp-sessions-per-account", "0"],
-            "max_mcp_sessions_per_account",
-        ),
-        (&["--trusted-proxies", "10.0.0.0/33"], "trusted_proxies"),
-        (
-            &["--egress-allow-private", "nowhere"],
-            "egress_allow_private",
-        ),
-        (&["--database-url", "mysql://localhost/x"], "database_url"),
-        (&["--sqlite-synchronous", "sometimes"], "sqlite_synchronous"),
-        (&["--vault-master-key", "v1 short"], "vault_master_key"),
-        (
-            &[
-                "--vault-master-key",
-                KEY,
-                "--vault-key-file",
-                "/nowhere/vault.key",
-            ],
-            "vault_master_key",
-        ),
-        (&["--sandbox", "maybe"], "sandbox"),
-        (&["--sandbox-memory-mib", "1"], "sandbox_memory_mib"),
-        (&["--sandbox-idle-minutes", "0"], "sandbox_idle_minutes"),
-        (
-            &["--sandbox-runtime", "/nowhere/runtime"],
-            "sandbox_runtime",
-        ),
-        (&["--openai-base-url", "not a url"], "openai_base_url"),
-        (&["--brave-base-url", "not a url"], "brave_base_url"),
-        (&["--searxng-url", "not a url"], "searxng_url"),
-        (&["--ai-endpoints", "nonsense"], "ai_endpoints"),
-        (
-            &["--ai-endpoints", "openai=http://127.0.0.1:1/v1"],
-            "ai_endpoints",
-        ),
-        (&["--ai-endpoint-keys", "nokey"], "ai_endpoint_keys"),
-        (&["--operator-max-tokens", "0"], "operator_max_tokens"),
-        (&["--smtp-url", "http://mail.example.org"], "smtp_url"),
-        (&["--mail-from", "not an address"], "mail_from"),
-        (
-            &[
-                "--stripe-secret-key",
-                "sk_test_x",
-                "--stripe-api-base",
-                "nowhere",
-            ],
-            "stripe_api_base",
-        ),
-        (&["--log", "toolgate=loud"], "log"),
-    ];
+    let cases = REFUSED;
     for (args, setting) in cases {
         let mut args = args.to_vec();
         if !args.iter().any(|arg| arg.starts_with("--sandbox")) {

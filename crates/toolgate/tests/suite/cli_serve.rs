@@ -50,76 +50,17 @@ fn assert_refused_untouched(hold_port: bool, flags: &[&str], env: &[(&str, &str)
 
 #[test]
 fn serve_refuses_a_bad_value_of_every_group_before_anything_opens() {
-    let key = "v1 AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=";
-    let cases: &[(&[&str], &str)] = &[
-        (&["--public-url", "ftp://example.org"], "public_url"),
-        (&["--brand", "Not A Brand!"], "brand"),
-        (&["--paid-call-cost-usd", "lots"], "paid_call_cost_usd"),
-        (
-            &["--min-topup-usd", "10", "--max-topup-usd", "5"],
-            "min_topup_usd",
-        ),
-        (&["--max-request-bytes", "10"], "max_request_bytes"),
-        (&["--max-connections", "0"], "max_connections"),
-        (&["--max-mcp-sessions", "0"], "max_mcp_sessions"),
-        (&["--trusted-proxies", "10.0.0.0/33"], "trusted_proxies"),
-        (
-            &["--egress-allow-private", "nowhere"],
-            "egress_allow_private",
-        ),
-        (&["--database-url", "mysql://localhost/x"], "database_url"),
-        (&["--sqlite-synchronous", "sometimes"], "sqlite_synchronous"),
-        (&["--vault-master-key", "v1 short"], "vault_master_key"),
-        (
-            &["--vault-master-key", key, "--vault-key-file", "vault.key"],
-            "vault_master_key",
-        ),
-        (&["--sandbox", "maybe"], "sandbox"),
-        (
-            &["--sandbox", "on", "--sandbox-idle-minutes", "0"],
-            "sandbox_idle_minutes",
-        ),
-        (
-            &["--sandbox", "on", "--sandbox-max-sessions", "0"],
-            "sandbox_max_sessions",
-        ),
-        (
-            &["--sandbox", "on", "--sandbox-memory-mib", "1"],
-            "sandbox_memory_mib",
-        ),
-        (
-            &[
-                "--sandbox",
-                "on",
-                "--sandbox-runtime",
-                "/nonexistent/runtime",
-            ],
-            "sandbox_runtime",
-        ),
-        (&["--openai-base-url", "not a url"], "openai_base_url"),
-        (&["--searxng-url", "not a url"], "searxng_url"),
-        (&["--ai-endpoints", "nonsense"], "ai_endpoints"),
-        (&["--operator-max-tokens", "0"], "operator_max_tokens"),
-        (&["--smtp-url", "http://mail.example.org"], "smtp_url"),
-        (&["--mail-from", "not an address"], "mail_from"),
-        (
-            &[
-                "--stripe-secret-key",
-                "sk_test_x",
-                "--stripe-api-base",
-                "nowhere",
-            ],
-            "stripe_api_base",
-        ),
-        (
-            &["--sign-in-limit-per-address", "many"],
-            "sign-in-limit-per-address",
-        ),
-        (&["--log", "toolgate=loud"], "log"),
-    ];
+    let cases: &[(&[&str], &str)] = include!("../refused_settings.in");
     for (flags, named) in cases {
         assert_refused_untouched(true, flags, &[], named);
     }
+    // a value clap itself refuses, by its flag
+    assert_refused_untouched(
+        true,
+        &["--sign-in-limit-per-address", "many"],
+        &[],
+        "sign-in-limit-per-address",
+    );
     // the operator's PostgreSQL client settings, which tenants' connections would carry
     assert_refused_untouched(
         true,
