@@ -1,4 +1,4 @@
-//! Fetcher origins (RFC 6454 §4): the scheme, host and port a browser names in `Origin`, and the
+//! Web origins (RFC 6454 §4): the scheme, host and port a browser names in `Origin`, and the
 //! origin of a configured URL. One parser for every check of an origin (the MCP endpoints'
 //! allow-list, the dashboard's same-origin forms), so that two checks never disagree on what
 //! an origin is; each check keeps its own policy.

@@ -1,4 +1,4 @@
-//! Fetcher search through SearXNG (the operator's instance), Brave, Tavily or Exa: each engine's
+//! Web search through SearXNG (the operator's instance), Brave, Tavily or Exa: each engine's
 //! request and the parse of its answer into title, URL, snippet and date. A caller's key for
 //! Brave, Tavily or Exa (from the vault) chooses that engine; else the operator's SearXNG, else
 //! the first engine the operator has a key for.
