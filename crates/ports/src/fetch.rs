@@ -1,6 +1,6 @@
-//! The Fetcher port: what `url`, `http` and the fetch of OAuth client metadata documents need from an
-//! HTTP client, as values. The binary wires in the real client (crate `web`: reqwest behind the
-//! egress guard); `app` never speaks HTTP itself.
+//! The Fetcher port: what `url`, `http` and the fetch of OAuth client metadata documents need
+//! from an HTTP client, as values. The binary wires in the real client (crate `fetch`: reqwest
+//! behind the egress guard); `app` never speaks HTTP itself.
 
 use async_trait::async_trait;
 
