@@ -117,6 +117,33 @@ impl ClientPath {
     }
 }
 
+/// The headers of a 2026-07-28 `tools/call` of `tool`, as a client of that revision sends them
+/// (no session; the method and the tool's name also in headers).
+pub fn modern_call_headers(tool: &'static str) -> Vec<(HeaderName, HeaderValue)> {
+    vec![
+        (ACCEPT, HeaderValue::from_static(BOTH)),
+        protocol_version("2026-07-28"),
+        (
+            HeaderName::from_static("mcp-method"),
+            HeaderValue::from_static("tools/call"),
+        ),
+        (
+            HeaderName::from_static("mcp-name"),
+            HeaderValue::from_static(tool),
+        ),
+    ]
+}
+
+/// `request` (a JSON-RPC request) with the `_meta` every 2026-07-28 request carries.
+pub fn with_modern_meta(request: &str) -> Result<String> {
+    let mut body: serde_json::Value =
+        serde_json::from_str(request).context("the request is not JSON")?;
+    let meta: serde_json::Value =
+        serde_json::from_str(&format!("{{{MODERN_META}}}")).context("the _meta of 2026-07-28")?;
+    body["params"]["_meta"] = meta["_meta"].clone();
+    Ok(body.to_string())
+}
+
 /// The headers of a request in a new legacy session with SSE accepted, as real clients send them.
 pub async fn legacy_session(
     endpoint: &Endpoint,
@@ -210,6 +237,29 @@ mod tests {
         assert_eq!(
             body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
             "2026-07-28"
+        );
+    }
+
+    #[test]
+    fn a_modern_call_carries_its_meta_and_keeps_its_arguments() {
+        let call = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"svc_write","arguments":{"code":"1+1"}}}"#;
+        let body: serde_json::Value =
+            serde_json::from_str(&with_modern_meta(call).unwrap_or_default()).unwrap_or_default();
+        assert_eq!(
+            body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"],
+            "2026-07-28"
+        );
+        assert_eq!(body["params"]["arguments"]["code"], "1+1");
+        let headers = modern_call_headers("svc_write");
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "mcp-name" && v == "svc_write")
+        );
+        assert!(
+            headers
+                .iter()
+                .any(|(n, v)| n == "mcp-protocol-version" && v == "2026-07-28")
         );
     }
 }

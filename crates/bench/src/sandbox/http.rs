@@ -57,6 +57,8 @@ pub struct Http {
     pub warm_secrets_legacy_base: Timings,
     /// The same in a 2025-11-25 legacy session with SSE accepted (the path most clients take).
     pub warm_legacy: Timings,
+    /// Warm `1+1` as a 2026-07-28 client sends it (stateless, `_meta` and headers).
+    pub warm_modern: Timings,
     /// Three printed lines streamed as progress (an SSE answer), in a legacy session.
     pub progress: Timings,
     /// svc_write of the matplotlib figure in a warm session.
@@ -238,6 +240,15 @@ fn figures(
     let (warm_legacy, _) =
         runtime.block_on(timed(&endpoint, &warm_legacy, WARMUP_CALLS, plan.calls))?;
     report("warm 1+1 (legacy session)", &warm_legacy);
+    let warm_modern = Workload::post(
+        &personal,
+        crate::paths::with_modern_meta(&write_call("1+1", "warm"))?,
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?
+    .with_headers(crate::paths::modern_call_headers("svc_write"));
+    let (warm_modern, _) =
+        runtime.block_on(timed(&endpoint, &warm_modern, WARMUP_CALLS, plan.calls))?;
+    report("warm 1+1 (2026-07-28)", &warm_modern);
     let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
     let with_secrets_legacy = in_session(
         write_call_with_secrets("1+1", "warm", &names),
@@ -305,6 +316,7 @@ fn figures(
         warm_secrets_legacy,
         warm_secrets_legacy_base,
         warm_legacy,
+        warm_modern,
         progress: progress_stream,
         plot,
         png_bytes,

@@ -139,6 +139,12 @@ impl SandboxReport {
         );
         row(
             &mut out,
+            "warm 1+1, HTTP, 2026-07-28 (stateless, _meta)",
+            &h.warm_modern,
+            "(chat connectors' path)",
+        );
+        row(
+            &mut out,
             "warm 1+1, HTTP, legacy session, 5 vault secrets",
             &h.warm_secrets_legacy,
             &added_p50(&h.warm_secrets_legacy, &h.warm_secrets_legacy_base),
@@ -226,6 +232,7 @@ impl SandboxReport {
             "new_session_http": timings_json(&h.new_session),
             "warm_1_plus_1_http": timings_json(&h.warm),
             "warm_1_plus_1_http_legacy_session": timings_json(&h.warm_legacy),
+            "warm_1_plus_1_http_2026_07_28": timings_json(&h.warm_modern),
             "warm_1_plus_1_http_5_secrets": timings_json(&h.warm_secrets),
             "warm_1_plus_1_http_5_secrets_base": timings_json(&h.warm_secrets_base),
             "warm_1_plus_1_http_legacy_session_5_secrets": timings_json(&h.warm_secrets_legacy),
