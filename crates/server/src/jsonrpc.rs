@@ -118,6 +118,9 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
     }
 }
 
+/// The members a JSON-RPC 2.0 message is read by; only these may not be given twice.
+const ENVELOPE_MEMBERS: [&str; 6] = ["jsonrpc", "id", "method", "params", "result", "error"];
+
 /// A body's top level, read in one pass: an object's members (and whether one was given twice),
 /// or what else it is. Values are read as `serde_json::Value`, so its nesting limit holds.
 enum TopLevel {
@@ -150,7 +153,9 @@ impl<'de> Visitor<'de> for TopLevelVisitor {
         while let Some(key) = map.next_key::<String>()? {
             let value: Value = map.next_value()?;
             if members.contains_key(&key) {
-                twice = true;
+                // serde's derive, as rmcp uses it, skips members it does not know however often
+                // they come, and refuses its own fields given twice
+                twice |= ENVELOPE_MEMBERS.contains(&key.as_str());
             } else {
                 members.insert(key, value);
             }

@@ -168,6 +168,15 @@ fn a_member_given_twice_is_an_invalid_request() {
     }
 }
 
+/// The second case the properties found (in CI): a member the envelope does not know, given
+/// twice, is skipped by a typed parse as it is given once, so the message stands.
+#[test]
+fn an_unknown_member_given_twice_is_skipped() {
+    let body = r#"{"ID":"2.0","jsonrpc":"2.0","id":1,"ID":"2.0","method":"tools/list"}"#;
+    assert!(check_message(body.as_bytes()).is_ok());
+    assert!(valid(body.as_bytes()));
+}
+
 /// 10^6 levels, as a whole body and deep in a field of an otherwise valid request: not JSON
 /// to serde_json (its nesting limit), refused, and no stack is spent on it.
 #[test]
