@@ -9,9 +9,11 @@
 //!   environment, output channel, upcall handler, cancellation) and what came of it.
 //! - [`upcall`]: code in a session asking the service for something (a typed request) and
 //!   waiting for its typed answer; the session's identity is attached by the implementation.
+//! - [`checkpoints`]: where hibernated sessions' images are kept ([`CheckpointStore`]).
 //! - [`policy`]: the limits a session runs under.
 //! - [`protocol`] and [`frame`]: the typed frames of `runtime/PROTOCOL.md` and their framing.
 
+pub mod checkpoints;
 pub mod frame;
 pub mod policy;
 pub mod protocol;
@@ -19,6 +21,9 @@ mod run;
 mod sessions;
 pub mod upcall;
 
+pub use checkpoints::{
+    CheckpointError, CheckpointInfo, CheckpointKey, CheckpointStore, LoadedCheckpoint,
+};
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use policy::{LimitSettings, Limits, LimitsError};
 pub use protocol::{DisplayData, ExecOutcome, Interruption, OutputStream, PyError, RequestKind};
