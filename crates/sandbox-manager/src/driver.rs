@@ -20,6 +20,7 @@ use toolgate_sandbox::{ExecOutcome, Interruption, OutputChunk, Work};
 
 use crate::bounded::CallBudget;
 use crate::frame_io::FrameReader;
+use crate::keep::{KEEP_FRAME_BYTES, Keep, KeepAnswer, KeepStep, keep_frame};
 use crate::session_error::{KillReason, SessionError};
 use crate::session_input::{Idle, Step, idle_input, on_frame};
 use crate::upcalls::{PendingUpcalls, Ready, Upcalls};
@@ -38,10 +39,20 @@ pub(crate) struct Call {
     pub(crate) cancel: Option<CancellationToken>,
 }
 
+/// What a session's driver is asked to do.
 #[derive(Debug)]
-pub(crate) struct Job {
-    pub(crate) call: Call,
-    pub(crate) reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+pub(crate) enum Job {
+    /// run a call
+    Call {
+        call: Call,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+    },
+    /// checkpoint or restore the session's Python state, within `limit`
+    Keep {
+        keep: Keep,
+        limit: Duration,
+        reply: oneshot::Sender<Result<KeepAnswer, SessionError>>,
+    },
 }
 
 async fn cancelled(token: Option<&CancellationToken>) {
@@ -140,8 +151,13 @@ impl Driver {
         let why = loop {
             tokio::select! {
                 job = jobs.recv() => match job {
-                    Some(job) => {
-                        if let Some(why) = self.run(job).await {
+                    Some(Job::Call { call, reply }) => {
+                        if let Some(why) = self.run(call, reply).await {
+                            break why;
+                        }
+                    }
+                    Some(Job::Keep { keep, limit, reply }) => {
+                        if let Some(why) = self.keep(&keep, limit, reply).await {
                             break why;
                         }
                     }
@@ -173,13 +189,20 @@ impl Driver {
         self.mark_ended(&why);
         jobs.close();
         while let Ok(job) = jobs.try_recv() {
-            let _ = job.reply.send(Err(SessionError::Ended(why.clone())));
+            let error = SessionError::Ended(why.clone());
+            let _ = match job {
+                Job::Call { reply, .. } => reply.send(Err(error)).is_ok(),
+                Job::Keep { reply, .. } => reply.send(Err(error)).is_ok(),
+            };
         }
     }
 
     /// Runs one job. Returns why the session ended, if it did.
-    async fn run(&mut self, job: Job) -> Option<String> {
-        let Job { call, mut reply } = job;
+    async fn run(
+        &mut self,
+        call: Call,
+        mut reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+    ) -> Option<String> {
         if reply.is_closed() || call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
             // cancelled while queued: a SIGINT now would find nothing running and be ignored
             let _ = reply.send(Err(SessionError::Cancelled));
@@ -319,6 +342,67 @@ impl Driver {
         }
     }
 
+    /// Asks the session to checkpoint or restore its state, between calls, and reads its answer
+    /// within `limit` (then it is killed: a session that cannot keep its state in time is one
+    /// whose code is in the way). Returns why the session ended, if it did.
+    async fn keep(
+        &mut self,
+        keep: &Keep,
+        limit: Duration,
+        reply: oneshot::Sender<Result<KeepAnswer, SessionError>>,
+    ) -> Option<String> {
+        self.next_id += 1;
+        let id = self.next_id;
+        let deadline = Instant::now() + limit;
+        let bytes = match frame::encode(&keep.frame(id)) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = reply.send(Err(SessionError::TooLarge(e.to_string())));
+                return None;
+            }
+        };
+        match tokio::time::timeout_at(deadline, self.stream.write_all(&bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => {
+                let error = self.settle(None, limit).await;
+                return self.finish(reply, SessionError::Ended(error.to_string()));
+            }
+            Err(_) => {
+                self.signal(Signal::KILL);
+                let error = self.settle(Some(KillReason::Timeout), limit).await;
+                return self.finish(reply, error);
+            }
+        }
+        // what it may send besides its answer (a stray output frame) counts against a budget
+        let mut budget = CallBudget::default();
+        loop {
+            let max = budget.frame_limit().min(KEEP_FRAME_BYTES);
+            tokio::select! {
+                frame = self.reader.next(&mut self.stream, max) => match frame {
+                    Ok(Some(body)) => {
+                        budget.charge_frame(body.len());
+                        match keep_frame(id, keep, &body) {
+                            KeepStep::Continue => {}
+                            KeepStep::Answer(answer) => return self.answer(reply, Ok(answer)).await,
+                            KeepStep::Rejected(e) => return self.answer(reply, Err(e)).await,
+                            KeepStep::Broken(what) => return self.broken(reply, what, limit).await,
+                        }
+                    }
+                    Ok(None) | Err(FrameError::Truncated | FrameError::Io(_) | FrameError::Closed) => {
+                        let error = self.settle(None, limit).await;
+                        return self.finish(reply, error);
+                    }
+                    Err(e) => return self.broken(reply, format!("{e}"), limit).await,
+                },
+                () = tokio::time::sleep_until(deadline) => {
+                    self.signal(Signal::KILL);
+                    let error = self.settle(Some(KillReason::Timeout), limit).await;
+                    return self.finish(reply, error);
+                }
+            }
+        }
+    }
+
     /// Writes the answer to one of the running request's upcalls. The session is reading it
     /// (the code waits for it), so the write is quick; one that is not read within
     /// [`ANSWER_WRITE`] is a session not keeping to the protocol.
@@ -358,10 +442,10 @@ impl Driver {
 
     /// Answers a call that got its reply. Bytes already read past it came when nothing was due:
     /// the session is marked ended before the answer goes out, then killed.
-    async fn answer(
+    async fn answer<T>(
         &mut self,
-        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
-        answer: Result<ExecOutcome, SessionError>,
+        reply: oneshot::Sender<Result<T, SessionError>>,
+        answer: Result<T, SessionError>,
     ) -> Option<String> {
         if !self.reader.has_pending() {
             let _ = reply.send(answer);
@@ -374,9 +458,9 @@ impl Driver {
     }
 
     /// The session broke the protocol during a call: it is killed, and the call fails saying how.
-    async fn broken(
+    async fn broken<T>(
         &mut self,
-        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        reply: oneshot::Sender<Result<T, SessionError>>,
         what: String,
         limit: Duration,
     ) -> Option<String> {
@@ -399,9 +483,9 @@ impl Driver {
 
     /// Replies to a call that ended without a result; returns why the session ended. The session
     /// is marked ended before the reply goes out, so the caller never sees it alive after this.
-    fn finish(
+    fn finish<T>(
         &self,
-        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        reply: oneshot::Sender<Result<T, SessionError>>,
         error: SessionError,
     ) -> Option<String> {
         let why = error.to_string();

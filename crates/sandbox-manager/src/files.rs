@@ -157,7 +157,11 @@ const COPIER: &str = "/bin/cat";
 
 /// Writes `content` to `fd`: from a `cat` that joined the memory group `charge` (the pages are
 /// charged to whoever allocates them, by process), else from this process.
-fn write_content(fd: OwnedFd, content: &[u8], charge: Option<&Path>) -> std::io::Result<()> {
+pub(super) fn write_content(
+    fd: OwnedFd,
+    content: &[u8],
+    charge: Option<&Path>,
+) -> std::io::Result<()> {
     let Some(group) = charge.filter(|_| !content.is_empty()) else {
         return File::from(fd).write_all(content);
     };

@@ -20,7 +20,10 @@ mod files;
 mod frame_io;
 #[cfg(test)]
 mod frame_proptests;
+mod hibernation;
+mod image;
 mod incarnation;
+mod keep;
 mod manager;
 mod manager_types;
 mod manager_views;
@@ -42,6 +45,7 @@ pub use bounded::{
 };
 pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
 pub use files::{FileError, FileProblem};
+pub use hibernation::Keeping;
 pub use manager::SandboxManager;
 pub use manager_types::{Budget, Isolation, ManagerConfig, ManagerError};
 pub use session::SandboxSession;

@@ -20,6 +20,7 @@ use toolgate_sandbox::{
 use crate::cgroup::{CgroupVersion, Cgroups};
 use crate::driver::Call;
 use crate::files;
+use crate::hibernation::{self, Restoring};
 use crate::incarnation::{Live, blocking};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
 use crate::session::relay_output;
@@ -102,8 +103,12 @@ impl SandboxManager {
                 .map_or(CgroupVersion::None, Cgroups::version),
             workspace_quota: quota,
         };
-        let period =
-            (config.idle_ttl / 4).clamp(Duration::from_millis(20), Duration::from_secs(30));
+        // a kept session hibernates within about a second of its time
+        let period = match &config.keeping {
+            Some(keeping) => (config.idle_ttl.min(keeping.hibernate_after) / 4)
+                .clamp(Duration::from_millis(20), Duration::from_secs(1)),
+            None => (config.idle_ttl / 4).clamp(Duration::from_millis(20), Duration::from_secs(30)),
+        };
         let inner = Arc::new(ManagerState {
             config,
             zygote: tokio::sync::Mutex::new(Some(zygote)),
@@ -277,8 +282,12 @@ impl SandboxManager {
         if id.is_empty() || id.len() > MAX_SESSION_ID_BYTES {
             return Err(ManagerError::InvalidSessionId);
         }
-        // looked up first, so that a refused read takes no warm session
-        if existing_only && self.inner.lookup(account, id).is_none() {
+        // looked up first, so that a refused read takes no warm session; a hibernated session
+        // exists too (the read restores it)
+        let hibernated = existing_only
+            && self.inner.lookup(account, id).is_none()
+            && hibernation::has_checkpoint(&self.inner, account, id).await;
+        if existing_only && self.inner.lookup(account, id).is_none() && !hibernated {
             return Err(ManagerError::NoSuchSession);
         }
         loop {
@@ -299,7 +308,7 @@ impl SandboxManager {
                     return self.call_in(entry, slot, false, false, call, limits).await;
                 }
                 Claim::New(entry, slot, expired) => {
-                    if existing_only {
+                    if existing_only && !hibernated {
                         // it went between the look-up and the claim
                         retire(Arc::clone(&self.inner), entry, slot, false).await;
                         return Err(ManagerError::NoSuchSession);
@@ -331,6 +340,7 @@ impl SandboxManager {
         // a new entry with a session already: it took a warm one
         let took_warm = created && slot.live.is_some();
         let mut attempts = 0;
+        let mut restoring = None;
         let (pid, oom_kills, result) = loop {
             attempts += 1;
             if slot.live.as_ref().is_some_and(|l| !l.session.is_alive()) {
@@ -355,6 +365,10 @@ impl SandboxManager {
                 }
             };
             let live = &*slot.live.insert(live);
+            if created && attempts == 1 {
+                // a session this process does not hold may have a checkpoint: restored first
+                restoring = hibernation::restore(&self.inner, &entry, live).await;
+            }
             if !files.is_empty() {
                 let (workspace, files) = (entry.place.workspace.clone(), files.clone());
                 let owner = self.inner.give_away.then_some(entry.place.uid);
@@ -392,14 +406,33 @@ impl SandboxManager {
         entry.touch();
         if !alive {
             retire(Arc::clone(&self.inner), Arc::clone(&entry), slot, false).await;
+        } else if hibernation::due_for_checkpoint(&self.inner, &entry) {
+            // taken once this call's result is out (the slot is let go when this returns)
+            let (inner, entry) = (Arc::clone(&self.inner), Arc::clone(&entry));
+            entry.checkpointed(); // one at a time, not one per call while it is written
+            tokio::spawn(async move {
+                let slot = Arc::clone(&entry.slot).lock_owned().await;
+                if !slot.closed
+                    && let Err(e) = hibernation::checkpoint(&inner, &entry, &slot).await
+                {
+                    tracing::warn!("a session's periodic checkpoint failed: {e}");
+                }
+            });
         }
+        let (restored, lost_checkpoint) = match restoring {
+            Some(Restoring::Done(restored)) => (Some(restored), None),
+            Some(Restoring::Lost(why)) => (None, Some(why)),
+            None => (None, None),
+        };
         Ok(RunOutcome {
             outcome: result?,
-            fresh,
+            fresh: fresh && restored.is_none(),
             expired,
             pid,
             workspace: entry.place.workspace.clone(),
             oom_kills,
+            restored,
+            lost_checkpoint,
         })
     }
 
@@ -446,14 +479,25 @@ impl SandboxManager {
         claimed
     }
 
-    /// Interrupts running calls (as a cancellation: SIGINT, then SIGKILL after the grace),
-    /// closes every session, warm ones included (killing what is left in its cgroup, detaching
+    /// Interrupts running calls (as a cancellation: SIGINT, then SIGKILL after the grace; with
+    /// [`ManagerConfig::keeping`], only after [`Keeping::shutdown_grace`](crate::Keeping::shutdown_grace), and each session with
+    /// a caller's id is checkpointed first), closes every session, warm ones included (killing what is left in its cgroup, detaching
     /// its workspace), removes the workspaces and stops the zygote. Calls after this fail with
     /// [`ManagerError::ShutDown`]. Dropping the manager without this stops the processes,
     /// removes the cgroups and detaches the mounts too, but leaves the workspace directories.
     pub async fn shutdown(&self) {
         self.inner.shut.store(true, Ordering::Release);
-        self.inner.stopping.cancel();
+        // kept sessions are written out: a running call may finish first, up to the grace
+        match self.inner.config.keeping.as_ref().map(|k| k.shutdown_grace) {
+            Some(grace) if !grace.is_zero() => {
+                let stopping = self.inner.stopping.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(grace).await;
+                    stopping.cancel();
+                });
+            }
+            _ => self.inner.stopping.cancel(),
+        }
         // calls that were past the checks may still add entries; each round retires what is there
         for _ in 0..10 {
             let entries: Vec<Arc<Entry>> = self
@@ -471,15 +515,23 @@ impl SandboxManager {
                 let inner = Arc::clone(&self.inner);
                 tasks.push(tokio::spawn(async move {
                     let slot = Arc::clone(&entry.slot).lock_owned().await;
-                    if !slot.closed {
-                        retire(inner, entry, slot, false).await;
+                    if slot.closed {
+                        return;
                     }
+                    if inner.config.keeping.is_some()
+                        && matches!(entry.name, Name::Caller(_))
+                        && let Err(e) = hibernation::checkpoint(&inner, &entry, &slot).await
+                    {
+                        tracing::warn!("a session could not be written out at shutdown: {e}");
+                    }
+                    retire(inner, entry, slot, false).await;
                 }));
             }
             for task in tasks {
                 let _ = task.await;
             }
         }
+        self.inner.stopping.cancel();
         // the filler ends at the stop token, after the warm session it may be making (which it
         // then closes itself); then nothing adds to the pool any more
         let filler = self.filler.lock().unwrap_or_else(|p| p.into_inner()).take();

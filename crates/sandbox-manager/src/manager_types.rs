@@ -96,6 +96,9 @@ pub struct ManagerConfig {
     ///
     /// [`LimitSettings::for_call`]: toolgate_sandbox::LimitSettings::for_call
     pub warm_limits: Limits,
+    /// Where and when sessions are checkpointed, so that they outlive their process
+    /// (hibernation, restarts, crashes); `None`: a session lives only as long as its process.
+    pub keeping: Option<crate::hibernation::Keeping>,
 }
 
 impl ManagerConfig {
@@ -122,6 +125,7 @@ impl ManagerConfig {
                 output_bytes: defaults.output_bytes,
                 workspace_bytes: defaults.workspace_bytes,
             },
+            keeping: None,
         }
     }
 }

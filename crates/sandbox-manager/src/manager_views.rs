@@ -89,6 +89,8 @@ impl SandboxManager {
                             .as_ref()
                             .and_then(|c| c.session_memory(&entry.place.cgroup_name)),
                         busy: entry.slot.try_lock().is_err(),
+                        checkpoint: None,
+                        hibernated: false,
                     })
                 })
                 .collect();
@@ -96,19 +98,58 @@ impl SandboxManager {
             listed
         })
         .await;
-        listed.unwrap_or_default()
+        let mut listed = listed.unwrap_or_default();
+        self.add_checkpoints(account, &mut listed).await;
+        listed
     }
 
-    /// Closes one session now; false if there was none.
-    pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
-        let Some(entry) = self.inner.lookup(account, session_id) else {
-            return false;
+    /// Adds each kept session's newest checkpoint to `listed`, and the hibernated ones (kept,
+    /// not live here) as sessions of their own.
+    async fn add_checkpoints(
+        &self,
+        account: &str,
+        listed: &mut Vec<toolgate_sandbox::SandboxSessionInfo>,
+    ) {
+        let Some(keeping) = self.inner.config.keeping.as_ref() else {
+            return;
         };
-        let slot = Arc::clone(&entry.slot).lock_owned().await;
-        if slot.closed {
-            return false;
+        let kept = match keeping.store.list(account).await {
+            Ok(kept) => kept,
+            Err(e) => {
+                tracing::warn!("the account's checkpoints could not be listed: {e}");
+                return;
+            }
+        };
+        for info in kept {
+            match listed.iter_mut().find(|s| s.id == info.session_id) {
+                Some(live) => live.checkpoint = Some(info),
+                None => {
+                    let age = crate::hibernation::age(info.saved_at);
+                    listed.push(toolgate_sandbox::SandboxSessionInfo {
+                        id: info.session_id.clone(),
+                        age,
+                        idle: age,
+                        memory_bytes: Some(0),
+                        busy: false,
+                        checkpoint: Some(info),
+                        hibernated: true,
+                    });
+                }
+            }
         }
-        retire(Arc::clone(&self.inner), entry, slot, false).await;
-        true
+        listed.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+
+    /// Closes one session now, and deletes its checkpoints; false if there was neither.
+    pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
+        let mut closed = false;
+        if let Some(entry) = self.inner.lookup(account, session_id) {
+            let slot = Arc::clone(&entry.slot).lock_owned().await;
+            if !slot.closed {
+                retire(Arc::clone(&self.inner), entry, slot, false).await;
+                closed = true;
+            }
+        }
+        crate::hibernation::forget(&self.inner, account, session_id).await || closed
     }
 }

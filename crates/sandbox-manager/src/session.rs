@@ -19,6 +19,7 @@ use toolgate_sandbox::protocol::ExitInfo;
 use toolgate_sandbox::{ExecOutcome, OUTPUT_QUEUE, OutputChunk, Work};
 
 use crate::driver::{Call, Driver, Job};
+use crate::keep::{Keep, KeepAnswer};
 use crate::session_error::SessionError;
 
 /// A forked session child. Dropping it closes the session (the child reads end of file and exits;
@@ -123,7 +124,21 @@ impl SandboxSession {
     /// its handler.
     pub(crate) async fn call(&self, call: Call) -> Result<ExecOutcome, SessionError> {
         let (reply, reply_rx) = oneshot::channel();
-        if self.jobs.send(Job { call, reply }).is_err() {
+        if self.jobs.send(Job::Call { call, reply }).is_err() {
+            return Err(self.ended_error());
+        }
+        reply_rx.await.unwrap_or_else(|_| Err(self.ended_error()))
+    }
+
+    /// Asks the session to checkpoint or restore its Python state (see `keep.rs`), in turn
+    /// with its calls; killed if it does not answer within `limit`.
+    pub(crate) async fn keep(
+        &self,
+        keep: Keep,
+        limit: Duration,
+    ) -> Result<KeepAnswer, SessionError> {
+        let (reply, reply_rx) = oneshot::channel();
+        if self.jobs.send(Job::Keep { keep, limit, reply }).is_err() {
             return Err(self.ended_error());
         }
         reply_rx.await.unwrap_or_else(|_| Err(self.ended_error()))

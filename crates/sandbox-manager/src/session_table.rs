@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::Cgroups;
+use crate::hibernation;
 use crate::incarnation::{Host, Live, Place};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
 use crate::warm::{Pool, Warm};
@@ -136,6 +137,8 @@ pub(super) struct Entry {
     /// When the session was opened under this name.
     pub(super) opened: Instant,
     last_used: Mutex<Instant>,
+    /// When its last checkpoint was written or read (or it was opened).
+    last_checkpoint: Mutex<Instant>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
     /// A call's one-off session whose call has ended: it is being cleaned up in the background
     /// and no longer counts against the account's sessions (its uid stays taken until it goes).
@@ -161,6 +164,21 @@ impl Entry {
 
     pub(super) fn idle_since(&self) -> Instant {
         *self.last_used.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Its state is in the store as of now.
+    pub(super) fn checkpointed(&self) {
+        *self
+            .last_checkpoint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Instant::now();
+    }
+
+    pub(super) fn last_checkpoint(&self) -> Instant {
+        *self
+            .last_checkpoint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -278,7 +296,10 @@ impl ManagerState {
         let table = &mut *guard;
         let sessions = table.accounts.entry(account.to_owned()).or_default();
         if let Some(entry) = sessions.get(&name) {
-            let idle_too_long = now.duration_since(entry.idle_since()) >= self.config.idle_ttl;
+            // a session that is kept hibernates rather than expires (the sweep's business)
+            let kept = self.config.keeping.is_some() && matches!(name, Name::Caller(_));
+            let idle_too_long =
+                !kept && now.duration_since(entry.idle_since()) >= self.config.idle_ttl;
             if idle_too_long
                 && let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
                 && !slot.closed
@@ -341,6 +362,7 @@ impl ManagerState {
             place,
             opened: now,
             last_used: Mutex::new(now),
+            last_checkpoint: Mutex::new(now),
             slot: Arc::new(tokio::sync::Mutex::new(Slot {
                 live,
                 closed: false,
@@ -446,31 +468,47 @@ impl Drop for RetireOnDrop {
     }
 }
 
+/// How often old checkpoints are looked for.
+const EXPIRE_EVERY: Duration = Duration::from_secs(3600);
+
 pub(super) async fn sweep_loop(inner: Weak<ManagerState>, period: Duration) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut expired_at: Option<Instant> = None;
     loop {
         tick.tick().await;
         let Some(inner) = inner.upgrade() else { return };
         sweep(&inner);
+        if expired_at.is_none_or(|at| at.elapsed() >= EXPIRE_EVERY) {
+            expired_at = Some(Instant::now());
+            let inner = Arc::clone(&inner);
+            tokio::spawn(async move { hibernation::expire_old(&inner).await });
+        }
     }
 }
 
-/// Retires every session idle for longer than the time-to-live (busy ones are skipped).
+/// Hibernates every kept session idle for its time, and retires every session idle for longer
+/// than the time-to-live (busy ones are skipped).
 fn sweep(inner: &Arc<ManagerState>) {
     let now = Instant::now();
     let ttl = inner.config.idle_ttl;
     let mut due = Vec::new();
+    let mut sleepy = Vec::new();
     {
         let mut table = inner.table();
         for entry in table.accounts.values().flat_map(HashMap::values) {
-            if now.duration_since(entry.idle_since()) < ttl {
+            let hibernate = hibernation::due_to_hibernate(inner, entry, now);
+            if !hibernate && now.duration_since(entry.idle_since()) < ttl {
                 continue;
             }
             if let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
                 && !slot.closed
             {
-                due.push((Arc::clone(entry), slot));
+                if hibernate && now.duration_since(entry.idle_since()) < ttl {
+                    sleepy.push((Arc::clone(entry), slot));
+                } else {
+                    due.push((Arc::clone(entry), slot));
+                }
             }
         }
         table
@@ -479,6 +517,9 @@ fn sweep(inner: &Arc<ManagerState>) {
     }
     for (entry, slot) in due {
         tokio::spawn(retire(Arc::clone(inner), entry, slot, true));
+    }
+    for (entry, slot) in sleepy {
+        tokio::spawn(hibernation::hibernate(Arc::clone(inner), entry, slot));
     }
 }
 

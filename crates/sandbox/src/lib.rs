@@ -29,7 +29,7 @@ pub use policy::{LimitSettings, Limits, LimitsError};
 pub use protocol::{DisplayData, ExecOutcome, Interruption, OutputStream, PyError, RequestKind};
 pub use run::{
     EnvError, MAX_RUN_ENV, MAX_RUN_ENV_BYTES, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES,
-    MAX_WORKSPACE_PATH_BYTES, OUTPUT_QUEUE, OutputChunk, RunOutcome, RunRequest, SqliteWork, Work,
-    WorkspaceFile, WorkspaceRead, check_env,
+    MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, Restored, RunOutcome,
+    RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
 };
 pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError};

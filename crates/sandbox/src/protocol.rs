@@ -123,6 +123,22 @@ pub enum SessionRequest<'a> {
         /// the statement's own time limit, in seconds
         timeout_s: f64,
     },
+    /// Write the session's Python state to a file of its workspace (between requests).
+    /// Answered by `checkpointed`.
+    Checkpoint {
+        /// the request's number; its answer carries it
+        id: u64,
+        /// the file, relative to the workspace
+        path: &'a str,
+    },
+    /// Read the Python state back from a file of the workspace (the first request of a
+    /// session made for a hibernated one), then delete the file. Answered by `restored`.
+    Restore {
+        /// the request's number; its answer carries it
+        id: u64,
+        /// the file, relative to the workspace
+        path: &'a str,
+    },
     /// A piece of a streamed answer to an upcall, before its `upcall_result`.
     UpcallProgress {
         /// the running request's number

@@ -175,6 +175,35 @@ pub struct RunOutcome {
     /// Processes of the session the kernel killed for want of memory during this run (say a
     /// bash command's); the interpreter's own such death is an error instead.
     pub oom_kills: u64,
+    /// The session had been hibernated (or its process ended): this run restored it from its
+    /// checkpoint first.
+    pub restored: Option<Restored>,
+    /// The session had a checkpoint and nothing of it could be brought back (damaged, or
+    /// sealed under a key this service no longer has): why. The run had a fresh session.
+    pub lost_checkpoint: Option<String>,
+}
+
+/// What a run found when it restored its session from a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Restored {
+    /// When the checkpoint it came from was written.
+    pub saved_at: std::time::SystemTime,
+    /// The newest checkpoint could not be read: this one is the one before it.
+    pub fell_back: bool,
+    /// Globals that could not be kept or brought back, each named with why.
+    pub not_restored: Vec<NotRestored>,
+}
+
+/// A global of a session that a restore could not bring back.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotRestored {
+    /// Its name (`*` for the whole Python state).
+    pub name: String,
+    /// Its value's type name (empty when not known).
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// Why, in one line.
+    pub reason: String,
 }
 
 /// An environment a run cannot be given. Never holds a value.

@@ -59,6 +59,11 @@ pub struct SandboxSessionInfo {
     pub memory_bytes: Option<u64>,
     /// A call is running in it now.
     pub busy: bool,
+    /// Its newest checkpoint, if it has one. A hibernated session has one and no processes
+    /// (no memory, never busy; `age` and `idle` count from that checkpoint).
+    pub checkpoint: Option<crate::CheckpointInfo>,
+    /// It is hibernated: only its checkpoint is kept, and its next call restores it.
+    pub hibernated: bool,
 }
 
 /// Why [`SandboxSessions`] could not do what was asked. The messages are for the caller; the source

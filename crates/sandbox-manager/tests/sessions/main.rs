@@ -12,6 +12,7 @@ mod common;
 
 mod budget;
 mod hardened;
+mod hibernation;
 mod isolation;
 mod lifecycle;
 mod sessions;

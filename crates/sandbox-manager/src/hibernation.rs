@@ -1,0 +1,273 @@
+//! Sessions that outlive their process: a session's image (its workspace and its Python state,
+//! `image.rs`) is handed to the checkpoint store when it hibernates (idle for
+//! [`Keeping::hibernate_after`]), after a call once [`Keeping::checkpoint_every`] has passed
+//! since its last checkpoint, and at shutdown; a call to a session this process does not hold
+//! restores it from its newest checkpoint first.
+//!
+//! The server never reads the Python state: the session writes it to a file of its workspace,
+//! and a restored session reads it back from there (`keep.rs`).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use toolgate_sandbox::{CheckpointInfo, CheckpointKey, CheckpointStore, NotRestored, Restored};
+
+use crate::image::{self, ImageMeta};
+use crate::incarnation::{Live, blocking};
+use crate::keep::{Keep, KeepAnswer, STATE_FILE};
+use crate::session_table::{Entry, ManagerState, Name, Slot};
+use crate::zygote::DEFAULT_MAX_FILE_BYTES;
+
+/// How long a session may take to write or read its Python state before it is killed.
+const KEEP_LIMIT: Duration = Duration::from_secs(120);
+
+/// The image format this server writes.
+const IMAGE_FORMAT: u32 = 1;
+
+/// Where and when sessions are checkpointed.
+#[derive(Debug, Clone)]
+pub struct Keeping {
+    /// Where images are kept.
+    pub store: Arc<dyn CheckpointStore>,
+    /// A session idle this long is written out and its processes end.
+    pub hibernate_after: Duration,
+    /// After a call, a session whose last checkpoint is this old is checkpointed again (in the
+    /// background, the call's result already out).
+    pub checkpoint_every: Duration,
+    /// At shutdown, how long a running call may go on before it is interrupted.
+    pub shutdown_grace: Duration,
+    /// The most bytes of files an image holds.
+    pub max_image_bytes: u64,
+    /// A session's checkpoints are deleted once its newest is this old.
+    pub retention: Duration,
+}
+
+impl Keeping {
+    /// Checkpoints in `store`: hibernation after 5 idle minutes, a checkpoint every 5 minutes
+    /// of use, 10 s for a running call at shutdown, kept 7 days.
+    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
+        Self {
+            store,
+            hibernate_after: Duration::from_secs(300),
+            checkpoint_every: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(10),
+            max_image_bytes: DEFAULT_MAX_FILE_BYTES,
+            retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+fn key_of(entry: &Entry) -> Option<CheckpointKey> {
+    match &entry.name {
+        Name::Caller(id) => Some(CheckpointKey {
+            account: entry.account.clone(),
+            session_id: id.clone(),
+        }),
+        Name::Call(_) => None,
+    }
+}
+
+/// Writes the session's image to the store: its Python state (when its process lives and can)
+/// and its workspace. Its processes go on; the caller holds its slot.
+pub(crate) async fn checkpoint(
+    inner: &Arc<ManagerState>,
+    entry: &Entry,
+    slot: &Slot,
+) -> Result<CheckpointInfo, String> {
+    let (Some(keeping), Some(key)) = (inner.config.keeping.as_ref(), key_of(entry)) else {
+        return Err("checkpoints are off".to_owned());
+    };
+    let state_error = match slot.live.as_ref().filter(|l| l.session.is_alive()) {
+        Some(live) => match live.session.keep(Keep::Checkpoint, KEEP_LIMIT).await {
+            Ok(_) => None,
+            Err(e) => Some(format!("the Python state could not be written: {e}")),
+        },
+        None => Some("the session's process had ended".to_owned()),
+    };
+    let meta = ImageMeta {
+        format: IMAGE_FORMAT,
+        state_error,
+    };
+    let workspace = entry.place.workspace.clone();
+    let max = keeping.max_image_bytes;
+    let image = blocking(move || {
+        let image = image::pack(&workspace, &meta, max);
+        // the state is in the image now; the workspace is the session's again
+        let _ = std::fs::remove_file(workspace.join(STATE_FILE));
+        image
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("the workspace could not be archived: {e}"))?;
+    let started = Instant::now();
+    let info = keeping
+        .store
+        .save(&key, image)
+        .await
+        .map_err(|e| e.to_string())?;
+    entry.checkpointed();
+    tracing::debug!(
+        bytes = info.stored_bytes,
+        ms = started.elapsed().as_secs_f64() * 1e3,
+        "session checkpointed"
+    );
+    Ok(info)
+}
+
+/// Restores the session of a new entry from its newest checkpoint, if it has one, into `live`
+/// (just started, nothing run in it yet). `None`: there was none (or checkpoints are off).
+pub(crate) async fn restore(
+    inner: &Arc<ManagerState>,
+    entry: &Entry,
+    live: &Live,
+) -> Option<Restoring> {
+    let keeping = inner.config.keeping.as_ref()?;
+    let key = key_of(entry)?;
+    let loaded = match keeping.store.load(&key).await {
+        Ok(Some(loaded)) => loaded,
+        Ok(None) => return None,
+        Err(e) => {
+            tracing::warn!("a session's checkpoint could not be read: {e}");
+            return Some(Restoring::Lost(format!(
+                "its checkpoint could not be read ({e}); this is a fresh session"
+            )));
+        }
+    };
+    let workspace = entry.place.workspace.clone();
+    let owner = inner.give_away.then_some(entry.place.uid);
+    let charge = live.charge_dir();
+    let image = loaded.image;
+    let unpacked =
+        blocking(move || image::unpack(&image, &workspace, owner, charge.as_deref())).await;
+    let meta = match unpacked {
+        Ok(Ok(meta)) => meta,
+        Ok(Err(e)) => {
+            return Some(Restoring::Lost(format!(
+                "its files could not be restored: {e}"
+            )));
+        }
+        Err(e) => {
+            return Some(Restoring::Lost(format!(
+                "its files could not be restored: {e}"
+            )));
+        }
+    };
+    let whole = |reason: String| NotRestored {
+        name: "*".to_owned(),
+        type_name: String::new(),
+        reason,
+    };
+    let not_restored = match meta.state_error {
+        Some(why) => vec![whole(why)],
+        None => match live.session.keep(Keep::Restore, KEEP_LIMIT).await {
+            Ok(KeepAnswer::Restored { not_restored, .. }) => not_restored,
+            Ok(KeepAnswer::Checkpointed { .. }) => {
+                vec![whole("the session answered out of turn".to_owned())]
+            }
+            Err(e) => vec![whole(format!(
+                "the Python state could not be read back: {e}"
+            ))],
+        },
+    };
+    entry.checkpointed();
+    Some(Restoring::Done(Restored {
+        saved_at: loaded.info.saved_at,
+        fell_back: loaded.fell_back,
+        not_restored,
+    }))
+}
+
+/// What restoring a session came to.
+pub(crate) enum Restoring {
+    /// restored (maybe in part: see `not_restored`)
+    Done(Restored),
+    /// it had a checkpoint, and nothing of it could be brought back: why
+    Lost(String),
+}
+
+/// Deletes the session's checkpoints (it was closed by its owner).
+pub(crate) async fn forget(inner: &ManagerState, account: &str, session_id: &str) -> bool {
+    let Some(keeping) = inner.config.keeping.as_ref() else {
+        return false;
+    };
+    let key = CheckpointKey {
+        account: account.to_owned(),
+        session_id: session_id.to_owned(),
+    };
+    match keeping.store.delete(&key).await {
+        Ok(deleted) => deleted,
+        Err(e) => {
+            tracing::warn!("a closed session's checkpoints could not be deleted: {e}");
+            false
+        }
+    }
+}
+
+/// Whether the account's session `session_id` has a checkpoint to restore.
+pub(crate) async fn has_checkpoint(inner: &ManagerState, account: &str, session_id: &str) -> bool {
+    let Some(keeping) = inner.config.keeping.as_ref() else {
+        return false;
+    };
+    keeping
+        .store
+        .list(account)
+        .await
+        .is_ok_and(|kept| kept.iter().any(|info| info.session_id == session_id))
+}
+
+/// Whether `entry`, idle since `idle_since`, is due to hibernate at `now`.
+pub(crate) fn due_to_hibernate(inner: &ManagerState, entry: &Entry, now: Instant) -> bool {
+    let Some(keeping) = inner.config.keeping.as_ref() else {
+        return false;
+    };
+    matches!(entry.name, Name::Caller(_))
+        && now.saturating_duration_since(entry.idle_since()) >= keeping.hibernate_after
+}
+
+/// Whether `entry` is due for a checkpoint after a call.
+pub(crate) fn due_for_checkpoint(inner: &ManagerState, entry: &Entry) -> bool {
+    let Some(keeping) = inner.config.keeping.as_ref() else {
+        return false;
+    };
+    matches!(entry.name, Name::Caller(_))
+        && entry.last_checkpoint().elapsed() >= keeping.checkpoint_every
+}
+
+/// The age of a checkpoint written at `saved_at`.
+pub(crate) fn age(saved_at: SystemTime) -> Duration {
+    SystemTime::now()
+        .duration_since(saved_at)
+        .unwrap_or(Duration::ZERO)
+}
+
+/// Hibernates a session: checkpoints it, then ends its processes and removes its workspace. If
+/// the checkpoint cannot be written the session lives on, and is tried again after another
+/// [`Keeping::hibernate_after`] (or expires, as without checkpoints).
+pub(crate) async fn hibernate(
+    inner: Arc<ManagerState>,
+    entry: Arc<Entry>,
+    slot: tokio::sync::OwnedMutexGuard<Slot>,
+) {
+    match checkpoint(&inner, &entry, &slot).await {
+        Ok(_) => crate::session_table::retire(inner, entry, slot, false).await,
+        Err(e) => {
+            tracing::warn!("a session could not hibernate (it stays live): {e}");
+            entry.touch();
+        }
+    }
+}
+
+/// Deletes the checkpoints past their retention, at most once per `period`.
+pub(crate) async fn expire_old(inner: &ManagerState) {
+    let Some(keeping) = inner.config.keeping.as_ref() else {
+        return;
+    };
+    let Some(cutoff) = SystemTime::now().checked_sub(keeping.retention) else {
+        return;
+    };
+    match keeping.store.expire(cutoff).await {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(sessions = n, "checkpoints past their retention deleted"),
+        Err(e) => tracing::warn!("old checkpoints could not be deleted: {e}"),
+    }
+}
