@@ -87,6 +87,7 @@ pub(crate) async fn checkpoint(
     let meta = ImageMeta {
         format: IMAGE_FORMAT,
         state_error,
+        env_names: entry.env_names(),
     };
     let workspace = entry.place.workspace.clone();
     let max = keeping.max_image_bytes;
@@ -170,10 +171,12 @@ pub(crate) async fn restore(
         },
     };
     entry.checkpointed();
+    entry.given_env(meta.env_names.iter());
     Some(Restoring::Done(Restored {
         saved_at: loaded.info.saved_at,
         fell_back: loaded.fell_back,
         not_restored,
+        env_names: meta.env_names,
     }))
 }
 

@@ -58,6 +58,9 @@ pub(crate) struct ImageMeta {
     pub(crate) format: u32,
     /// Why the session's Python state is not in it, if it is not.
     pub(crate) state_error: Option<String>,
+    /// The names of the environment variables (the vault's secrets) its runs were given.
+    #[serde(default)]
+    pub(crate) env_names: Vec<String>,
 }
 
 /// Archives `workspace` (at most `max_bytes` of file content) with `meta`. Blocking.

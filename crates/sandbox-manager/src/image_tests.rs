@@ -8,6 +8,7 @@ fn meta() -> ImageMeta {
     ImageMeta {
         format: 1,
         state_error: None,
+        env_names: vec!["API_KEY".to_owned()],
     }
 }
 

@@ -333,9 +333,10 @@ impl SandboxManager {
         mut slot: OwnedMutexGuard<Slot>,
         created: bool,
         expired: bool,
-        (call, files): (Call, Vec<WorkspaceFile>),
+        (mut call, files): (Call, Vec<WorkspaceFile>),
         limits: &Limits,
     ) -> Result<RunOutcome, ManagerError> {
+        entry.given_env(call.env.keys());
         let mut fresh = created;
         // a new entry with a session already: it took a warm one
         let took_warm = created && slot.live.is_some();
@@ -368,6 +369,13 @@ impl SandboxManager {
             if created && attempts == 1 {
                 // a session this process does not hold may have a checkpoint: restored first
                 restoring = hibernation::restore(&self.inner, &entry, live).await;
+                if let Some(Restoring::Done(restored)) = &restoring
+                    && !restored.env_names.is_empty()
+                {
+                    // it may show values it was given before: the caller learns their names
+                    // with the outcome, so nothing of this run streams before it can redact
+                    call.output = None;
+                }
             }
             if !files.is_empty() {
                 let (workspace, files) = (entry.place.workspace.clone(), files.clone());

@@ -139,6 +139,9 @@ pub(super) struct Entry {
     last_used: Mutex<Instant>,
     /// When its last checkpoint was written or read (or it was opened).
     last_checkpoint: Mutex<Instant>,
+    /// The names of the environment variables its runs were given (the vault's secrets), kept
+    /// with its checkpoints: never their values.
+    env_names: Mutex<BTreeSet<String>>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
     /// A call's one-off session whose call has ended: it is being cleaned up in the background
     /// and no longer counts against the account's sessions (its uid stays taken until it goes).
@@ -179,6 +182,18 @@ impl Entry {
             .last_checkpoint
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers the names of variables a run of it is given.
+    pub(super) fn given_env<'a>(&self, names: impl Iterator<Item = &'a String>) {
+        let mut kept = self.env_names.lock().unwrap_or_else(|p| p.into_inner());
+        kept.extend(names.cloned());
+    }
+
+    /// The names of the variables its runs were given.
+    pub(super) fn env_names(&self) -> Vec<String> {
+        let kept = self.env_names.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter().cloned().collect()
     }
 }
 
@@ -363,6 +378,7 @@ impl ManagerState {
             opened: now,
             last_used: Mutex::new(now),
             last_checkpoint: Mutex::new(now),
+            env_names: Mutex::new(BTreeSet::new()),
             slot: Arc::new(tokio::sync::Mutex::new(Slot {
                 live,
                 closed: false,

@@ -192,6 +192,10 @@ pub struct Restored {
     pub fell_back: bool,
     /// Globals that could not be kept or brought back, each named with why.
     pub not_restored: Vec<NotRestored>,
+    /// The names of the environment variables the session's earlier runs were given (never
+    /// their values): what it shows may hold their values, so the caller redacts them. A run
+    /// that restores a session with some streams no output (it all comes in the outcome).
+    pub env_names: Vec<String>,
 }
 
 /// A global of a session that a restore could not bring back.

@@ -12,15 +12,17 @@ pub fn page(chrome: &Chrome<'_>, list: &[SandboxSessionInfo]) -> Markup {
         chrome,
         html! {
             p.muted { "Python sessions keep their variables, imports and files between calls with \
-                       the same " code { "session_id" } ". Ending one frees it at once." }
+                       the same " code { "session_id" } ". An idle one is hibernated: written \
+                       out, sealed, and restored by its next call. Ending one deletes it at once." }
             @if list.is_empty() {
-                p #no-sessions { "No live sessions." }
+                p #no-sessions { "No sessions." }
             }
             div.table-scroll { table #sessions {
                 thead { tr {
                     th scope="col" { "Session" } th.num scope="col" { "Open" }
                     th.num scope="col" { "Idle" } th.num scope="col" { "Memory" }
-                    th scope="col" { "State" } th { span.skip { "Actions" } }
+                    th scope="col" { "State" } th.num scope="col" { "Checkpoint" }
+                    th { span.skip { "Actions" } }
                 } }
                 tbody {
                     @for session in list {
@@ -32,7 +34,16 @@ pub fn page(chrome: &Chrome<'_>, list: &[SandboxSessionInfo]) -> Markup {
                                 Some(bytes) => (format!("{:.1} MiB", bytes as f64 / 1_048_576.0)),
                                 None => "—",
                             } }
-                            td { @if session.busy { "running a call" } @else { "idle" } }
+                            td { @if session.hibernated { "hibernated" }
+                                 @else if session.busy { "running a call" } @else { "idle" } }
+                            td.num { @match &session.checkpoint {
+                                Some(kept) => (format!("{:.1} MiB, {} ago",
+                                    kept.stored_bytes as f64 / 1_048_576.0,
+                                    span(std::time::SystemTime::now()
+                                        .duration_since(kept.saved_at)
+                                        .map_or(0, |d| d.as_secs())))),
+                                None => "—",
+                            } }
                             td {
                                 form.session-end method="post" action="/dashboard/sessions/end" {
                                     (chrome.csrf_field())

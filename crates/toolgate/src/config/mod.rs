@@ -221,6 +221,46 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_SESSIONS", global = true)]
     pub sandbox_max_sessions: Option<usize>,
 
+    /// Seconds without a call after which a session is hibernated: written out to its
+    /// checkpoint and its processes ended; its next call restores it [default: 300]
+    #[arg(long, env = "TOOLGATE_SANDBOX_HIBERNATE_AFTER_S", global = true)]
+    pub sandbox_hibernate_after_s: Option<u64>,
+
+    /// After a call, a session whose last checkpoint is this many seconds old is checkpointed
+    /// again, so that a crash loses at most this much [default: 300]
+    #[arg(long, env = "TOOLGATE_SANDBOX_CHECKPOINT_EVERY_S", global = true)]
+    pub sandbox_checkpoint_every_s: Option<u64>,
+
+    /// Days a session's checkpoint is kept after it was written, then deleted [default: 7]
+    #[arg(long, env = "TOOLGATE_SANDBOX_SESSION_RETENTION_DAYS", global = true)]
+    pub sandbox_session_retention_days: Option<u64>,
+
+    /// Where sessions' checkpoints live: `file:///abs/dir` or `s3://bucket/prefix`; `off`: a
+    /// session lives only as long as its process [default: file://<data_dir>/checkpoints]
+    #[arg(long, env = "TOOLGATE_CHECKPOINT_URL", global = true)]
+    pub checkpoint_url: Option<String>,
+
+    /// The S3 endpoint of an `s3://` checkpoint_url, e.g. http://127.0.0.1:3900 [default: AWS]
+    #[arg(long, env = "TOOLGATE_CHECKPOINT_S3_ENDPOINT", global = true)]
+    pub checkpoint_s3_endpoint: Option<String>,
+
+    /// The S3 region of an `s3://` checkpoint_url [default: us-east-1]
+    #[arg(long, env = "TOOLGATE_CHECKPOINT_S3_REGION", global = true)]
+    pub checkpoint_s3_region: Option<String>,
+
+    /// The S3 access key id of an `s3://` checkpoint_url
+    #[arg(long, env = "TOOLGATE_CHECKPOINT_S3_ACCESS_KEY_ID", global = true)]
+    pub checkpoint_s3_access_key_id: Option<String>,
+
+    /// The S3 secret access key of an `s3://` checkpoint_url
+    #[arg(
+        long,
+        env = "TOOLGATE_CHECKPOINT_S3_SECRET_ACCESS_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    pub checkpoint_s3_secret_access_key: Option<Secret>,
+
     /// `timeout_s` of a call that gives none [default: 60]
     #[arg(long, env = "TOOLGATE_SANDBOX_DEFAULT_TIMEOUT_S", global = true)]
     pub sandbox_default_timeout_s: Option<u64>,
@@ -421,6 +461,14 @@ impl Settings {
             sandbox_root,
             sandbox_idle_minutes,
             sandbox_max_sessions,
+            sandbox_hibernate_after_s,
+            sandbox_checkpoint_every_s,
+            sandbox_session_retention_days,
+            checkpoint_url,
+            checkpoint_s3_endpoint,
+            checkpoint_s3_region,
+            checkpoint_s3_access_key_id,
+            checkpoint_s3_secret_access_key,
             sandbox_default_timeout_s,
             sandbox_max_timeout_s,
             sandbox_memory_mib,
@@ -451,6 +499,7 @@ impl Settings {
     }
 }
 
+mod checkpoints;
 mod derived;
 mod providers;
 mod sandbox;

@@ -32,6 +32,8 @@ pub struct SandboxConfig {
     pub max_sessions_per_account: usize,
     /// All sessions together.
     pub budget: Budget,
+    /// Where and when sessions are checkpointed; `None`: they live only as long as the process.
+    pub checkpoints: Option<super::checkpoints::CheckpointsConfig>,
 }
 
 impl SandboxConfig {
@@ -93,15 +95,17 @@ impl SandboxConfig {
         if harden_lib.is_some() {
             check_root(&root)?;
         }
+        let idle_ttl = Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60);
         Ok(Some(Self {
             limits,
             runtime,
             script,
             harden_lib,
             root,
-            idle_ttl: Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60),
+            idle_ttl,
             max_sessions_per_account: settings.sandbox_max_sessions.unwrap_or(10),
             budget: budget(settings),
+            checkpoints: super::checkpoints::CheckpointsConfig::from_settings(settings, idle_ttl)?,
         }))
     }
 }

@@ -35,8 +35,10 @@ impl Capability for ListSessions {
     }
 
     fn summary(&self) -> &'static str {
-        "`sessions: true` lists your live sandbox sessions: id, age and idle time in seconds, \
-         memory in use, and whether a call is running in it."
+        "`sessions: true` lists your sandbox sessions: id, age and idle time in seconds, \
+         memory in use, whether a call is running in it, and whether it is live or hibernated \
+         (written out after idle minutes; its next call restores it), with its checkpoint's \
+         size and age."
     }
 
     fn fields(&self) -> Vec<Field> {
@@ -53,8 +55,11 @@ impl Capability for ListSessions {
             "properties": {"id": {"type": "string"}, "age_s": {"type": "number"},
                            "idle_s": {"type": "number"},
                            "memory_bytes": {"type": ["integer", "null"]},
-                           "busy": {"type": "boolean"}},
-            "required": ["id", "age_s", "idle_s", "memory_bytes", "busy"]}}},
+                           "busy": {"type": "boolean"},
+                           "state": {"type": "string", "enum": ["live", "hibernated"]},
+                           "checkpoint": {"type": ["object", "null"], "properties": {
+                               "bytes": {"type": "integer"}, "age_s": {"type": "number"}}}},
+            "required": ["id", "age_s", "idle_s", "memory_bytes", "busy", "state"]}}},
             "required": ["sessions"]})
     }
 
@@ -67,12 +72,17 @@ impl Capability for ListSessions {
         let rows: Vec<Value> = listed
             .iter()
             .map(|s| {
+                let checkpoint = s
+                    .checkpoint
+                    .as_ref()
+                    .map(|c| json!({"bytes": c.stored_bytes, "age_s": seconds(checkpoint_age(c))}));
                 json!({"id": s.id, "age_s": seconds(s.age), "idle_s": seconds(s.idle),
-                       "memory_bytes": s.memory_bytes, "busy": s.busy})
+                       "memory_bytes": s.memory_bytes, "busy": s.busy,
+                       "state": state(s), "checkpoint": checkpoint})
             })
             .collect();
         let text = if listed.is_empty() {
-            "no live sessions".to_owned()
+            "no sessions".to_owned()
         } else {
             let lines: Vec<String> = listed
                 .iter()
@@ -81,15 +91,23 @@ impl Capability for ListSessions {
                         format!("{:.1} MiB", b as f64 / 1_048_576.0)
                     });
                     let busy = if s.busy { ", running a call" } else { "" };
+                    let kept = s.checkpoint.as_ref().map_or(String::new(), |c| {
+                        format!(
+                            ", checkpoint {:.1} MiB of {:.0} s ago",
+                            c.stored_bytes as f64 / 1_048_576.0,
+                            checkpoint_age(c).as_secs_f64()
+                        )
+                    });
                     format!(
-                        "{}: open {:.0} s, idle {:.0} s, {memory}{busy}",
+                        "{}: {}, open {:.0} s, idle {:.0} s, {memory}{busy}{kept}",
                         s.id,
+                        state(s),
                         s.age.as_secs_f64(),
                         s.idle.as_secs_f64()
                     )
                 })
                 .collect();
-            format!("{} live session(s):\n{}", listed.len(), lines.join("\n"))
+            format!("{} session(s):\n{}", listed.len(), lines.join("\n"))
         };
         Ok(Output {
             content: vec![ContentItem::Text(text)],
@@ -98,6 +116,21 @@ impl Capability for ListSessions {
             ..Output::default()
         })
     }
+}
+
+/// `live` or `hibernated`.
+fn state(session: &toolgate_sandbox::SandboxSessionInfo) -> &'static str {
+    if session.hibernated {
+        "hibernated"
+    } else {
+        "live"
+    }
+}
+
+fn checkpoint_age(checkpoint: &toolgate_sandbox::CheckpointInfo) -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(checkpoint.saved_at)
+        .unwrap_or_default()
 }
 
 fn seconds(span: std::time::Duration) -> f64 {

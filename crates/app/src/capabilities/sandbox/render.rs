@@ -29,6 +29,11 @@ pub(super) fn output_schema() -> Value {
             "duration_ms": {"type": "number"},
             "session": {"type": "object", "properties": {
                 "id": {"type": ["string", "null"]}, "fresh": flag, "expired": flag,
+                "restored": flag,
+                "not_restored": {"type": "array", "items": {"type": "object", "properties": {
+                    "name": text, "type": text, "reason": text,
+                }}},
+                "checkpoint_age_s": {"type": "number"},
                 "execution_count": int,
             }},
         },
@@ -41,12 +46,8 @@ pub(super) fn output_schema() -> Value {
 pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duration) -> Output {
     let outcome = &call.outcome;
     let mut content = Vec::new();
-    if call.expired {
-        content.push(ContentItem::Text(format!(
-            "Note: session `{}` had expired after being idle too long; this call started a fresh \
-             one, so earlier variables and files are gone.",
-            session_id.unwrap_or_default()
-        )));
+    if let Some(note) = session_note(call, session_id) {
+        content.push(ContentItem::Text(note));
     }
     push_stream(
         &mut content,
@@ -180,9 +181,77 @@ fn structured(call: &RunOutcome, session_id: Option<&str>) -> Value {
         "error": error, "exit_status": o.exit_status, "signal": o.signal,
         "timed_out": o.timed_out, "interrupted": interrupted,
         "duration_ms": o.duration_ms,
-        "session": {
-            "id": session_id, "fresh": call.fresh, "expired": call.expired,
-            "execution_count": o.execution_count,
-        },
+        "session": session_record(call, session_id, Some(o.execution_count)),
+    })
+}
+
+/// What a result says of its session: its id, whether it is new, expired or restored (and
+/// what a restore could not bring back), its count of runs.
+pub(super) fn session_record(
+    call: &RunOutcome,
+    session_id: Option<&str>,
+    execution_count: Option<u64>,
+) -> Value {
+    let mut record = json!({
+        "id": session_id, "fresh": call.fresh, "expired": call.expired,
+        "restored": call.restored.is_some(),
+    });
+    if let Some(restored) = &call.restored {
+        record["not_restored"] = json!(restored.not_restored);
+        record["checkpoint_age_s"] = json!(checkpoint_age(restored).as_secs_f64().round());
+        if restored.fell_back {
+            record["fell_back"] = json!(true);
+        }
+    }
+    if let Some(count) = execution_count {
+        record["execution_count"] = json!(count);
+    }
+    record
+}
+
+fn checkpoint_age(restored: &toolgate_sandbox::Restored) -> Duration {
+    std::time::SystemTime::now()
+        .duration_since(restored.saved_at)
+        .unwrap_or_default()
+}
+
+/// The line a result starts with when its session was not simply there: expired, restored
+/// from its checkpoint (naming what could not be), or its checkpoint lost.
+pub(super) fn session_note(call: &RunOutcome, session_id: Option<&str>) -> Option<String> {
+    let id = session_id.unwrap_or_default();
+    if let Some(why) = &call.lost_checkpoint {
+        return Some(format!(
+            "Note: session `{id}` could not be restored: {why}. Earlier variables and files are \
+             gone."
+        ));
+    }
+    if let Some(restored) = &call.restored {
+        let from = if restored.fell_back {
+            "the checkpoint before its newest (the newest could not be read)"
+        } else {
+            "its checkpoint"
+        };
+        let mut note = format!(
+            "Note: session `{id}` was restored from {from} of {} s ago.",
+            checkpoint_age(restored).as_secs()
+        );
+        if !restored.not_restored.is_empty() {
+            let names: Vec<String> = restored
+                .not_restored
+                .iter()
+                .map(|n| match n.type_name.as_str() {
+                    "" => format!("{} ({})", n.name, n.reason),
+                    kind => format!("{} ({kind}: {})", n.name, n.reason),
+                })
+                .collect();
+            note.push_str(&format!(" Not restored: {}.", names.join("; ")));
+        }
+        return Some(note);
+    }
+    call.expired.then(|| {
+        format!(
+            "Note: session `{id}` had expired after being idle too long; this call started a \
+             fresh one, so earlier variables and files are gone."
+        )
     })
 }

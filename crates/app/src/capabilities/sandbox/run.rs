@@ -9,7 +9,7 @@ use toolgate_sandbox::{
     OUTPUT_QUEUE, OutputChunk, OutputStream, RunOutcome, RunRequest, SandboxSessionsError, Work,
 };
 
-use super::render::{output_schema, render};
+use super::render::{output_schema, render, session_note, session_record};
 use super::{
     Asked, MAX_SOURCE_BYTES, Sandbox, Scope, account_key, failure, files_field, uploaded_files,
 };
@@ -205,6 +205,21 @@ impl Capability for Runner {
             self.sandbox.register_given(ctx, session).await;
         }
         let call = self.run_streaming(request, ctx).await.map_err(failure)?;
+        if let (Some(session), Some(restored)) = (scope.caller_id(), &call.restored) {
+            // a session restored in this process after a restart: what it was given before
+            // is known from its checkpoint (names only), and redacted from here on
+            let names: Vec<SecretName> = restored
+                .env_names
+                .iter()
+                .filter_map(|n| SecretName::parse(n).ok())
+                .collect();
+            if !names.is_empty() {
+                self.sandbox
+                    .expose(&account_key(ctx), session, &names)
+                    .await;
+                self.sandbox.register_given(ctx, session).await;
+            }
+        }
         Ok(render(&call, scope.caller_id(), timeout))
     }
 }
@@ -385,15 +400,15 @@ impl Capability for Upload {
             })
             .await
             .map_err(failure)?;
-        let mut text = format!("wrote {count} file(s) into the workspace");
-        if call.expired {
-            text.push_str(" (the session had expired; this is a fresh one)");
-        }
+        let mut content = Vec::new();
+        content.extend(session_note(&call, scope.caller_id()).map(ContentItem::Text));
+        content.push(ContentItem::Text(format!(
+            "wrote {count} file(s) into the workspace"
+        )));
         Ok(Output {
-            content: vec![ContentItem::Text(text)],
-            structured: json!({"files": listed, "session": {
-                "id": scope.caller_id(), "fresh": call.fresh, "expired": call.expired,
-            }}),
+            content,
+            structured: json!({"files": listed,
+                "session": session_record(&call, scope.caller_id(), None)}),
             is_error: false,
             ..Output::default()
         })
