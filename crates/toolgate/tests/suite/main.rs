@@ -29,6 +29,7 @@ mod protocol;
 mod reads;
 mod sandbox;
 mod sandbox_faults;
+mod sessions_durable;
 mod sql;
 mod sql_hostile;
 mod tenant_fetches;
