@@ -15,7 +15,10 @@ not a copy of the globals it named. Modules bound to names are imported again by
 """
 
 import builtins
+import collections
+import copyreg
 import importlib
+import io
 import json
 import linecache
 import os
@@ -68,7 +71,12 @@ _TOKEN = _NamespaceToken()
 
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle, but a function whose globals are the session's keeps the session's namespace
-    as its globals, and carries none of their values (they are kept as globals of their own)."""
+    as its globals, and carries none of their values (they are kept as globals of their own).
+    An open file is not kept: cloudpickle would keep a copy of a read file's text instead."""
+
+    dispatch_table = collections.ChainMap(
+        {k: v for k, v in cloudpickle.Pickler._dispatch_table.items() if k is not io.TextIOWrapper},
+        copyreg.dispatch_table)
 
     def __init__(self, file, ns):
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
