@@ -7,6 +7,8 @@ again, what cannot be kept is named. Helpers and how to run: harness.py.
 import os
 import shutil
 
+from harness import HARDEN_UID, fork_hardened
+
 STATE = ".toolgate-checkpoint"
 
 
@@ -142,6 +144,8 @@ class Holder:
     def __init__(self):
         self.lock = threading.Lock()
 holder = Holder()
+def reads_lock():
+    return lock.locked()
 kept = [1, 2]
 __private_dunder__ = 7
 """
@@ -152,7 +156,8 @@ def test_what_cannot_be_kept_is_named_and_the_rest_is_kept(zygote):
     try:
         assert s.run(UNKEEPABLE)["error"] is None
         f = checkpointed(s)
-        assert f["kept"] == ["Holder", "gen", "kept", "socket", "threading"]
+        # a function that reads an unkeepable global is kept all the same
+        assert f["kept"] == ["Holder", "gen", "kept", "reads_lock", "socket", "threading"]
         by_name = {e["name"]: e for e in f["not_kept"]}
         assert list(by_name) == ["fh", "fr", "g", "holder", "lock", "sock", "t"]
         assert {n: e["type"] for n, e in by_name.items()} == {
@@ -167,6 +172,8 @@ def test_what_cannot_be_kept_is_named_and_the_rest_is_kept(zygote):
         assert r["not_restored"] == f["not_kept"]
         assert s.value("(kept, list(gen()), Holder().lock.locked())") == "([1, 2], [1], False)"
         assert s.run("g")["error"]["type"] == "NameError"
+        assert s.run("reads_lock()")["error"]["message"] == "name 'lock' is not defined"
+        assert s.value("lock = threading.Lock()\nreads_lock()") == "False"
         assert s.run("__private_dunder__")["error"]["type"] == "NameError"
     finally:
         s.close()
@@ -309,3 +316,28 @@ def test_bad_requests_are_refused(zygote):
         assert s.value("1 + 1") == "2"
     finally:
         s.close()
+
+
+def test_a_hardened_session_checkpoints_and_restores(hardened, workspaces, base_prefix):
+    """Under the real confinement (the runtime's package dir unreadable, the workspace at
+    /workspace): the state file is written and read in the workspace, as the session's uid."""
+    old = fork_hardened(hardened, "ckpt-hardened", workspaces, base_prefix)
+    new = fork_hardened(hardened, "ckpt-hardened-2", workspaces, base_prefix)
+    try:
+        assert old.run(SESSION_CODE + "import numpy as np\narr = np.arange(10)")["error"] is None
+        f = state(old, "checkpoint")
+        assert f["op"] == "checkpointed" and f["not_kept"] == [], f
+        written = os.path.join(old.host_workspace, STATE)
+        assert os.stat(written).st_uid == HARDEN_UID
+        shutil.copy(written, new.host_workspace)
+        os.chown(os.path.join(new.host_workspace, STATE), HARDEN_UID, HARDEN_UID)
+        old.close()
+        r = state(new, "restore")
+        assert r["op"] == "restored" and r["not_restored"] == [], r
+        assert r["restored"] == f["kept"]
+        assert not os.path.exists(os.path.join(new.host_workspace, STATE))
+        assert new.value("factor = 3\n(double(), obj.value(), add3(1), int(arr.sum()))") == \
+            "(6, 15, 7, 45)"
+    finally:
+        old.close()
+        new.close()
