@@ -222,6 +222,25 @@ def test_what_fails_at_restore_is_named_and_the_rest_restored(zygote):
         s.close()
 
 
+def test_code_that_exits_while_kept_or_restored_is_named_and_the_session_goes_on(zygote):
+    s = zygote.fork("ckpt-exit")
+    try:
+        with open(os.path.join(s.cwd, "leaving.py"), "w") as fh:
+            fh.write("import os\nif os.path.exists('leave-now'):\n    raise SystemExit(3)\n")
+        assert s.run("import leaving\nclass Leaves:\n    def __reduce__(self):\n"
+                     "        raise SystemExit(4)\nbye = Leaves()\nstay = 1")["error"] is None
+        f = checkpointed(s)
+        assert f["kept"] == ["Leaves", "leaving", "stay"]
+        assert f["not_kept"] == [{"name": "bye", "type": "Leaves", "reason": "SystemExit: 4"}]
+        open(os.path.join(s.cwd, "leave-now"), "w").close()
+        s, r = wake(zygote, s, "ckpt-exit-2")
+        assert r["restored"] == ["Leaves", "stay"]
+        assert r["not_restored"][1] == {"name": "leaving", "type": "module", "reason": "SystemExit: 3"}
+        assert s.value("stay") == "1"
+    finally:
+        s.close()
+
+
 def test_a_missing_cut_or_foreign_file_fails_the_restore_and_the_session_goes_on(zygote):
     s = zygote.fork("ckpt-source")
     try:

@@ -133,7 +133,11 @@ def _clip(text):
 
 
 def _entry(name, type_name, error):
-    message = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    try:
+        text = str(error)
+    except Exception:             # an exception of the user's whose __str__ fails
+        text = ""
+    message = f"{type(error).__name__}: {text}" if text else type(error).__name__
     lines = message.splitlines()
     return {"name": _clip(name), "type": _clip(type_name), "reason": _clip(lines[0] if lines else "")}
 
@@ -164,9 +168,11 @@ def checkpoint(ns, count, path):
     """Writes the state of namespace NS (and the execution count) to PATH; returns the file's
     size, the names kept and the entries of those not kept. CheckpointFailed when the file
     cannot be written (nothing is left of it then)."""
+    # a snapshot: a thread a cell left running may still change the namespace
+    values = {k: v for k, v in dict(ns).items() if isinstance(k, str) and not _is_dunder(k)}
     modules, names = {}, []
-    for name in sorted(k for k in ns if isinstance(k, str) and not _is_dunder(k)):
-        module = _module_name(ns[name])
+    for name in sorted(values):
+        module = _module_name(values[name])
         if module is not None:
             modules[name] = module
         else:
@@ -182,7 +188,7 @@ def checkpoint(ns, count, path):
                       "modules": modules, "cells": cells,
                       "not_kept": sorted(not_kept, key=lambda e: e["name"])[:ENTRIES_LIMIT],
                       "not_kept_more": max(0, len(not_kept) - ENTRIES_LIMIT)}
-            failure = _write(part, ns, names, header)
+            failure = _write(part, ns, values, names, header)
             if failure is None:
                 break
             failed, error = failure
@@ -190,9 +196,9 @@ def checkpoint(ns, count, path):
                 bad = {failed: error}
             else:                 # find every culprit at once: each value on its own
                 tested = True
-                bad = {n: e for n in names if (e := _pickle_error(ns, ns[n])) is not None}
+                bad = {n: e for n in names if (e := _pickle_error(ns, values[n])) is not None}
                 bad.setdefault(failed, error)
-            not_kept += [_entry(n, type(ns[n]).__name__, e) for n, e in bad.items()]
+            not_kept += [_entry(n, type(values[n]).__name__, e) for n, e in bad.items()]
             names = [n for n in names if n not in bad]
         os.replace(part, path)
         size = os.path.getsize(path)
@@ -202,26 +208,27 @@ def checkpoint(ns, count, path):
     return size, sorted([*modules, *names]), _capped(not_kept, 0, "not kept")
 
 
-def _write(part, ns, names, header):
-    """Writes the file to PART; None, or (name, exception) of the first value that did not
+def _write(part, ns, values, names, header):
+    """Writes the file to PART: the VALUES of NAMES, pickled with the functions of namespace NS
+    living in the loading session's; None, or (name, exception) of the first value that did not
     pickle. An OSError of the file itself is raised."""
     with open(part, "wb") as f:
         sink = _Sink(f)
         f.write(MAGIC)
         pickler = _Pickler(sink, ns)
-        values = []
+        index = []
         for name in names:
-            value = ns[name]
-            values.append({"name": name, "type": type(value).__name__, "offset": f.tell()})
+            value = values[name]
+            index.append({"name": name, "type": type(value).__name__, "offset": f.tell()})
             try:
                 pickler.dump(value)
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 if sink.error is not None:
                     raise sink.error from None
                 return name, e
         header_at = f.tell()
-        f.write(json.dumps(dict(header, values=values), ensure_ascii=False)
-                .encode("utf-8", "replace"))
+        # ASCII: a name or a cell holding a lone surrogate comes back as it was
+        f.write(json.dumps(dict(header, values=index)).encode("ascii"))
         f.write(_TRAILER.pack(header_at, END))
     return None
 
@@ -229,7 +236,7 @@ def _write(part, ns, names, header):
 def _pickle_error(ns, value):
     try:
         _Pickler(_Discard(), ns).dump(value)
-    except Exception as e:
+    except (Exception, SystemExit) as e:
         return e
     return None
 
@@ -260,7 +267,7 @@ def restore(ns, path):
             try:
                 ns[name] = importlib.import_module(module)
                 restored.append(name)
-            except Exception as e:
+            except (Exception, SystemExit) as e:    # a module's own code may exit: not the session
                 failed.append(_entry(name, "module", e))
         restored += _load_values(f, ns, header["values"], header_at, failed)
     ns["__builtins__"] = builtins          # cloudpickle's function set-up writes its own there
@@ -282,7 +289,7 @@ def _load_values(f, ns, values, header_at, failed):
             try:
                 ns[entry["name"]] = unpickler.load()
                 names.append(entry["name"])
-            except Exception as e:
+            except (Exception, SystemExit) as e:
                 if shared_failure and "Memo value not found" in str(e):
                     e = pickle.UnpicklingError("it shares an object with a value not restored")
                 failed.append(_entry(entry["name"], entry["type"], e))
