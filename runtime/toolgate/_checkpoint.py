@@ -7,7 +7,7 @@ layout: MAGIC, then one pickle per kept global, all written by ONE pickler (its 
 so two globals that share an object share it again after restore, and a value that fails to load
 costs only itself and what shares with it), then a JSON header (the names, where each pickle
 starts, the modules, what was not kept, the execution count, the cells' sources), then the
-header's offset and END. A file cut anywhere lacks END.
+header's offset and END. A file cut short fails the check of END or of the header.
 
 Functions and classes defined in the session are pickled by value (cloudpickle) with the session
 namespace itself as their globals: a function restored reads and writes the restored namespace,
@@ -132,11 +132,15 @@ def _clip(text):
     return text if len(text) <= TEXT_LIMIT else text[:TEXT_LIMIT - 1] + "…"
 
 
-def _entry(name, type_name, error):
+def _text(error):
     try:
-        text = str(error)
+        return str(error)
     except Exception:             # an exception of the user's whose __str__ fails
-        text = ""
+        return ""
+
+
+def _entry(name, type_name, error):
+    text = _text(error)
     message = f"{type(error).__name__}: {text}" if text else type(error).__name__
     lines = message.splitlines()
     return {"name": _clip(name), "type": _clip(type_name), "reason": _clip(lines[0] if lines else "")}
@@ -261,7 +265,7 @@ def restore(ns, path):
         raise RestoreFailed(f"cannot read the checkpoint: {e.strerror or e}") from None
     with f:
         _remove(path)                     # whatever happens next: a checkpoint is read once
-        header, header_at = _read_header(f)
+        header = _read_header(f)
         restored, failed = [], []
         for name, module in header["modules"].items():
             try:
@@ -269,7 +273,7 @@ def restore(ns, path):
                 restored.append(name)
             except (Exception, SystemExit) as e:    # a module's own code may exit: not the session
                 failed.append(_entry(name, "module", e))
-        restored += _load_values(f, ns, header["values"], header_at, failed)
+        restored += _load_values(f, ns, header["values"], failed)
     ns["__builtins__"] = builtins          # cloudpickle's function set-up writes its own there
     for name, source in header["cells"].items():   # tracebacks and inspect see the cells' lines
         linecache.cache[name] = (len(source), None, source.splitlines(True), name)
@@ -277,7 +281,9 @@ def restore(ns, path):
     return sorted(restored), not_restored, header["execution_count"]
 
 
-def _load_values(f, ns, values, header_at, failed):
+def _load_values(f, ns, values, failed):
+    """Loads each global of VALUES (the header's index) into NS, one pickle at a time; returns
+    the names loaded and appends an entry to FAILED for each that did not load."""
     names = []
     reader = _Reader(f)
     unpickler = pickle.Unpickler(reader)
@@ -290,7 +296,7 @@ def _load_values(f, ns, values, header_at, failed):
                 ns[entry["name"]] = unpickler.load()
                 names.append(entry["name"])
             except (Exception, SystemExit) as e:
-                if shared_failure and "Memo value not found" in str(e):
+                if shared_failure and "Memo value not found" in _text(e):
                     e = pickle.UnpicklingError("it shares an object with a value not restored")
                 failed.append(_entry(entry["name"], entry["type"], e))
                 shared_failure = True
@@ -305,7 +311,7 @@ def _load_values(f, ns, values, header_at, failed):
 
 
 def _read_header(f):
-    """The header of a whole checkpoint file of this format and its offset, or RestoreFailed."""
+    """The header of a whole checkpoint file of this format, or RestoreFailed."""
     try:
         size = os.fstat(f.fileno()).st_size
         if size < len(MAGIC) + _TRAILER.size or f.read(len(MAGIC)) != MAGIC:
@@ -327,7 +333,7 @@ def _read_header(f):
         raise RestoreFailed(f"cannot read the checkpoint: {e.strerror or e}") from None
     except (ValueError, TypeError, KeyError, AttributeError):
         raise RestoreFailed("the checkpoint's header is damaged") from None
-    return header, header_at
+    return header
 
 
 def _check_header(header, header_at):
