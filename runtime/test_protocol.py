@@ -7,6 +7,7 @@ Helpers and how to run: harness.py."""
 import ast
 import json
 import os
+import shutil
 import socket
 import subprocess
 
@@ -15,11 +16,12 @@ from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, fork_refused, 
 
 SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "session/ping",
                  "session/exec", "session/bash", "session/sqlite", "session/upcall_result",
-                 "session/upcall_error", "session/upcall_progress"}
+                 "session/upcall_error", "session/upcall_progress", "session/checkpoint",
+                 "session/restore"}
 RUNTIME_FRAMES = {"control/hello", "control/pong", "control/forked", "control/forked_hardened",
                   "control/exited", "control/error", "session/pong", "session/output",
                   "session/result_exec", "session/result_bash", "session/result_sqlite",
-                  "session/error", "session/upcall"}
+                  "session/error", "session/upcall", "session/checkpointed", "session/restored"}
 
 
 def fork_as_is(z, name):
@@ -193,3 +195,30 @@ def test_upcall_frames(zygote):
                 assert got == (err["code"], err["message"], f"{err['code']}: {err['message']}")
         finally:
             s.close()
+
+
+def test_checkpoint_frames(zygote):
+    """checkpoint.json as it is, in a session holding what checkpointed.json names; restore.json
+    as it is, first in a new session given the workspace."""
+    code = ("import numpy as np\nx = 41\ndef f():\n    return x + 1\n"
+            "df = __import__('pandas').DataFrame({'a': [1, 2]})\ng = (i for i in range(3))")
+    old, new = zygote.fork("golden-checkpoint"), zygote.fork("golden-restore")
+    try:
+        for _ in range(7):
+            assert old.run(code)["error"] is None
+        old.send(golden("session/checkpoint"))
+        f = old.recv()
+        assert_shape(f, "session/checkpointed")
+        gold = golden("session/checkpointed")
+        assert f == dict(gold, bytes=f["bytes"], duration_ms=f["duration_ms"])
+        path = golden("session/checkpoint")["path"]
+        assert f["bytes"] == os.path.getsize(os.path.join(old.cwd, path))
+        shutil.copy(os.path.join(old.cwd, path), new.cwd)
+        new.send(golden("session/restore"))
+        r = new.recv()
+        assert_shape(r, "session/restored")
+        assert r == dict(golden("session/restored"), duration_ms=r["duration_ms"])
+        assert new.value("f()") == "42"
+    finally:
+        old.close()
+        new.close()

@@ -73,14 +73,15 @@ grep -qx 'include-system-site-packages = false' "$DIR/pyvenv.cfg" || die "$DIR/p
 quiet "$DIR/bin/python" "${PIP_INSTALL[@]}" "${reqs[@]}"
 quiet "$DIR/bin/python" -I -m pip check
 
-# The zygote imports these; prove they load from DIR alone, and build matplotlib's font cache
-# into DIR/mplconfig (the zygote points MPLCONFIGDIR there, so no session rebuilds it).
+# The zygote imports these (cloudpickle for every session's checkpoint: no zygote starts without
+# it); prove they load from DIR alone, and build matplotlib's font cache into DIR/mplconfig (the
+# zygote points MPLCONFIGDIR there, so no session rebuilds it).
 mkdir -p "$DIR/mplconfig"
 MPLCONFIGDIR="$DIR/mplconfig" MPLBACKEND=Agg quiet "$DIR/bin/python" -I -c '
 import sys, os
 prefix = os.path.realpath(sys.prefix)
-import numpy, pandas, matplotlib, matplotlib.pyplot
-for m in (numpy, pandas, matplotlib):
+import numpy, pandas, matplotlib, matplotlib.pyplot, cloudpickle
+for m in (numpy, pandas, matplotlib, cloudpickle):
     if not os.path.realpath(m.__file__).startswith(prefix + os.sep):
         sys.exit(f"{m.__name__} was loaded from {m.__file__}, outside {prefix}")
 matplotlib.pyplot.figure(); matplotlib.pyplot.close("all")

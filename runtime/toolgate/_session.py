@@ -18,7 +18,7 @@ from toolgate._protocol import (MAX_FRAME, TEXT_LIMIT, BadRequest, check_env, en
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._upcalls import UPCALLS
-from toolgate import _sqlite
+from toolgate import _checkpoint, _sqlite
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,6 +137,9 @@ class Session:
         try:
             if op == "ping":
                 self.chan.send({"op": "pong", "id": rid})
+                return
+            if op in ("checkpoint", "restore"):
+                self.chan.send(self.run_state(op, rid, req.get("path")))
                 return
             if op not in ("exec", "bash", "sqlite"):
                 if op in ("upcall_result", "upcall_progress"):
@@ -279,6 +282,31 @@ class Session:
                 self.loop = asyncio.new_event_loop()
             value = self.loop.run_until_complete(value)
         return value
+
+    # --- checkpoint and restore (toolgate/_checkpoint.py)
+    def run_state(self, op, rid, path):
+        """The answer to a checkpoint or restore request: its reply or an error frame."""
+        if rid is None:
+            raise BadRequest("bad_request", f'"{op}" needs an integer or string "id"')
+        if (not isinstance(path, str) or not path or "\0" in path or path.startswith("/")
+                or ".." in path.split("/")):
+            raise BadRequest("bad_request", f'"{op}" needs a relative "path" without ".."')
+        full = os.path.join(self.workspace, path)     # the workspace, whatever a cell's chdir did
+        t0 = time.perf_counter()
+        if op == "checkpoint":
+            try:
+                size, kept, not_kept = _checkpoint.checkpoint(self.ns, self.count, full)
+            except _checkpoint.CheckpointFailed as e:
+                return error_frame("checkpoint_failed", str(e), rid)
+            return {"op": "checkpointed", "id": rid, "bytes": size, "kept": kept,
+                    "not_kept": not_kept, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)}
+        try:
+            restored, not_restored, count = _checkpoint.restore(self.ns, full)
+        except _checkpoint.RestoreFailed as e:
+            return error_frame("restore_failed", str(e), rid)
+        self.count = count
+        return {"op": "restored", "id": rid, "restored": restored, "not_restored": not_restored,
+                "execution_count": count, "duration_ms": round((time.perf_counter() - t0) * 1000, 3)}
 
     # --- SQLite
     def run_sqlite(self, rid, req):

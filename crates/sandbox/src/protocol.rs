@@ -123,20 +123,20 @@ pub enum SessionRequest<'a> {
         /// the statement's own time limit, in seconds
         timeout_s: f64,
     },
-    /// Write the session's Python state to a file of its workspace (between requests).
-    /// Answered by `checkpointed`.
+    /// Write the session's Python state to a file of its workspace (between requests, before
+    /// a hibernation). Answered by [`Checkpointed`], or an error frame `checkpoint_failed`.
     Checkpoint {
-        /// the request's number; its answer carries it
+        /// the request's number
         id: u64,
-        /// the file, relative to the workspace
+        /// the state file, relative to the workspace
         path: &'a str,
     },
-    /// Read the Python state back from a file of the workspace (the first request of a
-    /// session made for a hibernated one), then delete the file. Answered by `restored`.
+    /// Read a checkpoint's state file back into the namespace, and delete it (the first
+    /// request of a new session). Answered by [`Restored`], or an error frame `restore_failed`.
     Restore {
-        /// the request's number; its answer carries it
+        /// the request's number
         id: u64,
-        /// the file, relative to the workspace
+        /// the state file, relative to the workspace
         path: &'a str,
     },
     /// A piece of a streamed answer to an upcall, before its `upcall_result`.
@@ -358,6 +358,51 @@ pub struct ExecOutcome {
     /// reports a KeyboardInterrupt and the session lives on.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
+}
+
+/// A global a checkpoint did not keep, or a restore did not bring back. After 1000 entries one
+/// more says how many were left out: name `…`, empty type, reason `N more not kept` (or `not
+/// restored`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct NotKept {
+    /// The global's name.
+    pub name: String,
+    /// Its value's type name ("generator"; "module" for a module that no longer imports).
+    #[serde(rename = "type")]
+    pub value_type: String,
+    /// The first line of the exception, e.g. "TypeError: cannot pickle 'generator' object".
+    pub reason: String,
+}
+
+/// A session's `checkpointed` frame: its state file is written. The file is the session's
+/// alone: the server archives it as bytes and never reads it.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Checkpointed {
+    /// The request's number.
+    pub id: u64,
+    /// The state file's size.
+    pub bytes: u64,
+    /// The globals saved, sorted.
+    pub kept: Vec<String>,
+    /// The globals that could not be saved, sorted by name.
+    pub not_kept: Vec<NotKept>,
+    /// The checkpoint's time in the session, in milliseconds.
+    pub duration_ms: f64,
+}
+
+/// A session's `restored` frame: a checkpoint's state file is read back (and deleted).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+pub struct Restored {
+    /// The request's number.
+    pub id: u64,
+    /// The globals restored, sorted.
+    pub restored: Vec<String>,
+    /// What the checkpoint did not keep, and what failed to load now.
+    pub not_restored: Vec<NotKept>,
+    /// The checkpointed session's count of requests; the next request goes on from it.
+    pub execution_count: u64,
+    /// The restore's time in the session, in milliseconds.
+    pub duration_ms: f64,
 }
 
 #[cfg(test)]

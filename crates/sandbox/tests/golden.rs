@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use serde_json::Value;
 use toolgate_domain::BillingStatus;
 use toolgate_sandbox::protocol::{
-    ControlEvent, ControlRequest, ForkRequest, HardenSpec, SessionRequest,
+    Checkpointed, ControlEvent, ControlRequest, ForkRequest, HardenSpec, NotKept, Restored,
+    SessionRequest,
 };
 use toolgate_sandbox::upcall::{Upcall, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallValue};
 use toolgate_sandbox::{ExecOutcome, RequestKind};
@@ -230,4 +231,49 @@ fn results_decode_into_the_outcome() {
 
 fn exec_like(frame: &Value) -> ExecOutcome {
     serde_json::from_value(frame.clone()).unwrap()
+}
+
+#[test]
+fn checkpoint_and_restore_frames() {
+    let checkpoint = SessionRequest::Checkpoint {
+        id: 12,
+        path: ".toolgate-checkpoint",
+    };
+    assert_eq!(sent(&checkpoint), golden("session/checkpoint.json"));
+    let restore = SessionRequest::Restore {
+        id: 1,
+        path: ".toolgate-checkpoint",
+    };
+    assert_eq!(sent(&restore), golden("session/restore.json"));
+    let generator = NotKept {
+        name: "g".to_owned(),
+        value_type: "generator".to_owned(),
+        reason: "TypeError: cannot pickle 'generator' object".to_owned(),
+    };
+    let kept = ["df", "f", "np", "x"].map(str::to_owned).to_vec();
+    let frame = golden("session/checkpointed.json");
+    let checkpointed: Checkpointed = serde_json::from_value(frame.clone()).unwrap();
+    assert_eq!(checkpointed.id, 12);
+    assert_eq!(checkpointed.kept, kept);
+    assert_eq!(checkpointed.not_kept, vec![generator.clone()]);
+    assert_eq!(keys(&sent(&checkpointed)), keys(&frame));
+    let frame = golden("session/restored.json");
+    let restored: Restored = serde_json::from_value(frame.clone()).unwrap();
+    assert_eq!((restored.id, restored.execution_count), (1, 7));
+    assert_eq!(restored.restored, kept);
+    assert_eq!(restored.not_restored, vec![generator]);
+    assert_eq!(keys(&sent(&restored)), keys(&frame));
+}
+
+/// A frame's keys but its `op`, sorted.
+fn keys(frame: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = frame
+        .as_object()
+        .unwrap()
+        .keys()
+        .filter(|k| *k != "op")
+        .cloned()
+        .collect();
+    keys.sort();
+    keys
 }
