@@ -4,12 +4,16 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use toolgate_app::capabilities::Sandbox;
-use toolgate_sandbox_manager::{ManagerConfig, SandboxManager, ZygoteConfig};
+use toolgate_checkpoints::{ObjectCheckpoints, S3Access};
+use toolgate_sandbox_manager::{Keeping, ManagerConfig, SandboxManager, ZygoteConfig};
 
-use crate::config::SandboxConfig;
+use crate::config::{CheckpointLocation, CheckpointsConfig, SandboxConfig};
 
-/// Starts the session manager.
-pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SandboxManager>)> {
+/// Starts the session manager, its checkpoints sealed by `vault`.
+pub async fn start(
+    sandbox: SandboxConfig,
+    vault: Arc<toolgate_vault::Vault>,
+) -> Result<(Sandbox, Arc<SandboxManager>)> {
     if sandbox.harden_lib.is_none() {
         tracing::warn!(
             "sandbox confinement is off: session code runs with the server's privileges \
@@ -24,6 +28,9 @@ pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SandboxManage
     config.idle_ttl = sandbox.idle_ttl;
     config.max_sessions_per_account = sandbox.max_sessions_per_account;
     config.budget = sandbox.budget;
+    if let Some(checkpoints) = sandbox.checkpoints {
+        config.keeping = Some(keeping(checkpoints, vault).await?);
+    }
     tracing::info!(
         memory_mib = config.budget.memory_bytes >> 20,
         processes = config.budget.pids,
@@ -38,4 +45,41 @@ pub async fn start(sandbox: SandboxConfig) -> Result<(Sandbox, Arc<SandboxManage
     // app sees the sessions through the seam only; serve keeps the manager to shut it down
     let sessions: Arc<dyn toolgate_sandbox::SandboxSessions> = manager.clone();
     Ok((Sandbox::new(sessions, sandbox.limits), manager))
+}
+
+/// The checkpoint store and when sessions are written to it.
+async fn keeping(
+    checkpoints: CheckpointsConfig,
+    vault: Arc<toolgate_vault::Vault>,
+) -> Result<Keeping> {
+    let (url, access) = match checkpoints.location {
+        CheckpointLocation::Directory(dir) => (format!("file://{}", dir.display()), S3Access::default()),
+        CheckpointLocation::S3 {
+            bucket,
+            prefix,
+            endpoint,
+            region,
+            access_key_id,
+            secret_access_key,
+        } => (
+            format!("s3://{bucket}/{prefix}"),
+            S3Access {
+                endpoint,
+                region: Some(region),
+                access_key_id,
+                secret_access_key: toolgate_vault::Zeroizing::new(
+                    secret_access_key.expose().to_owned(),
+                ),
+            },
+        ),
+    };
+    let store = ObjectCheckpoints::open(&url, &access, vault)
+        .await
+        .context("the checkpoint store (checkpoint_url) could not be opened")?;
+    tracing::info!(store = ?store, "sessions are checkpointed");
+    let mut keeping = Keeping::new(Arc::new(store));
+    keeping.hibernate_after = checkpoints.hibernate_after;
+    keeping.checkpoint_every = checkpoints.checkpoint_every;
+    keeping.retention = checkpoints.retention;
+    Ok(keeping)
 }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use serde::Deserialize;
 
+pub use checkpoints::{CheckpointLocation, CheckpointsConfig};
 pub use providers::{ProviderTable, Providers};
 pub use sandbox::SandboxConfig;
 pub use serve::{MailConfig, ServeConfig};
