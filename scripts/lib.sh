@@ -79,7 +79,7 @@ as_pg() {
 GARAGE_VERSION="2.5.0"
 GARAGE="$DEPS/garage/bin/garage"
 install_garage() {
-  if [[ "$("$GARAGE" --version 2>/dev/null)" != *"v$GARAGE_VERSION"* ]]; then
+  if [[ "$("$GARAGE" --version 2>/dev/null)" != *"$GARAGE_VERSION"* ]]; then
     log "building garage $GARAGE_VERSION into $DEPS/garage (once; several minutes)"
     CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$DEPS/garage/build" \
       quiet cargo install --locked --root "$DEPS/garage" "garage@$GARAGE_VERSION"

@@ -60,7 +60,12 @@ pub(crate) fn open(
             sealed,
         )
         .map_err(|e| e.to_string())?;
-    let mut image = Vec::new();
+    // the frame says how large the image is (compress writes it): one allocation, not many
+    let said = zstd::zstd_safe::get_frame_content_size(&compressed)
+        .ok()
+        .flatten();
+    let capacity = said.unwrap_or(0).min(max);
+    let mut image = Vec::with_capacity(usize::try_from(capacity).unwrap_or(0));
     zstd::stream::read::Decoder::new(compressed.as_slice())
         .map_err(|e| format!("decompression failed: {e}"))?
         .take(max.saturating_add(1))

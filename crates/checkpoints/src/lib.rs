@@ -349,8 +349,10 @@ impl CheckpointStore for ObjectCheckpoints {
 
     async fn list(&self, account: &str) -> Result<Vec<CheckpointInfo>, CheckpointError> {
         let mut newest: BTreeMap<String, Stored> = BTreeMap::new();
+        let dir = layout::account_dir(account);
         for stored in self.stored(&self.layout.account(account)).await? {
-            let Some(session_id) = stored.place.session_id() else {
+            let session_id = stored.place.session_id();
+            let Some(session_id) = session_id.filter(|_| stored.place.account_dir == dir) else {
                 continue;
             };
             match newest.get(&session_id) {
