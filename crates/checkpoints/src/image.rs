@@ -5,7 +5,7 @@
 use std::io::Read;
 
 use toolgate_domain::AccountId;
-use toolgate_vault::Vault;
+use toolgate_vault::{Vault, VaultError};
 
 /// zstd's level: most of the ratio of higher levels, at a speed close to the disk's.
 const LEVEL: i32 = 3;
@@ -59,7 +59,17 @@ pub(crate) fn open(
             &context(session_id, version),
             sealed,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| match e {
+            // the vault's wording speaks of secrets
+            VaultError::Undecryptable => {
+                "it does not open (damaged, cut short, moved, or sealed under another master key)"
+                    .to_owned()
+            }
+            VaultError::UnknownKeyVersion(version) => format!(
+                "it was sealed under master key version {version}, which this service does not have"
+            ),
+            e => e.to_string(),
+        })?;
     // the frame says how large the image is (compress writes it): one allocation, not many
     let said = zstd::zstd_safe::get_frame_content_size(&compressed)
         .ok()
