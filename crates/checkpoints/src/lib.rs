@@ -15,6 +15,7 @@ mod layout;
 mod location;
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -78,7 +79,35 @@ impl ObjectCheckpoints {
         s3: &S3Access,
         vault: Arc<Vault>,
     ) -> Result<Self, CheckpointError> {
-        let location = Location::parse(url)?;
+        Self::open_at(Location::parse(url)?, s3, vault).await
+    }
+
+    /// [`ObjectCheckpoints::open`] of `file://<dir>` (`dir` absolute).
+    pub async fn open_directory(dir: PathBuf, vault: Arc<Vault>) -> Result<Self, CheckpointError> {
+        if !dir.is_absolute() {
+            return Err(CheckpointError::Unavailable(format!(
+                "the checkpoint directory {} is not an absolute path",
+                dir.display()
+            )));
+        }
+        Self::open_at(Location::File(dir), &S3Access::default(), vault).await
+    }
+
+    /// [`ObjectCheckpoints::open`] of `s3://<bucket>/<prefix>`.
+    pub async fn open_bucket(
+        bucket: &str,
+        prefix: &str,
+        s3: &S3Access,
+        vault: Arc<Vault>,
+    ) -> Result<Self, CheckpointError> {
+        Self::open_at(Location::bucket(bucket, prefix)?, s3, vault).await
+    }
+
+    async fn open_at(
+        location: Location,
+        s3: &S3Access,
+        vault: Arc<Vault>,
+    ) -> Result<Self, CheckpointError> {
         let secret = matches!(location, Location::S3 { .. })
             .then(|| s3.secret_access_key.clone())
             .filter(|secret| !secret.is_empty());

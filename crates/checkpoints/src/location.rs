@@ -60,7 +60,13 @@ impl Location {
             return Err(bad("the scheme is neither file:// nor s3://"));
         };
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        if bucket.contains(['@', ':', '?', '#']) {
+        Self::bucket(bucket, prefix)
+    }
+
+    /// A bucket and a prefix, checked. Errors quote neither.
+    pub(crate) fn bucket(bucket: &str, prefix: &str) -> Result<Self, CheckpointError> {
+        let bad = |why: &str| CheckpointError::Unavailable(format!("checkpoint store URL: {why}"));
+        if bucket.contains(['@', ':', '?', '#', '/']) {
             return Err(bad(
                 "an s3:// URL is s3://bucket/prefix; credentials are given apart, never in it",
             ));

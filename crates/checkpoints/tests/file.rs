@@ -64,6 +64,17 @@ async fn the_directory_is_private_and_made_when_missing() {
     assert_eq!(store.load(&odd).await.unwrap().unwrap().image, b"x");
     assert!(!dir.path().join("a/escape").exists() && !dir.path().join("escape").exists());
 
+    // the same directory by its path, with another vault: the image is found, and does not open
+    let again = ObjectCheckpoints::open_directory(root.clone(), vault())
+        .await
+        .unwrap();
+    assert!(matches!(
+        again.load(&odd).await,
+        Err(CheckpointError::Unreadable(_))
+    ));
+    let relative = ObjectCheckpoints::open_directory("relative/dir".into(), vault()).await;
+    assert!(matches!(relative, Err(CheckpointError::Unavailable(_))));
+
     // a path that cannot be a directory: a clear error naming it
     let file = dir.path().join("a-file");
     std::fs::write(&file, b"").unwrap();
