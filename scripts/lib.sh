@@ -72,3 +72,18 @@ find_pgbin() {
 as_pg() {
   if [[ $EUID -eq 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
+
+# Garage, a real S3-compatible server for the checkpoint store's S3 tests (scripts/garage-up.sh):
+# built from crates.io into .deps/garage (about 8 minutes on 2 cores; AGPL, a test-only program,
+# never linked into toolgate)
+GARAGE_VERSION="2.5.0"
+GARAGE="$DEPS/garage/bin/garage"
+install_garage() {
+  if [[ "$("$GARAGE" --version 2>/dev/null)" != *"$GARAGE_VERSION"* ]]; then
+    log "building garage $GARAGE_VERSION into $DEPS/garage (once; several minutes)"
+    CARGO_INCREMENTAL=0 CARGO_TARGET_DIR="$DEPS/garage/build" \
+      quiet cargo install --locked --root "$DEPS/garage" "garage@$GARAGE_VERSION"
+    rm -rf "$DEPS/garage/build"
+    [[ -x "$GARAGE" ]] || die "garage $GARAGE_VERSION did not land at $GARAGE"
+  fi
+}

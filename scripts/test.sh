@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test.sh: the whole test suite, from a fresh clone. Installs what it needs (Python venv with the
-# MCP SDK, Node 22, the npm packages, PostgreSQL and MariaDB from Debian's packages), starts a
-# throw-away PostgreSQL cluster and MariaDB server on 127.0.0.1 (the store's backend, and tenants'
-# databases for `sql`), and runs in order:
+# MCP SDK, Node 22, the npm packages, PostgreSQL and MariaDB from Debian's packages, Garage from
+# crates.io), starts a throw-away PostgreSQL cluster and MariaDB server on 127.0.0.1 (the store's
+# backend, and tenants' databases for `sql`) and a Garage (the checkpoint store's S3 tests), and
+# runs in order:
 #   1. cargo fmt --check, clippy -D warnings (also the conformance build), and cargo deny: the
 #      licences, duplicate versions and sources of Cargo.lock (deny.toml), and its advisories
 #      against the vendored RustSec snapshot (third_party/, scripts/advisory-db.sh)
@@ -24,16 +25,21 @@ step "dependencies"
 "$ROOT/scripts/python-runtime.sh" "$DEPS/python-runtime"
 PG_DIR="$(mktemp -d /tmp/toolgate-pg.XXXXXX)"   # under /tmp: the postgres user must reach it
 MY_DIR="$(mktemp -d /tmp/toolgate-mysql.XXXXXX)"  # and the mysql user this one
+GARAGE_DIR="$(mktemp -d /tmp/toolgate-garage.XXXXXX)"
 SERVER_PID=""
 cleanup() {
   [[ -z "$SERVER_PID" ]] || kill "$SERVER_PID" 2>/dev/null || true
   "$ROOT/scripts/pg-down.sh" "$PG_DIR" >/dev/null 2>&1 || true
   "$ROOT/scripts/mysql-down.sh" "$MY_DIR" >/dev/null 2>&1 || true
-  rm -rf "$PG_DIR" "$MY_DIR"
+  "$ROOT/scripts/garage-down.sh" "$GARAGE_DIR" >/dev/null 2>&1 || true
+  rm -rf "$PG_DIR" "$MY_DIR" "$GARAGE_DIR"
 }
 trap cleanup EXIT
 PG_URL="$("$ROOT/scripts/pg-up.sh" "$PG_DIR")"
 MY_URL="$("$ROOT/scripts/mysql-up.sh" "$MY_DIR")"
+# TOOLGATE_TEST_S3_URL, _ENDPOINT, _REGION, _KEY_ID and _SECRET, for the checkpoint store's tests
+GARAGE_ENV="$("$ROOT/scripts/garage-up.sh" "$GARAGE_DIR")"
+eval "$GARAGE_ENV"
 
 step "format and lints"
 cargo fmt --all -- --check

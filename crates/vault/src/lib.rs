@@ -1,17 +1,20 @@
 //! The secrets vault: each secret's value is encrypted under a fresh data key of its own
 //! (XChaCha20-Poly1305), and that data key is wrapped by a versioned master key. The associated
 //! data binds the account, the name and the master key version, so a sealed value copied to
-//! another account or name, or relabelled with another version, does not open.
+//! another account or name, or relabelled with another version, does not open. Large opaque
+//! values (blobs) are sealed the same way in authenticated chunks ([`Vault::seal_blob`]).
 //!
 //! Storage sees only [`SealedSecret`]s; plaintext exists only in [`Zeroizing`] buffers while a
 //! call that names the secret runs. [`Redactor`] replaces a used secret's value, in the forms
 //! code is likely to print it, by `[REDACTED:NAME]`.
 
+mod blob;
 mod keyfile;
 mod keys;
 mod redact;
 mod seal;
 
+pub use blob::{BLOB_CHUNK, sealed_blob_len};
 pub use keyfile::{KeyFile, KeySource};
 pub use keys::MasterKeys;
 pub use redact::{Redactor, StreamRedactor};

@@ -91,19 +91,10 @@ impl Vault {
                 got: value.len(),
             });
         }
-        // another process (the rotation command) may have added a version meanwhile
-        self.refresh(false)?;
-        let keys = self.current();
-        let (version, master) = keys
-            .newest_key()
-            .ok_or_else(|| VaultError::BadKeys("no key is given".to_owned()))?;
         let data_key = random::<32>()?;
         let ciphertext = encrypt(&data_key, value, &value_context(account, name))?;
-        let wrapped_key = encrypt(
-            master,
-            data_key.as_ref(),
-            &key_context(account, name, version),
-        )?;
+        let (version, wrapped_key) =
+            self.wrap_new_key(&data_key, |version| key_context(account, name, version))?;
         Ok(SealedSecret {
             key_version: version,
             wrapped_key,
@@ -174,6 +165,39 @@ impl Vault {
         sealed: &SealedSecret,
     ) -> Result<KeyBytes, VaultError> {
         let version = sealed.key_version;
+        self.unwrap_data_key(
+            version,
+            &sealed.wrapped_key,
+            &key_context(account, name, version),
+        )
+    }
+
+    /// Wraps `data_key` under the newest master key, bound to what `context` makes of that
+    /// key's version; the version and the wrapped key.
+    pub(crate) fn wrap_new_key(
+        &self,
+        data_key: &KeyBytes,
+        context: impl FnOnce(u32) -> Vec<u8>,
+    ) -> Result<(u32, Vec<u8>), VaultError> {
+        // another process (the rotation command) may have added a version meanwhile
+        self.refresh(false)?;
+        let keys = self.current();
+        let (version, master) = keys
+            .newest_key()
+            .ok_or_else(|| VaultError::BadKeys("no key is given".to_owned()))?;
+        Ok((
+            version,
+            encrypt(master, data_key.as_ref(), &context(version))?,
+        ))
+    }
+
+    /// The data key that master key `version` wrapped under `context`.
+    pub(crate) fn unwrap_data_key(
+        &self,
+        version: u32,
+        wrapped: &[u8],
+        context: &[u8],
+    ) -> Result<KeyBytes, VaultError> {
         if self.current().key(version).is_none() {
             self.refresh(true)?;
         }
@@ -181,12 +205,7 @@ impl Vault {
         let master = keys
             .key(version)
             .ok_or(VaultError::UnknownKeyVersion(version))?;
-        let plain = decrypt(
-            master,
-            &sealed.wrapped_key,
-            &key_context(account, name, version),
-        )?;
-        to_key(&plain)
+        to_key(&decrypt(master, wrapped, context)?)
     }
 }
 

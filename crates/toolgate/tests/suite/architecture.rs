@@ -64,6 +64,12 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
         "the in-process sandbox serves the seam, and knows nothing of the service around it",
     ),
     (
+        "toolgate-checkpoints",
+        &["toolgate-domain", "toolgate-sandbox", "toolgate-vault"],
+        "the checkpoint store serves the sandbox's CheckpointStore seam, sealing with the vault, \
+         and knows nothing of what runs the sessions or of the service around it",
+    ),
+    (
         "toolgate-sandbox-harden",
         &[],
         "the confinement library runs in a forked child: no runtime, no service",
@@ -234,6 +240,12 @@ const FORBIDDEN_EXTERNAL: &[(&str, &[&str], &str)] = &[
         "toolgate-sandbox-manager",
         &["axum", "rmcp", "sqlx"],
         "the in-process sandbox serves the seam, and knows nothing of the service around it",
+    ),
+    (
+        "toolgate-checkpoints",
+        &["axum", "rmcp", "sqlx", "rusqlite"],
+        "the checkpoint store keeps sealed images in a directory or a bucket: no service, no \
+         database",
     ),
     (
         "toolgate-sandbox-harden",
