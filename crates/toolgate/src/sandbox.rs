@@ -52,8 +52,8 @@ async fn keeping(
     checkpoints: CheckpointsConfig,
     vault: Arc<toolgate_vault::Vault>,
 ) -> Result<Keeping> {
-    let (url, access) = match checkpoints.location {
-        CheckpointLocation::Directory(dir) => (format!("file://{}", dir.display()), S3Access::default()),
+    let store = match checkpoints.location {
+        CheckpointLocation::Directory(dir) => ObjectCheckpoints::open_directory(dir, vault).await,
         CheckpointLocation::S3 {
             bucket,
             prefix,
@@ -61,21 +61,19 @@ async fn keeping(
             region,
             access_key_id,
             secret_access_key,
-        } => (
-            format!("s3://{bucket}/{prefix}"),
-            S3Access {
+        } => {
+            let access = S3Access {
                 endpoint,
                 region: Some(region),
                 access_key_id,
                 secret_access_key: toolgate_vault::Zeroizing::new(
                     secret_access_key.expose().to_owned(),
                 ),
-            },
-        ),
-    };
-    let store = ObjectCheckpoints::open(&url, &access, vault)
-        .await
-        .context("the checkpoint store (checkpoint_url) could not be opened")?;
+            };
+            ObjectCheckpoints::open_bucket(&bucket, &prefix, &access, vault).await
+        }
+    }
+    .context("the checkpoint store (checkpoint_url) could not be opened")?;
     tracing::info!(store = ?store, "sessions are checkpointed");
     let mut keeping = Keeping::new(Arc::new(store));
     keeping.hibernate_after = checkpoints.hibernate_after;

@@ -37,7 +37,7 @@ fn key(account: &str, id: &str) -> CheckpointKey {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_hibernates_and_comes_back_with_its_state_and_files() {
     let root = tempfile::tempdir().unwrap();
-    let (store, _dir) = test_store();
+    let (store, _dir) = test_store().await;
     let m = kept_manager(root.path(), Arc::clone(&store), Duration::from_millis(300)).await;
     let first = m
         .exec(
@@ -94,7 +94,7 @@ async fn an_idle_session_hibernates_and_comes_back_with_its_state_and_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_cannot_be_kept_is_named() {
     let root = tempfile::tempdir().unwrap();
-    let (store, _dir) = test_store();
+    let (store, _dir) = test_store().await;
     let m = kept_manager(root.path(), Arc::clone(&store), Duration::from_millis(300)).await;
     let first = m
         .exec(
@@ -129,7 +129,7 @@ async fn what_cannot_be_kept_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_loses_nothing_and_another_account_sees_nothing() {
     let root = tempfile::tempdir().unwrap();
-    let (store, _dir) = test_store();
+    let (store, _dir) = test_store().await;
     let m = kept_manager(root.path(), Arc::clone(&store), Duration::from_secs(3600)).await;
     m.exec(
         "acct",

@@ -167,6 +167,7 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-payments",
             "toolgate-sandbox",
             "toolgate-sandbox-manager",
+            "toolgate-checkpoints",
         ],
         "the binary is the only crate that names concrete backends and adapters, and wires them \
          into the app (the confinement library is loaded by the sandbox's children, not linked)",
