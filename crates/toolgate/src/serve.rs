@@ -83,7 +83,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
     );
     let (capabilities, manager) = match config.sandbox {
         Some(sandbox) => {
-            let (capabilities, manager) = crate::sandbox::start(sandbox, Arc::clone(&vault)).await?;
+            let (capabilities, manager) =
+                crate::sandbox::start(sandbox, Arc::clone(&vault)).await?;
             (Some(capabilities), Some(manager))
         }
         None => (None, None),

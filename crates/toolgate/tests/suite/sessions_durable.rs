@@ -98,12 +98,21 @@ async fn a_graceful_restart_loses_no_session_state() {
         for file in files_under(&storage.data_dir) {
             let bytes = std::fs::read(&file).unwrap_or_default();
             let found = bytes.windows(marker.len()).any(|w| w == marker.as_bytes());
-            assert!(!found, "{} holds the session's data in the clear", file.display());
+            assert!(
+                !found,
+                "{} holds the session's data in the clear",
+                file.display()
+            );
         }
 
         let server = Server::start(&storage, &flags).await;
         // another account's same id is another session
-        let theirs = write(&server, &bob.key, json!({"session_id": "work", "code": "'x' in dir()"})).await;
+        let theirs = write(
+            &server,
+            &bob.key,
+            json!({"session_id": "work", "code": "'x' in dir()"}),
+        )
+        .await;
         assert_eq!(value(&theirs), "False", "{theirs}");
         assert_eq!(session(&theirs)["restored"], false);
         let back = write(
@@ -115,12 +124,23 @@ async fn a_graceful_restart_loses_no_session_state() {
         assert_eq!(value(&back), format!("(41, 42, 3, '{marker}')"), "{back}");
         assert_eq!(session(&back)["restored"], true, "{back}");
         assert_eq!(session(&back)["not_restored"], json!([]));
-        assert!(text(&back).contains("was restored from its checkpoint"), "{back}");
+        assert!(
+            text(&back).contains("was restored from its checkpoint"),
+            "{back}"
+        );
         // listed as live now, with a checkpoint
-        let listed = post_personal(&client(), &server, &alice.key, &tool_call("svc_read", json!({"sessions": true})))
-            .await
-            .result();
-        let rows = listed["structuredContent"]["sessions"].as_array().unwrap().clone();
+        let listed = post_personal(
+            &client(),
+            &server,
+            &alice.key,
+            &tool_call("svc_read", json!({"sessions": true})),
+        )
+        .await
+        .result();
+        let rows = listed["structuredContent"]["sessions"]["sessions"]
+            .as_array()
+            .unwrap()
+            .clone();
         assert_eq!(rows.len(), 1, "{listed}");
         assert_eq!(rows[0]["state"], "live");
         assert!(rows[0]["checkpoint"]["bytes"].as_u64().unwrap() > 0);
@@ -147,16 +167,26 @@ async fn an_idle_session_hibernates_and_a_kill_loses_only_what_came_after_its_ch
     let http = client();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let listed = post_personal(&http, &server, &alice.key, &tool_call("svc_read", json!({"sessions": true})))
-            .await
-            .result();
-        if listed["structuredContent"]["sessions"][0]["state"] == "hibernated" {
+        let listed = post_personal(
+            &http,
+            &server,
+            &alice.key,
+            &tool_call("svc_read", json!({"sessions": true})),
+        )
+        .await
+        .result();
+        if listed["structuredContent"]["sessions"]["sessions"][0]["state"] == "hibernated" {
             break;
         }
         assert!(Instant::now() < deadline, "it did not hibernate: {listed}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let back = write(&server, &alice.key, json!({"session_id": "s", "code": "kept.append(3)\nkept"})).await;
+    let back = write(
+        &server,
+        &alice.key,
+        json!({"session_id": "s", "code": "kept.append(3)\nkept"}),
+    )
+    .await;
     assert_eq!(value(&back), "[1, 2, 3]", "{back}");
     let mut unkept: Vec<String> = session(&back)["not_restored"]
         .as_array()
@@ -166,11 +196,19 @@ async fn an_idle_session_hibernates_and_a_kill_loses_only_what_came_after_its_ch
         .collect();
     unkept.sort();
     assert_eq!(unkept, ["gen", "lock"], "{back}");
-    assert!(text(&back).contains("Not restored: gen (generator"), "{back}");
+    assert!(
+        text(&back).contains("Not restored: gen (generator"),
+        "{back}"
+    );
     // a kill -9 after the checkpoint of the hibernation loses what came after it only
     server.kill();
     let server = Server::start(&storage, &flags).await;
-    let after = write(&server, &alice.key, json!({"session_id": "s", "code": "kept"})).await;
+    let after = write(
+        &server,
+        &alice.key,
+        json!({"session_id": "s", "code": "kept"}),
+    )
+    .await;
     assert_eq!(value(&after), "[1, 2]", "{after}");
     assert_eq!(session(&after)["restored"], true);
     assert!(!is_error(&after));
@@ -184,33 +222,59 @@ async fn a_torn_checkpoint_falls_back_or_is_said_lost() {
     let flags = durable_flags(dir.path(), &["--sandbox-checkpoint-every-s", "1"]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut server = Server::start(&storage, &flags).await;
-    write(&server, &alice.key, json!({"session_id": "t", "code": "v = 'first'"})).await;
+    write(
+        &server,
+        &alice.key,
+        json!({"session_id": "t", "code": "v = 'first'"}),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     // this call's checkpoint is taken after its result
-    write(&server, &alice.key, json!({"session_id": "t", "code": "v = 'second'"})).await;
+    write(
+        &server,
+        &alice.key,
+        json!({"session_id": "t", "code": "v = 'second'"}),
+    )
+    .await;
     assert!(server.stop());
     let mut images: Vec<PathBuf> = files_under(&dir.path().join("checkpoints"))
         .into_iter()
         .filter(|p| p.extension().is_some_and(|e| e == "ckpt"))
         .collect();
     images.sort();
-    assert!(images.len() >= 2, "the one before the newest is kept: {images:?}");
+    assert!(
+        images.len() >= 2,
+        "the one before the newest is kept: {images:?}"
+    );
     // tear the newest: the one before it is restored, and the result says so
     let newest = images.last().unwrap();
     let len = std::fs::metadata(newest).unwrap().len();
-    std::fs::OpenOptions::new().write(true).open(newest).unwrap().set_len(len / 2).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(newest)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
     let server = Server::start(&storage, &flags).await;
     let back = write(&server, &alice.key, json!({"session_id": "t", "code": "v"})).await;
     assert_eq!(session(&back)["restored"], true, "{back}");
     assert_eq!(session(&back)["fell_back"], true, "{back}");
-    assert!(value(&back) == "'first'" || value(&back) == "'second'", "{back}");
+    assert!(
+        value(&back) == "'first'" || value(&back) == "'second'",
+        "{back}"
+    );
     drop(server);
     // every image torn: a fresh session, with a note that says it could not be restored
     for image in files_under(&dir.path().join("checkpoints")) {
         std::fs::write(&image, b"torn").unwrap();
     }
     let server = Server::start(&storage, &flags).await;
-    let lost = write(&server, &alice.key, json!({"session_id": "t", "code": "'v' in dir()"})).await;
+    let lost = write(
+        &server,
+        &alice.key,
+        json!({"session_id": "t", "code": "'v' in dir()"}),
+    )
+    .await;
     assert_eq!(value(&lost), "False", "{lost}");
     assert!(text(&lost).contains("could not be restored"), "{lost}");
     drop(server);
