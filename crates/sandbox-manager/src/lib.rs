@@ -33,6 +33,7 @@ mod session;
 mod session_error;
 mod session_input;
 mod session_table;
+mod sweep;
 mod upcalls;
 mod warm;
 mod warming;

@@ -25,9 +25,8 @@ use crate::incarnation::{Live, blocking};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
 use crate::session::relay_output;
 use crate::session_error::SessionError;
-use crate::session_table::{
-    Claim, Entry, ManagerState, Name, RetireOnDrop, Slot, Table, retire, sweep_loop,
-};
+use crate::session_table::{Claim, Entry, ManagerState, Name, RetireOnDrop, Slot, Table, retire};
+use crate::sweep::sweep_loop;
 use crate::upcalls::Upcalls;
 use crate::warm::WARM_DIR;
 use crate::warming;

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, OwnedMutexGuard};
@@ -19,7 +19,6 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::cgroup::Cgroups;
-use crate::hibernation;
 use crate::incarnation::{Host, Live, Place};
 use crate::manager_types::{Isolation, ManagerConfig, ManagerError};
 use crate::warm::{Pool, Warm};
@@ -28,7 +27,7 @@ use crate::zygote::Zygote;
 use toolgate_sandbox::policy::Limits;
 
 /// How long an expired session id is remembered, so that a late call learns it expired.
-const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
+pub(super) const TOMBSTONE_TTL: Duration = Duration::from_secs(24 * 3600);
 
 /// After a warm session is taken, the longest the pool waits before making its replacement.
 const REFILL_AFTER: Duration = Duration::from_millis(100);
@@ -66,7 +65,7 @@ pub(super) struct ManagerState {
 pub(super) struct Table {
     pub(super) accounts: HashMap<String, HashMap<Name, Arc<Entry>>>,
     /// (account, session id) -> when it expired
-    tombstones: HashMap<(String, String), Instant>,
+    pub(super) tombstones: HashMap<(String, String), Instant>,
     /// The uids of the entries in `accounts` and of the pool's sessions (ready or being made).
     uids: BTreeSet<u32>,
     /// Warm sessions, ready to be taken.
@@ -481,61 +480,6 @@ impl Drop for RetireOnDrop {
                 retire(inner, entry, slot, false).await;
             }
         });
-    }
-}
-
-/// How often old checkpoints are looked for.
-const EXPIRE_EVERY: Duration = Duration::from_secs(3600);
-
-pub(super) async fn sweep_loop(inner: Weak<ManagerState>, period: Duration) {
-    let mut tick = tokio::time::interval(period);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut expired_at: Option<Instant> = None;
-    loop {
-        tick.tick().await;
-        let Some(inner) = inner.upgrade() else { return };
-        sweep(&inner);
-        if expired_at.is_none_or(|at| at.elapsed() >= EXPIRE_EVERY) {
-            expired_at = Some(Instant::now());
-            let inner = Arc::clone(&inner);
-            tokio::spawn(async move { hibernation::expire_old(&inner).await });
-        }
-    }
-}
-
-/// Hibernates every kept session idle for its time, and retires every session idle for longer
-/// than the time-to-live (busy ones are skipped).
-fn sweep(inner: &Arc<ManagerState>) {
-    let now = Instant::now();
-    let ttl = inner.config.idle_ttl;
-    let mut due = Vec::new();
-    let mut sleepy = Vec::new();
-    {
-        let mut table = inner.table();
-        for entry in table.accounts.values().flat_map(HashMap::values) {
-            let hibernate = hibernation::due_to_hibernate(inner, entry, now);
-            if !hibernate && now.duration_since(entry.idle_since()) < ttl {
-                continue;
-            }
-            if let Ok(slot) = Arc::clone(&entry.slot).try_lock_owned()
-                && !slot.closed
-            {
-                if hibernate && now.duration_since(entry.idle_since()) < ttl {
-                    sleepy.push((Arc::clone(entry), slot));
-                } else {
-                    due.push((Arc::clone(entry), slot));
-                }
-            }
-        }
-        table
-            .tombstones
-            .retain(|_, at| now.duration_since(*at) < TOMBSTONE_TTL);
-    }
-    for (entry, slot) in due {
-        tokio::spawn(retire(Arc::clone(inner), entry, slot, true));
-    }
-    for (entry, slot) in sleepy {
-        tokio::spawn(hibernation::hibernate(Arc::clone(inner), entry, slot));
     }
 }
 
