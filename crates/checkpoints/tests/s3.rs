@@ -1,8 +1,8 @@
 //! The store over a real S3-compatible server: the suite's Garage (`scripts/garage-up.sh DIR`
 //! starts one and prints the variables; `scripts/test.sh` does this). Reads
 //! `TOOLGATE_TEST_S3_URL` (`s3://bucket`), `TOOLGATE_TEST_S3_ENDPOINT`, `TOOLGATE_TEST_S3_REGION`,
-//! `TOOLGATE_TEST_S3_KEY_ID` and `TOOLGATE_TEST_S3_SECRET`; without the URL each test says it
-//! was skipped and passes. Each test keeps its objects under a prefix of its own.
+//! `TOOLGATE_TEST_S3_KEY_ID` and `TOOLGATE_TEST_S3_SECRET`; without the URL each test fails,
+//! saying how to start one. Each test keeps its objects under a prefix of its own.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -27,12 +27,12 @@ fn var(name: &str) -> String {
 
 /// The suite's server, or `None` (and a line saying so) when none is given.
 fn server(test: &str) -> Option<Server> {
+    // like the PostgreSQL store's tests: a missing server fails, never skips
     let Ok(url) = std::env::var("TOOLGATE_TEST_S3_URL") else {
-        println!(
-            "{test}: skipped, TOOLGATE_TEST_S3_URL is not set (start a server with \
+        panic!(
+            "{test}: TOOLGATE_TEST_S3_URL is not set (start a server with \
              `eval \"$(scripts/garage-up.sh /tmp/garage-tests)\"`; scripts/test.sh does)"
         );
-        return None;
     };
     let bucket = url
         .strip_prefix("s3://")

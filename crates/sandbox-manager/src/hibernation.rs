@@ -15,6 +15,7 @@ use toolgate_sandbox::{CheckpointInfo, CheckpointKey, CheckpointStore, NotRestor
 use crate::image::{self, ImageMeta};
 use crate::incarnation::{Live, blocking};
 use crate::keep::{Keep, KeepAnswer, STATE_FILE};
+use crate::session_error::human_bytes;
 use crate::session_table::{Entry, ManagerState, Name, Slot};
 use crate::zygote::DEFAULT_MAX_FILE_BYTES;
 
@@ -40,11 +41,14 @@ pub struct Keeping {
     pub max_image_bytes: u64,
     /// A session's checkpoints are deleted once its newest is this old.
     pub retention: Duration,
+    /// What one account's checkpoints may take in the store (each session's newest), in
+    /// bytes: past it, its oldest hibernated sessions are dropped. 0: no quota.
+    pub account_quota_bytes: u64,
 }
 
 impl Keeping {
     /// Checkpoints in `store`: hibernation after 5 idle minutes, a checkpoint every 5 minutes
-    /// of use, 10 s for a running call at shutdown, kept 7 days.
+    /// of use, 10 s for a running call at shutdown, kept 7 days, 2 GiB per account.
     pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
         Self {
             store,
@@ -53,6 +57,7 @@ impl Keeping {
             shutdown_grace: Duration::from_secs(10),
             max_image_bytes: DEFAULT_MAX_FILE_BYTES,
             retention: Duration::from_secs(7 * 24 * 3600),
+            account_quota_bytes: 2 << 30,
         }
     }
 }
@@ -107,6 +112,7 @@ pub(crate) async fn checkpoint(
         .await
         .map_err(|e| e.to_string())?;
     entry.checkpointed();
+    within_quota(inner, keeping, &key.account).await;
     tracing::debug!(
         bytes = info.stored_bytes,
         ms = started.elapsed().as_secs_f64() * 1e3,
@@ -126,6 +132,13 @@ pub(crate) async fn restore(
     let key = key_of(entry)?;
     let loaded = match keeping.store.load(&key).await {
         Ok(Some(loaded)) => loaded,
+        Ok(None) if take_dropped(inner, &key.account, &key.session_id) => {
+            return Some(Restoring::Lost(format!(
+                "its checkpoint was deleted to keep the account within its checkpoint quota of {} \
+                 (the oldest hibernated sessions go first)",
+                human_bytes(keeping.account_quota_bytes)
+            )));
+        }
         Ok(None) => return None,
         Err(e) => {
             tracing::warn!("a session's checkpoint could not be read: {e}");
@@ -273,4 +286,69 @@ pub(crate) async fn expire_old(inner: &ManagerState) {
         Ok(n) => tracing::info!(sessions = n, "checkpoints past their retention deleted"),
         Err(e) => tracing::warn!("old checkpoints could not be deleted: {e}"),
     }
+}
+
+/// How long a dropped session's id is remembered (listed, and said at its next call).
+const DROPPED_TTL: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// Drops the account's oldest hibernated sessions while its checkpoints take more than its
+/// quota; live sessions' checkpoints are never dropped.
+async fn within_quota(inner: &ManagerState, keeping: &Keeping, account: &str) {
+    if keeping.account_quota_bytes == 0 {
+        return;
+    }
+    let Ok(mut kept) = keeping.store.list(account).await else {
+        return;
+    };
+    let mut total: u64 = kept.iter().map(|info| info.stored_bytes).sum();
+    if total <= keeping.account_quota_bytes {
+        return;
+    }
+    kept.sort_by_key(|info| info.saved_at);
+    for info in kept {
+        if total <= keeping.account_quota_bytes {
+            break;
+        }
+        if inner.lookup(account, &info.session_id).is_some() {
+            continue; // live here: its checkpoint is its safety net
+        }
+        let key = CheckpointKey {
+            account: account.to_owned(),
+            session_id: info.session_id.clone(),
+        };
+        match keeping.store.delete(&key).await {
+            Ok(_) => {
+                total = total.saturating_sub(info.stored_bytes);
+                tracing::info!(
+                    bytes = info.stored_bytes,
+                    "a hibernated session dropped for its account's checkpoint quota"
+                );
+                inner.note_dropped(account, &info.session_id);
+            }
+            Err(e) => {
+                tracing::warn!("a checkpoint over the quota could not be deleted: {e}");
+                return;
+            }
+        }
+    }
+}
+
+/// The account's sessions dropped for the quota lately, with when.
+pub(crate) fn dropped_of(inner: &ManagerState, account: &str) -> Vec<(String, SystemTime)> {
+    let mut dropped = inner.dropped();
+    dropped.retain(|_, at| age(*at) < DROPPED_TTL);
+    dropped
+        .iter()
+        .filter(|((a, _), _)| a == account)
+        .map(|((_, id), at)| (id.clone(), *at))
+        .collect()
+}
+
+/// Whether `session_id` of `account` was dropped for the quota (forgotten once asked: its next
+/// call says so once, then it is a session like any other).
+pub(crate) fn take_dropped(inner: &ManagerState, account: &str, session_id: &str) -> bool {
+    inner
+        .dropped()
+        .remove(&(account.to_owned(), session_id.to_owned()))
+        .is_some()
 }

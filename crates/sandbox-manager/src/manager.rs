@@ -121,6 +121,7 @@ impl SandboxManager {
             pool_kick: Notify::new(),
             background: Mutex::new(Vec::new()),
             set_aside: Mutex::new(Vec::new()),
+            dropped: Mutex::new(std::collections::HashMap::new()),
             cgroups,
         });
         let sweeper = tokio::spawn(sweep_loop(Arc::downgrade(&inner), period));

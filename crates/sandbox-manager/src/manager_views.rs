@@ -4,9 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use toolgate_sandbox::{MAX_SESSION_ID_BYTES, WorkspaceFile, WorkspaceRead};
+use toolgate_sandbox::{MAX_SESSION_ID_BYTES, SessionState, WorkspaceFile, WorkspaceRead};
 
 use crate::files;
+use crate::hibernation;
 use crate::incarnation::blocking;
 use crate::manager::SandboxManager;
 use crate::manager_types::ManagerError;
@@ -90,7 +91,7 @@ impl SandboxManager {
                             .and_then(|c| c.session_memory(&entry.place.cgroup_name)),
                         busy: entry.slot.try_lock().is_err(),
                         checkpoint: None,
-                        hibernated: false,
+                        state: SessionState::Live,
                     })
                 })
                 .collect();
@@ -124,7 +125,7 @@ impl SandboxManager {
             match listed.iter_mut().find(|s| s.id == info.session_id) {
                 Some(live) => live.checkpoint = Some(info),
                 None => {
-                    let age = crate::hibernation::age(info.saved_at);
+                    let age = hibernation::age(info.saved_at);
                     listed.push(toolgate_sandbox::SandboxSessionInfo {
                         id: info.session_id.clone(),
                         age,
@@ -132,9 +133,23 @@ impl SandboxManager {
                         memory_bytes: Some(0),
                         busy: false,
                         checkpoint: Some(info),
-                        hibernated: true,
+                        state: SessionState::Hibernated,
                     });
                 }
+            }
+        }
+        for (id, dropped_at) in hibernation::dropped_of(&self.inner, account) {
+            if listed.iter().all(|s| s.id != id) {
+                let age = hibernation::age(dropped_at);
+                listed.push(toolgate_sandbox::SandboxSessionInfo {
+                    id,
+                    age,
+                    idle: age,
+                    memory_bytes: Some(0),
+                    busy: false,
+                    checkpoint: None,
+                    state: SessionState::Dropped,
+                });
             }
         }
         listed.sort_by(|a, b| a.id.cmp(&b.id));
@@ -150,6 +165,6 @@ impl SandboxManager {
                 closed = true;
             }
         }
-        crate::hibernation::forget(&self.inner, account, session_id).await || closed
+        hibernation::forget(&self.inner, account, session_id).await || closed
     }
 }

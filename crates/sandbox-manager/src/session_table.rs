@@ -57,6 +57,9 @@ pub(super) struct ManagerState {
     /// Warm sessions a claim found unusable under the table's lock, discarded once it is let
     /// go (`warming.rs`).
     pub(super) set_aside: Mutex<Vec<Warm>>,
+    /// Sessions whose checkpoint was dropped for their account's quota, with when:
+    /// (account, session id).
+    pub(super) dropped: Mutex<HashMap<(String, String), std::time::SystemTime>>,
     /// Declared after `table`, so that on drop the sessions' groups go before the manager's.
     pub(super) cgroups: Option<Cgroups>,
 }
@@ -222,6 +225,21 @@ impl ManagerState {
             .accounts
             .get(account)
             .is_some_and(|sessions| sessions.contains_key(name))
+    }
+
+    /// The sessions dropped for their account's checkpoint quota.
+    pub(super) fn dropped(
+        &self,
+    ) -> MutexGuard<'_, HashMap<(String, String), std::time::SystemTime>> {
+        self.dropped.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Remembers that a session was dropped for its account's quota.
+    pub(super) fn note_dropped(&self, account: &str, session_id: &str) {
+        self.dropped().insert(
+            (account.to_owned(), session_id.to_owned()),
+            std::time::SystemTime::now(),
+        );
     }
 
     /// The entry of an account's session id, if it is in the table.

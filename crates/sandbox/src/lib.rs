@@ -32,4 +32,4 @@ pub use run::{
     MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, Restored, RunOutcome,
     RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
 };
-pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError};
+pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError, SessionState};

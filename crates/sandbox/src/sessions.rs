@@ -62,8 +62,31 @@ pub struct SandboxSessionInfo {
     /// Its newest checkpoint, if it has one. A hibernated session has one and no processes
     /// (no memory, never busy; `age` and `idle` count from that checkpoint).
     pub checkpoint: Option<crate::CheckpointInfo>,
-    /// It is hibernated: only its checkpoint is kept, and its next call restores it.
-    pub hibernated: bool,
+    /// Live, hibernated, or dropped.
+    pub state: SessionState,
+}
+
+/// Where a session stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionState {
+    /// Its processes run (idle or busy).
+    Live,
+    /// Only its checkpoint is kept; its next call restores it.
+    Hibernated,
+    /// Its checkpoint was deleted to keep its account within its checkpoint quota (the oldest
+    /// hibernated sessions go first); its next call starts fresh and says so.
+    Dropped,
+}
+
+impl SessionState {
+    /// `live`, `hibernated` or `dropped`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Live => "live",
+            Self::Hibernated => "hibernated",
+            Self::Dropped => "dropped",
+        }
+    }
 }
 
 /// Why [`SandboxSessions`] could not do what was asked. The messages are for the caller; the source

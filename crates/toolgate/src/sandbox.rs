@@ -79,5 +79,6 @@ async fn keeping(
     keeping.hibernate_after = checkpoints.hibernate_after;
     keeping.checkpoint_every = checkpoints.checkpoint_every;
     keeping.retention = checkpoints.retention;
+    keeping.account_quota_bytes = checkpoints.account_quota_bytes;
     Ok(keeping)
 }

@@ -8,8 +8,8 @@ pub mod wallet;
 use std::sync::Arc;
 
 use toolgate_domain::{Account, AccountId, ApiKey, BillingStatus, Brand, MonthKey, Pricing};
-pub use toolgate_sandbox::SandboxSessionInfo;
 use toolgate_sandbox::SandboxSessions;
+pub use toolgate_sandbox::{SandboxSessionInfo, SessionState};
 use toolgate_store::{DailyCalls, Store, StoreError};
 use toolgate_vault::Vault;
 

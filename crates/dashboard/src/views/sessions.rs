@@ -1,7 +1,7 @@
 //! Sessions: the account's live sandbox sessions, each with a button to end it.
 
 use maud::{Markup, html};
-use toolgate_app::owner::SandboxSessionInfo;
+use toolgate_app::owner::{SandboxSessionInfo, SessionState};
 
 use super::{Chrome, layout};
 
@@ -34,8 +34,12 @@ pub fn page(chrome: &Chrome<'_>, list: &[SandboxSessionInfo]) -> Markup {
                                 Some(bytes) => (format!("{:.1} MiB", bytes as f64 / 1_048_576.0)),
                                 None => "—",
                             } }
-                            td { @if session.hibernated { "hibernated" }
-                                 @else if session.busy { "running a call" } @else { "idle" } }
+                            td { @match session.state {
+                                SessionState::Hibernated => "hibernated",
+                                SessionState::Dropped => "dropped (over the checkpoint quota)",
+                                SessionState::Live if session.busy => "running a call",
+                                SessionState::Live => "idle",
+                            } }
                             td.num { @match &session.checkpoint {
                                 Some(kept) => (format!("{:.1} MiB, {} ago",
                                     kept.stored_bytes as f64 / 1_048_576.0,

@@ -58,7 +58,8 @@ async fn an_idle_session_hibernates_and_comes_back_with_its_state_and_files() {
     assert_eq!(m.live_sessions("acct"), 0);
     let listed = m.sessions_of("acct").await;
     assert_eq!(listed.len(), 1);
-    assert!(listed[0].hibernated && listed[0].checkpoint.is_some());
+    assert_eq!(listed[0].state, toolgate_sandbox::SessionState::Hibernated);
+    assert!(listed[0].checkpoint.is_some());
 
     let back = m
         .exec(
@@ -168,5 +169,100 @@ async fn a_restart_loses_nothing_and_another_account_sees_nothing() {
         .await
         .unwrap();
     assert_eq!(text(&fresh), "False");
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_quota_the_oldest_hibernated_session_is_dropped_and_said_so() {
+    let root = tempfile::tempdir().unwrap();
+    let (store, _dir) = test_store().await;
+    let m = common::manager(root.path(), |config| {
+        let mut keeping = Keeping::new(Arc::clone(&store));
+        keeping.hibernate_after = Duration::from_millis(300);
+        // room for about one image of 200 KiB of random bytes (which do not compress)
+        keeping.account_quota_bytes = 300 << 10;
+        config.keeping = Some(keeping);
+        config.warm_sessions = 0;
+    })
+    .await;
+    let fill = "import os\nopen('blob', 'wb').write(os.urandom(200 << 10))\n1";
+    for id in ["old", "new"] {
+        let run = m
+            .exec("acct", Some(id), fill, &limits(30), &[], None)
+            .await
+            .unwrap();
+        eventually("the session hibernates", || common::process_gone(run.pid)).await;
+        // the listing settles once its checkpoint is written
+        let start = std::time::Instant::now();
+        while m
+            .sessions_of("acct")
+            .await
+            .iter()
+            .all(|s| s.id != id || s.checkpoint.is_none())
+        {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no checkpoint of {id}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let listed = m.sessions_of("acct").await;
+    let state = |id: &str| listed.iter().find(|s| s.id == id).map(|s| s.state);
+    assert_eq!(
+        state("old"),
+        Some(toolgate_sandbox::SessionState::Dropped),
+        "{listed:?}"
+    );
+    assert_eq!(
+        state("new"),
+        Some(toolgate_sandbox::SessionState::Hibernated),
+        "{listed:?}"
+    );
+    let again = m
+        .exec(
+            "acct",
+            Some("old"),
+            "'blob' in __import__('os').listdir('.')",
+            &limits(30),
+            &[],
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(text(&again), "False");
+    assert!(
+        again.lost_checkpoint.as_deref().unwrap().contains("quota"),
+        "{:?}",
+        again.lost_checkpoint
+    );
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_past_their_retention_are_deleted() {
+    let root = tempfile::tempdir().unwrap();
+    let (store, _dir) = test_store().await;
+    let m = kept_manager(root.path(), Arc::clone(&store), Duration::from_secs(3600)).await;
+    m.exec("acct", Some("r"), "z = 1", &limits(30), &[], None)
+        .await
+        .unwrap();
+    m.shutdown().await;
+    drop(m);
+    assert_eq!(store.list("acct").await.unwrap().len(), 1);
+    // a manager keeping checkpoints for a moment only deletes it at its first sweep
+    let root = tempfile::tempdir().unwrap();
+    let m = common::manager(root.path(), |config| {
+        let mut keeping = Keeping::new(Arc::clone(&store));
+        keeping.retention = Duration::from_millis(1);
+        config.keeping = Some(keeping);
+        config.warm_sessions = 0;
+    })
+    .await;
+    let start = std::time::Instant::now();
+    while !store.list("acct").await.unwrap().is_empty() {
+        assert!(start.elapsed() < Duration::from_secs(10), "not deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     m.shutdown().await;
 }

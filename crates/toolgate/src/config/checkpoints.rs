@@ -40,6 +40,8 @@ pub struct CheckpointsConfig {
     pub checkpoint_every: Duration,
     /// A checkpoint this old is deleted.
     pub retention: Duration,
+    /// What one account's checkpoints may take, in bytes (0: no quota).
+    pub account_quota_bytes: u64,
 }
 
 impl CheckpointsConfig {
@@ -92,6 +94,10 @@ impl CheckpointsConfig {
             hibernate_after,
             checkpoint_every,
             retention: days.saturating_mul(24 * 3600),
+            account_quota_bytes: settings
+                .sandbox_account_checkpoint_mib
+                .unwrap_or(2048)
+                .saturating_mul(1 << 20),
         }))
     }
 }

@@ -236,6 +236,11 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_SESSION_RETENTION_DAYS", global = true)]
     pub sandbox_session_retention_days: Option<u64>,
 
+    /// What one account's checkpoints may take (each session's newest), in MiB; past it the
+    /// account's oldest hibernated sessions are dropped [default: 2048; 0: none]
+    #[arg(long, env = "TOOLGATE_SANDBOX_ACCOUNT_CHECKPOINT_MIB", global = true)]
+    pub sandbox_account_checkpoint_mib: Option<u64>,
+
     /// Where sessions' checkpoints live: `file:///abs/dir` or `s3://bucket/prefix`; `off`: a
     /// session lives only as long as its process [default: file://<data_dir>/checkpoints]
     #[arg(long, env = "TOOLGATE_CHECKPOINT_URL", global = true)]
@@ -465,6 +470,7 @@ impl Settings {
             sandbox_hibernate_after_s,
             sandbox_checkpoint_every_s,
             sandbox_session_retention_days,
+            sandbox_account_checkpoint_mib,
             checkpoint_url,
             checkpoint_s3_endpoint,
             checkpoint_s3_region,

@@ -279,3 +279,65 @@ async fn a_torn_checkpoint_falls_back_or_is_said_lost() {
     assert!(text(&lost).contains("could not be restored"), "{lost}");
     drop(server);
 }
+
+/// The suite's Garage (`scripts/garage-up.sh`, which `scripts/test.sh` starts): checkpoints in
+/// a bucket, as every host of a deployment would share them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_in_object_storage_carry_a_session_across_a_restart() {
+    let var = |name: &str| {
+        std::env::var(name).unwrap_or_else(|_| {
+            panic!("{name} is not set: start a Garage with `eval \"$(scripts/garage-up.sh DIR)\"`")
+        })
+    };
+    let bucket = var("TOOLGATE_TEST_S3_URL");
+    let url = format!(
+        "{}/suite-{}",
+        bucket.trim_end_matches('/'),
+        std::process::id()
+    );
+    let dir = sandbox_dir();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "alice@example.org");
+    let (endpoint, region, key_id) = (
+        var("TOOLGATE_TEST_S3_ENDPOINT"),
+        var("TOOLGATE_TEST_S3_REGION"),
+        var("TOOLGATE_TEST_S3_KEY_ID"),
+    );
+    let flags = durable_flags(
+        dir.path(),
+        &[
+            "--checkpoint-url",
+            &url,
+            "--checkpoint-s3-endpoint",
+            &endpoint,
+            "--checkpoint-s3-region",
+            &region,
+            "--checkpoint-s3-access-key-id",
+            &key_id,
+        ],
+    );
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let secret = var("TOOLGATE_TEST_S3_SECRET");
+    let env = [("TOOLGATE_CHECKPOINT_S3_SECRET_ACCESS_KEY", secret.as_str())];
+    let mut server = Server::start_with_env(&storage, &flags, &env).await;
+    write(
+        &server,
+        &alice.key,
+        json!({"session_id": "b", "code": "w = 'in the bucket'"}),
+    )
+    .await;
+    assert!(server.stop());
+    assert!(
+        !dir.path().join("checkpoints").exists(),
+        "nothing was kept on the local disk"
+    );
+    let mut server = Server::start_with_env(&storage, &flags, &env).await;
+    let back = write(&server, &alice.key, json!({"session_id": "b", "code": "w"})).await;
+    assert_eq!(value(&back), "'in the bucket'", "{back}");
+    assert_eq!(session(&back)["restored"], true);
+    let log = server.stop_and_read_log();
+    assert!(
+        !log.contains(&secret),
+        "the secret key is in the server's log"
+    );
+}

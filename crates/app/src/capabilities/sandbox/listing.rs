@@ -37,8 +37,9 @@ impl Capability for ListSessions {
     fn summary(&self) -> &'static str {
         "`sessions: true` lists your sandbox sessions: id, age and idle time in seconds, \
          memory in use, whether a call is running in it, and whether it is live or hibernated \
-         (written out after idle minutes; its next call restores it), with its checkpoint's \
-         size and age."
+         (written out after idle minutes; its next call restores it) or dropped (its checkpoint \
+         deleted to keep the account within its checkpoint quota), with its checkpoint's size \
+         and age."
     }
 
     fn fields(&self) -> Vec<Field> {
@@ -56,7 +57,7 @@ impl Capability for ListSessions {
                            "idle_s": {"type": "number"},
                            "memory_bytes": {"type": ["integer", "null"]},
                            "busy": {"type": "boolean"},
-                           "state": {"type": "string", "enum": ["live", "hibernated"]},
+                           "state": {"type": "string", "enum": ["live", "hibernated", "dropped"]},
                            "checkpoint": {"type": ["object", "null"], "properties": {
                                "bytes": {"type": "integer"}, "age_s": {"type": "number"}}}},
             "required": ["id", "age_s", "idle_s", "memory_bytes", "busy", "state"]}}},
@@ -120,11 +121,7 @@ impl Capability for ListSessions {
 
 /// `live` or `hibernated`.
 fn state(session: &toolgate_sandbox::SandboxSessionInfo) -> &'static str {
-    if session.hibernated {
-        "hibernated"
-    } else {
-        "live"
-    }
+    session.state.as_str()
 }
 
 fn checkpoint_age(checkpoint: &toolgate_sandbox::CheckpointInfo) -> std::time::Duration {
