@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use toolgate_sandbox::{MAX_SESSION_ID_BYTES, SessionState, WorkspaceFile, WorkspaceRead};
+use toolgate_sandbox::{
+    MAX_SESSION_ID_BYTES, RunRequest, SessionState, Work, WorkspaceFile, WorkspaceRead,
+};
 
 use crate::files;
 use crate::hibernation;
@@ -15,7 +17,7 @@ use crate::session_table::retire;
 
 impl SandboxManager {
     /// Reads one regular file of the account's session `session_id` (which must exist: this
-    /// never starts one), of at most `max_bytes`. The path follows the rules of uploads; links
+    /// never starts one, but restores a hibernated one), of at most `max_bytes`. The path follows the rules of uploads; links
     /// are not followed; a directory, FIFO, socket or device is refused. It does not wait for a
     /// running call (it reads what is there now).
     pub async fn read_file(
@@ -35,6 +37,21 @@ impl SandboxManager {
             path: path.to_owned(),
             content: Vec::new(),
         }])?;
+        if self.inner.lookup(account, session_id).is_none()
+            && hibernation::has_checkpoint(&self.inner, account, session_id).await
+        {
+            // a hibernated session exists too: restored (by an empty cell) to be read
+            let mut wake = RunRequest::new(
+                account,
+                Some(session_id.to_owned()),
+                Work::Python {
+                    code: String::new(),
+                },
+                self.inner.config.warm_limits.clone(),
+            );
+            wake.existing_only = true;
+            self.run(wake).await?;
+        }
         let entry = self
             .inner
             .lookup(account, session_id)

@@ -266,3 +266,41 @@ async fn checkpoints_past_their_retention_are_deleted() {
     }
     m.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_of_a_hibernated_session_can_be_read() {
+    let root = tempfile::tempdir().unwrap();
+    let (store, _dir) = test_store().await;
+    let m = kept_manager(root.path(), Arc::clone(&store), Duration::from_millis(300)).await;
+    let run = m
+        .exec(
+            "acct",
+            Some("f"),
+            "open('out.csv', 'w').write('a,b\\n1,2\\n')",
+            &limits(30),
+            &[],
+            None,
+        )
+        .await
+        .unwrap();
+    eventually("the session hibernates", || common::process_gone(run.pid)).await;
+    let start = std::time::Instant::now();
+    while m
+        .sessions_of("acct")
+        .await
+        .iter()
+        .all(|s| s.state != toolgate_sandbox::SessionState::Hibernated)
+    {
+        assert!(start.elapsed() < Duration::from_secs(10), "not hibernated");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let read = m.read_file("acct", "f", "out.csv", 1 << 20).await.unwrap();
+    assert_eq!(read.bytes, b"a,b\n1,2\n");
+    // never a session that had none
+    assert!(
+        m.read_file("acct", "nope", "out.csv", 1 << 20)
+            .await
+            .is_err()
+    );
+    m.shutdown().await;
+}
