@@ -159,6 +159,9 @@ fn run(args: &Args) -> Result<()> {
     if args.ai {
         return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());
     }
+    if args.sandbox.sandbox_durable {
+        return sandbox::run_durable(args, &binary);
+    }
     if args.sandbox.sandbox {
         return sandbox::run(args, &binary);
     }

@@ -172,6 +172,26 @@ impl SandboxManager {
         listed.sort_by(|a, b| a.id.cmp(&b.id));
     }
 
+    /// Hibernates one live session now (after the call running in it, if any): its image is
+    /// written to the checkpoint store and its processes end. `Ok(false)`: no such live
+    /// session. An error when checkpoints are off or the image could not be written (the
+    /// session then lives on).
+    pub async fn hibernate(&self, account: &str, session_id: &str) -> Result<bool, String> {
+        if self.inner.config.keeping.is_none() {
+            return Err("checkpoints are off".to_owned());
+        }
+        let Some(entry) = self.inner.lookup(account, session_id) else {
+            return Ok(false);
+        };
+        let slot = Arc::clone(&entry.slot).lock_owned().await;
+        if slot.closed || slot.live.is_none() {
+            return Ok(false);
+        }
+        hibernation::checkpoint(&self.inner, &entry, &slot).await?;
+        retire(Arc::clone(&self.inner), entry, slot, false).await;
+        Ok(true)
+    }
+
     /// Closes one session now, and deletes its checkpoints; false if there was neither.
     pub async fn close_session(&self, account: &str, session_id: &str) -> bool {
         let mut closed = false;

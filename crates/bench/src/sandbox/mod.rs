@@ -14,6 +14,7 @@
 //! `/tmp`: each session mounts its own empty `/tmp`), removed at the end.
 
 mod direct;
+mod durable;
 mod http;
 mod memory;
 mod report;
@@ -59,6 +60,19 @@ pub struct SandboxArgs {
     /// checkout this program was built in]
     #[arg(long)]
     pub sandbox_runtime: Option<PathBuf>,
+    /// Measure sessions that outlive their process instead (hibernation and restore of a small
+    /// and a large session, and many sessions hibernated), server side
+    #[arg(long)]
+    pub sandbox_durable: bool,
+    /// Small sessions hibernated and restored (--sandbox-durable)
+    #[arg(long, default_value_t = 20)]
+    pub sandbox_durable_small: usize,
+    /// Large sessions (100 MiB of arrays, 100 MiB of files) hibernated and restored
+    #[arg(long, default_value_t = 3)]
+    pub sandbox_durable_large: usize,
+    /// Sessions created and hibernated for the disk figure
+    #[arg(long, default_value_t = 200)]
+    pub sandbox_hibernated: usize,
 }
 
 /// The files a sandbox needs, found once and given to both the in-process manager and `serve`.
@@ -154,6 +168,39 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
             progress(&format!("could not remove {}: {err}", path.display()));
         }
     }
+    Ok(())
+}
+
+/// Runs the durable-session figures and prints them.
+pub fn run_durable(args: &Args, binary: &Path) -> Result<()> {
+    let sandbox = &args.sandbox;
+    if sandbox.sandbox_durable_small == 0
+        || sandbox.sandbox_durable_small > 1000
+        || sandbox.sandbox_durable_large > 20
+        || sandbox.sandbox_hibernated > 20_000
+    {
+        bail!(
+            "1 to 1,000 small sessions, at most 20 large ones and 20,000 hibernated ones \
+             (--sandbox-durable-small, --sandbox-durable-large, --sandbox-hibernated)"
+        );
+    }
+    let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
+    let dir = scratch_dir()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let figures = runtime.block_on(durable::measure(
+        &files,
+        dir.path(),
+        (
+            sandbox.sandbox_durable_small,
+            sandbox.sandbox_durable_large,
+            sandbox.sandbox_hibernated,
+        ),
+        Duration::from_secs(args.quiet_wait_secs),
+    ))?;
+    drop(runtime);
+    print!("{}", report::durable_table(&figures));
     Ok(())
 }
 

@@ -273,3 +273,46 @@ impl SandboxReport {
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(0, usize::from)
 }
+
+/// The durable-session figures as a table, with the goals beside them.
+pub fn durable_table(figures: &super::durable::Durable) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<46} {:>6} {:>8} {:>8} {:>8}  target",
+        "sessions that outlive their process", "n", "p50 ms", "p99 ms", "max ms"
+    );
+    row(
+        &mut out,
+        "hibernate small (x=41, pandas, 1 KiB file)",
+        &figures.hibernate_small,
+        "≤ 1 s",
+    );
+    row(
+        &mut out,
+        "restore small → first result",
+        &figures.restore_small,
+        "p50 ≤ 50 ms (through HTTP)",
+    );
+    row(
+        &mut out,
+        "hibernate large (100 MiB arrays + files)",
+        &figures.hibernate_large,
+        "≤ 3 s",
+    );
+    row(
+        &mut out,
+        "restore large → first result",
+        &figures.restore_large,
+        "≤ 1.5 s",
+    );
+    let (count, took, disk) = figures.mass;
+    let _ = writeln!(
+        out,
+        "{count} sessions created and hibernated in {:.1} s: {:.1} MiB of checkpoints on disk ({:.1} KiB each)",
+        took.as_secs_f64(),
+        disk as f64 / 1_048_576.0,
+        disk as f64 / 1024.0 / count.max(1) as f64
+    );
+    out
+}

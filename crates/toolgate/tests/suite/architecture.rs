@@ -174,9 +174,14 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-bench",
-        &["toolgate-sandbox", "toolgate-sandbox-manager"],
+        &[
+            "toolgate-sandbox",
+            "toolgate-sandbox-manager",
+            "toolgate-checkpoints",
+            "toolgate-vault",
+        ],
         "the benchmark drives the binary over HTTP, and the session manager in process for the \
-         sandbox's figures",
+         sandbox's figures (with the checkpoint store, sealed by a vault, for the durable ones)",
     ),
 ];
 
