@@ -10,57 +10,20 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use toolgate_sandbox::{CheckpointInfo, CheckpointKey, CheckpointStore, NotRestored, Restored};
+use toolgate_sandbox::{CheckpointInfo, CheckpointKey, NotRestored, Restored};
 
 use crate::image::{self, ImageMeta};
 use crate::incarnation::{Live, blocking};
 use crate::keep::{Keep, KeepAnswer, STATE_FILE};
+use crate::manager_types::Keeping;
 use crate::session_error::human_bytes;
 use crate::session_table::{Entry, ManagerState, Name, Slot};
-use crate::zygote::DEFAULT_MAX_FILE_BYTES;
 
 /// How long a session may take to write or read its Python state before it is killed.
 const KEEP_LIMIT: Duration = Duration::from_secs(120);
 
 /// The image format this server writes.
 const IMAGE_FORMAT: u32 = 1;
-
-/// Where and when sessions are checkpointed.
-#[derive(Debug, Clone)]
-pub struct Keeping {
-    /// Where images are kept.
-    pub store: Arc<dyn CheckpointStore>,
-    /// A session idle this long is written out and its processes end.
-    pub hibernate_after: Duration,
-    /// After a call, a session whose last checkpoint is this old is checkpointed again (in the
-    /// background, the call's result already out).
-    pub checkpoint_every: Duration,
-    /// At shutdown, how long a running call may go on before it is interrupted.
-    pub shutdown_grace: Duration,
-    /// The most bytes of files an image holds.
-    pub max_image_bytes: u64,
-    /// A session's checkpoints are deleted once its newest is this old.
-    pub retention: Duration,
-    /// What one account's checkpoints may take in the store (each session's newest), in
-    /// bytes: past it, its oldest hibernated sessions are dropped. 0: no quota.
-    pub account_quota_bytes: u64,
-}
-
-impl Keeping {
-    /// Checkpoints in `store`: hibernation after 5 idle minutes, a checkpoint every 5 minutes
-    /// of use, 10 s for a running call at shutdown, kept 7 days, 2 GiB per account.
-    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
-        Self {
-            store,
-            hibernate_after: Duration::from_secs(300),
-            checkpoint_every: Duration::from_secs(300),
-            shutdown_grace: Duration::from_secs(10),
-            max_image_bytes: DEFAULT_MAX_FILE_BYTES,
-            retention: Duration::from_secs(7 * 24 * 3600),
-            account_quota_bytes: 2 << 30,
-        }
-    }
-}
 
 fn key_of(entry: &Entry) -> Option<CheckpointKey> {
     match &entry.name {
@@ -94,6 +57,11 @@ pub(crate) async fn checkpoint(
         state_error,
         env_names: entry.env_names(),
     };
+    let _permit = inner
+        .image_work
+        .acquire()
+        .await
+        .map_err(|_| "the manager is shutting down".to_owned())?;
     let workspace = entry.place.workspace.clone();
     let max = keeping.max_image_bytes;
     let image = blocking(move || {
@@ -130,6 +98,7 @@ pub(crate) async fn restore(
 ) -> Option<Restoring> {
     let keeping = inner.config.keeping.as_ref()?;
     let key = key_of(entry)?;
+    let permit = inner.image_work.acquire().await.ok()?;
     let loaded = match keeping.store.load(&key).await {
         Ok(Some(loaded)) => loaded,
         Ok(None) if take_dropped(inner, &key.account, &key.session_id) => {
@@ -153,6 +122,7 @@ pub(crate) async fn restore(
     let image = loaded.image;
     let unpacked =
         blocking(move || image::unpack(&image, &workspace, owner, charge.as_deref())).await;
+    drop(permit);
     let meta = match unpacked {
         Ok(Ok(meta)) => meta,
         Ok(Err(e)) => {
@@ -236,7 +206,11 @@ pub(crate) fn due_to_hibernate(inner: &ManagerState, entry: &Entry, now: Instant
     let Some(keeping) = inner.config.keeping.as_ref() else {
         return false;
     };
+    let failed_lately = entry
+        .hibernation_failed()
+        .is_some_and(|at| now.saturating_duration_since(at) < keeping.hibernate_after);
     matches!(entry.name, Name::Caller(_))
+        && !failed_lately
         && now.saturating_duration_since(entry.idle_since()) >= keeping.hibernate_after
 }
 
@@ -267,8 +241,9 @@ pub(crate) async fn hibernate(
     match checkpoint(&inner, &entry, &slot).await {
         Ok(_) => crate::session_table::retire(inner, entry, slot, false).await,
         Err(e) => {
+            // tried again a hibernation time later; past the idle time-to-live it expires
             tracing::warn!("a session could not hibernate (it stays live): {e}");
-            entry.touch();
+            entry.set_hibernation_failed(Some(Instant::now()));
         }
     }
 }

@@ -46,9 +46,8 @@ pub use bounded::{
 };
 pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
 pub use files::{FileError, FileProblem};
-pub use hibernation::Keeping;
 pub use manager::SandboxManager;
-pub use manager_types::{Budget, Isolation, ManagerConfig, ManagerError};
+pub use manager_types::{Budget, Isolation, Keeping, ManagerConfig, ManagerError};
 pub use session::SandboxSession;
 pub use session_error::{KillReason, SessionError};
 pub use zygote::{

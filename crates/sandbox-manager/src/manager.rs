@@ -35,6 +35,9 @@ use crate::workspace::{
 };
 use crate::zygote::{DEFAULT_MAX_FILE_BYTES, Zygote};
 
+/// Checkpoints and restores the server works on at once (each holds an image in memory).
+const IMAGES_AT_ONCE: usize = 2;
+
 /// Sessions of every account, forked from one zygote (restarted when it dies).
 #[derive(Debug)]
 pub struct SandboxManager {
@@ -121,6 +124,7 @@ impl SandboxManager {
             pool_kick: Notify::new(),
             background: Mutex::new(Vec::new()),
             set_aside: Mutex::new(Vec::new()),
+            image_work: tokio::sync::Semaphore::new(IMAGES_AT_ONCE),
             dropped: Mutex::new(std::collections::HashMap::new()),
             cgroups,
         });

@@ -2,15 +2,16 @@
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_sandbox::policy::{LimitSettings, Limits};
-use toolgate_sandbox::{EnvError, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES};
+use toolgate_sandbox::{CheckpointStore, EnvError, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES};
 
 use crate::cgroup::{CgroupError, CgroupMode, CgroupVersion};
 use crate::files::FileError;
 use crate::session_error::{SessionError, human_bytes};
-use crate::zygote::{DEFAULT_SANDBOX_UID, ZygoteConfig, ZygoteError};
+use crate::zygote::{DEFAULT_MAX_FILE_BYTES, DEFAULT_SANDBOX_UID, ZygoteConfig, ZygoteError};
 
 /// What all sessions together may take of the host, and one account of that. A new session is
 /// refused with a clear error when what all sessions use now plus its full limits would pass the
@@ -98,7 +99,7 @@ pub struct ManagerConfig {
     pub warm_limits: Limits,
     /// Where and when sessions are checkpointed, so that they outlive their process
     /// (hibernation, restarts, crashes); `None`: a session lives only as long as its process.
-    pub keeping: Option<crate::hibernation::Keeping>,
+    pub keeping: Option<Keeping>,
 }
 
 impl ManagerConfig {
@@ -126,6 +127,43 @@ impl ManagerConfig {
                 workspace_bytes: defaults.workspace_bytes,
             },
             keeping: None,
+        }
+    }
+}
+
+/// Where and when sessions are checkpointed.
+#[derive(Debug, Clone)]
+pub struct Keeping {
+    /// Where images are kept.
+    pub store: Arc<dyn CheckpointStore>,
+    /// A session idle this long is written out and its processes end.
+    pub hibernate_after: Duration,
+    /// After a call, a session whose last checkpoint is this old is checkpointed again (in the
+    /// background, the call's result already out).
+    pub checkpoint_every: Duration,
+    /// At shutdown, how long a running call may go on before it is interrupted.
+    pub shutdown_grace: Duration,
+    /// The most bytes of files an image holds.
+    pub max_image_bytes: u64,
+    /// A session's checkpoints are deleted once its newest is this old.
+    pub retention: Duration,
+    /// What one account's checkpoints may take in the store (each session's newest), in
+    /// bytes: past it, its oldest hibernated sessions are dropped. 0: no quota.
+    pub account_quota_bytes: u64,
+}
+
+impl Keeping {
+    /// Checkpoints in `store`: hibernation after 5 idle minutes, a checkpoint every 5 minutes
+    /// of use, 10 s for a running call at shutdown, kept 7 days, 2 GiB per account.
+    pub fn new(store: Arc<dyn CheckpointStore>) -> Self {
+        Self {
+            store,
+            hibernate_after: Duration::from_secs(300),
+            checkpoint_every: Duration::from_secs(300),
+            shutdown_grace: Duration::from_secs(10),
+            max_image_bytes: DEFAULT_MAX_FILE_BYTES,
+            retention: Duration::from_secs(7 * 24 * 3600),
+            account_quota_bytes: 2 << 30,
         }
     }
 }

@@ -57,6 +57,10 @@ pub(super) struct ManagerState {
     /// Warm sessions a claim found unusable under the table's lock, discarded once it is let
     /// go (`warming.rs`).
     pub(super) set_aside: Mutex<Vec<Warm>>,
+    /// Checkpoints and restores under way hold a permit each: an image is held whole in this
+    /// process's memory while it is archived and sealed (or opened and unpacked), so only a
+    /// few are, whatever the number of sessions hibernating at once.
+    pub(super) image_work: tokio::sync::Semaphore,
     /// Sessions whose checkpoint was dropped for their account's quota, with when:
     /// (account, session id).
     pub(super) dropped: Mutex<HashMap<(String, String), std::time::SystemTime>>,
@@ -144,6 +148,8 @@ pub(super) struct Entry {
     /// The names of the environment variables its runs were given (the vault's secrets), kept
     /// with its checkpoints: never their values.
     env_names: Mutex<BTreeSet<String>>,
+    /// When its last hibernation failed (it is tried again a hibernation time later).
+    hibernation_failed: Mutex<Option<Instant>>,
     pub(super) slot: Arc<tokio::sync::Mutex<Slot>>,
     /// A call's one-off session whose call has ended: it is being cleaned up in the background
     /// and no longer counts against the account's sessions (its uid stays taken until it goes).
@@ -182,6 +188,22 @@ impl Entry {
     pub(super) fn last_checkpoint(&self) -> Instant {
         *self
             .last_checkpoint
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Its hibernation failed now (or, with `None`, the failure is forgotten).
+    pub(super) fn set_hibernation_failed(&self, at: Option<Instant>) {
+        *self
+            .hibernation_failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    /// When its last hibernation failed.
+    pub(super) fn hibernation_failed(&self) -> Option<Instant> {
+        *self
+            .hibernation_failed
             .lock()
             .unwrap_or_else(|p| p.into_inner())
     }
@@ -396,6 +418,7 @@ impl ManagerState {
             last_used: Mutex::new(now),
             last_checkpoint: Mutex::new(now),
             env_names: Mutex::new(BTreeSet::new()),
+            hibernation_failed: Mutex::new(None),
             slot: Arc::new(tokio::sync::Mutex::new(Slot {
                 live,
                 closed: false,
