@@ -70,7 +70,7 @@ pub struct Http {
 }
 
 /// A `tools/call` of svc_write with `code` in session `session_id`.
-fn write_call(code: &str, session_id: &str) -> String {
+pub(super) fn write_call(code: &str, session_id: &str) -> String {
     json!({
         "jsonrpc": "2.0",
         "id": 3,

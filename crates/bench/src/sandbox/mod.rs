@@ -15,6 +15,7 @@
 
 mod direct;
 mod durable;
+mod durable_http;
 mod http;
 mod memory;
 mod report;
@@ -200,7 +201,17 @@ pub fn run_durable(args: &Args, binary: &Path) -> Result<()> {
         Duration::from_secs(args.quiet_wait_secs),
     ))?;
     drop(runtime);
-    print!("{}", report::durable_table(&figures));
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let through_http = durable_http::measure(
+        &client,
+        binary,
+        &files,
+        dir.path(),
+        sandbox.sandbox_durable_small,
+    )?;
+    print!("{}", report::durable_table(&figures, &through_http));
     Ok(())
 }
 

@@ -475,3 +475,43 @@ async fn the_sessions_page_lists_and_ends_only_the_owners_sandbox_sessions() {
         "the ended session's variables are gone: {fresh}"
     );
 }
+
+#[tokio::test]
+async fn the_sessions_page_shows_a_hibernated_session_and_end_deletes_its_checkpoint() {
+    let d = Dash::start_sandboxed_with(&["--sandbox-hibernate-after-s", "1"]).await;
+    let alice = d.sign_in("alice@example.org").await;
+    let key = d.key_of(&alice).await;
+    run_code(&d, &key, "sleepy", "x = 41").await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let page = loop {
+        let page = d.page("/dashboard/sessions", &alice).await;
+        if page.contains(">hibernated<") {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never hibernated: {page}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(page.contains(r#"data-id="sleepy""#), "{page}");
+    assert!(
+        page.contains(" ago"),
+        "the checkpoint's age is shown: {page}"
+    );
+    let ended = d
+        .post(
+            "/dashboard/sessions/end",
+            &alice,
+            &[("csrf", &alice.csrf), ("id", "sleepy")],
+        )
+        .await;
+    assert_see_other(&ended, "/dashboard/sessions?notice=session-ended");
+    assert!(
+        !d.page("/dashboard/sessions", &alice)
+            .await
+            .contains(r#"data-id="sleepy""#)
+    );
+    let fresh = run_code(&d, &key, "sleepy", "'x' in globals()").await;
+    assert_eq!(fresh["result"]["text"], "False", "{fresh}");
+}

@@ -75,8 +75,9 @@ async fn a_graceful_restart_loses_no_session_state() {
     let dir = sandbox_dir();
     for storage in storages(dir.path()) {
         std::fs::create_dir_all(&storage.data_dir).unwrap();
-        let alice = create_account(&storage, "alice@example.org");
-        let bob = create_account(&storage, "bob@example.org");
+        // PostgreSQL is one database for the whole suite: addresses of this test's own
+        let alice = create_account(&storage, "restarted@example.org");
+        let bob = create_account(&storage, "their-tenant@example.org");
         let flags = durable_flags(&storage.data_dir, &[]);
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let mut server = Server::start(&storage, &flags).await;
@@ -151,9 +152,16 @@ async fn a_graceful_restart_loses_no_session_state() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_session_hibernates_and_a_kill_loses_only_what_came_after_its_checkpoint() {
     let dir = sandbox_dir();
-    let storage = Storage::sqlite(dir.path());
-    let alice = create_account(&storage, "alice@example.org");
-    let flags = durable_flags(dir.path(), &["--sandbox-hibernate-after-s", "1"]);
+    for storage in storages(dir.path()) {
+        std::fs::create_dir_all(&storage.data_dir).unwrap();
+        hibernates_and_survives_a_kill(&storage).await;
+    }
+}
+
+async fn hibernates_and_survives_a_kill(storage: &Storage) {
+    // PostgreSQL is one database for the whole suite: an address of this test's own
+    let alice = create_account(storage, "sleeper@example.org");
+    let flags = durable_flags(&storage.data_dir, &["--sandbox-hibernate-after-s", "1"]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
     let mut server = Server::start(&storage, &flags).await;
     let first = write(

@@ -69,9 +69,15 @@ impl Dash {
 
     /// Starts `toolgate serve` with the sandbox on (the sessions page lists real sessions).
     pub async fn start_sandboxed() -> Self {
+        Self::start_sandboxed_with(&[]).await
+    }
+
+    /// The same, with extra flags.
+    pub async fn start_sandboxed_with(extra: &[&str]) -> Self {
         let dir = super::sandbox_dir();
         let storage = Storage::sqlite(dir.path());
-        let flags = super::sandbox_flags(dir.path());
+        let mut flags = super::sandbox_flags(dir.path());
+        flags.extend(extra.iter().map(|s| (*s).to_owned()));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let server = Server::start(&storage, &flags).await;
         Self {

@@ -1,0 +1,119 @@
+//! The restore figure through HTTP: the release server with checkpoints on (in its data
+//! directory, as `serve` defaults) and a hibernation time of one second; small sessions are
+//! made, left to hibernate, and each one's next call is timed from send to the last byte of
+//! its answer (the restore included).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::json;
+
+use super::http::write_call;
+use super::{Files, Timings};
+use crate::load::{self, Endpoint, Workload};
+use crate::server::Toolgate;
+use crate::{personal_path, progress, wait_healthy};
+
+/// The small session's cell, as the server-side figure runs it.
+const SMALL: &str = "import pandas as pd\nx = 41\nopen('note.txt', 'w').write('n' * 1024)\nx";
+
+/// Restores of `samples` small sessions through HTTP.
+pub fn measure(
+    runtime: &tokio::runtime::Runtime,
+    binary: &Path,
+    files: &Files,
+    dir: &Path,
+    samples: usize,
+) -> Result<Timings> {
+    let path = |p: &Path| p.display().to_string();
+    let settings = [
+        ("--free-monthly-calls", "1000000000".to_owned()),
+        ("--sandbox", "on".to_owned()),
+        ("--sandbox-runtime", path(&files.runtime)),
+        ("--sandbox-zygote", path(&files.zygote)),
+        ("--sandbox-harden-lib", path(&files.harden_lib)),
+        ("--sandbox-root", path(&dir.join("durable-sessions"))),
+        ("--sandbox-account-memory-mib", "0".to_owned()),
+        ("--sandbox-max-sessions", (samples + 1).to_string()),
+        ("--sandbox-hibernate-after-s", "1".to_owned()),
+    ];
+    let toolgate = Toolgate {
+        binary: binary.to_owned(),
+        data_dir: dir.join("durable-data"),
+        database_url: None,
+        settings: settings
+            .into_iter()
+            .map(|(flag, value)| (flag.to_owned(), value))
+            .collect(),
+    };
+    progress("starting serve with checkpoints and a 1 s hibernation time");
+    let mut server = toolgate.serve(Some("warn"), &dir.join("durable-serve.log"))?;
+    let endpoint = Endpoint::new(server.addr)?;
+    let outcome = (|| {
+        wait_healthy(runtime, &mut server, &endpoint)?;
+        let personal = personal_path(&toolgate)?;
+        runtime.block_on(restores(&endpoint, &personal, samples))
+    })();
+    if outcome.is_err() {
+        progress(&format!("server log ends:\n{}", server.log_tail(20)));
+    }
+    let stopped = server.stop();
+    let timings = outcome?;
+    stopped?;
+    Ok(timings)
+}
+
+async fn restores(endpoint: &Endpoint, personal: &str, samples: usize) -> Result<Timings> {
+    let mut sender = load::connect(endpoint).await?;
+    for i in 0..samples {
+        let made = Workload::post(
+            personal,
+            write_call(SMALL, &format!("d-{i}")),
+            vec![b"\"isError\":false", b"\"text\":\"41\""],
+        )?;
+        load::call(&mut sender, endpoint, &made)
+            .await
+            .with_context(|| format!("making session {i}"))?;
+    }
+    let listing = Workload::post(
+        personal,
+        json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+               "params": {"name": "svc_read", "arguments": {"sessions": true}}})
+        .to_string(),
+        vec![b"\"isError\":false"],
+    )?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = load::call(&mut sender, endpoint, &listing).await?;
+        let hibernated = answer
+            .windows(22)
+            .filter(|w| *w == b"\"state\":\"hibernated\"".as_slice())
+            .count();
+        if hibernated == samples {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("{hibernated} of {samples} sessions hibernated within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut timings = Timings::default();
+    for i in 0..samples {
+        let back = Workload::post(
+            personal,
+            write_call("x", &format!("d-{i}")),
+            vec![
+                b"\"isError\":false",
+                b"\"restored\":true",
+                b"\"text\":\"41\"",
+            ],
+        )?;
+        let started = Instant::now();
+        load::call(&mut sender, endpoint, &back)
+            .await
+            .with_context(|| format!("restoring session {i}"))?;
+        timings.push(started.elapsed());
+    }
+    Ok(timings.sorted())
+}
