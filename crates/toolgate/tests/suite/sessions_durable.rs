@@ -163,7 +163,7 @@ async fn hibernates_and_survives_a_kill(storage: &Storage) {
     let alice = create_account(storage, "sleeper@example.org");
     let flags = durable_flags(&storage.data_dir, &["--sandbox-hibernate-after-s", "1"]);
     let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-    let mut server = Server::start(&storage, &flags).await;
+    let mut server = Server::start(storage, &flags).await;
     let first = write(
         &server,
         &alice.key,
@@ -210,7 +210,7 @@ async fn hibernates_and_survives_a_kill(storage: &Storage) {
     );
     // a kill -9 after the checkpoint of the hibernation loses what came after it only
     server.kill();
-    let server = Server::start(&storage, &flags).await;
+    let server = Server::start(storage, &flags).await;
     let after = write(
         &server,
         &alice.key,
