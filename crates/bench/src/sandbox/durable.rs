@@ -34,7 +34,7 @@ pub struct Durable {
     pub hibernate_large: Timings,
     pub restore_large: Timings,
     /// Sessions created and hibernated, the time it took, and the bytes their checkpoints
-    /// take on disk.
+    /// take on disk (blocks of files and directories, as `du` counts them).
     pub mass: (usize, Duration, u64),
 }
 
@@ -192,16 +192,18 @@ fn answers(call: &toolgate_sandbox::RunOutcome, expect: &str) -> Result<()> {
     Ok(())
 }
 
-/// Bytes of the regular files under `dir`.
+/// What `dir` takes on disk: the blocks of its files and directories (as `du` counts them).
 fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let mut total = 0;
     let mut stack = vec![dir.to_path_buf()];
     while let Some(dir) = stack.pop() {
         for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
-            match entry.metadata() {
-                Ok(meta) if meta.is_dir() => stack.push(entry.path()),
-                Ok(meta) => total += meta.len(),
-                Err(_) => {}
+            if let Ok(meta) = entry.metadata() {
+                total += meta.blocks() * 512;
+                if meta.is_dir() {
+                    stack.push(entry.path());
+                }
             }
         }
     }

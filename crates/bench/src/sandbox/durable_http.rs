@@ -86,9 +86,10 @@ async fn restores(endpoint: &Endpoint, personal: &str, samples: usize) -> Result
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let answer = load::call(&mut sender, endpoint, &listing).await?;
+        let needle = b"\"state\":\"hibernated\"";
         let hibernated = answer
-            .windows(22)
-            .filter(|w| *w == b"\"state\":\"hibernated\"".as_slice())
+            .windows(needle.len())
+            .filter(|w| *w == needle.as_slice())
             .count();
         if hibernated == samples {
             break;
