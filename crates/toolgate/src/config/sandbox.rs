@@ -62,6 +62,8 @@ impl SandboxConfig {
                 "must be at least 1",
             ));
         }
+        let idle_ttl = Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60);
+        let checkpoints = super::checkpoints::CheckpointsConfig::from_settings(settings, idle_ttl)?;
         let runtime = locate(settings.sandbox_runtime.as_deref(), ".deps/python-runtime").map_err(
             |missing| {
                 ConfigError::new(
@@ -95,7 +97,6 @@ impl SandboxConfig {
         if harden_lib.is_some() {
             check_root(&root)?;
         }
-        let idle_ttl = Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60);
         Ok(Some(Self {
             limits,
             runtime,
@@ -105,7 +106,7 @@ impl SandboxConfig {
             idle_ttl,
             max_sessions_per_account: settings.sandbox_max_sessions.unwrap_or(10),
             budget: budget(settings),
-            checkpoints: super::checkpoints::CheckpointsConfig::from_settings(settings, idle_ttl)?,
+            checkpoints,
         }))
     }
 }
