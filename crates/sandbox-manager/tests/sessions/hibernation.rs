@@ -27,6 +27,26 @@ async fn kept_manager(
     .await
 }
 
+/// Waits until `id` of `account` is listed as hibernated: its checkpoint written and its entry
+/// gone (its processes end a moment before its entry leaves the table).
+async fn hibernated(m: &SandboxManager, account: &str, id: &str) {
+    let start = std::time::Instant::now();
+    loop {
+        let listed = m.sessions_of(account).await;
+        if listed
+            .iter()
+            .any(|s| s.id == id && s.state == toolgate_sandbox::SessionState::Hibernated)
+        {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{id} did not hibernate: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn key(account: &str, id: &str) -> CheckpointKey {
     CheckpointKey {
         account: account.to_owned(),
@@ -55,6 +75,7 @@ async fn an_idle_session_hibernates_and_comes_back_with_its_state_and_files() {
     let pid = first.pid;
     // within about a second of its time: its process ends, its checkpoint is there
     eventually("the session hibernates", || common::process_gone(pid)).await;
+    hibernated(&m, "acct", "s1").await;
     assert_eq!(m.live_sessions("acct"), 0);
     let listed = m.sessions_of("acct").await;
     assert_eq!(listed.len(), 1);
@@ -187,25 +208,10 @@ async fn past_the_quota_the_oldest_hibernated_session_is_dropped_and_said_so() {
     .await;
     let fill = "import os\nopen('blob', 'wb').write(os.urandom(200 << 10))\n1";
     for id in ["old", "new"] {
-        let run = m
-            .exec("acct", Some(id), fill, &limits(30), &[], None)
+        m.exec("acct", Some(id), fill, &limits(30), &[], None)
             .await
             .unwrap();
-        eventually("the session hibernates", || common::process_gone(run.pid)).await;
-        // the listing settles once its checkpoint is written
-        let start = std::time::Instant::now();
-        while m
-            .sessions_of("acct")
-            .await
-            .iter()
-            .all(|s| s.id != id || s.checkpoint.is_none())
-        {
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "no checkpoint of {id}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        hibernated(&m, "acct", id).await;
     }
     let listed = m.sessions_of("acct").await;
     let state = |id: &str| listed.iter().find(|s| s.id == id).map(|s| s.state);
