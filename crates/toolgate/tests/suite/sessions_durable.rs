@@ -189,6 +189,11 @@ async fn hibernates_and_survives_a_kill(storage: &Storage) {
         assert!(Instant::now() < deadline, "it did not hibernate: {listed}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    // from here on nothing hibernates or checkpoints by itself: what a kill loses is certain
+    server.kill();
+    let flags = durable_flags(&storage.data_dir, &["--sandbox-hibernate-after-s", "600"]);
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let mut server = Server::start(storage, &flags).await;
     let back = write(
         &server,
         &alice.key,
