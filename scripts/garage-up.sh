@@ -39,7 +39,9 @@ root_domain = ".s3.garage.localhost"
 CONF
 
 g() { "$GARAGE" -c "$CFG" "$@"; }
-RUST_LOG=warn g server >"$DIR/server.log" 2>&1 &
+# the program itself in the background (not the function `g`, whose subshell's pid $! would be):
+# garage-down.sh stops what the pid file names
+RUST_LOG=warn "$GARAGE" -c "$CFG" server >"$DIR/server.log" 2>&1 &
 echo $! >"$DIR/pid"
 deadline=$((SECONDS + 60))
 until g status >/dev/null 2>&1; do
