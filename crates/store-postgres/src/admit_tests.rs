@@ -223,6 +223,24 @@ async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() ->
     panic!("no session came to wait for the lock within 30 s");
 }
 
+/// Waits until no session waits for a lock (the one that waited has it), or `done`.
+async fn until_lock_taken(conn: &mut PgConnection, done: impl Fn() -> bool) {
+    for _ in 0..3_000 {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if waiting == 0 || done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    panic!("the waiting session did not get the lock within 3 s");
+}
+
 /// An admission that waited for the account's lock reads the month's count as it was before
 /// the wait (PostgreSQL's snapshot is the statement's), so its first decision may rest on a
 /// stale count. It must read again with the lock held, not give the lock up: here whoever held
@@ -255,6 +273,10 @@ async fn an_admission_that_waited_for_the_lock_decides_again_on_what_is_committe
             );
             tx.commit().await.unwrap();
             counted_by_holder += 1;
+            // the admission takes the lock it waited for before the holder asks again (else a
+            // loaded machine may let the holder's next statement in first, which is no fault of
+            // the admission); from here on it must keep it until it has decided
+            until_lock_taken(&mut watcher, || admission.is_finished()).await;
             tx = holder.begin_with(BEGIN).await.unwrap();
             before = read_standing(&mut tx, &account, &month).await.unwrap();
         }
