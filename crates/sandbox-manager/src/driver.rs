@@ -201,7 +201,7 @@ impl Driver {
     async fn run(
         &mut self,
         call: Call,
-        mut reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
     ) -> Option<String> {
         if reply.is_closed() || call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
             // cancelled while queued: a SIGINT now would find nothing running and be ignored
@@ -219,28 +219,13 @@ impl Driver {
             // (its progress handler); SIGINT is the back-stop
             interrupt_at += BASH_SLACK;
         }
-        let bytes = match frame::encode(&request_frame(id, &call)) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let _ = reply.send(Err(SessionError::TooLarge(e.to_string())));
-                return None;
-            }
+        let mut reply = match self
+            .send_request(&request_frame(id, &call), limit, reply)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(ended) => return ended,
         };
-        // A session takes a request only between runs, when it is always reading; the limit
-        // bounds the write anyway, since a half-written frame would leave it out of step.
-        match tokio::time::timeout(limit, self.stream.write_all(&bytes)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                // its end of the socket is closed: it had died before this call reached it
-                let error = self.settle(None, limit).await;
-                return self.finish(reply, SessionError::Ended(error.to_string()));
-            }
-            Err(_) => {
-                self.signal(Signal::KILL);
-                let error = self.settle(Some(KillReason::Timeout), limit).await;
-                return self.finish(reply, error);
-            }
-        }
 
         // upcalls being answered; dropped (their tasks aborted) when the call ends
         let mut upcalls = PendingUpcalls::new(call.upcalls);
@@ -354,25 +339,10 @@ impl Driver {
         self.next_id += 1;
         let id = self.next_id;
         let deadline = Instant::now() + limit;
-        let bytes = match frame::encode(&keep.frame(id)) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                let _ = reply.send(Err(SessionError::TooLarge(e.to_string())));
-                return None;
-            }
+        let reply = match self.send_request(&keep.frame(id), limit, reply).await {
+            Ok(reply) => reply,
+            Err(ended) => return ended,
         };
-        match tokio::time::timeout_at(deadline, self.stream.write_all(&bytes)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => {
-                let error = self.settle(None, limit).await;
-                return self.finish(reply, SessionError::Ended(error.to_string()));
-            }
-            Err(_) => {
-                self.signal(Signal::KILL);
-                let error = self.settle(Some(KillReason::Timeout), limit).await;
-                return self.finish(reply, error);
-            }
-        }
         // what it may send besides its answer (a stray output frame) counts against a budget
         let mut budget = CallBudget::default();
         loop {
@@ -399,6 +369,38 @@ impl Driver {
                     let error = self.settle(Some(KillReason::Timeout), limit).await;
                     return self.finish(reply, error);
                 }
+            }
+        }
+    }
+
+    /// Writes a request frame within `limit`. A session takes a request only between runs,
+    /// when it is always reading; the limit bounds the write anyway, since a half-written frame
+    /// would leave it out of step. `Err`: the request was answered already (too large, or the
+    /// session is gone), with why the session ended if it did.
+    async fn send_request<T>(
+        &mut self,
+        request: &SessionRequest<'_>,
+        limit: Duration,
+        reply: oneshot::Sender<Result<T, SessionError>>,
+    ) -> Result<oneshot::Sender<Result<T, SessionError>>, Option<String>> {
+        let bytes = match frame::encode(request) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                let _ = reply.send(Err(SessionError::TooLarge(e.to_string())));
+                return Err(None);
+            }
+        };
+        match tokio::time::timeout(limit, self.stream.write_all(&bytes)).await {
+            Ok(Ok(())) => Ok(reply),
+            Ok(Err(_)) => {
+                // its end of the socket is closed: it had died before this request reached it
+                let error = self.settle(None, limit).await;
+                Err(self.finish(reply, SessionError::Ended(error.to_string())))
+            }
+            Err(_) => {
+                self.signal(Signal::KILL);
+                let error = self.settle(Some(KillReason::Timeout), limit).await;
+                Err(self.finish(reply, error))
             }
         }
     }

@@ -7,7 +7,9 @@ use serde::Deserialize;
 use toolgate_sandbox::NotRestored;
 use toolgate_sandbox::protocol::SessionRequest;
 
-use crate::bounded::{Cap, Capped, FrameId, SessionErrorFrame, SessionFrameHead};
+use crate::bounded::{
+    Capped, FrameId, GlobalName, NotRestoredReason, SessionErrorFrame, SessionFrameHead, TypeName,
+};
 use crate::session_error::SessionError;
 
 /// The file of the workspace the Python state is written to, as the session sees it.
@@ -64,23 +66,6 @@ pub(crate) enum KeepStep {
     Broken(String),
 }
 
-macro_rules! keep_cap {
-    ($($name:ident = $what:literal, $max:expr;)*) => {$(
-        #[derive(Debug)]
-        pub(crate) struct $name;
-        impl Cap for $name {
-            const WHAT: &'static str = $what;
-            const MAX_CHARS: usize = $max;
-        }
-    )*};
-}
-
-keep_cap! {
-    GlobalName = "a global's name", 256;
-    TypeName = "a global's type name", 256;
-    Reason = "why a global was not restored", 256;
-}
-
 #[derive(Debug, Deserialize)]
 struct CheckpointedFrame {
     bytes: u64,
@@ -91,7 +76,7 @@ struct NotRestoredEntry {
     name: Capped<GlobalName>,
     #[serde(rename = "type")]
     type_name: Capped<TypeName>,
-    reason: Capped<Reason>,
+    reason: Capped<NotRestoredReason>,
 }
 
 #[derive(Debug, Deserialize)]

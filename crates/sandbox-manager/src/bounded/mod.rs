@@ -92,6 +92,9 @@ cap! {
     Op = "a frame's op", 32;
     ErrorCode = "an error frame's code", 64;
     OutputData = "an output frame's data", MAX_OUTPUT_CHARS;
+    GlobalName = "a global's name", 256;
+    TypeName = "a global's type name", 256;
+    NotRestoredReason = "why a global was not restored", 256;
 }
 
 /// A string of at most `C::MAX_CHARS` characters, checked before it is copied.
