@@ -207,6 +207,34 @@ async fn a_refusal_writes_nothing_and_an_unknown_account_is_not_found() {
 /// Waits until `waiting` sessions of this database wait for a lock (each admission blocked on
 /// an account row), or until `done` says the awaited work finished.
 async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() -> bool) {
+    until_lock_waiters(
+        conn,
+        |now| now >= waiting,
+        done,
+        "no session came to wait for the lock",
+    )
+    .await;
+}
+
+/// Waits until no session waits for a lock (the one that waited has it), or `done`.
+async fn until_lock_taken(conn: &mut PgConnection, done: impl Fn() -> bool) {
+    until_lock_waiters(
+        conn,
+        |now| now == 0,
+        done,
+        "the waiting session did not get the lock",
+    )
+    .await;
+}
+
+/// Polls the count of sessions waiting for a lock until `enough` holds of it, or `done`
+/// (failing with `what` after 30 s).
+async fn until_lock_waiters(
+    conn: &mut PgConnection,
+    enough: impl Fn(i64) -> bool,
+    done: impl Fn() -> bool,
+    what: &str,
+) {
     for _ in 0..3_000 {
         let now: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM pg_stat_activity
@@ -215,30 +243,12 @@ async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() ->
         .fetch_one(&mut *conn)
         .await
         .unwrap();
-        if now >= waiting || done() {
+        if enough(now) || done() {
             return;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("no session came to wait for the lock within 30 s");
-}
-
-/// Waits until no session waits for a lock (the one that waited has it), or `done`.
-async fn until_lock_taken(conn: &mut PgConnection, done: impl Fn() -> bool) {
-    for _ in 0..3_000 {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        if waiting == 0 || done() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
-    panic!("the waiting session did not get the lock within 3 s");
+    panic!("{what} within 30 s");
 }
 
 /// An admission that waited for the account's lock reads the month's count as it was before
