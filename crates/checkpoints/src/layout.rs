@@ -7,24 +7,14 @@
 //! 255 bytes; a listing reads them back, so `list` can name each session.
 
 use object_store::path::Path;
-use sha2::{Digest, Sha256};
 
 /// Hex digits of the session id per directory level.
 const SEGMENT: usize = 200;
 const SUFFIX: &str = ".ckpt";
 
-/// The directory name of `account`.
+/// The directory name of `account` (the seam's one rule, as workspaces are named).
 pub(crate) fn account_dir(account: &str) -> String {
-    let plain = !account.is_empty()
-        && account.len() <= 128
-        && account
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if plain {
-        account.to_owned()
-    } else {
-        format!("h.{}", hex::encode(Sha256::digest(account.as_bytes())))
-    }
+    toolgate_sandbox::account_dir_name(account)
 }
 
 /// Where every object of the store lives.

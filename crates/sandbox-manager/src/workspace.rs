@@ -18,18 +18,9 @@ pub(super) fn session_dir_name(session_id: &str) -> String {
     hex::encode(Sha256::digest(session_id.as_bytes()))
 }
 
-/// An account's directory name: the id itself when it is plain (UUIDs are), else a hash; a
-/// hashed name has a '.', which a plain one cannot, so the two never meet.
+/// An account's directory name (the seam's one rule, as checkpoints are named).
 pub(super) fn account_dir_name(account: &str) -> String {
-    let plain = account.len() <= 128
-        && account
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
-    if plain {
-        account.to_owned()
-    } else {
-        format!("h.{}", hex::encode(Sha256::digest(account.as_bytes())))
-    }
+    toolgate_sandbox::account_dir_name(account)
 }
 
 /// Creates `dir` with mode 0700, after removing whatever a crashed earlier run left there: a new

@@ -9,6 +9,24 @@
 use std::time::SystemTime;
 
 use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+
+/// The name an account's directory (of workspaces, of checkpoints) has on disk or in a bucket:
+/// the id itself when it is plain (`[A-Za-z0-9_-]`, 1 to 128 bytes; ids are UUIDs), else `h.`
+/// and the hex SHA-256 of it. A hashed name has a '.', which a plain one cannot, so the two
+/// never meet.
+pub fn account_dir_name(account: &str) -> String {
+    let plain = !account.is_empty()
+        && account.len() <= 128
+        && account
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if plain {
+        account.to_owned()
+    } else {
+        format!("h.{}", hex::encode(Sha256::digest(account.as_bytes())))
+    }
+}
 
 /// Whose image: the account and the caller's session id. Another account's same id is another
 /// session, whose images this one never reads.

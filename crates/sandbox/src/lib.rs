@@ -23,6 +23,7 @@ pub mod upcall;
 
 pub use checkpoints::{
     CheckpointError, CheckpointInfo, CheckpointKey, CheckpointStore, LoadedCheckpoint,
+    account_dir_name,
 };
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use policy::{LimitSettings, Limits, LimitsError};
