@@ -39,7 +39,7 @@ pub struct CheckpointKey {
 }
 
 /// One kept image, as its owner may see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct CheckpointInfo {
     /// The caller's session id.
     pub session_id: String,

@@ -47,7 +47,7 @@ pub trait SandboxSessions: Send + Sync {
 }
 
 /// One live session as its owner may see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SandboxSessionInfo {
     /// The caller's session id.
     pub id: String,
@@ -67,7 +67,8 @@ pub struct SandboxSessionInfo {
 }
 
 /// Where a session stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum SessionState {
     /// Its processes run (idle or busy).
     Live,

@@ -1,0 +1,24 @@
+//! The sandbox seam across hosts. An execution node (`toolgate node`) owns sessions and serves
+//! its [`SandboxSessions`](toolgate_sandbox::SandboxSessions) to front ends over an authenticated
+//! HTTP/2 channel ([`NodeServer`]); a front end (`toolgate serve --nodes …`) reaches them
+//! through [`RemoteSessions`], the same seam, so `app` cannot tell where its sessions run.
+//!
+//! - [`wire`]: the frames of a run (start, files, output, upcalls and their answers, cancel, the
+//!   end) and the JSON of the other requests, read within bounds.
+//! - [`NodeServer`] (serve.rs, node_run.rs): the node's side.
+//! - [`RemoteSessions`] (remote.rs, remote_run.rs) over [`NodeLink`]s (link.rs): the front end's.
+//! - [`NodeToken`]: the shared secret, never shown.
+
+mod link;
+mod node_run;
+mod remote;
+mod remote_run;
+mod serve;
+mod token;
+pub mod wire;
+
+pub use link::{LinkError, NodeLink};
+pub use remote::{NoNodes, RemoteSessions};
+pub use remote_run::NODE_LOST;
+pub use serve::NodeServer;
+pub use token::{MIN_TOKEN_CHARS, NodeToken, TokenError};

@@ -1,0 +1,196 @@
+//! One run on a node, from the front end: the run's frames out (its start, files, upcall
+//! answers, a cancel), the node's frames in (output, upcalls, how it ended).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::BodyExt;
+use http_body_util::channel::Channel;
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use toolgate_sandbox::upcall::{UpcallAnswer, UpcallHandler, UpcallOrigin};
+use toolgate_sandbox::{OutputChunk, RunOutcome, RunRequest, SandboxSessionsError};
+
+use crate::link::NodeLink;
+use crate::wire::{
+    Done, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, file_frame, frame,
+    json_frame, parse,
+};
+
+/// What a caller reads when the node running its call was lost during it.
+pub const NODE_LOST: &str = "the execution node running this session was lost during the call \
+     (it stopped or was cut off from the network); what the session held since its last \
+     checkpoint is gone";
+
+/// Frames waiting to go to the node.
+const OUT_QUEUE: usize = 64;
+
+/// Runs `request` on the node behind `link`.
+pub(crate) async fn run(
+    link: &NodeLink,
+    request: RunRequest,
+) -> Result<RunOutcome, SandboxSessionsError> {
+    let RunRequest {
+        account,
+        session_id,
+        work,
+        limits,
+        files,
+        env,
+        output,
+        upcalls,
+        cancel,
+        existing_only,
+    } = request;
+    let header = RunHeader {
+        account: account.clone(),
+        session_id: session_id.clone(),
+        work,
+        limits,
+        files: u32::try_from(files.len()).unwrap_or(u32::MAX),
+        env,
+        output: output.is_some(),
+        upcalls: upcalls.is_some(),
+        existing_only,
+    };
+    let (mut sink, body) = Channel::<Bytes, std::convert::Infallible>::new(8);
+    let (out, mut queue) = mpsc::channel::<Bytes>(OUT_QUEUE);
+    // the request's side stays open until this run returns and drops `out`: the node takes its
+    // end as the caller leaving
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = queue.recv().await {
+            if sink.send_data(frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let _writer = AbortOnDrop(writer);
+    let _ = out.send(json_frame(Tag::Start, &header)).await;
+    drop(header);
+    for file in &files {
+        let _ = out.send(file_frame(&file.path, &file.content)).await;
+    }
+    drop(files);
+    let answer = link
+        .request("run", body.boxed())
+        .await
+        .map_err(|e| SandboxSessionsError::Unavailable(Box::new(e)))?;
+    if answer.status() != http::StatusCode::OK {
+        tracing::error!(node = link.address(), status = %answer.status(), "a node refused a run (is the node token the same?)");
+        return Err(SandboxSessionsError::Unavailable(
+            format!(
+                "the node at {} answered {}",
+                link.address(),
+                answer.status()
+            )
+            .into(),
+        ));
+    }
+    let mut frames = FrameReader::new(answer.into_body());
+    let origin = UpcallOrigin {
+        account,
+        session_id,
+    };
+    let cancel = cancel.unwrap_or_default();
+    let mut cancel_sent = false;
+    let mut answering = JoinSet::new();
+    loop {
+        let next = tokio::select! {
+            next = frames.next() => next,
+            () = cancel.cancelled(), if !cancel_sent => {
+                cancel_sent = true;
+                let _ = out.send(frame(Tag::Cancel, &[])).await;
+                continue;
+            }
+        };
+        match next {
+            Ok(Some((Tag::Output, payload))) => {
+                if let (Some(output), Ok(chunk)) =
+                    (&output, parse::<OutputChunk>(Tag::Output, &payload))
+                {
+                    // never wait for the caller: what it does not take now is in the outcome
+                    let _ = output.try_send(chunk);
+                }
+            }
+            Ok(Some((Tag::Upcall, payload))) => {
+                let Ok(call) = parse::<UpcallCall>(Tag::Upcall, &payload) else {
+                    return Err(lost(link, "a malformed upcall"));
+                };
+                if let Some(handler) = &upcalls {
+                    answering.spawn(answer_upcall(
+                        Arc::clone(handler),
+                        origin.clone(),
+                        call,
+                        out.clone(),
+                    ));
+                }
+            }
+            Ok(Some((Tag::Done, payload))) => {
+                return match parse::<Done>(Tag::Done, &payload) {
+                    Ok(Done::Ran {
+                        mut outcome,
+                        interrupted,
+                    }) => {
+                        outcome.outcome.interrupted = interrupted;
+                        Ok(*outcome)
+                    }
+                    Ok(Done::Error(error)) => Err(error.into()),
+                    Err(e) => Err(lost(link, e)),
+                };
+            }
+            Ok(Some((tag, _))) => return Err(lost(link, format!("an unexpected frame {tag:?}"))),
+            Ok(None) => return Err(lost(link, "the run's stream ended before its outcome")),
+            Err(e) => return Err(lost(link, e)),
+        }
+    }
+}
+
+/// Answers one upcall with the call's own handler, its streamed pieces first.
+async fn answer_upcall(
+    handler: Arc<dyn UpcallHandler>,
+    origin: UpcallOrigin,
+    call: UpcallCall,
+    out: mpsc::Sender<Bytes>,
+) {
+    let id = call.id;
+    let result = if call.upcall.streams() {
+        let (pieces, mut pending) = mpsc::channel::<String>(64);
+        let answering = handler.answer_streaming(origin, call.upcall, pieces);
+        tokio::pin!(answering);
+        loop {
+            tokio::select! {
+                biased;
+                Some(piece) = pending.recv() => {
+                    let _ = out.send(json_frame(Tag::UpcallPiece, &UpcallPiece { id, piece })).await;
+                }
+                result = &mut answering => {
+                    while let Ok(piece) = pending.try_recv() {
+                        let _ = out.send(json_frame(Tag::UpcallPiece, &UpcallPiece { id, piece })).await;
+                    }
+                    break result;
+                }
+            }
+        }
+    } else {
+        handler.answer(origin, call.upcall).await
+    };
+    let reply = UpcallReply {
+        id,
+        answer: UpcallAnswer::from(result),
+    };
+    let _ = out.send(json_frame(Tag::UpcallAnswer, &reply)).await;
+}
+
+fn lost(link: &NodeLink, why: impl std::fmt::Display) -> SandboxSessionsError {
+    tracing::warn!(node = link.address(), %why, "a run's node was lost");
+    SandboxSessionsError::Failed(NODE_LOST.to_owned())
+}
+
+/// Aborts a task when the run it serves returns or is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

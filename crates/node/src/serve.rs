@@ -1,0 +1,193 @@
+//! The node's side of the channel: an HTTP/2 (cleartext, prior knowledge) server in front of the
+//! node's own [`SandboxSessions`], for front ends holding the node token and nobody else.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use toolgate_sandbox::{SandboxSessions, SandboxSessionsError};
+
+use crate::token::NodeToken;
+use crate::wire::{AccountRef, ErrorKind, PREFIX, ReadFile, SessionRef, WireError};
+
+/// Runs in flight on one connection at most (each is one HTTP/2 stream).
+pub(crate) const MAX_STREAMS: u32 = 4096;
+/// The largest body of a request other than a run.
+const MAX_SMALL_BODY: usize = 64 * 1024;
+/// How often an idle connection is pinged, and how long a ping may go unanswered before the
+/// connection is dropped (a front end cut off from the network).
+pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
+/// See [`PING_EVERY`].
+pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The body of every answer: whole, or a run's frames as they come.
+pub(crate) type AnswerBody = BoxBody<Bytes, Infallible>;
+
+/// What a node serves: its sessions, to holders of its token.
+pub struct NodeServer {
+    sessions: Arc<dyn SandboxSessions>,
+    token: NodeToken,
+}
+
+impl NodeServer {
+    /// Serves `sessions` to callers presenting `token`.
+    pub fn new(sessions: Arc<dyn SandboxSessions>, token: NodeToken) -> Arc<Self> {
+        Arc::new(Self { sessions, token })
+    }
+
+    /// Accepts connections on `listener` until `shutdown`; each connection's runs go on until
+    /// they end or the connection does.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
+        loop {
+            let accepted = tokio::select! {
+                () = shutdown.cancelled() => return,
+                accepted = listener.accept() => accepted,
+            };
+            let (stream, peer) = match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "node: accept failed");
+                    // out of descriptors and the like: do not spin
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let server = Arc::clone(&self);
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |request| {
+                    let server = Arc::clone(&server);
+                    async move { Ok::<_, Infallible>(server.answer(request).await) }
+                });
+                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(MAX_STREAMS)
+                    .keep_alive_interval(Some(PING_EVERY))
+                    .keep_alive_timeout(PING_TIMEOUT)
+                    .serve_connection(TokioIo::new(stream), service);
+                if let Err(error) = connection.await {
+                    tracing::debug!(%peer, %error, "node: a front end's connection ended");
+                }
+            });
+        }
+    }
+
+    async fn answer(&self, request: Request<Incoming>) -> Response<AnswerBody> {
+        if !self
+            .token
+            .admits(request.headers().get(http::header::AUTHORIZATION))
+        {
+            return error(
+                StatusCode::UNAUTHORIZED,
+                "the node token is missing or wrong",
+            );
+        }
+        if request.method() != Method::POST {
+            return error(StatusCode::METHOD_NOT_ALLOWED, "POST only");
+        }
+        let Some(what) = request.uri().path().strip_prefix(PREFIX) else {
+            return error(StatusCode::NOT_FOUND, "no such request");
+        };
+        match what {
+            "run" => crate::node_run::start(Arc::clone(&self.sessions), request.into_body()),
+            "read" => match small::<ReadFile>(request.into_body()).await {
+                Ok(read) => self.read_file(read).await,
+                Err(answer) => answer,
+            },
+            "close" => match small::<SessionRef>(request.into_body()).await {
+                Ok(session) => json(
+                    StatusCode::OK,
+                    &self
+                        .sessions
+                        .close(&session.account, &session.session_id)
+                        .await,
+                ),
+                Err(answer) => answer,
+            },
+            "list" => match small::<AccountRef>(request.into_body()).await {
+                Ok(account) => json(StatusCode::OK, &self.sessions.list(&account.account).await),
+                Err(answer) => answer,
+            },
+            _ => error(StatusCode::NOT_FOUND, "no such request"),
+        }
+    }
+
+    async fn read_file(&self, read: ReadFile) -> Response<AnswerBody> {
+        match self
+            .sessions
+            .read_file(&read.account, &read.session_id, &read.path, read.max_bytes)
+            .await
+        {
+            Ok(file) => {
+                let mut answer = Response::new(Full::new(Bytes::from(file.bytes)).boxed());
+                answer
+                    .headers_mut()
+                    .insert(crate::wire::SIZE_HEADER, http::HeaderValue::from(file.size));
+                answer
+            }
+            Err(failure) => seam_error(&failure),
+        }
+    }
+}
+
+/// A small JSON request body, read within [`MAX_SMALL_BODY`].
+async fn small<T: serde::de::DeserializeOwned>(body: Incoming) -> Result<T, Response<AnswerBody>> {
+    let bytes = Limited::new(body, MAX_SMALL_BODY)
+        .collect()
+        .await
+        .map_err(|_| {
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "the request is too large or broke",
+            )
+        })?
+        .to_bytes();
+    serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            &format!("a malformed request: {e}"),
+        )
+    })
+}
+
+/// The seam's error as an answer: its kind and the caller's message; the source stays here.
+pub(crate) fn seam_error(failure: &SandboxSessionsError) -> Response<AnswerBody> {
+    if let SandboxSessionsError::Unavailable(source) = failure {
+        tracing::warn!(error = %source, "node: the sandbox could not serve a request");
+    }
+    json(StatusCode::CONFLICT, &WireError::from(failure))
+}
+
+fn error(status: StatusCode, message: &str) -> Response<AnswerBody> {
+    let kind = if status.is_client_error() {
+        ErrorKind::Refused
+    } else {
+        ErrorKind::Unavailable
+    };
+    json(
+        status,
+        &WireError {
+            kind,
+            message: message.to_owned(),
+        },
+    )
+}
+
+fn json<T: serde::Serialize>(status: StatusCode, value: &T) -> Response<AnswerBody> {
+    let body = serde_json::to_vec(value).unwrap_or_default();
+    let mut answer = Response::new(Full::new(Bytes::from(body)).boxed());
+    *answer.status_mut() = status;
+    answer.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    answer
+}
