@@ -17,7 +17,7 @@ mod serve;
 mod token;
 pub mod wire;
 
-pub use link::{LinkError, NodeLink};
+pub use link::{LinkError, NodeLink, node_address};
 pub use remote::{NoNodes, RemoteSessions};
 pub use remote_run::NODE_LOST;
 pub use serve::NodeServer;

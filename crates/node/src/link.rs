@@ -58,15 +58,8 @@ impl std::fmt::Debug for NodeLink {
 impl NodeLink {
     /// The node at `url` (`http://HOST:PORT`), reached with `token`. Nothing is dialled yet.
     pub fn new(url: &str, token: NodeToken) -> Result<Self, LinkError> {
-        let bad = || LinkError::Address(url.to_owned());
-        let uri: Uri = url.parse().map_err(|_| bad())?;
-        let authority = uri.authority().ok_or_else(bad)?;
-        let plain_path = matches!(uri.path(), "" | "/") && uri.query().is_none();
-        if uri.scheme_str() != Some("http") || authority.port_u16().is_none() || !plain_path {
-            return Err(bad());
-        }
         Ok(Self {
-            authority: authority.as_str().to_owned(),
+            authority: node_address(url)?,
             token,
             connection: tokio::sync::Mutex::new(None),
         })
@@ -130,6 +123,19 @@ impl NodeLink {
             reason: reason.to_string(),
         }
     }
+}
+
+/// The `HOST:PORT` of a node's address `http://HOST:PORT` (a `/` after it is allowed, nothing
+/// else).
+pub fn node_address(url: &str) -> Result<String, LinkError> {
+    let bad = || LinkError::Address(url.to_owned());
+    let uri: Uri = url.parse().map_err(|_| bad())?;
+    let authority = uri.authority().ok_or_else(bad)?;
+    let plain_path = matches!(uri.path(), "" | "/") && uri.query().is_none();
+    if uri.scheme_str() != Some("http") || authority.port_u16().is_none() || !plain_path {
+        return Err(bad());
+    }
+    Ok(authority.as_str().to_owned())
 }
 
 /// A whole body of bytes.

@@ -25,11 +25,13 @@ use toolgate_sandbox::{
     WorkspaceFile,
 };
 
-use crate::serve::AnswerBody;
 use crate::wire::{
     Done, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, WireError, json_frame,
     parse, split_file,
 };
+
+/// The body of every answer of a node: whole, or a run's frames as they come.
+pub(crate) type AnswerBody = http_body_util::combinators::BoxBody<Bytes, std::convert::Infallible>;
 
 /// How long the front end has to send a run's start and files.
 const START_TIMEOUT: Duration = Duration::from_secs(30);

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -15,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::{SandboxSessions, SandboxSessionsError};
 
+use crate::node_run::AnswerBody;
 use crate::token::NodeToken;
 use crate::wire::{AccountRef, ErrorKind, PREFIX, ReadFile, SessionRef, WireError};
 
@@ -27,9 +27,6 @@ const MAX_SMALL_BODY: usize = 64 * 1024;
 pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 /// See [`PING_EVERY`].
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(3);
-
-/// The body of every answer: whole, or a run's frames as they come.
-pub(crate) type AnswerBody = BoxBody<Bytes, Infallible>;
 
 /// What a node serves: its sessions, to holders of its token.
 pub struct NodeServer {

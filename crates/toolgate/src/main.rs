@@ -4,6 +4,7 @@ mod accounts;
 mod backend;
 mod commands;
 mod config;
+mod node;
 mod sandbox;
 mod serve;
 mod vault;
@@ -13,7 +14,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::{ServeConfig, Settings};
+use crate::config::{NodeConfig, ServeConfig, Settings};
 
 // Many small, short-lived allocations per request (JSON values, rmcp messages): mimalloc's
 // thread-local free lists beat glibc malloc's arenas here.
@@ -43,6 +44,10 @@ struct Cli {
 enum Command {
     /// Runs the service (HTTP on --listen; embedded SQLite in --data-dir unless --database-url)
     Serve,
+    /// Runs an execution node: owns sandbox sessions (needs root) and serves them to front
+    /// ends (`serve --nodes`) holding the node token, over HTTP/2 on --listen [default:
+    /// 127.0.0.1:7070]
+    Node,
     #[command(flatten)]
     Operator(OperatorCommand),
 }
@@ -114,10 +119,15 @@ fn main() -> ExitCode {
             Ok(config) => Role::Serve(Box::new(config)),
             Err(err) => return fail(&err.into()),
         },
+        Command::Node => match NodeConfig::from_settings(&settings) {
+            Ok(config) => Role::Node(Box::new(config)),
+            Err(err) => return fail(&err.into()),
+        },
         Command::Operator(command) => Role::Operator(command),
     };
     let _log_guard = serve::init_logging(match &role {
         Role::Serve(config) => &config.log,
+        Role::Node(config) => &config.log,
         Role::Operator(_) => serve::command_log(settings.log.as_deref()),
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -132,6 +142,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async move {
         match role {
             Role::Serve(config) => serve::run(*config).await,
+            Role::Node(config) => node::run(*config).await,
             Role::Operator(command) => operator(command, &settings).await,
         }
     });
@@ -141,10 +152,11 @@ fn main() -> ExitCode {
     }
 }
 
-/// What this process runs as, its configuration read: the server, or one operator command
+/// What this process runs as, its configuration read: the server, an execution node, or one operator command
 /// (which reads the few pieces it needs itself).
 enum Role {
     Serve(Box<ServeConfig>),
+    Node(Box<NodeConfig>),
     Operator(OperatorCommand),
 }
 

@@ -9,11 +9,34 @@ use toolgate_sandbox_manager::{Keeping, ManagerConfig, SandboxManager, ZygoteCon
 
 use crate::config::{CheckpointLocation, CheckpointsConfig, SandboxConfig};
 
-/// Starts the session manager, its checkpoints sealed by `vault`.
+/// Starts the session manager, its checkpoints sealed by `vault`, as `app`'s sandbox.
 pub async fn start(
     sandbox: SandboxConfig,
     vault: Arc<toolgate_vault::Vault>,
 ) -> Result<(Sandbox, Arc<SandboxManager>)> {
+    let limits = sandbox.limits.clone();
+    let manager = start_manager(sandbox, vault).await?;
+    // app sees the sessions through the seam only; serve keeps the manager to shut it down
+    let sessions: Arc<dyn toolgate_sandbox::SandboxSessions> = manager.clone();
+    Ok((Sandbox::new(sessions, limits), manager))
+}
+
+/// The sandbox of a front end whose sessions run on execution nodes.
+pub fn on_nodes(nodes: crate::config::NodesConfig) -> Result<Sandbox> {
+    let mut links = Vec::with_capacity(nodes.urls.len());
+    for url in &nodes.urls {
+        links.push(toolgate_node::NodeLink::new(url, nodes.token.clone())?);
+    }
+    let sessions = toolgate_node::RemoteSessions::new(links, nodes.idle_ttl)?;
+    tracing::info!(nodes = ?nodes.urls, "sessions run on execution nodes");
+    Ok(Sandbox::new(Arc::new(sessions), nodes.limits))
+}
+
+/// Starts the session manager, its checkpoints sealed by `vault`.
+pub async fn start_manager(
+    sandbox: SandboxConfig,
+    vault: Arc<toolgate_vault::Vault>,
+) -> Result<Arc<SandboxManager>> {
     if sandbox.harden_lib.is_none() {
         tracing::warn!(
             "sandbox confinement is off: session code runs with the server's privileges \
@@ -28,6 +51,7 @@ pub async fn start(
     config.idle_ttl = sandbox.idle_ttl;
     config.max_sessions_per_account = sandbox.max_sessions_per_account;
     config.budget = sandbox.budget;
+    config.uid_base = sandbox.first_uid;
     if let Some(checkpoints) = sandbox.checkpoints {
         config.keeping = Some(keeping(checkpoints, vault).await?);
     }
@@ -37,14 +61,11 @@ pub async fn start(
         account_memory_mib = config.budget.account_memory_bytes >> 20,
         "sessions' budget"
     );
-    let manager = Arc::new(
+    Ok(Arc::new(
         SandboxManager::start(config)
             .await
             .context("the sandbox could not start")?,
-    );
-    // app sees the sessions through the seam only; serve keeps the manager to shut it down
-    let sessions: Arc<dyn toolgate_sandbox::SandboxSessions> = manager.clone();
-    Ok((Sandbox::new(sessions, sandbox.limits), manager))
+    ))
 }
 
 /// The checkpoint store and when sessions are written to it.

@@ -87,7 +87,10 @@ pub async fn run(config: ServeConfig) -> Result<()> {
                 crate::sandbox::start(sandbox, Arc::clone(&vault)).await?;
             (Some(capabilities), Some(manager))
         }
-        None => (None, None),
+        None => match config.nodes {
+            Some(nodes) => (Some(crate::sandbox::on_nodes(nodes)?), None),
+            None => (None, None),
+        },
     };
     let mailer = crate::accounts::mailer(config.mail, &public_url)?;
     let payments = crate::accounts::payments(config.payments)?;
@@ -142,7 +145,7 @@ pub async fn run(config: ServeConfig) -> Result<()> {
 /// Tells whoever started the server where it listens: one JSON line on stdout (which `serve`
 /// uses for nothing else), `{"listening":"127.0.0.1:43210","public_url":"http://…"}`, written
 /// once the socket is bound and the service is ready to accept.
-fn announce(bound: std::net::SocketAddr, public_url: &str) {
+pub(crate) fn announce(bound: std::net::SocketAddr, public_url: &str) {
     use std::io::Write;
     let line = serde_json::json!({"listening": bound.to_string(), "public_url": public_url});
     let mut stdout = std::io::stdout().lock();
@@ -167,7 +170,7 @@ fn connection_limits(max_connections: Option<usize>) -> ConnectionLimits {
 }
 
 /// Raises `RLIMIT_NOFILE`'s soft limit to its hard limit; returns the soft limit in force.
-fn raise_open_file_limit() -> u64 {
+pub(crate) fn raise_open_file_limit() -> u64 {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let mut limit = getrlimit(Resource::Nofile);
     let before = limit.current.unwrap_or(u64::MAX);
@@ -181,7 +184,7 @@ fn raise_open_file_limit() -> u64 {
     limit.current.unwrap_or(u64::MAX).min(1 << 20)
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };

@@ -25,6 +25,16 @@ pub async fn open(keys: VaultKeys, store: &Arc<dyn Store>) -> Result<Arc<Vault>>
     Ok(Arc::new(Vault::open_source(source)?))
 }
 
+/// The vault of a node: the keys given, or the key file, which must exist (`serve` makes it;
+/// a node only seals and opens checkpoints with it).
+pub fn open_existing(keys: VaultKeys) -> Result<Arc<Vault>> {
+    let source = match keys {
+        VaultKeys::Given(keys) => KeySource::Given(keys),
+        VaultKeys::File(path) => KeySource::File(KeyFile::new(path)),
+    };
+    Ok(Arc::new(Vault::open_source(source)?))
+}
+
 async fn create(file: &KeyFile, store: &Arc<dyn Store>) -> Result<()> {
     let stored = store
         .secrets_to_rewrap(u32::MAX, None, 1)

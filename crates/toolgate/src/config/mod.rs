@@ -14,6 +14,7 @@ use clap::Args;
 use serde::Deserialize;
 
 pub use checkpoints::{CheckpointLocation, CheckpointsConfig};
+pub use node::{NodeConfig, NodesConfig};
 pub use providers::{ProviderTable, Providers};
 pub use sandbox::SandboxConfig;
 pub use serve::{MailConfig, ServeConfig};
@@ -187,6 +188,16 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_LOG", global = true)]
     pub log: Option<String>,
 
+    /// Execution nodes to run sessions on, comma-separated `http://HOST:PORT` (`toolgate node`
+    /// listening there); given, `serve` starts no sandbox of its own and needs no privilege
+    #[arg(long, env = "TOOLGATE_NODES", global = true, value_delimiter = ',')]
+    pub nodes: Option<Vec<String>>,
+
+    /// File holding the secret shared by front ends and nodes (at least 32 characters, mode
+    /// 600); needed by `toolgate node` and by `serve --nodes`
+    #[arg(long, env = "TOOLGATE_NODE_TOKEN_FILE", global = true)]
+    pub node_token_file: Option<PathBuf>,
+
     /// `on`: svc_write runs Python and bash in the sandbox (the server refuses to start if the
     /// runtime is missing); `off`: no sandbox capabilities [default: on]
     #[arg(long, env = "TOOLGATE_SANDBOX", global = true)]
@@ -286,6 +297,11 @@ pub struct Settings {
     /// Processes and threads of one session [default: 256]
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_PROCESSES", global = true)]
     pub sandbox_max_processes: Option<u32>,
+
+    /// The first of the 65,536 host uids sessions are given; nodes sharing one host need ranges
+    /// apart [default: 1000000000]
+    #[arg(long, env = "TOOLGATE_SANDBOX_FIRST_UID", global = true)]
+    pub sandbox_first_uid: Option<u32>,
 
     /// Memory of all live sessions together, in MiB; a new session beyond it is refused with
     /// "the service is at capacity" [default: three quarters of the host's memory; 0: none]
@@ -459,6 +475,8 @@ impl Settings {
             max_mcp_sessions,
             sqlite_synchronous,
             log,
+            nodes,
+            node_token_file,
             sandbox,
             sandbox_runtime,
             sandbox_zygote,
@@ -481,6 +499,7 @@ impl Settings {
             sandbox_memory_mib,
             sandbox_workspace_mib,
             sandbox_max_processes,
+            sandbox_first_uid,
             sandbox_budget_memory_mib,
             sandbox_budget_processes,
             sandbox_account_memory_mib,
@@ -508,6 +527,7 @@ impl Settings {
 
 mod checkpoints;
 mod derived;
+mod node;
 mod providers;
 mod sandbox;
 mod serve;

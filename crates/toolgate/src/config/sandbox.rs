@@ -32,6 +32,8 @@ pub struct SandboxConfig {
     pub max_sessions_per_account: usize,
     /// All sessions together.
     pub budget: Budget,
+    /// The first host uid of sessions.
+    pub first_uid: u32,
     /// Where and when sessions are checkpointed; `None`: they live only as long as the process.
     pub checkpoints: Option<super::checkpoints::CheckpointsConfig>,
 }
@@ -50,19 +52,14 @@ impl SandboxConfig {
             }
         }
         let limits = limits(settings)?;
-        if settings.sandbox_idle_minutes == Some(0) {
-            return Err(ConfigError::new(
-                "sandbox_idle_minutes",
-                "must be at least 1",
-            ));
-        }
+        let first_uid = first_uid(settings)?;
         if settings.sandbox_max_sessions == Some(0) {
             return Err(ConfigError::new(
                 "sandbox_max_sessions",
                 "must be at least 1",
             ));
         }
-        let idle_ttl = Duration::from_secs(settings.sandbox_idle_minutes.unwrap_or(20) * 60);
+        let idle_ttl = idle_ttl(settings)?;
         let checkpoints = super::checkpoints::CheckpointsConfig::from_settings(settings, idle_ttl)?;
         let runtime = locate(settings.sandbox_runtime.as_deref(), ".deps/python-runtime").map_err(
             |missing| {
@@ -106,6 +103,7 @@ impl SandboxConfig {
             idle_ttl,
             max_sessions_per_account: settings.sandbox_max_sessions.unwrap_or(10),
             budget: budget(settings),
+            first_uid,
             checkpoints,
         }))
     }
@@ -125,6 +123,36 @@ fn budget(settings: &Settings) -> Budget {
 }
 
 /// The operator's limits, checked.
+/// `sandbox_first_uid`: above the system's and users' uids, with room for 65,536 after it.
+fn first_uid(settings: &Settings) -> Result<u32, ConfigError> {
+    let first = settings
+        .sandbox_first_uid
+        .unwrap_or(toolgate_sandbox_manager::DEFAULT_SANDBOX_UID);
+    if !(100_000..=u32::MAX - (1 << 17)).contains(&first) {
+        return Err(ConfigError::new(
+            "sandbox_first_uid",
+            format!(
+                "must be between 100000 and {}, got {first}",
+                u32::MAX - (1 << 17)
+            ),
+        ));
+    }
+    Ok(first)
+}
+
+/// `sandbox_idle_minutes`: how long a session may sit idle (at least a minute).
+pub(super) fn idle_ttl(settings: &Settings) -> Result<Duration, ConfigError> {
+    match settings.sandbox_idle_minutes {
+        Some(0) => Err(ConfigError::new(
+            "sandbox_idle_minutes",
+            "must be at least 1",
+        )),
+        minutes => Ok(Duration::from_secs(
+            minutes.unwrap_or(20).saturating_mul(60),
+        )),
+    }
+}
+
 pub(super) fn limits(settings: &Settings) -> Result<LimitSettings, ConfigError> {
     const MIB: u64 = 1024 * 1024;
     let defaults = LimitSettings::default();

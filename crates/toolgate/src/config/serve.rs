@@ -41,8 +41,10 @@ pub struct ServeConfig {
     pub store: StoreConfig,
     /// The vault's master keys.
     pub vault: VaultKeys,
-    /// The sandbox; `None`: off.
+    /// The sandbox in this process; `None`: off, or on the nodes.
     pub sandbox: Option<SandboxConfig>,
+    /// `nodes`: sessions run on these execution nodes instead of in this process.
+    pub nodes: Option<super::NodesConfig>,
     /// Model providers and search engines.
     pub providers: Providers,
     /// `operator_max_tokens`, `operator_tokens_per_day`
@@ -100,7 +102,13 @@ impl ServeConfig {
                 .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?,
             store: StoreConfig::from_settings(settings)?,
             vault: VaultKeys::from_settings(settings)?,
-            sandbox: SandboxConfig::from_settings(settings)?,
+            nodes: super::NodesConfig::from_settings(settings)?,
+            // with nodes, this process runs no session: no runtime, no root, no cgroups
+            sandbox: if settings.nodes.as_ref().is_some_and(|n| !n.is_empty()) {
+                None
+            } else {
+                SandboxConfig::from_settings(settings)?
+            },
             providers: Providers::from_settings(settings)?,
             operator_keys: operator_key_limits(settings)?,
             mail: MailConfig::from_settings(settings)?,

@@ -70,6 +70,12 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
          and knows nothing of what runs the sessions or of the service around it",
     ),
     (
+        "toolgate-node",
+        &["toolgate-sandbox"],
+        "the channel between front ends and nodes carries the sandbox seam, and knows nothing \
+         of what runs the sessions or of the service around it",
+    ),
+    (
         "toolgate-sandbox-harden",
         &[],
         "the confinement library runs in a forked child: no runtime, no service",
@@ -168,6 +174,7 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-sandbox",
             "toolgate-sandbox-manager",
             "toolgate-checkpoints",
+            "toolgate-node",
         ],
         "the binary is the only crate that names concrete backends and adapters, and wires them \
          into the app (the confinement library is loaded by the sandbox's children, not linked)",
@@ -252,6 +259,12 @@ const FORBIDDEN_EXTERNAL: &[(&str, &[&str], &str)] = &[
         &["axum", "rmcp", "sqlx", "rusqlite"],
         "the checkpoint store keeps sealed images in a directory or a bucket: no service, no \
          database",
+    ),
+    (
+        "toolgate-node",
+        &["axum", "rmcp", "sqlx", "rusqlite", "rustix"],
+        "the node channel carries the seam over HTTP/2: no service, no database, no sandbox \
+         internals",
     ),
     (
         "toolgate-sandbox-harden",

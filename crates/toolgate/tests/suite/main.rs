@@ -21,6 +21,7 @@ mod front_door;
 mod hostile_bodies;
 mod metering;
 mod module_circles;
+mod nodes;
 mod oauth;
 mod oauth_edges;
 mod oauth_more;

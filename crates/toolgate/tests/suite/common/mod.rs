@@ -104,9 +104,43 @@ impl Storage {
     }
 }
 
+/// How a server process is started: its role (`serve`, `node`) and a wrapper it runs under
+/// (e.g. `setpriv` dropping root), if any.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub role: &'static str,
+    pub wrapper: Vec<String>,
+}
+
+impl Launch {
+    /// `toolgate serve`, as the test runs.
+    pub fn serve() -> Self {
+        Self {
+            role: "serve",
+            wrapper: Vec::new(),
+        }
+    }
+
+    fn command(&self) -> Command {
+        match self.wrapper.split_first() {
+            None => toolgate(),
+            Some((program, args)) => {
+                let mut command = toolgate_under(program);
+                command.args(args).arg(BIN);
+                command
+            }
+        }
+    }
+}
+
 /// A `Command` for the binary with an environment free of the caller's `TOOLGATE_*` settings.
 pub fn toolgate() -> Command {
-    let mut command = Command::new(BIN);
+    toolgate_under(BIN)
+}
+
+/// A `Command` for `program` (the binary, or what starts it) with that clean environment.
+fn toolgate_under(program: &str) -> Command {
+    let mut command = Command::new(program);
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("TOOLGATE_") {
             command.env_remove(&name);
@@ -333,20 +367,39 @@ impl Server {
     /// Like [`Server::start`], with extra environment variables. The server binds port 0 and
     /// announces the port it got on stdout: nothing binds a port here to hand it over later.
     pub async fn start_with_env(storage: &Storage, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut args = storage.args();
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        Self::launch(&Launch::serve(), &storage.data_dir, &args, env).await
+    }
+
+    /// Starts `toolgate <role>` (behind the launch's wrapper, if any) with `args`, its log in
+    /// `log_dir`, and waits until it announces its address (and, for `serve`, is healthy).
+    pub async fn launch(
+        launch: &Launch,
+        log_dir: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+    ) -> Server {
         static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let log = storage.data_dir.join(format!("server-{n}.log"));
+        let log = log_dir.join(format!(
+            "{}-{n}.log",
+            if launch.role == "serve" {
+                "server"
+            } else {
+                launch.role
+            }
+        ));
         let file = File::create(&log).expect("create the server log");
-        let mut command = toolgate();
+        let mut command = launch.command();
         command
-            .arg("serve")
+            .arg(launch.role)
             .args(["--listen", "127.0.0.1:0"])
-            .args(storage.args())
-            .args(extra)
+            .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(file);
-        let mut child = command.spawn().expect("spawn toolgate serve");
+        let mut child = command.spawn().expect("spawn toolgate");
         let stdout = child.stdout.take().expect("the server's stdout");
         let mut server = Server {
             child: Some(child),
@@ -357,10 +410,16 @@ impl Server {
         let Some(bound) = announced(stdout).await else {
             let log = server.log_text();
             server.kill();
-            panic!("toolgate serve announced no address; its log:\n{log}");
+            panic!(
+                "toolgate {} announced no address; its log:\n{log}",
+                launch.role
+            );
         };
         server.port = bound.port();
         server.base = format!("http://127.0.0.1:{}", server.port);
+        if launch.role != "serve" {
+            return server;
+        }
         let healthy = client()
             .get(server.url("/healthz"))
             .timeout(Duration::from_secs(30))
@@ -375,7 +434,6 @@ impl Server {
         server
     }
 
-    /// `BASE` + `path`.
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
