@@ -9,6 +9,7 @@
 //! - [`RemoteSessions`] (remote.rs, remote_run.rs) over [`NodeLink`]s (link.rs): the front end's.
 //! - [`NodeToken`]: the shared secret, never shown.
 
+mod lease;
 mod link;
 mod node_run;
 mod remote;
@@ -17,6 +18,7 @@ mod serve;
 mod token;
 pub mod wire;
 
+pub use lease::{NodeControl, NodeLease, NodeLoad, Renewal};
 pub use link::{LinkError, NodeLink, node_address};
 pub use remote::{NoNodes, RemoteSessions};
 pub use remote_run::NODE_LOST;

@@ -16,7 +16,10 @@ use tokio::net::TcpStream;
 
 use crate::serve::{PING_EVERY, PING_TIMEOUT};
 use crate::token::NodeToken;
-use crate::wire::PREFIX;
+use crate::wire::{LeaseAnswer, LeaseRequest, PREFIX};
+
+/// How long a lease request may take.
+const LEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How long dialling a node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -87,6 +90,26 @@ impl NodeLink {
             self.connection.lock().await.take();
         }
         answer.map_err(|e| self.unreachable(e))
+    }
+
+    /// A lease request, answered within [`LEASE_TIMEOUT`] (a node cut off answers nothing).
+    pub(crate) async fn lease(&self, asked: &LeaseRequest) -> Result<LeaseAnswer, LinkError> {
+        let body = whole(serde_json::to_vec(asked).unwrap_or_default());
+        let asking = async {
+            let answer = self.request("lease", body).await?;
+            if answer.status() != http::StatusCode::OK {
+                return Err(self.unreachable(format!("it answered {}", answer.status())));
+            }
+            let bytes = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
+                .collect()
+                .await
+                .map_err(|e| self.unreachable(e))?
+                .to_bytes();
+            serde_json::from_slice(&bytes).map_err(|e| self.unreachable(e))
+        };
+        tokio::time::timeout(LEASE_TIMEOUT, asking)
+            .await
+            .map_err(|_| self.unreachable("no answer in time"))?
     }
 
     async fn sender(&self) -> Result<SendRequest<RequestBody>, LinkError> {

@@ -25,8 +25,9 @@ use toolgate_sandbox::{
     WorkspaceFile,
 };
 
+use crate::lease::NodeLease;
 use crate::wire::{
-    Done, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, WireError, json_frame,
+    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, WireError, json_frame,
     parse, split_file,
 };
 
@@ -41,7 +42,11 @@ const MAX_PENDING_UPCALLS: usize = 16;
 const OUT_QUEUE: usize = 64;
 
 /// Answers at once with the run's frames to come; the run goes on in a task of its own.
-pub(crate) fn start(sessions: Arc<dyn SandboxSessions>, body: Incoming) -> Response<AnswerBody> {
+pub(crate) fn start(
+    sessions: Arc<dyn SandboxSessions>,
+    lease: Arc<NodeLease>,
+    body: Incoming,
+) -> Response<AnswerBody> {
     let (mut sink, answer) = Channel::<Bytes, std::convert::Infallible>::new(8);
     let (out, mut queue) = mpsc::channel::<Bytes>(OUT_QUEUE);
     tokio::spawn(async move {
@@ -52,12 +57,13 @@ pub(crate) fn start(sessions: Arc<dyn SandboxSessions>, body: Incoming) -> Respo
             }
         }
     });
-    tokio::spawn(run(sessions, FrameReader::new(body), out));
+    tokio::spawn(run(sessions, lease, FrameReader::new(body), out));
     Response::new(answer.boxed())
 }
 
 async fn run(
     sessions: Arc<dyn SandboxSessions>,
+    lease: Arc<NodeLease>,
     mut frames: FrameReader<Incoming>,
     out: mpsc::Sender<Bytes>,
 ) {
@@ -73,6 +79,20 @@ async fn run(
         }
     };
     let (header, files) = request;
+    if !lease.holds(header.incarnation) {
+        let stale = WireError {
+            kind: ErrorKind::Stale,
+            message: "this node is not the incarnation the run was placed on".to_owned(),
+        };
+        return finish(&out, Done::Error(stale)).await;
+    }
+    if lease.draining() && header.session_id.is_none() {
+        let draining = WireError {
+            kind: ErrorKind::Stale,
+            message: "this node is draining".to_owned(),
+        };
+        return finish(&out, Done::Error(draining)).await;
+    }
     let cancel = CancellationToken::new();
     let upcalls = header
         .upcalls

@@ -13,7 +13,7 @@ use toolgate_sandbox::{OutputChunk, RunOutcome, RunRequest, SandboxSessionsError
 
 use crate::link::NodeLink;
 use crate::wire::{
-    Done, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, file_frame, frame,
+    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, file_frame, frame,
     json_frame, parse,
 };
 
@@ -25,33 +25,39 @@ pub const NODE_LOST: &str = "the execution node running this session was lost du
 /// Frames waiting to go to the node.
 const OUT_QUEUE: usize = 64;
 
-/// Runs `request` on the node behind `link`.
+/// Why a run on a node did not come back with an outcome.
+#[derive(Debug)]
+pub(crate) enum RunError {
+    /// The node is not the incarnation the run was placed on; nothing ran.
+    Stale,
+    /// The seam's own error (nothing ran, or the session was lost).
+    Seam(SandboxSessionsError),
+}
+
+impl From<SandboxSessionsError> for RunError {
+    fn from(error: SandboxSessionsError) -> Self {
+        Self::Seam(error)
+    }
+}
+
+/// Runs `request` on the node behind `link`, placed on its `incarnation`. The request is only
+/// borrowed, so that a run the node refused as stale can be placed again.
 pub(crate) async fn run(
     link: &NodeLink,
-    request: RunRequest,
-) -> Result<RunOutcome, SandboxSessionsError> {
-    let RunRequest {
-        account,
-        session_id,
-        work,
-        limits,
-        files,
-        env,
-        output,
-        upcalls,
-        cancel,
-        existing_only,
-    } = request;
+    request: &RunRequest,
+    incarnation: i64,
+) -> Result<RunOutcome, RunError> {
     let header = RunHeader {
-        account: account.clone(),
-        session_id: session_id.clone(),
-        work,
-        limits,
-        files: u32::try_from(files.len()).unwrap_or(u32::MAX),
-        env,
-        output: output.is_some(),
-        upcalls: upcalls.is_some(),
-        existing_only,
+        account: request.account.clone(),
+        session_id: request.session_id.clone(),
+        work: request.work.clone(),
+        limits: request.limits.clone(),
+        files: u32::try_from(request.files.len()).unwrap_or(u32::MAX),
+        env: request.env.clone(),
+        output: request.output.is_some(),
+        upcalls: request.upcalls.is_some(),
+        existing_only: request.existing_only,
+        incarnation,
     };
     let (mut sink, body) = Channel::<Bytes, std::convert::Infallible>::new(8);
     let (out, mut queue) = mpsc::channel::<Bytes>(OUT_QUEUE);
@@ -67,14 +73,13 @@ pub(crate) async fn run(
     let _writer = AbortOnDrop(writer);
     let _ = out.send(json_frame(Tag::Start, &header)).await;
     drop(header);
-    for file in &files {
+    for file in &request.files {
         let _ = out.send(file_frame(&file.path, &file.content)).await;
     }
-    drop(files);
     let answer = link
         .request("run", body.boxed())
         .await
-        .map_err(|e| SandboxSessionsError::Unavailable(Box::new(e)))?;
+        .map_err(|e| RunError::Seam(SandboxSessionsError::Unavailable(Box::new(e))))?;
     if answer.status() != http::StatusCode::OK {
         tracing::error!(node = link.address(), status = %answer.status(), "a node refused a run (is the node token the same?)");
         return Err(SandboxSessionsError::Unavailable(
@@ -84,14 +89,15 @@ pub(crate) async fn run(
                 answer.status()
             )
             .into(),
-        ));
+        )
+        .into());
     }
     let mut frames = FrameReader::new(answer.into_body());
     let origin = UpcallOrigin {
-        account,
-        session_id,
+        account: request.account.clone(),
+        session_id: request.session_id.clone(),
     };
-    let cancel = cancel.unwrap_or_default();
+    let cancel = request.cancel.clone().unwrap_or_default();
     let mut cancel_sent = false;
     let mut answering = JoinSet::new();
     loop {
@@ -106,7 +112,7 @@ pub(crate) async fn run(
         match next {
             Ok(Some((Tag::Output, payload))) => {
                 if let (Some(output), Ok(chunk)) =
-                    (&output, parse::<OutputChunk>(Tag::Output, &payload))
+                    (&request.output, parse::<OutputChunk>(Tag::Output, &payload))
                 {
                     // never wait for the caller: what it does not take now is in the outcome
                     let _ = output.try_send(chunk);
@@ -114,9 +120,9 @@ pub(crate) async fn run(
             }
             Ok(Some((Tag::Upcall, payload))) => {
                 let Ok(call) = parse::<UpcallCall>(Tag::Upcall, &payload) else {
-                    return Err(lost(link, "a malformed upcall"));
+                    return Err(lost(link, "a malformed upcall").into());
                 };
-                if let Some(handler) = &upcalls {
+                if let Some(handler) = &request.upcalls {
                     answering.spawn(answer_upcall(
                         Arc::clone(handler),
                         origin.clone(),
@@ -134,13 +140,16 @@ pub(crate) async fn run(
                         outcome.outcome.interrupted = interrupted;
                         Ok(*outcome)
                     }
-                    Ok(Done::Error(error)) => Err(error.into()),
-                    Err(e) => Err(lost(link, e)),
+                    Ok(Done::Error(error)) if error.kind == ErrorKind::Stale => Err(RunError::Stale),
+                    Ok(Done::Error(error)) => Err(RunError::Seam(error.into())),
+                    Err(e) => Err(lost(link, e).into()),
                 };
             }
-            Ok(Some((tag, _))) => return Err(lost(link, format!("an unexpected frame {tag:?}"))),
-            Ok(None) => return Err(lost(link, "the run's stream ended before its outcome")),
-            Err(e) => return Err(lost(link, e)),
+            Ok(Some((tag, _))) => {
+                return Err(lost(link, format!("an unexpected frame {tag:?}")).into());
+            }
+            Ok(None) => return Err(lost(link, "the run's stream ended before its outcome").into()),
+            Err(e) => return Err(lost(link, e).into()),
         }
     }
 }

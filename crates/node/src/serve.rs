@@ -15,8 +15,11 @@ use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::{SandboxSessions, SandboxSessionsError};
 
 use crate::node_run::AnswerBody;
+use crate::lease::{NodeControl, NodeLease};
 use crate::token::NodeToken;
-use crate::wire::{AccountRef, ErrorKind, PREFIX, ReadFile, SessionRef, WireError};
+use crate::wire::{
+    AccountRef, ErrorKind, LeaseAnswer, LeaseRequest, PREFIX, ReadFile, SessionRef, WireError,
+};
 
 /// Runs in flight on one connection at most (each is one HTTP/2 stream).
 pub(crate) const MAX_STREAMS: u32 = 4096;
@@ -28,21 +31,63 @@ pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 /// See [`PING_EVERY`].
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// What a node serves: its sessions, to holders of its token.
+/// The longest a front end may extend a node's lease at once.
+const MAX_VALID_FOR: Duration = Duration::from_secs(60);
+/// How often the node looks whether its lease ran out.
+const WATCH_EVERY: Duration = Duration::from_millis(100);
+
+/// What a node serves: its sessions, to holders of its token, while a front end keeps its
+/// lease.
 pub struct NodeServer {
     sessions: Arc<dyn SandboxSessions>,
     token: NodeToken,
+    control: Arc<dyn NodeControl>,
+    lease: Arc<NodeLease>,
 }
 
 impl NodeServer {
-    /// Serves `sessions` to callers presenting `token`.
-    pub fn new(sessions: Arc<dyn SandboxSessions>, token: NodeToken) -> Arc<Self> {
-        Arc::new(Self { sessions, token })
+    /// Serves `sessions` to callers presenting `token`; `control` reports the node's load and
+    /// drops every session when the lease lapses.
+    pub fn new(
+        sessions: Arc<dyn SandboxSessions>,
+        token: NodeToken,
+        control: Arc<dyn NodeControl>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            sessions,
+            token,
+            control,
+            lease: Arc::new(NodeLease::default()),
+        })
+    }
+
+    /// Takes no new sessions from now on (`toolgate node --drain`, or SIGTERM's first step).
+    pub fn drain(&self) {
+        self.lease.drain();
+    }
+
+    /// Fences the node whenever its lease runs out: every session ends, nothing is written.
+    async fn watch(self: Arc<Self>, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(WATCH_EVERY) => {}
+            }
+            if let Some(incarnation) = self.lease.take_lapsed() {
+                tracing::warn!(
+                    incarnation,
+                    "node: no front end renewed this node's lease in time; every session is \
+                     dropped (they may live elsewhere now) until a front end registers it again"
+                );
+                self.control.fence().await;
+            }
+        }
     }
 
     /// Accepts connections on `listener` until `shutdown`; each connection's runs go on until
     /// they end or the connection does.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
+        tokio::spawn(Arc::clone(&self).watch(shutdown.clone()));
         loop {
             let accepted = tokio::select! {
                 () = shutdown.cancelled() => return,
@@ -77,6 +122,22 @@ impl NodeServer {
         }
     }
 
+    fn lease_answer(&self, asked: &LeaseRequest) -> LeaseAnswer {
+        if let Some(incarnation) = asked.incarnation {
+            if asked.revoke {
+                self.lease.revoke(incarnation);
+            } else {
+                let valid_for = Duration::from_millis(asked.valid_for_ms).min(MAX_VALID_FOR);
+                self.lease.renew(incarnation, valid_for);
+            }
+        }
+        LeaseAnswer {
+            incarnation: self.lease.incarnation(),
+            load: self.control.load(),
+            draining: self.lease.draining(),
+        }
+    }
+
     async fn answer(&self, request: Request<Incoming>) -> Response<AnswerBody> {
         if !self
             .token
@@ -94,7 +155,15 @@ impl NodeServer {
             return error(StatusCode::NOT_FOUND, "no such request");
         };
         match what {
-            "run" => crate::node_run::start(Arc::clone(&self.sessions), request.into_body()),
+            "run" => crate::node_run::start(
+                Arc::clone(&self.sessions),
+                Arc::clone(&self.lease),
+                request.into_body(),
+            ),
+            "lease" => match small::<LeaseRequest>(request.into_body()).await {
+                Ok(asked) => json(StatusCode::OK, &self.lease_answer(&asked)),
+                Err(answer) => answer,
+            },
             "read" => match small::<ReadFile>(request.into_body()).await {
                 Ok(read) => self.read_file(read).await,
                 Err(answer) => answer,

@@ -84,6 +84,9 @@ pub struct RunHeader {
     pub upcalls: bool,
     /// never start a session
     pub existing_only: bool,
+    /// the node's incarnation the front end placed the run on: a node that is no longer it
+    /// refuses the run as [`ErrorKind::Stale`], running nothing
+    pub incarnation: i64,
 }
 
 impl std::fmt::Debug for RunHeader {
@@ -161,6 +164,9 @@ pub enum ErrorKind {
     Failed,
     /// the node could not serve it; nothing ran
     Unavailable,
+    /// the node is not the incarnation the run was placed on (it restarted, or lost its lease
+    /// and fenced itself); nothing ran, and the front end places the run again
+    Stale,
 }
 
 impl From<&SandboxSessionsError> for WireError {
@@ -182,9 +188,31 @@ impl From<WireError> for SandboxSessionsError {
         match error.kind {
             ErrorKind::Refused => Self::Refused(error.message),
             ErrorKind::Failed => Self::Failed(error.message),
-            ErrorKind::Unavailable => Self::Unavailable(error.message.into()),
+            ErrorKind::Unavailable | ErrorKind::Stale => Self::Unavailable(error.message.into()),
         }
     }
+}
+
+/// A front end's word on the node's lease (`lease`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseRequest {
+    /// the incarnation renewed or revoked; `None`: only asking which the node is
+    pub incarnation: Option<i64>,
+    /// how long from now the node may count on it
+    pub valid_for_ms: u64,
+    /// the incarnation's lease lapsed in the database: fence now
+    pub revoke: bool,
+}
+
+/// The node's answer to a [`LeaseRequest`].
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct LeaseAnswer {
+    /// the incarnation the node is now (after the request), if any
+    pub incarnation: Option<i64>,
+    /// what it holds
+    pub load: crate::NodeLoad,
+    /// it takes no new sessions
+    pub draining: bool,
 }
 
 /// A `read_file` request.
@@ -437,6 +465,7 @@ mod tests {
             output: false,
             upcalls: false,
             existing_only: false,
+            incarnation: 1,
         };
         let shown = format!("{header:?}");
         assert!(

@@ -59,6 +59,7 @@ fn outcome(stdout: String) -> RunOutcome {
         oom_kills: 0,
         restored: None,
         lost_checkpoint: None,
+        node_lost: false,
     }
 }
 

@@ -47,7 +47,7 @@ pub use bounded::{
 pub use cgroup::{CgroupError, CgroupMode, CgroupVersion};
 pub use files::{FileError, FileProblem};
 pub use manager::SandboxManager;
-pub use manager_types::{Budget, Isolation, Keeping, ManagerConfig, ManagerError};
+pub use manager_types::{Budget, Isolation, Keeping, Load, ManagerConfig, ManagerError};
 pub use session::SandboxSession;
 pub use session_error::{KillReason, SessionError};
 pub use zygote::{

@@ -445,6 +445,7 @@ impl SandboxManager {
             oom_kills,
             restored,
             lost_checkpoint,
+            node_lost: false,
         })
     }
 
@@ -498,9 +499,22 @@ impl SandboxManager {
     /// [`ManagerError::ShutDown`]. Dropping the manager without this stops the processes,
     /// removes the cgroups and detaches the mounts too, but leaves the workspace directories.
     pub async fn shutdown(&self) {
+        self.shutdown_with(true).await;
+    }
+
+    /// Shuts down as [`Self::shutdown`] does, but writes nothing out: running calls are
+    /// interrupted at once and every session ends as it is. For a node that lost its lease:
+    /// its sessions may already live elsewhere, and a checkpoint written now would overwrite
+    /// theirs.
+    pub async fn shutdown_abandoning(&self) {
+        self.shutdown_with(false).await;
+    }
+
+    async fn shutdown_with(&self, keep: bool) {
         self.inner.shut.store(true, Ordering::Release);
+        let keeping = self.inner.config.keeping.as_ref().filter(|_| keep);
         // kept sessions are written out: a running call may finish first, up to the grace
-        match self.inner.config.keeping.as_ref().map(|k| k.shutdown_grace) {
+        match keeping.map(|k| k.shutdown_grace) {
             Some(grace) if !grace.is_zero() => {
                 let stopping = self.inner.stopping.clone();
                 tokio::spawn(async move {
@@ -530,7 +544,8 @@ impl SandboxManager {
                     if slot.closed {
                         return;
                     }
-                    if inner.config.keeping.is_some()
+                    if keep
+                        && inner.config.keeping.is_some()
                         && matches!(entry.name, Name::Caller(_))
                         && let Err(e) = hibernation::checkpoint(&inner, &entry, &slot).await
                     {

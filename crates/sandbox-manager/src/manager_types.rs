@@ -266,3 +266,14 @@ pub enum ManagerError {
     #[error("the session manager has shut down")]
     ShutDown,
 }
+
+/// What a manager holds now ([`SandboxManager::load`](crate::SandboxManager::load)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Load {
+    /// Live sessions.
+    pub sessions: usize,
+    /// Memory their processes use.
+    pub memory_bytes: u64,
+    /// Memory all sessions may take together (0: no budget).
+    pub memory_budget: u64,
+}

@@ -71,6 +71,24 @@ impl SandboxManager {
         self.inner.table().pool.pids()
     }
 
+    /// What the manager holds now, for placing sessions among hosts: its live sessions (every
+    /// account's, calls without an id included), what their processes use of memory (from the
+    /// sessions' groups; 0 without cgroups) and the memory all sessions may take together.
+    pub fn load(&self) -> crate::Load {
+        let sessions = self.inner.table().accounts.values().map(HashMap::len).sum();
+        let memory_bytes = self
+            .inner
+            .cgroups
+            .as_ref()
+            .and_then(|cgroups| cgroups.in_use().0)
+            .unwrap_or(0);
+        crate::Load {
+            sessions,
+            memory_bytes,
+            memory_budget: self.inner.config.budget.memory_bytes,
+        }
+    }
+
     /// Live sessions of an account (including calls without a session id that are running).
     pub fn live_sessions(&self, account: &str) -> usize {
         self.inner

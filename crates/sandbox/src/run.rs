@@ -181,6 +181,10 @@ pub struct RunOutcome {
     /// The session had a checkpoint and nothing of it could be brought back (damaged, or
     /// sealed under a key this service no longer has): why. The run had a fresh session.
     pub lost_checkpoint: Option<String>,
+    /// The execution node the session lived on was lost (it stopped or was cut off): this run
+    /// is on another node, restored from the session's checkpoint if it had one, else fresh.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub node_lost: bool,
 }
 
 /// What a run found when it restored its session from a checkpoint.

@@ -34,6 +34,7 @@ pub(super) fn output_schema() -> Value {
                     "name": text, "type": text, "reason": text,
                 }}},
                 "checkpoint_age_s": {"type": "number"},
+                "node_lost": flag,
                 "execution_count": int,
             }},
         },
@@ -203,6 +204,9 @@ pub(super) fn session_record(
             record["fell_back"] = json!(true);
         }
     }
+    if call.node_lost {
+        record["node_lost"] = json!(true);
+    }
     if let Some(count) = execution_count {
         record["execution_count"] = json!(count);
     }
@@ -218,6 +222,22 @@ fn checkpoint_age(restored: &toolgate_sandbox::Restored) -> Duration {
 /// The line a result starts with when its session was not simply there: expired, restored
 /// from its checkpoint (naming what could not be), or its checkpoint lost.
 pub(super) fn session_note(call: &RunOutcome, session_id: Option<&str>) -> Option<String> {
+    let note = restore_note(call, session_id);
+    if !call.node_lost {
+        return note;
+    }
+    let id = session_id.unwrap_or_default();
+    let lost = format!("Note: the execution node session `{id}` lived on was lost.");
+    Some(match note {
+        Some(note) => format!("{lost} {}", note.trim_start_matches("Note: ")),
+        None => format!(
+            "{lost} It had no checkpoint yet, so this call started a fresh one: earlier variables \
+             and files are gone."
+        ),
+    })
+}
+
+fn restore_note(call: &RunOutcome, session_id: Option<&str>) -> Option<String> {
     let id = session_id.unwrap_or_default();
     if let Some(why) = &call.lost_checkpoint {
         return Some(format!(

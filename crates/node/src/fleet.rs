@@ -1,0 +1,282 @@
+//! A front end's view of its execution nodes: a link to each, their leases kept in the
+//! database while they answer, and which are live with what load, for placing sessions.
+//!
+//! Every front end renews every node it knows, about once a second: it asks the node which
+//! incarnation it is, renews that incarnation's lease in the database (or registers a node that
+//! has none), and only then tells the node how long it may count on it, less what the database
+//! write took and a margin. So a node's own deadline always falls before the database's, and a
+//! node nobody can reach fences itself before any front end may give its sessions to another.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use tokio_util::sync::CancellationToken;
+use toolgate_domain::{Incarnation, Lease, NodeName};
+use toolgate_store::{NodeBeat, NodeLoad as StoredLoad, Placement};
+
+use crate::link::{LinkError, NodeLink};
+use crate::token::NodeToken;
+use crate::wire::{LeaseAnswer, LeaseRequest};
+
+/// What a node's own deadline keeps back from the database's lease, for the time a renewal
+/// takes to reach it and the clocks' drift.
+const MARGIN: Duration = Duration::from_secs(2);
+
+/// One node as placement sees it.
+#[derive(Debug)]
+pub(crate) struct LiveNode {
+    pub(crate) name: NodeName,
+    pub(crate) incarnation: Incarnation,
+    pub(crate) link: Arc<NodeLink>,
+    load: StoredLoad,
+    /// Sessions this front end placed on it since its load was read.
+    placed: AtomicU64,
+}
+
+/// Why the nodes could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    /// an address is not `http://HOST:PORT`
+    #[error(transparent)]
+    Link(#[from] LinkError),
+    /// a node's name, made of its address, is not one placement takes
+    #[error("the node at {0} cannot be named from its address")]
+    Name(String),
+    /// the lease is not one placement takes
+    #[error("the node lease must be between 3 s and 1 h")]
+    Lease,
+}
+
+/// A front end's nodes.
+pub struct Fleet {
+    nodes: Vec<(NodeName, Arc<NodeLink>, String)>,
+    placement: Arc<dyn Placement>,
+    lease: Lease,
+    live: RwLock<Vec<Arc<LiveNode>>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("nodes", &self.nodes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// The nodes at `urls`, reached with `token`, their leases of `lease` kept in `placement`.
+    /// Every front end must name a node by the same URL: its name in the database is made of it.
+    pub fn new(
+        urls: &[String],
+        token: &NodeToken,
+        placement: Arc<dyn Placement>,
+        lease: Duration,
+    ) -> Result<Arc<Self>, FleetError> {
+        if lease < Duration::from_secs(3) {
+            return Err(FleetError::Lease);
+        }
+        let lease = Lease::new(lease).map_err(|_| FleetError::Lease)?;
+        let mut nodes = Vec::with_capacity(urls.len());
+        for url in urls {
+            let link = NodeLink::new(url, token.clone())?;
+            let name = name_of(link.address())
+                .ok_or_else(|| FleetError::Name(link.address().to_owned()))?;
+            nodes.push((name, Arc::new(link), url.clone()));
+        }
+        Ok(Arc::new(Self {
+            nodes,
+            placement,
+            lease,
+            live: RwLock::new(Vec::new()),
+        }))
+    }
+
+    /// Renews the nodes' leases now, then about once a second until `shutdown`.
+    pub async fn keep(self: Arc<Self>, shutdown: CancellationToken) {
+        let every = (self.lease.duration() / 5).clamp(Duration::from_millis(200), Duration::from_secs(1));
+        loop {
+            self.renew_all().await;
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                () = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+
+    /// One round: every node renewed (all at once), then the live ones read back.
+    pub async fn renew_all(&self) {
+        let mut renewals = tokio::task::JoinSet::new();
+        for (name, link, url) in &self.nodes {
+            let (name, link, url) = (name.clone(), Arc::clone(link), url.clone());
+            let placement = Arc::clone(&self.placement);
+            let lease = self.lease;
+            renewals.spawn(async move { renew(&*placement, &name, &link, &url, lease).await });
+        }
+        while renewals.join_next().await.is_some() {}
+        match self.placement.live_nodes().await {
+            Ok(records) => {
+                let live = records
+                    .into_iter()
+                    .filter_map(|record| {
+                        let (_, link, _) = self.nodes.iter().find(|(name, ..)| *name == record.name)?;
+                        Some(Arc::new(LiveNode {
+                            name: record.name,
+                            incarnation: record.incarnation,
+                            link: Arc::clone(link),
+                            load: record.load,
+                            placed: AtomicU64::new(0),
+                        }))
+                    })
+                    .collect();
+                *self.live.write().unwrap_or_else(std::sync::PoisonError::into_inner) = live;
+            }
+            Err(error) => tracing::warn!(%error, "the live nodes could not be read"),
+        }
+    }
+
+    /// The live node `name` in `incarnation`, if it is.
+    pub(crate) fn live(&self, name: &NodeName, incarnation: Incarnation) -> Option<Arc<LiveNode>> {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .find(|node| node.name == *name && node.incarnation == incarnation)
+            .cloned()
+    }
+
+    /// Every live node.
+    pub(crate) fn all_live(&self) -> Vec<Arc<LiveNode>> {
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The least loaded live node that takes new sessions: the least memory in use, then the
+    /// fewest sessions (counting what this front end placed since it last read them).
+    pub(crate) fn least_loaded(&self) -> Option<Arc<LiveNode>> {
+        let live = self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let chosen = live
+            .iter()
+            .filter(|node| !node.load.draining)
+            .min_by_key(|node| {
+                let placed = node.placed.load(Ordering::Relaxed);
+                (
+                    node.load.memory_bytes.saturating_add(placed << 24),
+                    u64::from(node.load.sessions).saturating_add(placed),
+                )
+            })?
+            .clone();
+        chosen.placed.fetch_add(1, Ordering::Relaxed);
+        Some(chosen)
+    }
+
+    /// The store placement is kept in.
+    pub(crate) fn placement(&self) -> &Arc<dyn Placement> {
+        &self.placement
+    }
+
+    /// Forgets what was read of the live nodes (a node answered as another incarnation), so the
+    /// next round reads them again; until then nothing is placed on that node.
+    pub(crate) fn forget(&self, name: &NodeName) {
+        self.live
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|node| node.name != *name);
+    }
+}
+
+/// A node's name in the database, made of its `HOST:PORT` (`[a-z0-9._-]`).
+fn name_of(address: &str) -> Option<NodeName> {
+    let name: String = address
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '.' | '-') => c,
+            _ => '-',
+        })
+        .collect();
+    NodeName::parse(name.trim_matches('-')).ok()
+}
+
+/// One node's renewal: which incarnation it is, that incarnation's lease in the database (a
+/// new one registered for a node without one), then the node told.
+async fn renew(placement: &dyn Placement, name: &NodeName, link: &NodeLink, url: &str, lease: Lease) {
+    let asked = LeaseRequest {
+        incarnation: None,
+        valid_for_ms: 0,
+        revoke: false,
+    };
+    let Ok(now) = link.lease(&asked).await else {
+        // unreachable: its lease runs out in the database, and it fences itself
+        return;
+    };
+    let started = Instant::now();
+    let incarnation = match now.incarnation {
+        Some(incarnation) => {
+            let beat = NodeBeat {
+                name: name.clone(),
+                incarnation: Incarnation(incarnation),
+                lease,
+                load: stored_load(&now),
+            };
+            match placement.heartbeat_node(&beat).await {
+                Ok(true) => incarnation,
+                Ok(false) => {
+                    // lapsed or replaced in the database: the node must drop what it holds
+                    let revoke = LeaseRequest {
+                        incarnation: Some(incarnation),
+                        valid_for_ms: 0,
+                        revoke: true,
+                    };
+                    let _ = link.lease(&revoke).await;
+                    return;
+                }
+                Err(error) => {
+                    tracing::warn!(node = name.as_str(), %error, "a node's lease could not be renewed");
+                    return;
+                }
+            }
+        }
+        None => match placement.register_node(name, url, lease).await {
+            Ok(incarnation) => {
+                tracing::info!(node = name.as_str(), incarnation = incarnation.0, "registered a node");
+                incarnation.0
+            }
+            Err(error) => {
+                tracing::warn!(node = name.as_str(), %error, "a node could not be registered");
+                return;
+            }
+        },
+    };
+    let valid_for = lease
+        .duration()
+        .saturating_sub(started.elapsed())
+        .saturating_sub(MARGIN);
+    let grant = LeaseRequest {
+        incarnation: Some(incarnation),
+        valid_for_ms: u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX),
+        revoke: false,
+    };
+    let _ = link.lease(&grant).await;
+}
+
+fn stored_load(answer: &LeaseAnswer) -> StoredLoad {
+    StoredLoad {
+        sessions: u32::try_from(answer.load.sessions).unwrap_or(u32::MAX),
+        memory_bytes: answer.load.memory_bytes,
+        draining: answer.draining,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_node_is_named_by_its_address() {
+        assert_eq!(name_of("10.0.0.2:7070").unwrap().as_str(), "10.0.0.2-7070");
+        assert_eq!(name_of("[::1]:7070").unwrap().as_str(), "1--7070");
+        assert_eq!(name_of("Node-A.example:7070").unwrap().as_str(), "node-a.example-7070");
+    }
+}
