@@ -204,3 +204,73 @@ impl toolgate_store::TakeBacks for GatedStore {
         self.inner.take_back(take).await
     }
 }
+
+#[async_trait]
+impl toolgate_store::Placement for GatedStore {
+    async fn register_node(
+        &self,
+        name: &NodeName,
+        url: &str,
+        lease: Lease,
+    ) -> Result<Incarnation, StoreError> {
+        self.inner.register_node(name, url, lease).await
+    }
+    async fn heartbeat_node(&self, beat: &toolgate_store::NodeBeat) -> Result<bool, StoreError> {
+        self.inner.heartbeat_node(beat).await
+    }
+    async fn live_nodes(&self) -> Result<Vec<toolgate_store::NodeRecord>, StoreError> {
+        self.inner.live_nodes().await
+    }
+    async fn remove_node(
+        &self,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<bool, StoreError> {
+        self.inner.remove_node(name, incarnation).await
+    }
+    async fn session_owner(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+    ) -> Result<Option<SessionOwner>, StoreError> {
+        self.inner.session_owner(account, session).await
+    }
+    async fn claim_view(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<toolgate_store::ClaimView, StoreError> {
+        self.inner
+            .claim_view(account, session, name, incarnation)
+            .await
+    }
+    async fn take_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        seen: &OwnerState,
+        next: &SessionOwner,
+    ) -> Result<bool, StoreError> {
+        self.inner.take_session(account, session, seen, next).await
+    }
+    async fn release_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .release_session(account, session, name, incarnation)
+            .await
+    }
+    async fn forget_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+    ) -> Result<(), StoreError> {
+        self.inner.forget_session(account, session).await
+    }
+}

@@ -1,5 +1,6 @@
 //! toolgate's domain types: accounts, API keys, money, billing records, the admission rule,
-//! vault secrets' names, web origins, and the records the AI tool answers with.
+//! vault secrets' names, web origins, the records the AI tool answers with, and where sandbox
+//! sessions are placed among execution nodes (placement).
 //!
 //! Nothing here performs I/O; every other crate speaks in these types.
 
@@ -10,6 +11,7 @@ pub mod billing;
 pub mod key;
 pub mod money;
 pub mod origin;
+pub mod placement;
 pub mod secret;
 pub mod token;
 
@@ -20,6 +22,11 @@ pub use billing::{BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
 pub use origin::Origin;
+pub use placement::{
+    Claim, ClaimStep, Epoch, FIRST_EPOCH, Incarnation, Lease, LeaseError, MAX_LEASE,
+    MAX_NODE_NAME_BYTES, MAX_SANDBOX_SESSION_ID_BYTES, NodeName, NodeNameError, OwnerState,
+    Previous, SandboxSessionId, SandboxSessionIdError, SessionOwner, claim_step,
+};
 pub use secret::{MAX_SECRET_BYTES, SealedSecret, SecretInfo, SecretName, SecretNameError};
 pub use token::SecretToken;
 

@@ -8,6 +8,7 @@ mod admit;
 mod dashboard;
 mod money;
 mod oauth;
+mod placement;
 mod rows;
 mod secrets;
 #[cfg(feature = "testkit")]

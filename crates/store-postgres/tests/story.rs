@@ -22,6 +22,20 @@ async fn postgres_passes_the_storage_story() {
     .await;
 }
 
+/// Placement's story on two pools of one database: two front ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_placement_story() {
+    with_fresh_database(|url| async move {
+        let first = PgStore::connect(&url).await.unwrap();
+        let second = PgStore::connect(&url).await.unwrap();
+        toolgate_store::testkit::placement_story(Arc::new(first.clone()), Arc::new(second.clone()))
+            .await;
+        first.close().await;
+        second.close().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnecting_keeps_data_and_migrations_are_idempotent() {
     with_fresh_database(|url| async move {

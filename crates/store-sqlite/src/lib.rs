@@ -14,6 +14,7 @@ mod jobs;
 mod key_epoch;
 mod money;
 mod oauth;
+mod placement;
 mod rows;
 mod secrets;
 mod standing;

@@ -17,6 +17,7 @@ mod money;
 mod oauth;
 mod oauth_columns;
 mod oauth_spend;
+mod placement;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
@@ -32,6 +33,10 @@ pub use oauth::{
     UsedCode, connected_apps_from_groups,
 };
 pub use oauth_columns::{redirect_uris_from_column, redirect_uris_to_column};
+pub use placement::{
+    ClaimView, NodeBeat, NodeLoad, NodeRecord, Placement, claim_view_from_columns, load_to_columns,
+    node_from_columns, node_name_from_column, seen_columns,
+};
 /// The replay and rotation rule's values, as the backends' primitives read and write them.
 pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 
@@ -266,6 +271,7 @@ pub trait Store:
     + OAuthStore
     + OperatorTokens
     + TakeBacks
+    + Placement
 {
 }
 
@@ -278,7 +284,8 @@ impl<
         + History
         + OAuthStore
         + OperatorTokens
-        + TakeBacks,
+        + TakeBacks
+        + Placement,
 > Store for T
 {
 }

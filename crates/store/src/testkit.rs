@@ -5,7 +5,10 @@
 mod dashboard;
 mod money;
 mod oauth;
+mod placement;
 mod secrets;
+
+pub use placement::placement_story;
 
 use std::sync::Arc;
 

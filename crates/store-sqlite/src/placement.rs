@@ -1,0 +1,248 @@
+//! Placement's nodes and session owners. Lease times are this process's clock (`now_millis`),
+//! bound into each statement: SQLite serves one host. Writes go through the writer
+//! connection, so each compare-and-set is atomic against every other write; reads go through
+//! the reader pool (a claim that read a state already replaced loses its compare-and-set and
+//! reads again).
+
+use async_trait::async_trait;
+use toolgate_domain::{
+    AccountId, Epoch, Incarnation, Lease, NodeName, OwnerState, SandboxSessionId, SessionOwner,
+};
+use toolgate_store::{
+    ClaimView, NodeBeat, NodeRecord, Placement, StoreError, claim_view_from_columns,
+    load_to_columns, node_from_columns, node_name_from_column, now_millis, seen_columns,
+};
+
+use crate::SqliteStore;
+use crate::rows::{map_error, map_write_error};
+
+/// A node row's columns, as `live_nodes` reads them.
+type NodeRow = (String, i64, String, i64, i64, bool, i64, i64);
+
+#[async_trait]
+impl Placement for SqliteStore {
+    async fn register_node(
+        &self,
+        name: &NodeName,
+        url: &str,
+        lease: Lease,
+    ) -> Result<Incarnation, StoreError> {
+        let now = now_millis();
+        // IMMEDIATE: the admissions thread writes through its own connection (see money.rs)
+        let mut tx = self
+            .writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(map_error)?;
+        let incarnation: i64 =
+            sqlx::query_scalar("UPDATE node_incarnations SET last = last + 1 RETURNING last")
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(map_error)?;
+        sqlx::query(
+            "INSERT INTO nodes (name, incarnation, url, lease_until, started_at)
+             VALUES (?1, ?2, ?3, ?4 + ?5, ?4)
+             ON CONFLICT (name) DO UPDATE SET incarnation = excluded.incarnation,
+                 url = excluded.url, lease_until = excluded.lease_until, sessions = 0,
+                 memory_bytes = 0, draining = 0, started_at = excluded.started_at",
+        )
+        .bind(name.as_str())
+        .bind(incarnation)
+        .bind(url)
+        .bind(now)
+        .bind(lease.millis())
+        .execute(&mut *tx)
+        .await
+        .map_err(map_error)?;
+        tx.commit().await.map_err(map_error)?;
+        Ok(Incarnation(incarnation))
+    }
+
+    async fn heartbeat_node(&self, beat: &NodeBeat) -> Result<bool, StoreError> {
+        let now = now_millis();
+        let (sessions, memory) = load_to_columns(beat.load);
+        let done = sqlx::query(
+            "UPDATE nodes SET lease_until = ?1 + ?2, sessions = ?3, memory_bytes = ?4,
+                 draining = ?5
+             WHERE name = ?6 AND incarnation = ?7 AND lease_until > ?1",
+        )
+        .bind(now)
+        .bind(beat.lease.millis())
+        .bind(sessions)
+        .bind(memory)
+        .bind(beat.load.draining)
+        .bind(beat.name.as_str())
+        .bind(beat.incarnation.0)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn live_nodes(&self) -> Result<Vec<NodeRecord>, StoreError> {
+        let rows: Vec<NodeRow> = sqlx::query_as(
+            "SELECT name, incarnation, url, sessions, memory_bytes, draining, started_at,
+                 lease_until - ?1
+             FROM nodes WHERE lease_until > ?1 ORDER BY name",
+        )
+        .bind(now_millis())
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_error)?;
+        rows.into_iter()
+            .map(
+                |(name, inc, url, sessions, memory, draining, started, left)| {
+                    node_from_columns(&name, inc, url, (sessions, memory, draining), started, left)
+                },
+            )
+            .collect()
+    }
+
+    async fn remove_node(
+        &self,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM nodes WHERE name = ?1 AND incarnation = ?2")
+            .bind(name.as_str())
+            .bind(incarnation.0)
+            .execute(&self.writer)
+            .await
+            .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn session_owner(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+    ) -> Result<Option<SessionOwner>, StoreError> {
+        let row: Option<(String, i64, i64)> = sqlx::query_as(
+            "SELECT o.node, o.incarnation, o.epoch FROM session_owners o
+             JOIN nodes n ON n.name = o.node AND n.incarnation = o.incarnation
+             WHERE o.account_id = ?1 AND o.session_id = ?2 AND n.lease_until > ?3",
+        )
+        .bind(account.as_str())
+        .bind(session.as_str())
+        .bind(now_millis())
+        .fetch_optional(&self.reader)
+        .await
+        .map_err(map_error)?;
+        row.map(|(node, incarnation, epoch)| {
+            Ok(SessionOwner {
+                node: node_name_from_column(&node)?,
+                incarnation: Incarnation(incarnation),
+                epoch: Epoch(epoch),
+            })
+        })
+        .transpose()
+    }
+
+    async fn claim_view(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<ClaimView, StoreError> {
+        let (node, owner_incarnation, epoch, owner_valid, claimer_live): (
+            Option<String>,
+            Option<i64>,
+            Option<i64>,
+            bool,
+            bool,
+        ) = sqlx::query_as(
+            "SELECT o.node, o.incarnation, o.epoch, n.name IS NOT NULL,
+                 EXISTS (SELECT 1 FROM nodes c WHERE c.name = ?3 AND c.incarnation = ?4
+                         AND c.lease_until > ?5)
+             FROM (SELECT 1) one
+             LEFT JOIN session_owners o ON o.account_id = ?1 AND o.session_id = ?2
+             LEFT JOIN nodes n ON n.name = o.node AND n.incarnation = o.incarnation
+                 AND n.lease_until > ?5",
+        )
+        .bind(account.as_str())
+        .bind(session.as_str())
+        .bind(name.as_str())
+        .bind(incarnation.0)
+        .bind(now_millis())
+        .fetch_one(&self.reader)
+        .await
+        .map_err(map_error)?;
+        claim_view_from_columns(node, owner_incarnation, epoch, owner_valid, claimer_live)
+    }
+
+    async fn take_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        seen: &OwnerState,
+        next: &SessionOwner,
+    ) -> Result<bool, StoreError> {
+        let done = match seen_columns(seen) {
+            None => sqlx::query(
+                "INSERT INTO session_owners (account_id, session_id, node, incarnation, epoch)
+                 VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT DO NOTHING",
+            )
+            .bind(account.as_str())
+            .bind(session.as_str())
+            .bind(next.node.as_str())
+            .bind(next.incarnation.0)
+            .bind(next.epoch.0)
+            .execute(&self.writer)
+            .await
+            .map_err(map_write_error)?,
+            Some((node, incarnation, epoch)) => sqlx::query(
+                "UPDATE session_owners SET node = ?3, incarnation = ?4, epoch = ?5
+                 WHERE account_id = ?1 AND session_id = ?2
+                     AND node IS ?6 AND incarnation IS ?7 AND epoch = ?8",
+            )
+            .bind(account.as_str())
+            .bind(session.as_str())
+            .bind(next.node.as_str())
+            .bind(next.incarnation.0)
+            .bind(next.epoch.0)
+            .bind(node)
+            .bind(incarnation)
+            .bind(epoch)
+            .execute(&self.writer)
+            .await
+            .map_err(map_write_error)?,
+        };
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn release_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+        name: &NodeName,
+        incarnation: Incarnation,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE session_owners SET node = NULL, incarnation = NULL
+             WHERE account_id = ?1 AND session_id = ?2 AND node = ?3 AND incarnation = ?4",
+        )
+        .bind(account.as_str())
+        .bind(session.as_str())
+        .bind(name.as_str())
+        .bind(incarnation.0)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn forget_session(
+        &self,
+        account: &AccountId,
+        session: &SandboxSessionId,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM session_owners WHERE account_id = ?1 AND session_id = ?2")
+            .bind(account.as_str())
+            .bind(session.as_str())
+            .execute(&self.writer)
+            .await
+            .map_err(map_error)?;
+        Ok(())
+    }
+}
