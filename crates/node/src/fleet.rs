@@ -94,7 +94,8 @@ impl Fleet {
 
     /// Renews the nodes' leases now, then about once a second until `shutdown`.
     pub async fn keep(self: Arc<Self>, shutdown: CancellationToken) {
-        let every = (self.lease.duration() / 5).clamp(Duration::from_millis(200), Duration::from_secs(1));
+        let every =
+            (self.lease.duration() / 5).clamp(Duration::from_millis(200), Duration::from_secs(1));
         loop {
             self.renew_all().await;
             tokio::select! {
@@ -119,7 +120,8 @@ impl Fleet {
                 let live = records
                     .into_iter()
                     .filter_map(|record| {
-                        let (_, link, _) = self.nodes.iter().find(|(name, ..)| *name == record.name)?;
+                        let (_, link, _) =
+                            self.nodes.iter().find(|(name, ..)| *name == record.name)?;
                         Some(Arc::new(LiveNode {
                             name: record.name,
                             incarnation: record.incarnation,
@@ -129,7 +131,10 @@ impl Fleet {
                         }))
                     })
                     .collect();
-                *self.live.write().unwrap_or_else(std::sync::PoisonError::into_inner) = live;
+                *self
+                    .live
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = live;
             }
             Err(error) => tracing::warn!(%error, "the live nodes could not be read"),
         }
@@ -156,7 +161,10 @@ impl Fleet {
     /// The least loaded live node that takes new sessions: the least memory in use, then the
     /// fewest sessions (counting what this front end placed since it last read them).
     pub(crate) fn least_loaded(&self) -> Option<Arc<LiveNode>> {
-        let live = self.live.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let live = self
+            .live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let chosen = live
             .iter()
             .filter(|node| !node.load.draining)
@@ -201,7 +209,13 @@ fn name_of(address: &str) -> Option<NodeName> {
 
 /// One node's renewal: which incarnation it is, that incarnation's lease in the database (a
 /// new one registered for a node without one), then the node told.
-async fn renew(placement: &dyn Placement, name: &NodeName, link: &NodeLink, url: &str, lease: Lease) {
+async fn renew(
+    placement: &dyn Placement,
+    name: &NodeName,
+    link: &NodeLink,
+    url: &str,
+    lease: Lease,
+) {
     let asked = LeaseRequest {
         incarnation: None,
         valid_for_ms: 0,
@@ -240,7 +254,11 @@ async fn renew(placement: &dyn Placement, name: &NodeName, link: &NodeLink, url:
         }
         None => match placement.register_node(name, url, lease).await {
             Ok(incarnation) => {
-                tracing::info!(node = name.as_str(), incarnation = incarnation.0, "registered a node");
+                tracing::info!(
+                    node = name.as_str(),
+                    incarnation = incarnation.0,
+                    "registered a node"
+                );
                 incarnation.0
             }
             Err(error) => {
@@ -277,6 +295,9 @@ mod tests {
     fn a_node_is_named_by_its_address() {
         assert_eq!(name_of("10.0.0.2:7070").unwrap().as_str(), "10.0.0.2-7070");
         assert_eq!(name_of("[::1]:7070").unwrap().as_str(), "1--7070");
-        assert_eq!(name_of("Node-A.example:7070").unwrap().as_str(), "node-a.example-7070");
+        assert_eq!(
+            name_of("Node-A.example:7070").unwrap().as_str(),
+            "node-a.example-7070"
+        );
     }
 }

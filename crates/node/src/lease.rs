@@ -140,13 +140,23 @@ mod tests {
         assert_eq!(lease.renew(7, Duration::from_secs(5)), Renewal::Held);
         assert!(lease.holds(7) && !lease.holds(8));
         // another front end's stale registration does not take it over
-        assert_eq!(lease.renew(8, Duration::from_secs(5)), Renewal::Other(Some(7)));
+        assert_eq!(
+            lease.renew(8, Duration::from_secs(5)),
+            Renewal::Other(Some(7))
+        );
         assert_eq!(lease.take_lapsed(), None);
         lease.revoke(8);
-        assert!(lease.holds(7), "revoking another incarnation changes nothing");
+        assert!(
+            lease.holds(7),
+            "revoking another incarnation changes nothing"
+        );
         lease.revoke(7);
         assert!(!lease.holds(7));
-        assert_eq!(lease.renew(7, Duration::from_secs(5)), Renewal::Other(None), "never renewed once lapsed");
+        assert_eq!(
+            lease.renew(7, Duration::from_secs(5)),
+            Renewal::Other(None),
+            "never renewed once lapsed"
+        );
         assert_eq!(lease.take_lapsed(), Some(7));
         assert_eq!(lease.take_lapsed(), None);
         assert_eq!(lease.renew(9, Duration::from_millis(1)), Renewal::Held);

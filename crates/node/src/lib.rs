@@ -6,9 +6,12 @@
 //! - [`wire`]: the frames of a run (start, files, output, upcalls and their answers, cancel, the
 //!   end) and the JSON of the other requests, read within bounds.
 //! - [`NodeServer`] (serve.rs, node_run.rs): the node's side.
-//! - [`RemoteSessions`] (remote.rs, remote_run.rs) over [`NodeLink`]s (link.rs): the front end's.
+//! - [`RemoteSessions`] (remote.rs, remote_run.rs) over a [`Fleet`] of [`NodeLink`]s (fleet.rs,
+//!   link.rs): the front end's, placing each session on one node by the placement store.
+//! - [`NodeLease`] (lease.rs): a node's incarnation and lease, fenced when no front end renews it.
 //! - [`NodeToken`]: the shared secret, never shown.
 
+mod fleet;
 mod lease;
 mod link;
 mod node_run;
@@ -18,9 +21,10 @@ mod serve;
 mod token;
 pub mod wire;
 
+pub use fleet::{Fleet, FleetError};
 pub use lease::{NodeControl, NodeLease, NodeLoad, Renewal};
 pub use link::{LinkError, NodeLink, node_address};
-pub use remote::{NoNodes, RemoteSessions};
+pub use remote::RemoteSessions;
 pub use remote_run::NODE_LOST;
 pub use serve::NodeServer;
 pub use token::{MIN_TOKEN_CHARS, NodeToken, TokenError};

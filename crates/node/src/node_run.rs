@@ -27,8 +27,8 @@ use toolgate_sandbox::{
 
 use crate::lease::NodeLease;
 use crate::wire::{
-    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, WireError, json_frame,
-    parse, split_file,
+    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, WireError,
+    json_frame, parse, split_file,
 };
 
 /// The body of every answer of a node: whole, or a run's frames as they come.

@@ -93,7 +93,10 @@ impl RemoteSessions {
             .map_err(|e| SandboxSessionsError::Refused(format!("invalid session_id: {e}")))?;
         let placement = self.fleet.placement();
         for _ in 0..PLACEMENTS {
-            let owner = placement.session_owner(&id, &sid).await.map_err(unavailable)?;
+            let owner = placement
+                .session_owner(&id, &sid)
+                .await
+                .map_err(unavailable)?;
             if let Some(owner) = owner {
                 match self.fleet.live(&owner.node, owner.incarnation) {
                     Some(node) => {
@@ -170,7 +173,10 @@ async fn read_from(
     read: &ReadFile,
 ) -> Result<WorkspaceRead, SandboxSessionsError> {
     let body = serde_json::to_vec(read).unwrap_or_default();
-    let answer = node.request("read", whole(body)).await.map_err(unavailable)?;
+    let answer = node
+        .request("read", whole(body))
+        .await
+        .map_err(unavailable)?;
     let size = answer
         .headers()
         .get(SIZE_HEADER)
@@ -296,7 +302,10 @@ impl SandboxSessions for RemoteSessions {
                 Err(_) => None,
             };
             let Some(sessions) = listed else {
-                tracing::warn!(node = node.link.address(), "a node's sessions could not be listed");
+                tracing::warn!(
+                    node = node.link.address(),
+                    "a node's sessions could not be listed"
+                );
                 continue;
             };
             // nodes share the checkpoints: a hibernated session may be listed by each of them,

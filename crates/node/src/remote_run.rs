@@ -13,8 +13,8 @@ use toolgate_sandbox::{OutputChunk, RunOutcome, RunRequest, SandboxSessionsError
 
 use crate::link::NodeLink;
 use crate::wire::{
-    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, file_frame, frame,
-    json_frame, parse,
+    Done, ErrorKind, FrameReader, RunHeader, Tag, UpcallCall, UpcallPiece, UpcallReply, file_frame,
+    frame, json_frame, parse,
 };
 
 /// What a caller reads when the node running its call was lost during it.
@@ -140,7 +140,9 @@ pub(crate) async fn run(
                         outcome.outcome.interrupted = interrupted;
                         Ok(*outcome)
                     }
-                    Ok(Done::Error(error)) if error.kind == ErrorKind::Stale => Err(RunError::Stale),
+                    Ok(Done::Error(error)) if error.kind == ErrorKind::Stale => {
+                        Err(RunError::Stale)
+                    }
                     Ok(Done::Error(error)) => Err(RunError::Seam(error.into())),
                     Err(e) => Err(lost(link, e).into()),
                 };

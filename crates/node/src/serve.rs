@@ -14,8 +14,8 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::{SandboxSessions, SandboxSessionsError};
 
-use crate::node_run::AnswerBody;
 use crate::lease::{NodeControl, NodeLease};
+use crate::node_run::AnswerBody;
 use crate::token::NodeToken;
 use crate::wire::{
     AccountRef, ErrorKind, LeaseAnswer, LeaseRequest, PREFIX, ReadFile, SessionRef, WireError,

@@ -1,8 +1,10 @@
 //! The channel end to end on loopback: a real `NodeServer` over a scripted `SandboxSessions`
 //! (the real manager is the suite's: `toolgate node` with confined sessions), reached through
-//! `RemoteSessions` as a front end reaches it. What is checked is what crosses: files, output in
-//! order, upcalls and their streamed pieces, cancellation both ways, errors in their kinds,
-//! reads, listing, a wrong token, and a node lost mid-run.
+//! `RemoteSessions` as a front end reaches it, placing sessions through a real SQLite store.
+//! What is checked is what crosses: files, output in order, upcalls and their streamed pieces,
+//! cancellation both ways, errors in their kinds, reads, listing, a wrong token, a node lost
+//! mid-run, placement over two nodes seen alike by two front ends, and a node that no front end
+//! renews fencing itself, its sessions placed again elsewhere and said to be.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +15,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolgate_node::{NODE_LOST, NodeLink, NodeServer, NodeToken, RemoteSessions};
+use toolgate_domain::{AccountId, ApiKey, Brand, Email};
+use toolgate_node::{
+    Fleet, NODE_LOST, NodeControl, NodeLoad, NodeServer, NodeToken, RemoteSessions,
+};
 use toolgate_sandbox::upcall::{
     Upcall, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
 };
@@ -22,12 +27,29 @@ use toolgate_sandbox::{
     RunRequest, SandboxSessionInfo, SandboxSessions, SandboxSessionsError, SessionState, Work,
     WorkspaceFile, WorkspaceRead,
 };
+use toolgate_store::{Accounts, NewAccount, Placement};
+use toolgate_store_sqlite::{Durability, SqliteStore};
 
 /// Sessions that do what the bash command names, and remember what they were given.
 #[derive(Default)]
 struct Scripted {
     seen: Mutex<Vec<String>>,
     cancelled: Mutex<Vec<String>>,
+    fences: Mutex<usize>,
+}
+
+#[async_trait]
+impl NodeControl for Scripted {
+    fn load(&self) -> NodeLoad {
+        NodeLoad {
+            sessions: self.seen.lock().unwrap().len() as u64,
+            memory_bytes: 0,
+        }
+    }
+
+    async fn fence(&self) {
+        *self.fences.lock().unwrap() += 1;
+    }
 }
 
 fn outcome(stdout: String) -> RunOutcome {
@@ -117,7 +139,10 @@ impl SandboxSessions for Scripted {
                     () = cancel.cancelled() => {}
                     () = tokio::time::sleep(Duration::from_secs(30)) => {}
                 }
-                self.cancelled.lock().unwrap().push(request.account.clone());
+                self.cancelled
+                    .lock()
+                    .unwrap()
+                    .push(request.session_id.clone().unwrap_or_default());
                 let mut done = outcome("interrupted".into());
                 done.outcome.interrupted = Some(Interruption::Cancelled);
                 Ok(done)
@@ -221,17 +246,49 @@ async fn node(sessions: Arc<Scripted>) -> (String, CancellationToken, tokio::tas
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    let server = NodeServer::new(sessions, token());
+    let server = NodeServer::new(sessions.clone(), token(), sessions);
     let task = tokio::spawn(server.serve(listener, stop.clone()));
     (url, stop, task)
 }
 
-fn front_end(urls: &[&str], token: NodeToken) -> RemoteSessions {
-    let links = urls
-        .iter()
-        .map(|u| NodeLink::new(u, token.clone()).unwrap())
-        .collect();
-    RemoteSessions::new(links, Duration::from_secs(600)).unwrap()
+/// A placement store (a real SQLite file) with one account, whose id runs use.
+struct Books {
+    _dir: tempfile::TempDir,
+    store: Arc<SqliteStore>,
+    account: String,
+}
+
+async fn books() -> Books {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(
+        SqliteStore::open(&dir.path().join("t.db"), Durability::Normal)
+            .await
+            .unwrap(),
+    );
+    let key = ApiKey::generate(&Brand::parse("svc").unwrap()).unwrap();
+    let account = NewAccount {
+        id: AccountId::generate(),
+        email: Email::parse("nodes@example.org").unwrap(),
+        key_hash: key.hash(),
+    };
+    store.create_account(&account).await.unwrap();
+    Books {
+        _dir: dir,
+        account: account.id.as_str().to_owned(),
+        store,
+    }
+}
+
+/// A front end's sessions on `urls`, its nodes registered and leased (3 s) already.
+async fn front_end(books: &Books, urls: &[&str], token: NodeToken) -> (RemoteSessions, Arc<Fleet>) {
+    let urls: Vec<String> = urls.iter().map(|u| (*u).to_owned()).collect();
+    let placement: Arc<dyn Placement> = books.store.clone();
+    let fleet = Fleet::new(&urls, &token, placement, Duration::from_secs(3)).unwrap();
+    fleet.renew_all().await;
+    (
+        RemoteSessions::new(Arc::clone(&fleet), Duration::from_secs(600)),
+        fleet,
+    )
 }
 
 fn bash(account: &str, session: Option<&str>, command: &str) -> RunRequest {
@@ -247,10 +304,11 @@ fn bash(account: &str, session: Option<&str>, command: &str) -> RunRequest {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_crosses_with_its_files_environment_and_output_in_order() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let (url, _stop, _task) = node(Arc::clone(&sessions)).await;
-    let remote = front_end(&[&url], token());
-    let mut request = bash("acct", Some("s1"), "echo");
+    let (remote, _fleet) = front_end(&b, &[&url], token()).await;
+    let mut request = bash(&b.account, Some("s1"), "echo");
     request.env = BTreeMap::from([("TOKEN".to_owned(), "v4lue".to_owned())]);
     request.files = vec![
         WorkspaceFile {
@@ -267,6 +325,7 @@ async fn a_run_crosses_with_its_files_environment_and_output_in_order() {
     let outcome = remote.run(request).await.unwrap();
     assert_eq!(outcome.outcome.stdout, "echoed");
     assert_eq!(outcome.pid, 42);
+    assert!(!outcome.node_lost);
     let mut streamed = String::new();
     while let Ok(chunk) = chunks.try_recv() {
         streamed.push_str(&chunk.data);
@@ -278,23 +337,30 @@ async fn a_run_crosses_with_its_files_environment_and_output_in_order() {
     );
     assert_eq!(
         sessions.seen.lock().unwrap().as_slice(),
-        ["acct|Some(\"s1\")|v4lue|a.bin=70000,dir/b.txt=2"]
+        [format!(
+            "{}|Some(\"s1\")|v4lue|a.bin=70000,dir/b.txt=2",
+            b.account
+        )]
     );
-    // an outcome bigger than a frame of the link's window still arrives whole
-    let big = remote.run(bash("acct", None, "big")).await.unwrap();
+    // an outcome bigger than the link's flow-control window still arrives whole
+    let big = remote.run(bash(&b.account, None, "big")).await.unwrap();
     assert_eq!(big.outcome.stdout.len(), 3 << 20);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upcalls_are_answered_by_the_front_end_with_their_pieces() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let (url, _stop, _task) = node(sessions).await;
-    let remote = front_end(&[&url], token());
-    let mut request = bash("acct", Some("s9"), "upcall");
+    let (remote, _fleet) = front_end(&b, &[&url], token()).await;
+    let mut request = bash(&b.account, Some("s9"), "upcall");
     request.upcalls = Some(Arc::new(Answers));
     let outcome = remote.run(request).await.unwrap();
     let text = outcome.outcome.stdout;
-    assert!(text.contains("no money for acct"), "{text}");
+    assert!(
+        text.contains(&format!("no money for {}", b.account)),
+        "{text}"
+    );
     assert!(text.contains("done for Some(\\\"s9\\\")"), "{text}");
     assert!(
         text.ends_with("|one two three"),
@@ -304,10 +370,12 @@ async fn upcalls_are_answered_by_the_front_end_with_their_pieces() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_interrupts_the_run_on_the_node_and_so_does_dropping_it() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let (url, _stop, _task) = node(Arc::clone(&sessions)).await;
-    let remote = Arc::new(front_end(&[&url], token()));
-    let mut request = bash("cancelled", Some("w"), "wait");
+    let (remote, _fleet) = front_end(&b, &[&url], token()).await;
+    let remote = Arc::new(remote);
+    let mut request = bash(&b.account, Some("cancelled"), "wait");
     let cancel = CancellationToken::new();
     request.cancel = Some(cancel.clone());
     let running = tokio::spawn({
@@ -329,7 +397,8 @@ async fn cancelling_interrupts_the_run_on_the_node_and_so_does_dropping_it() {
     // a caller that goes away (its future dropped) interrupts the run as well
     let dropped = tokio::spawn({
         let remote = Arc::clone(&remote);
-        async move { remote.run(bash("dropped", Some("w"), "wait")).await }
+        let account = b.account.clone();
+        async move { remote.run(bash(&account, Some("dropped"), "wait")).await }
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     dropped.abort();
@@ -339,7 +408,7 @@ async fn cancelling_interrupts_the_run_on_the_node_and_so_does_dropping_it() {
             .lock()
             .unwrap()
             .iter()
-            .any(|a| a == "dropped")
+            .any(|s| s == "dropped")
         {
             return;
         }
@@ -350,17 +419,24 @@ async fn cancelling_interrupts_the_run_on_the_node_and_so_does_dropping_it() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_keep_their_kind_and_never_their_internals() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let (url, _stop, _task) = node(sessions).await;
-    let remote = front_end(&[&url], token());
-    let refused = remote.run(bash("a", None, "refuse")).await.unwrap_err();
+    let (remote, _fleet) = front_end(&b, &[&url], token()).await;
+    let refused = remote
+        .run(bash(&b.account, None, "refuse"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(refused, SandboxSessionsError::Refused(ref m) if m.contains("too many sessions"))
     );
-    let failed = remote.run(bash("a", None, "nope")).await.unwrap_err();
+    let failed = remote
+        .run(bash(&b.account, None, "nope"))
+        .await
+        .unwrap_err();
     assert!(matches!(failed, SandboxSessionsError::Failed(_)));
     let unavailable = remote
-        .run(bash("a", None, "unavailable"))
+        .run(bash(&b.account, None, "unavailable"))
         .await
         .unwrap_err();
     assert!(matches!(unavailable, SandboxSessionsError::Unavailable(_)));
@@ -369,44 +445,64 @@ async fn errors_keep_their_kind_and_never_their_internals() {
         std::error::Error::source(&unavailable).map(ToString::to_string)
     );
     assert!(!shown.contains("/secret/host/path"), "{shown}");
+    // a session id placement cannot take is refused before anything is sent
+    let long = "x".repeat(300);
+    let bad = remote
+        .run(bash(&b.account, Some(&long), "echo"))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, SandboxSessionsError::Refused(_)), "{bad:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_closes_and_lists_cross_and_a_wrong_token_gets_nothing() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let (url, _stop, _task) = node(sessions).await;
-    let remote = front_end(&[&url], token());
-    let read = remote.read_file("acct", "s", "f.txt", 8).await.unwrap();
-    assert_eq!((read.bytes.as_slice(), read.size), (&b"acct/s/f"[..], 12));
+    let (remote, _fleet) = front_end(&b, &[&url], token()).await;
+    let read = remote.read_file(&b.account, "s", "f.txt", 8).await.unwrap();
+    let whole = format!("{}/s/f.txt", b.account);
+    assert_eq!(
+        (read.bytes.as_slice(), read.size),
+        (&whole.as_bytes()[..8], whole.len() as u64)
+    );
     let missing = remote
-        .read_file("acct", "s", "missing", 8)
+        .read_file(&b.account, "s", "missing", 8)
         .await
         .unwrap_err();
     assert!(matches!(missing, SandboxSessionsError::Refused(ref m) if m == "no such file"));
-    assert!(remote.close("acct", "open").await);
-    assert!(!remote.close("acct", "other").await);
-    let listed = remote.list("acct").await;
+    assert!(remote.close(&b.account, "open").await);
+    assert!(!remote.close(&b.account, "other").await);
+    let listed = remote.list(&b.account).await;
     assert_eq!(listed.len(), 1);
     assert_eq!(
-        (listed[0].id.as_str(), listed[0].state),
-        ("acct-s", SessionState::Live)
+        (listed[0].id.clone(), listed[0].state),
+        (format!("{}-s", b.account), SessionState::Live)
     );
 
-    let intruder = front_end(&[&url], NodeToken::parse(&"x".repeat(48)).unwrap());
+    let other = books().await;
+    let (intruder, _fleet) =
+        front_end(&other, &[&url], NodeToken::parse(&"x".repeat(48)).unwrap()).await;
     let refused = intruder
-        .run(bash("acct", Some("s"), "echo"))
+        .run(bash(&other.account, Some("s"), "echo"))
         .await
         .unwrap_err();
     assert!(
         matches!(refused, SandboxSessionsError::Unavailable(_)),
         "{refused:?}"
     );
-    assert!(intruder.list("acct").await.is_empty());
-    assert!(intruder.read_file("acct", "s", "f.txt", 8).await.is_err());
+    assert!(intruder.list(&other.account).await.is_empty());
+    assert!(
+        intruder
+            .read_file(&other.account, "s", "f.txt", 8)
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_lost_mid_run_ends_the_call_with_a_clear_error() {
+    let b = books().await;
     let sessions = Arc::new(Scripted::default());
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -423,15 +519,17 @@ async fn a_node_lost_mid_run_ends_the_call_with_a_clear_error() {
         async move {
             listener.set_nonblocking(true).unwrap();
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            NodeServer::new(sessions, token())
+            NodeServer::new(sessions.clone(), token(), sessions)
                 .serve(listener, stop)
                 .await;
         }
     });
-    let remote = Arc::new(front_end(&[&url], token()));
+    let (remote, fleet) = front_end(&b, &[&url], token()).await;
+    let remote = Arc::new(remote);
     let running = tokio::spawn({
         let remote = Arc::clone(&remote);
-        async move { remote.run(bash("a", Some("s"), "wait")).await }
+        let account = b.account.clone();
+        async move { remote.run(bash(&account, Some("s"), "wait")).await }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     node_runtime.shutdown_background();
@@ -444,8 +542,13 @@ async fn a_node_lost_mid_run_ends_the_call_with_a_clear_error() {
         matches!(lost, SandboxSessionsError::Failed(ref m) if m == NODE_LOST),
         "{lost:?}"
     );
-    // with the node gone, nothing runs and the caller is told so
-    let after = remote.run(bash("a", Some("s"), "echo")).await.unwrap_err();
+    // once its lease ran out, no node is live: nothing runs and the caller is told so
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    fleet.renew_all().await;
+    let after = remote
+        .run(bash(&b.account, Some("s"), "echo"))
+        .await
+        .unwrap_err();
     assert!(
         matches!(after, SandboxSessionsError::Unavailable(_)),
         "{after:?}"
@@ -453,21 +556,21 @@ async fn a_node_lost_mid_run_ends_the_call_with_a_clear_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_session_goes_to_one_node_and_runs_without_an_id_take_turns() {
+async fn sessions_spread_over_the_nodes_and_stay_where_they_were_placed() {
+    let b = books().await;
     let first = Arc::new(Scripted::default());
     let second = Arc::new(Scripted::default());
-    let (a, _s1, _t1) = node(Arc::clone(&first)).await;
-    let (b, _s2, _t2) = node(Arc::clone(&second)).await;
-    let remote = front_end(&[&a, &b], token());
-    let other = front_end(&[&b, &a], token());
+    let (x, _s1, _t1) = node(Arc::clone(&first)).await;
+    let (y, _s2, _t2) = node(Arc::clone(&second)).await;
+    // two front ends on one store, naming the nodes in another order
+    let (one, _f1) = front_end(&b, &[&x, &y], token()).await;
+    let (two, _f2) = front_end(&b, &[&y, &x], token()).await;
     for i in 0..20 {
         let id = format!("session-{i}");
-        remote
-            .run(bash("acct", Some(&id), "echo-none"))
+        one.run(bash(&b.account, Some(&id), "echo-none"))
             .await
             .unwrap_err();
-        other
-            .run(bash("acct", Some(&id), "echo-none"))
+        two.run(bash(&b.account, Some(&id), "echo-none"))
             .await
             .unwrap_err();
     }
@@ -481,16 +584,44 @@ async fn a_session_goes_to_one_node_and_runs_without_an_id_take_turns() {
     for seen in &on_first {
         assert!(!on_second.contains(seen), "{seen} ran on both nodes");
     }
-    let before = (
-        first.seen.lock().unwrap().len(),
-        second.seen.lock().unwrap().len(),
-    );
-    for _ in 0..4 {
-        remote
-            .run(bash("acct", None, "echo-none"))
-            .await
-            .unwrap_err();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_nobody_renews_fences_itself_and_its_sessions_move() {
+    let b = books().await;
+    let lonely = Arc::new(Scripted::default());
+    let (x, _s1, _t1) = node(Arc::clone(&lonely)).await;
+    // this front end knows only the first node; it places a session there, then goes away
+    let (before, fleet) = front_end(&b, &[&x], token()).await;
+    before
+        .run(bash(&b.account, Some("moving"), "echo-none"))
+        .await
+        .unwrap_err();
+    assert_eq!(lonely.seen.lock().unwrap().len(), 1);
+    drop((before, fleet));
+    // with nobody renewing it, the node fences itself once its lease (3 s less the margin) ends
+    for _ in 0..100 {
+        if *lonely.fences.lock().unwrap() > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(first.seen.lock().unwrap().len(), before.0 + 2);
-    assert_eq!(second.seen.lock().unwrap().len(), before.1 + 2);
+    assert_eq!(*lonely.fences.lock().unwrap(), 1, "the node fenced itself");
+    // the session moves to a node that is live, and the run says its node was lost; the fenced
+    // node, until someone registers it again, takes nothing placed on its old incarnation
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let other = Arc::new(Scripted::default());
+    let (y, _s2, _t2) = node(Arc::clone(&other)).await;
+    let (after, _fleet) = front_end(&b, &[&y], token()).await;
+    let mut request = bash(&b.account, Some("moving"), "echo");
+    let (output, _chunks) = mpsc::channel(1024);
+    request.output = Some(output);
+    let moved = after.run(request).await.unwrap();
+    assert!(moved.node_lost, "the run says the session's node was lost");
+    assert_eq!(other.seen.lock().unwrap().len(), 1);
+    assert_eq!(
+        lonely.seen.lock().unwrap().len(),
+        1,
+        "nothing more ran on the fenced node"
+    );
 }

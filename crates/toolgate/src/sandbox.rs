@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
+use tokio_util::sync::CancellationToken;
 use toolgate_app::capabilities::Sandbox;
 use toolgate_checkpoints::{ObjectCheckpoints, S3Access};
 use toolgate_sandbox_manager::{Keeping, ManagerConfig, SandboxManager, ZygoteConfig};
@@ -21,13 +22,17 @@ pub async fn start(
     Ok((Sandbox::new(sessions, limits), manager))
 }
 
-/// The sandbox of a front end whose sessions run on execution nodes.
-pub fn on_nodes(nodes: crate::config::NodesConfig) -> Result<Sandbox> {
-    let mut links = Vec::with_capacity(nodes.urls.len());
-    for url in &nodes.urls {
-        links.push(toolgate_node::NodeLink::new(url, nodes.token.clone())?);
-    }
-    let sessions = toolgate_node::RemoteSessions::new(links, nodes.idle_ttl)?;
+/// The sandbox of a front end whose sessions run on execution nodes, placed through `store`;
+/// the nodes' leases are kept until `shutdown`.
+pub fn on_nodes(
+    nodes: crate::config::NodesConfig,
+    store: &Arc<dyn toolgate_store::Store>,
+    shutdown: &CancellationToken,
+) -> Result<Sandbox> {
+    let placement: Arc<dyn toolgate_store::Placement> = store.clone();
+    let fleet = toolgate_node::Fleet::new(&nodes.urls, &nodes.token, placement, nodes.lease)?;
+    tokio::spawn(Arc::clone(&fleet).keep(shutdown.clone()));
+    let sessions = toolgate_node::RemoteSessions::new(fleet, nodes.idle_ttl);
     tracing::info!(nodes = ?nodes.urls, "sessions run on execution nodes");
     Ok(Sandbox::new(Arc::new(sessions), nodes.limits))
 }

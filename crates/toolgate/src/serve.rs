@@ -81,6 +81,7 @@ pub async fn run(config: ServeConfig) -> Result<()> {
         )
         .map_err(anyhow::Error::msg)?,
     );
+    let shutdown = CancellationToken::new();
     let (capabilities, manager) = match config.sandbox {
         Some(sandbox) => {
             let (capabilities, manager) =
@@ -88,7 +89,10 @@ pub async fn run(config: ServeConfig) -> Result<()> {
             (Some(capabilities), Some(manager))
         }
         None => match config.nodes {
-            Some(nodes) => (Some(crate::sandbox::on_nodes(nodes)?), None),
+            Some(nodes) => (
+                Some(crate::sandbox::on_nodes(nodes, &store, &shutdown)?),
+                None,
+            ),
             None => (None, None),
         },
     };
@@ -113,7 +117,6 @@ pub async fn run(config: ServeConfig) -> Result<()> {
         },
     );
     crate::accounts::purge_expired(&app);
-    let shutdown = CancellationToken::new();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");
     announce(bound, &public_url);

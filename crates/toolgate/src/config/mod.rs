@@ -198,6 +198,12 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_NODE_TOKEN_FILE", global = true)]
     pub node_token_file: Option<PathBuf>,
 
+    /// How long a node keeps its sessions when no front end renews its lease (a node cut off
+    /// fences itself 2 s before; its sessions may then be restored elsewhere), in seconds
+    /// [default: 10]
+    #[arg(long, env = "TOOLGATE_NODE_LEASE_S", global = true)]
+    pub node_lease_s: Option<u64>,
+
     /// `on`: svc_write runs Python and bash in the sandbox (the server refuses to start if the
     /// runtime is missing); `off`: no sandbox capabilities [default: on]
     #[arg(long, env = "TOOLGATE_SANDBOX", global = true)]
@@ -477,6 +483,7 @@ impl Settings {
             log,
             nodes,
             node_token_file,
+            node_lease_s,
             sandbox,
             sandbox_runtime,
             sandbox_zygote,

@@ -24,6 +24,8 @@ pub struct NodesConfig {
     pub limits: LimitSettings,
     /// `sandbox_idle_minutes`: what the front end tells callers (the nodes' setting should match).
     pub idle_ttl: Duration,
+    /// `node_lease_s`: how long a node keeps its sessions without a front end renewing it.
+    pub lease: Duration,
 }
 
 impl NodesConfig {
@@ -47,8 +49,18 @@ impl NodesConfig {
             }
             checked.push(address);
         }
+        let lease = match settings.node_lease_s.unwrap_or(10) {
+            seconds @ 3..=600 => Duration::from_secs(seconds),
+            other => {
+                return Err(ConfigError::new(
+                    "node_lease_s",
+                    format!("must be between 3 and 600, got {other}"),
+                ));
+            }
+        };
         let token = token(settings)?;
         Ok(Some(Self {
+            lease,
             urls: urls.clone(),
             token,
             limits: super::sandbox::limits(settings)?,

@@ -71,9 +71,10 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-node",
-        &["toolgate-sandbox"],
-        "the channel between front ends and nodes carries the sandbox seam, and knows nothing \
-         of what runs the sessions or of the service around it",
+        &["toolgate-domain", "toolgate-sandbox", "toolgate-store"],
+        "the channel between front ends and nodes carries the sandbox seam and places sessions \
+         through the store's Placement; it knows nothing of what runs the sessions, of a \
+         backend, or of the service around it",
     ),
     (
         "toolgate-sandbox-harden",
