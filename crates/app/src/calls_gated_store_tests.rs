@@ -274,3 +274,35 @@ impl toolgate_store::Placement for GatedStore {
         self.inner.forget_session(account, session).await
     }
 }
+
+#[async_trait]
+impl toolgate_store::McpSessionStore for GatedStore {
+    async fn open_mcp_session(
+        &self,
+        id: &str,
+        owner: &AccountId,
+        cap: u32,
+        idle: std::time::Duration,
+    ) -> Result<McpSessionOpened, StoreError> {
+        self.inner.open_mcp_session(id, owner, cap, idle).await
+    }
+    async fn mcp_session_owner(
+        &self,
+        id: &str,
+        idle: std::time::Duration,
+    ) -> Result<Option<AccountId>, StoreError> {
+        self.inner.mcp_session_owner(id, idle).await
+    }
+    async fn touch_mcp_session(&self, id: &str) -> Result<(), StoreError> {
+        self.inner.touch_mcp_session(id).await
+    }
+    async fn close_mcp_session(&self, id: &str, owner: &AccountId) -> Result<bool, StoreError> {
+        self.inner.close_mcp_session(id, owner).await
+    }
+    async fn close_mcp_sessions_of(&self, owner: &AccountId) -> Result<u64, StoreError> {
+        self.inner.close_mcp_sessions_of(owner).await
+    }
+    async fn purge_mcp_sessions(&self, idle: std::time::Duration) -> Result<u64, StoreError> {
+        self.inner.purge_mcp_sessions(idle).await
+    }
+}

@@ -6,6 +6,7 @@
 
 mod admit;
 mod dashboard;
+mod mcp_sessions;
 mod money;
 mod oauth;
 mod placement;

@@ -12,6 +12,7 @@ mod dashboard;
 mod file_modes;
 mod jobs;
 mod key_epoch;
+mod mcp_sessions;
 mod money;
 mod oauth;
 mod placement;

@@ -13,6 +13,7 @@ use toolgate_domain::{
 };
 
 mod dashboard;
+mod mcp_sessions;
 mod money;
 mod oauth;
 mod oauth_columns;
@@ -24,6 +25,7 @@ pub mod testkit;
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, TokenHash, WalletCredit,
 };
+pub use mcp_sessions::{McpSessionOpened, McpSessionStore, duration_millis};
 pub use money::{
     OperatorTokens, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack, reversal_amounts,
 };
@@ -272,6 +274,7 @@ pub trait Store:
     + OperatorTokens
     + TakeBacks
     + Placement
+    + McpSessionStore
 {
 }
 
@@ -285,7 +288,8 @@ impl<
         + OAuthStore
         + OperatorTokens
         + TakeBacks
-        + Placement,
+        + Placement
+        + McpSessionStore,
 > Store for T
 {
 }

@@ -3,11 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dashboard;
+mod mcp_sessions;
 mod money;
 mod oauth;
 mod placement;
 mod secrets;
 
+pub use mcp_sessions::mcp_sessions_story;
 pub use placement::placement_story;
 
 use std::sync::Arc;
