@@ -1,7 +1,8 @@
 //! The service's use cases, free of HTTP and MCP: who is calling ([`auth`]), one tool call
 //! from start to finish ([`calls`]), what a call costs ([`metering`]), what operators do
 //! ([`admin`]), the secrets vault ([`secrets`]), what an account's owner does ([`owner`]), the
-//! OAuth authorization server behind `/mcp` ([`oauth`]), and which capabilities the three tools
+//! OAuth authorization server behind `/mcp` ([`oauth`]), legacy MCP sessions' records
+//! ([`mcp_sessions`]), and which capabilities the three tools
 //! offer ([`registry`], [`capability`], [`capabilities`]). What they need from outside (HTTP,
 //! models, databases, mail, payments) they reach through `toolgate-ports`.
 
@@ -12,6 +13,7 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 mod limiter;
+pub mod mcp_sessions;
 pub mod metering;
 pub mod oauth;
 pub mod owner;
@@ -35,6 +37,7 @@ pub use capability::{
     CallContext, CallSecrets, Capability, ContentItem, Failure, MakeCall, Output, ProgressSink,
     ToolKind, ToolOutcome, TypedOutput,
 };
+pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
@@ -77,6 +80,7 @@ pub struct App {
     owner: Arc<owner::Owner>,
     wallets: Arc<owner::Wallets>,
     oauth: Arc<oauth::AuthServer>,
+    mcp_sessions: Arc<McpSessionRecords>,
 }
 
 impl App {
@@ -193,7 +197,8 @@ impl App {
             sign_in: None,
             owner: Arc::new(owner),
             wallets: Arc::new(wallets),
-            oauth: Arc::new(oauth::AuthServer::new(store, None, public_url)),
+            oauth: Arc::new(oauth::AuthServer::new(store.clone(), None, public_url)),
+            mcp_sessions: Arc::new(McpSessionRecords::new(store)),
         }
     }
 
@@ -246,5 +251,10 @@ impl App {
     /// tokens and the bearer check.
     pub fn oauth(&self) -> &oauth::AuthServer {
         &self.oauth
+    }
+
+    /// Legacy MCP sessions' records, shared by every front end on the store.
+    pub fn mcp_sessions(&self) -> &McpSessionRecords {
+        &self.mcp_sessions
     }
 }

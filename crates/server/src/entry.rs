@@ -83,14 +83,17 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     let session = match parts.headers.get(SESSION_HEADER) {
         None => None,
         Some(value) => match value.to_str() {
-            Ok(id) if state.sessions.touch(id, &account.id) => Some(id.to_owned()),
+            Ok(id) => match mcp_session_requests::resolve(state, &account, id).await {
+                Ok(()) => Some(id.to_owned()),
+                Err(err) => return err.respond(&state.metrics),
+            },
             // Another account's session looks exactly like an unknown one: ids cannot be probed.
-            _ => return EdgeError::SessionNotFound.respond(&state.metrics),
+            Err(_) => return EdgeError::SessionNotFound.respond(&state.metrics),
         },
     };
     if parts.method != Method::POST {
         return match &session {
-            Some(id) => mcp_session_requests::other(state, &account, id, &parts.method),
+            Some(id) => mcp_session_requests::other(state, &account, id, &parts.method).await,
             None => {
                 rmcp_forward::forward(state, &account, parts, body, sse::Accepts { sse: true })
                     .await

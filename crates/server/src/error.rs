@@ -74,6 +74,9 @@ pub enum EdgeError {
     /// No more MCP sessions for this account (429) or on this server (503).
     #[error(transparent)]
     SessionsFull(#[from] OpenError),
+    /// The store of MCP sessions could not be reached.
+    #[error("MCP sessions are temporarily unavailable; please retry")]
+    SessionStore(#[from] toolgate_app::McpSessionError),
     /// `GET` in a session: we send nothing unsolicited.
     #[error(
         "Method Not Allowed: this server sends no unsolicited messages, so it offers no GET stream; answers arrive on each POST"
@@ -109,9 +112,9 @@ impl EdgeError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::ForbiddenOrigin => StatusCode::FORBIDDEN,
-            Self::Auth(AuthError::Unavailable(_)) | Self::BillingStatus(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::Auth(AuthError::Unavailable(_))
+            | Self::BillingStatus(_)
+            | Self::SessionStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             Self::Token {
                 error: toolgate_oauth::TokenError::Unavailable,
                 ..
@@ -135,9 +138,9 @@ impl EdgeError {
     /// The JSON-RPC code.
     pub fn code(&self) -> RpcCode {
         match self {
-            Self::Auth(AuthError::Unavailable(_)) | Self::BillingStatus(_) => {
-                RpcCode::InternalError
-            }
+            Self::Auth(AuthError::Unavailable(_))
+            | Self::BillingStatus(_)
+            | Self::SessionStore(_) => RpcCode::InternalError,
             Self::Token {
                 error: toolgate_oauth::TokenError::Unavailable,
                 ..

@@ -106,7 +106,7 @@ pub fn router(
         app.clone(),
         toolgate_dashboard::DashboardSettings {
             public_url: settings.public_url.clone(),
-            on_key_rotated: key_rotated(&sessions),
+            on_key_rotated: key_rotated(&sessions, &app),
         },
     );
     let shared = Shared(Arc::new(ServerState {
@@ -176,15 +176,26 @@ pub(crate) fn client_ip(request: &axum::extract::Request) -> std::net::IpAddr {
 }
 
 /// What the dashboard calls after a rotation: the old key's open MCP sessions end at once
-/// (their next request would be refused anyway; this also cancels calls in flight).
+/// (their next request would be refused anyway; this also cancels calls in flight), here at
+/// once and in the store just after, so other front ends stop serving them too.
 fn key_rotated(
     sessions: &Arc<mcp_sessions::McpSessions>,
+    app: &App,
 ) -> Arc<dyn Fn(&toolgate_domain::AccountId) + Send + Sync> {
     let sessions = Arc::clone(sessions);
+    let app = app.clone();
     Arc::new(move |account| {
         let closed = sessions.close_all(account);
         if closed > 0 {
             tracing::info!(closed, "key rotated: its MCP sessions were closed");
+        }
+        let (app, account) = (app.clone(), account.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                if let Err(error) = app.mcp_sessions().close_all(&account).await {
+                    tracing::warn!(%error, "a rotated key's MCP session records stay open until they expire");
+                }
+            });
         }
     })
 }

@@ -4,6 +4,11 @@
 //! call, `DELETE` closes it, and `GET` answers 405: the server never sends unsolicited messages,
 //! which the streamable HTTP transport allows. rmcp's own session mode cost ~70 KiB and a worker
 //! task per session and several channel hops per request.
+//!
+//! Every front end on one store serves every session: opening and closing write through to the
+//! store's records, a session this process does not know (or has not checked for
+//! [`REVALIDATE_AFTER`](crate::mcp_sessions::REVALIDATE_AFTER)) is looked up there once, and last uses are written back in the
+//! background.
 
 use std::sync::Arc;
 
@@ -12,18 +17,58 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
-use toolgate_domain::Account;
+use toolgate_domain::{Account, AccountId};
 
 use crate::error::EdgeError;
 use crate::jsonrpc::MessageInfo;
-use crate::mcp_sessions::{CallCancel, CallGuard};
+use crate::mcp_sessions::{CallCancel, CallGuard, Touch, WRITE_BACK_AFTER};
 use crate::sse::Accepts;
 use crate::{Shared, rmcp_forward};
 
 /// The header naming a legacy session.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
-/// `initialize` of the older generation: answered by rmcp, and on success a session is opened.
+/// How idle a session's record may look and still be open: its last use reaches the store up
+/// to [`WRITE_BACK_AFTER`] late.
+fn record_idle(state: &Shared) -> std::time::Duration {
+    state.sessions.idle() + WRITE_BACK_AFTER
+}
+
+/// Whether session `id` is `account`'s and open: from this process's table while it was
+/// checked lately, else from the store's record (then cached). Unknown, closed, expired and
+/// foreign sessions are all `SessionNotFound`, so ids cannot be probed.
+pub async fn resolve(state: &Shared, account: &Account, id: &str) -> Result<(), EdgeError> {
+    match state.sessions.touch(id, &account.id) {
+        Touch::Served { write_back } => {
+            if write_back {
+                let (app, id) = (state.app.clone(), id.to_owned());
+                tokio::spawn(async move {
+                    if let Err(error) = app.mcp_sessions().touch(&id).await {
+                        tracing::warn!(%error, "an MCP session's last use was not stored");
+                    }
+                });
+            }
+            Ok(())
+        }
+        Touch::Refused => Err(EdgeError::SessionNotFound),
+        Touch::Check => match state
+            .app
+            .mcp_sessions()
+            .owner(id, record_idle(state))
+            .await?
+        {
+            Some(owner) if owner == account.id => Ok(state.sessions.adopt(id, &owner)?),
+            _ => {
+                state.sessions.forget(id);
+                Err(EdgeError::SessionNotFound)
+            }
+        },
+    }
+}
+
+/// `initialize` of the older generation: answered by rmcp, and on success a session is opened
+/// here and recorded in the store, whose count of the account's open sessions (every front
+/// end's) is the per-account cap.
 pub async fn open(
     state: &Shared,
     account: &Arc<Account>,
@@ -31,9 +76,9 @@ pub async fn open(
     body: Bytes,
     accepts: Accepts,
 ) -> Response {
-    let id = match state.sessions.open(&account.id) {
+    let id = match record_open(state, &account.id).await {
         Ok(id) => id,
-        Err(err) => return EdgeError::from(err).respond(&state.metrics),
+        Err(err) => return err.respond(&state.metrics),
     };
     let mut response =
         rmcp_forward::forward(state, account, parts, Body::from(body), accepts).await;
@@ -43,9 +88,46 @@ pub async fn open(
         }
         _ => {
             state.sessions.close(&id, &account.id);
+            if let Err(error) = state.app.mcp_sessions().close(&id, &account.id).await {
+                tracing::warn!(%error, "a refused MCP session's record stays until it expires");
+            }
         }
     }
     response
+}
+
+/// Opens a session here and records it, closing in the store whatever made room.
+async fn record_open(state: &Shared, owner: &AccountId) -> Result<String, EdgeError> {
+    let (id, evicted) = state.sessions.open_evicting(owner)?;
+    let records = state.app.mcp_sessions();
+    let recorded = async {
+        if let Some(evicted) = &evicted {
+            records.close(evicted, owner).await?;
+        }
+        records
+            .open(&id, owner, state.sessions.per_account(), record_idle(state))
+            .await
+    };
+    match recorded.await {
+        Ok(replaced) => {
+            if let Some(replaced) = replaced {
+                state.sessions.forget(&replaced);
+            }
+        }
+        Err(error) => {
+            state.sessions.close(&id, owner);
+            return Err(error.into());
+        }
+    }
+    if state.sessions.purge_due() {
+        let (app, idle) = (state.app.clone(), record_idle(state));
+        tokio::spawn(async move {
+            if let Err(error) = app.mcp_sessions().purge(idle).await {
+                tracing::warn!(%error, "old MCP session records were not purged");
+            }
+        });
+    }
+    Ok(id)
 }
 
 /// A POST in session `id` (already known to be the caller's).
@@ -129,11 +211,15 @@ fn accepted() -> Response {
     response
 }
 
-/// `DELETE` closes the session (200, as the official SDKs' servers answer); `GET` is 405.
-pub fn other(state: &Shared, account: &Account, id: &str, method: &Method) -> Response {
+/// `DELETE` closes the session here and in the store (200, as the official SDKs' servers
+/// answer; other front ends stop serving it within [`REVALIDATE_AFTER`](crate::mcp_sessions::REVALIDATE_AFTER)); `GET` is 405.
+pub async fn other(state: &Shared, account: &Account, id: &str, method: &Method) -> Response {
     if *method == Method::DELETE {
         state.sessions.close(id, &account.id);
-        return Response::new(Body::empty());
+        return match state.app.mcp_sessions().close(id, &account.id).await {
+            Ok(_) => Response::new(Body::empty()),
+            Err(error) => EdgeError::from(error).respond(&state.metrics),
+        };
     }
     EdgeError::NoGetStream.respond(&state.metrics)
 }

@@ -4,6 +4,12 @@
 //! (~70 KiB). The owner lives in the entry, so the owner check ends exactly when the session
 //! does. Sessions are capped per account (the account's longest-idle session makes room) and in
 //! total (a clear refusal).
+//!
+//! The table is a cache in front of the store's records (`toolgate_app::McpSessionRecords`), so
+//! that any front end on one database serves any session: an entry is re-validated against the
+//! store at most every [`REVALIDATE_AFTER`] (a session closed elsewhere stops being served here
+//! within that), and its last use is written back at most every [`WRITE_BACK_AFTER`], off the
+//! request path. A warm request thus costs no database round trip.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -33,6 +39,38 @@ impl Default for McpSessionLimits {
     }
 }
 
+/// How long a cached session is served without asking the store whether it is still open.
+pub const REVALIDATE_AFTER: Duration = Duration::from_secs(5);
+
+/// How often, at most, a session's last use is written back to the store; the store's idle
+/// check allows for this lag.
+pub const WRITE_BACK_AFTER: Duration = Duration::from_secs(30);
+
+/// How often, at most, this process purges the store of closed and long-idle records.
+const PURGE_EVERY: Duration = Duration::from_secs(60);
+
+/// What a request's session id found in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Open and the caller's: serve it; `write_back` asks for its last use to be stored.
+    Served {
+        /// The last use is due to be written back to the store.
+        write_back: bool,
+    },
+    /// Not known here, or not checked lately, or idle here: the store decides.
+    Check,
+    /// Known here as another account's: refused without asking (owners never change).
+    Refused,
+}
+
+impl Touch {
+    /// Whether the session is served without asking the store.
+    #[cfg(test)]
+    pub fn is_served(self) -> bool {
+        matches!(self, Self::Served { .. })
+    }
+}
+
 /// Calls in flight per session whose cancellation is tracked; more still run, uncancellable
 /// by notification (a client sending hundreds at once in one session is not a real client).
 const TRACKED_CALLS: usize = 256;
@@ -53,6 +91,10 @@ pub enum OpenError {
 struct McpSession {
     owner: AccountId,
     last_used: Instant,
+    /// When the store last confirmed it open (or it was opened here).
+    checked: Instant,
+    /// When its last use was last written to the store.
+    written: Instant,
     /// JSON text of a request id → the token its call obeys.
     in_flight: HashMap<String, CancellationToken>,
 }
@@ -67,6 +109,7 @@ struct Table {
 pub struct McpSessions {
     table: Mutex<Table>,
     limits: McpSessionLimits,
+    last_purge: Mutex<Option<Instant>>,
 }
 
 impl McpSessions {
@@ -75,6 +118,7 @@ impl McpSessions {
         Arc::new(Self {
             table: Mutex::new(Table::default()),
             limits,
+            last_purge: Mutex::new(None),
         })
     }
 
@@ -83,8 +127,16 @@ impl McpSessions {
     }
 
     /// Opens a session for `owner`, returning its id.
+    #[cfg(test)]
     pub fn open(&self, owner: &AccountId) -> Result<String, OpenError> {
+        self.open_evicting(owner).map(|(id, _)| id)
+    }
+
+    /// Opens a session for `owner`, returning its id and the id of the account's session that
+    /// was closed to make room, if one was (the store must close it too).
+    pub fn open_evicting(&self, owner: &AccountId) -> Result<(String, Option<String>), OpenError> {
         let mut table = self.lock();
+        let mut evicted = None;
         let now = Instant::now();
         let count = table.per_account.get(owner).copied().unwrap_or(0);
         if count >= self.limits.per_account {
@@ -95,7 +147,10 @@ impl McpSessions {
                 .min_by_key(|(_, s)| s.last_used)
                 .map(|(id, _)| id.clone());
             match oldest {
-                Some(id) => table.remove(&id),
+                Some(id) => {
+                    table.remove(&id);
+                    evicted = Some(id);
+                }
                 None => return Err(OpenError::AccountFull(self.limits.per_account)),
             }
         }
@@ -106,36 +161,92 @@ impl McpSessions {
             }
         }
         let id = uuid::Uuid::new_v4().simple().to_string();
-        table.sessions.insert(
-            id.clone(),
-            McpSession {
-                owner: owner.clone(),
-                last_used: now,
-                in_flight: HashMap::new(),
-            },
-        );
+        table
+            .sessions
+            .insert(id.clone(), McpSession::new(owner, now));
         *table.per_account.entry(owner.clone()).or_insert(0) += 1;
-        Ok(id)
+        Ok((id, evicted))
     }
 
-    /// `true` when `id` is open and `owner`'s; marks it used. Another account's session, an
-    /// expired one and an unknown one look alike, so ids cannot be probed.
-    pub fn touch(&self, id: &str, owner: &AccountId) -> bool {
+    /// Caches session `id` of `owner`, which the store just found open; refused only when this
+    /// server holds its limit of sessions.
+    pub fn adopt(&self, id: &str, owner: &AccountId) -> Result<(), OpenError> {
+        let mut table = self.lock();
+        let now = Instant::now();
+        if let Some(session) = table.sessions.get_mut(id) {
+            session.checked = now;
+            session.last_used = now;
+            return Ok(());
+        }
+        if table.sessions.len() >= self.limits.total {
+            table.remove_expired(now, self.limits.idle);
+            if table.sessions.len() >= self.limits.total {
+                return Err(OpenError::ServerFull(self.limits.total));
+            }
+        }
+        table
+            .sessions
+            .insert(id.to_owned(), McpSession::new(owner, now));
+        *table.per_account.entry(owner.clone()).or_insert(0) += 1;
+        Ok(())
+    }
+
+    /// Drops session `id` from the cache (the store says it is closed), cancelling its calls.
+    pub fn forget(&self, id: &str) {
+        self.lock().remove(id);
+    }
+
+    /// `true` at most once every [`PURGE_EVERY`]: time to purge the store's dead records.
+    pub fn purge_due(&self) -> bool {
+        let mut last = self
+            .last_purge
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let now = Instant::now();
+        if last.is_some_and(|at| now.duration_since(at) < PURGE_EVERY) {
+            return false;
+        }
+        *last = Some(now);
+        true
+    }
+
+    /// The idle limit.
+    pub fn idle(&self) -> Duration {
+        self.limits.idle
+    }
+
+    /// The per-account limit.
+    pub fn per_account(&self) -> usize {
+        self.limits.per_account
+    }
+
+    /// Whether `id` is served for `owner` from the cache, and if so marks it used. Another
+    /// account's session, an expired one and an unknown one end alike at the edge (404), so ids
+    /// cannot be probed.
+    pub fn touch(&self, id: &str, owner: &AccountId) -> Touch {
         let mut table = self.lock();
         let now = Instant::now();
         let Some(session) = table.sessions.get_mut(id) else {
-            return false;
+            return Touch::Check;
         };
         if &session.owner != owner {
-            return false;
+            return Touch::Refused;
         }
         if session.in_flight.is_empty() && now.duration_since(session.last_used) >= self.limits.idle
         {
+            // it may have been used through another front end meanwhile: the store decides
             table.remove(id);
-            return false;
+            return Touch::Check;
+        }
+        if now.duration_since(session.checked) >= REVALIDATE_AFTER {
+            return Touch::Check;
         }
         session.last_used = now;
-        true
+        let write_back = now.duration_since(session.written) >= WRITE_BACK_AFTER;
+        if write_back {
+            session.written = now;
+        }
+        Touch::Served { write_back }
     }
 
     /// Closes `owner`'s session `id`; `false` if there was none.
@@ -197,6 +308,18 @@ impl McpSessions {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().sessions.len()
+    }
+}
+
+impl McpSession {
+    fn new(owner: &AccountId, now: Instant) -> Self {
+        Self {
+            owner: owner.clone(),
+            last_used: now,
+            checked: now,
+            written: now,
+            in_flight: HashMap::new(),
+        }
     }
 }
 

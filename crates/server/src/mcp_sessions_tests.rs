@@ -14,16 +14,19 @@ fn sessions_belong_to_their_opener_for_their_whole_life() {
     let sessions = McpSessions::new(McpSessionLimits::default());
     let (alice, bob) = (AccountId::generate(), AccountId::generate());
     let id = sessions.open(&alice).unwrap();
-    assert!(sessions.touch(&id, &alice));
-    assert!(!sessions.touch(&id, &bob));
+    assert!(sessions.touch(&id, &alice).is_served());
+    assert!(!sessions.touch(&id, &bob).is_served());
     assert!(
         !sessions.close(&id, &bob),
         "another account cannot close it"
     );
     assert!(sessions.close(&id, &alice));
-    assert!(!sessions.touch(&id, &alice));
-    assert!(!sessions.touch(&id, &bob), "a closed session is nobody's");
-    assert!(!sessions.touch("unknown", &bob));
+    assert!(!sessions.touch(&id, &alice).is_served());
+    assert!(
+        !sessions.touch(&id, &bob).is_served(),
+        "a closed session is nobody's"
+    );
+    assert!(!sessions.touch("unknown", &bob).is_served());
 }
 
 #[test]
@@ -33,15 +36,20 @@ fn an_account_at_its_limit_loses_its_longest_idle_session() {
     let ids: Vec<String> = (0..3).map(|_| sessions.open(&alice).unwrap()).collect();
     let bobs = sessions.open(&bob).unwrap();
     std::thread::sleep(Duration::from_millis(2));
-    assert!(sessions.touch(&ids[0], &alice));
+    assert!(sessions.touch(&ids[0], &alice).is_served());
     let _busy = sessions.begin_call(&ids[1], "1".into()).unwrap();
     let fourth = sessions.open(&alice).unwrap();
     assert!(
-        !sessions.touch(&ids[2], &alice),
+        !sessions.touch(&ids[2], &alice).is_served(),
         "the longest idle one made room"
     );
-    assert!(sessions.touch(&ids[0], &alice) && sessions.touch(&ids[1], &alice));
-    assert!(sessions.touch(&bobs, &bob), "other accounts are untouched");
+    assert!(
+        sessions.touch(&ids[0], &alice).is_served() && sessions.touch(&ids[1], &alice).is_served()
+    );
+    assert!(
+        sessions.touch(&bobs, &bob).is_served(),
+        "other accounts are untouched"
+    );
     assert_eq!(sessions.len(), 4);
     // every remaining one busy: a clear refusal, nothing closed
     let _a = sessions.begin_call(&ids[0], "1".into()).unwrap();
@@ -57,7 +65,7 @@ fn the_server_total_is_a_refusal_not_an_eviction() {
     let ids: Vec<String> = accounts.iter().map(|a| sessions.open(a).unwrap()).collect();
     let late = AccountId::generate();
     assert_eq!(sessions.open(&late), Err(OpenError::ServerFull(3)));
-    assert!(sessions.touch(&ids[0], &accounts[0]));
+    assert!(sessions.touch(&ids[0], &accounts[0]).is_served());
     assert!(sessions.close(&ids[1], &accounts[1]));
     sessions.open(&late).unwrap();
 }
@@ -75,14 +83,17 @@ fn idle_sessions_expire_unless_a_call_is_in_flight() {
     let call = sessions.begin_call(&busy, "7".into()).unwrap();
     std::thread::sleep(Duration::from_millis(30));
     sessions.open(&alice).unwrap();
-    assert!(!sessions.touch(&idle, &alice), "expired and swept");
     assert!(
-        sessions.touch(&busy, &alice),
+        !sessions.touch(&idle, &alice).is_served(),
+        "expired and swept"
+    );
+    assert!(
+        sessions.touch(&busy, &alice).is_served(),
         "a long call keeps its session"
     );
     drop(call);
     std::thread::sleep(Duration::from_millis(30));
-    assert!(!sessions.touch(&busy, &alice));
+    assert!(!sessions.touch(&busy, &alice).is_served());
 }
 
 #[test]
@@ -129,7 +140,10 @@ fn a_rotation_closes_every_session_of_the_account_and_only_those() {
     let call = sessions.begin_call(&a1, "1".into()).unwrap();
     assert_eq!(sessions.close_all(&alice), 2);
     assert!(call.token().is_cancelled(), "a call in flight is cancelled");
-    assert!(!sessions.touch(&a1, &alice) && !sessions.touch(&a2, &alice));
-    assert!(sessions.touch(&b1, &bob), "another account's session stays");
+    assert!(!sessions.touch(&a1, &alice).is_served() && !sessions.touch(&a2, &alice).is_served());
+    assert!(
+        sessions.touch(&b1, &bob).is_served(),
+        "another account's session stays"
+    );
     assert_eq!(sessions.close_all(&alice), 0);
 }
