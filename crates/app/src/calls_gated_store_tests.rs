@@ -293,6 +293,9 @@ impl toolgate_store::McpSessionStore for GatedStore {
     ) -> Result<Option<AccountId>, StoreError> {
         self.inner.mcp_session_owner(id, idle).await
     }
+    async fn renew_mcp_session(&self, id: &str) -> Result<Option<AccountId>, StoreError> {
+        self.inner.renew_mcp_session(id).await
+    }
     async fn touch_mcp_session(&self, id: &str) -> Result<(), StoreError> {
         self.inner.touch_mcp_session(id).await
     }

@@ -53,6 +53,15 @@ impl McpSessionRecords {
             .map_err(McpSessionError)
     }
 
+    /// The owner of session `id` unless it was closed, recording it used now: for a session
+    /// this front end holds in use, whatever its stored last use.
+    pub async fn renew(&self, id: &str) -> Result<Option<AccountId>, McpSessionError> {
+        self.store
+            .renew_mcp_session(id)
+            .await
+            .map_err(McpSessionError)
+    }
+
     /// Records that session `id` was used now.
     pub async fn touch(&self, id: &str) -> Result<(), McpSessionError> {
         self.store

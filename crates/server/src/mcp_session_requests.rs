@@ -28,6 +28,11 @@ use crate::{Shared, rmcp_forward};
 /// The header naming a legacy session.
 pub const SESSION_HEADER: &str = "mcp-session-id";
 
+/// How much longer than it looks open an idle record is kept before it is purged: a session
+/// whose call outlasts the idle limit is renewed at its front end's next check, and must still
+/// be there.
+const PURGE_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// How idle a session's record may look and still be open: its last use reaches the store up
 /// to [`WRITE_BACK_AFTER`] late.
 fn record_idle(state: &Shared) -> std::time::Duration {
@@ -51,18 +56,34 @@ pub async fn resolve(state: &Shared, account: &Account, id: &str) -> Result<(), 
             Ok(())
         }
         Touch::Refused => Err(EdgeError::SessionNotFound),
-        Touch::Check => match state
-            .app
-            .mcp_sessions()
-            .owner(id, record_idle(state))
-            .await?
-        {
-            Some(owner) if owner == account.id => Ok(state.sessions.adopt(id, &owner)?),
-            _ => {
-                state.sessions.forget(id);
-                Err(EdgeError::SessionNotFound)
-            }
-        },
+        Touch::Check => {
+            let owner = state
+                .app
+                .mcp_sessions()
+                .owner(id, record_idle(state))
+                .await?;
+            admit(state, account, id, owner)
+        }
+        Touch::Recheck => {
+            let owner = state.app.mcp_sessions().renew(id).await?;
+            admit(state, account, id, owner)
+        }
+    }
+}
+
+/// Serves and caches session `id` when the store's `owner` is the caller; else drops it here.
+fn admit(
+    state: &Shared,
+    account: &Account,
+    id: &str,
+    owner: Option<AccountId>,
+) -> Result<(), EdgeError> {
+    match owner {
+        Some(owner) if owner == account.id => Ok(state.sessions.adopt(id, &owner)?),
+        _ => {
+            state.sessions.forget(id);
+            Err(EdgeError::SessionNotFound)
+        }
     }
 }
 
@@ -120,7 +141,7 @@ async fn record_open(state: &Shared, owner: &AccountId) -> Result<String, EdgeEr
         }
     }
     if state.sessions.purge_due() {
-        let (app, idle) = (state.app.clone(), record_idle(state));
+        let (app, idle) = (state.app.clone(), record_idle(state) + PURGE_GRACE);
         tokio::spawn(async move {
             if let Err(error) = app.mcp_sessions().purge(idle).await {
                 tracing::warn!(%error, "old MCP session records were not purged");

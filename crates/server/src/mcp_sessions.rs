@@ -57,8 +57,11 @@ pub enum Touch {
         /// The last use is due to be written back to the store.
         write_back: bool,
     },
-    /// Not known here, or not checked lately, or idle here: the store decides.
+    /// Not known here, or idle here: the store decides, by the idle limit.
     Check,
+    /// Held and used here, not checked lately: the store says whether it was closed, and
+    /// records it used now.
+    Recheck,
     /// Known here as another account's: refused without asking (owners never change).
     Refused,
 }
@@ -176,6 +179,7 @@ impl McpSessions {
         if let Some(session) = table.sessions.get_mut(id) {
             session.checked = now;
             session.last_used = now;
+            session.written = now;
             return Ok(());
         }
         if table.sessions.len() >= self.limits.total {
@@ -239,7 +243,7 @@ impl McpSessions {
             return Touch::Check;
         }
         if now.duration_since(session.checked) >= REVALIDATE_AFTER {
-            return Touch::Check;
+            return Touch::Recheck;
         }
         session.last_used = now;
         let write_back = now.duration_since(session.written) >= WRITE_BACK_AFTER;

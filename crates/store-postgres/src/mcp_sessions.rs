@@ -93,6 +93,18 @@ impl McpSessionStore for PgStore {
         Ok(owner.map(AccountId::from_stored))
     }
 
+    async fn renew_mcp_session(&self, id: &str) -> Result<Option<AccountId>, StoreError> {
+        let owner: Option<String> = sqlx::query_scalar(
+            "UPDATE mcp_sessions SET last_used = greatest(last_used, placement_now_ms())
+             WHERE id = $1 AND closed_at IS NULL RETURNING account_id",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok(owner.map(AccountId::from_stored))
+    }
+
     async fn touch_mcp_session(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE mcp_sessions SET last_used = greatest(last_used, placement_now_ms())

@@ -90,6 +90,19 @@ impl McpSessionStore for SqliteStore {
         Ok(owner.map(AccountId::from_stored))
     }
 
+    async fn renew_mcp_session(&self, id: &str) -> Result<Option<AccountId>, StoreError> {
+        let owner: Option<String> = sqlx::query_scalar(
+            "UPDATE mcp_sessions SET last_used = max(last_used, ?2)
+             WHERE id = ?1 AND closed_at IS NULL RETURNING account_id",
+        )
+        .bind(id)
+        .bind(now_millis())
+        .fetch_optional(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(owner.map(AccountId::from_stored))
+    }
+
     async fn touch_mcp_session(&self, id: &str) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE mcp_sessions SET last_used = max(last_used, ?2)

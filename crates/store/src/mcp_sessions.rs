@@ -44,6 +44,11 @@ pub trait McpSessionStore: Send + Sync {
         idle: Duration,
     ) -> Result<Option<AccountId>, StoreError>;
 
+    /// The owner of session `id` unless it was closed, recording it used now whatever its last
+    /// use: the caller knows it in use (a cached session with a call that outlasted the idle
+    /// limit must not be lost). A purged row is gone for good.
+    async fn renew_mcp_session(&self, id: &str) -> Result<Option<AccountId>, StoreError>;
+
     /// Records that open session `id` was used now (a front end's lazy write-back).
     async fn touch_mcp_session(&self, id: &str) -> Result<(), StoreError>;
 

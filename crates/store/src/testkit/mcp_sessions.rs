@@ -44,11 +44,32 @@ pub async fn mcp_sessions_story(first: Arc<dyn Store>, second: Arc<dyn Store>, t
         !second.close_mcp_session(&id, &bob).await.unwrap(),
         "another account cannot close it"
     );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        first
+            .mcp_session_owner(&id, Duration::from_millis(10))
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        first.renew_mcp_session(&id).await.unwrap(),
+        Some(alice.clone())
+    );
+    assert_eq!(
+        second
+            .mcp_session_owner(&id, Duration::from_millis(10))
+            .await
+            .unwrap(),
+        Some(alice.clone()),
+        "renewing a session held in use makes it used now"
+    );
     second.touch_mcp_session(&id).await.unwrap();
     assert!(second.close_mcp_session(&id, &alice).await.unwrap());
     assert!(!first.close_mcp_session(&id, &alice).await.unwrap());
     assert_eq!(first.mcp_session_owner(&id, IDLE).await.unwrap(), None);
     second.touch_mcp_session(&id).await.unwrap();
+    assert_eq!(first.renew_mcp_session(&id).await.unwrap(), None);
     assert_eq!(
         first.mcp_session_owner(&id, IDLE).await.unwrap(),
         None,
