@@ -6,9 +6,9 @@
 //! task per session and several channel hops per request.
 //!
 //! Every front end on one store serves every session: opening and closing write through to the
-//! store's records, a session this process does not know (or has not checked for
-//! [`REVALIDATE_AFTER`](crate::mcp_sessions::REVALIDATE_AFTER)) is looked up there once, and last uses are written back in the
-//! background.
+//! store's records, a session this process does not know, or has not checked for 5 s
+//! (`mcp_sessions::REVALIDATE_AFTER`), is looked up there, and last uses are written back in
+//! the background.
 
 use std::sync::Arc;
 
@@ -233,7 +233,7 @@ fn accepted() -> Response {
 }
 
 /// `DELETE` closes the session here and in the store (200, as the official SDKs' servers
-/// answer; other front ends stop serving it within [`REVALIDATE_AFTER`](crate::mcp_sessions::REVALIDATE_AFTER)); `GET` is 405.
+/// answer; other front ends stop serving it within `REVALIDATE_AFTER`); `GET` is 405.
 pub async fn other(state: &Shared, account: &Account, id: &str, method: &Method) -> Response {
     if *method == Method::DELETE {
         state.sessions.close(id, &account.id);

@@ -60,7 +60,8 @@ impl McpSessionStore for SqliteStore {
             }
         }
         sqlx::query(
-            "INSERT INTO mcp_sessions (id, account_id, created_at, last_used) VALUES (?1, ?2, ?3, ?3)",
+            "INSERT INTO mcp_sessions (id, account_id, created_at, last_used)
+             VALUES (?1, ?2, ?3, ?3)",
         )
         .bind(id)
         .bind(owner.as_str())
