@@ -22,6 +22,7 @@ mod hostile_bodies;
 mod metering;
 mod module_circles;
 mod nodes;
+mod nodes_failure;
 mod oauth;
 mod oauth_edges;
 mod oauth_more;
