@@ -113,7 +113,7 @@ impl RemoteSessions {
                     }
                 }
             }
-            let node = self.fleet.least_loaded().ok_or_else(no_node)?;
+            let node = self.live_node().await?;
             match placement
                 .claim_session(&id, &sid, &node.name, node.incarnation)
                 .await
@@ -158,8 +158,13 @@ impl RemoteSessions {
         self.fleet.renew_all().await;
     }
 
-    /// A live node for a run without a session id.
-    fn any_node(&self) -> Result<Arc<LiveNode>, SandboxSessionsError> {
+    /// The least loaded live node; when none is known (the front end just started, or every
+    /// node was lost) the nodes are asked once more first.
+    async fn live_node(&self) -> Result<Arc<LiveNode>, SandboxSessionsError> {
+        if let Some(node) = self.fleet.least_loaded() {
+            return Ok(node);
+        }
+        self.fleet.renew_all().await;
         self.fleet.least_loaded().ok_or_else(no_node)
     }
 }
@@ -233,7 +238,7 @@ impl SandboxSessions for RemoteSessions {
                     let target = self.target(&request.account, session).await?;
                     (target.node, target.node_lost)
                 }
-                None => (self.any_node()?, false),
+                None => (self.live_node().await?, false),
             };
             match crate::remote_run::run(&node.link, &request, node.incarnation.0).await {
                 Ok(mut outcome) => {
