@@ -182,7 +182,10 @@ pub(crate) async fn apply(conn: &mut PgConnection, run: &Run<'_>) -> Result<Appl
     .await?;
     let all = i64::try_from(run.admitted.len()).unwrap_or(i64::MAX);
     Ok(
-        match (counted == i64::from(has_free), charged == i64::from(has_paid)) {
+        match (
+            counted == i64::from(has_free),
+            charged == i64::from(has_paid),
+        ) {
             (true, true) if recorded == all => Applied::Written,
             (false, _) if charged == 0 && recorded == 0 => Applied::Stale,
             (true, false) if !has_free && recorded == 0 => Applied::Stale,

@@ -7,7 +7,7 @@ use toolgate_store::{Accounts, CallCharge, Metering, NewAccount, StoreError};
 use super::*;
 use crate::PgStore;
 use crate::batch::MAX_READS;
-use crate::testkit::with_fresh_database;
+use crate::testkit::{until_lock_taken, until_waiting, with_fresh_database};
 
 /// A migrated database with one account holding `wallet`, and a connection of its own to it.
 async fn database_with_account(url: &str, wallet: i64) -> (PgStore, PgConnection, AccountId) {
@@ -97,11 +97,15 @@ async fn a_free_run_decided_on_a_stale_count_writes_nothing() {
         assert_eq!(first, Standing::default(), "no usage row yet: nothing used");
         let second = first;
         assert_eq!(
-            apply(&mut conn, &run_of(&key, first, &call, 2)).await.unwrap(),
+            apply(&mut conn, &run_of(&key, first, &call, 2))
+                .await
+                .unwrap(),
             Applied::Written
         );
         assert_eq!(
-            apply(&mut conn, &run_of(&key, second, &call, 1)).await.unwrap(),
+            apply(&mut conn, &run_of(&key, second, &call, 1))
+                .await
+                .unwrap(),
             Applied::Stale,
             "the count it rests on changed"
         );
@@ -232,53 +236,6 @@ async fn a_refusal_writes_nothing_and_an_unknown_account_is_not_found() {
         store.close().await;
     })
     .await;
-}
-
-/// Waits until `waiting` sessions of this database wait for a lock (each admission blocked on
-/// an account row), or until `done` says the awaited work finished.
-async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() -> bool) {
-    until_lock_waiters(
-        conn,
-        |now| now >= waiting,
-        done,
-        "no session came to wait for the lock",
-    )
-    .await;
-}
-
-/// Waits until no session waits for a lock (the one that waited has it), or `done`.
-async fn until_lock_taken(conn: &mut PgConnection, done: impl Fn() -> bool) {
-    until_lock_waiters(
-        conn,
-        |now| now == 0,
-        done,
-        "the waiting session did not get the lock",
-    )
-    .await;
-}
-
-/// Polls the count of sessions waiting for a lock until `enough` holds of it, or `done`
-/// (failing with `what` after 30 s).
-async fn until_lock_waiters(
-    conn: &mut PgConnection,
-    enough: impl Fn(i64) -> bool,
-    done: impl Fn() -> bool,
-    what: &str,
-) {
-    for _ in 0..3_000 {
-        let now: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity
-             WHERE datname = current_database() AND wait_event_type = 'Lock'",
-        )
-        .fetch_one(&mut *conn)
-        .await
-        .unwrap();
-        if enough(now) || done() {
-            return;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("{what} within 30 s");
 }
 
 /// An admission that waited for the account's lock reads the month's count as it was before

@@ -68,9 +68,35 @@ impl Admissions {
 
     /// Queues one call; answers with its decision, and the durability still to come.
     pub(crate) async fn decide(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
+        let (job, answers) = Job::new(charge);
+        self.queue.send(job).await.map_err(|_| stopped())?;
+        answers.decided().await
+    }
+}
+
+/// What the caller of [`Job::new`] waits on.
+struct Answers {
+    decided: oneshot::Receiver<Result<Admission, StoreError>>,
+    recorded: oneshot::Receiver<Result<(), StoreError>>,
+}
+
+impl Answers {
+    /// The decision, and the durability still to come.
+    async fn decided(self) -> Result<Decided, StoreError> {
+        let admission = self.decided.await.map_err(|_| stopped())??;
+        let recorded = self.recorded;
+        Ok(Decided {
+            admission,
+            recorded: Recorded::when(async move { recorded.await.map_err(|_| stopped())? }),
+        })
+    }
+}
+
+impl Job {
+    fn new(charge: &CallCharge<'_>) -> (Self, Answers) {
         let (decided, decided_rx) = oneshot::channel();
         let (recorded, recorded_rx) = oneshot::channel();
-        let job = Job {
+        let job = Self {
             key: (
                 charge.account.as_str().to_owned(),
                 charge.month.as_str().to_owned(),
@@ -83,12 +109,11 @@ impl Admissions {
             decided: Some(decided),
             recorded,
         };
-        self.queue.send(job).await.map_err(|_| stopped())?;
-        let admission = decided_rx.await.map_err(|_| stopped())??;
-        Ok(Decided {
-            admission,
-            recorded: Recorded::when(async move { recorded_rx.await.map_err(|_| stopped())? }),
-        })
+        let answers = Answers {
+            decided: decided_rx,
+            recorded: recorded_rx,
+        };
+        (job, answers)
     }
 }
 
@@ -295,7 +320,10 @@ async fn decide_run(
     let key = &batch[run[0]].key;
     for _ in 0..MAX_READS {
         let Some(&before) = standings.get(key) else {
-            return Ok(run.iter().map(|&i| (i, Err(StoreError::NotFound))).collect());
+            return Ok(run
+                .iter()
+                .map(|&i| (i, Err(StoreError::NotFound)))
+                .collect());
         };
         let mut applied = Run::new(key, before);
         let mut admissions = Vec::with_capacity(run.len());
@@ -344,3 +372,7 @@ fn set_standing(standings: &mut HashMap<Key, Standing>, key: &Key, standing: Sta
     }
     standings.insert(key.clone(), standing);
 }
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;
