@@ -143,6 +143,7 @@ async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
 }
 
 /// Why a batch's transaction was given up.
+#[derive(Debug)]
 enum Abort {
     /// PostgreSQL broke a deadlock or a serialisation conflict by failing it: safe to run again.
     Conflict(StoreError),
@@ -162,21 +163,31 @@ impl From<sqlx::Error> for Abort {
     }
 }
 
-/// Decides and commits `batch`; when it fails for another reason than a conflict and holds more
-/// than one account, each account's calls go again in a transaction of their own.
+/// How running a batch's calls failed.
+#[derive(Debug)]
+enum Unrun {
+    /// No transaction could be opened (the database is unreachable): trying again per account
+    /// would only wait again.
+    Unreachable(StoreError),
+    /// A statement failed (or the batch kept meeting conflicts).
+    Failed(StoreError),
+}
+
+/// Decides and commits `batch`; when a statement fails and the batch holds more than one
+/// account, each account's calls go again in a transaction of their own.
 async fn run_batch(pool: &PgPool, mut batch: Vec<Job>) {
     let all: Vec<usize> = (0..batch.len()).collect();
     let failed = match decide_and_commit(pool, &mut batch, &all).await {
         Ok(recorded) => return answer(batch, recorded),
-        Err(error) => error,
+        Err(Unrun::Unreachable(error)) => return fail(batch, &error),
+        Err(Unrun::Failed(error)) => error,
     };
     let mut accounts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
     for (index, job) in batch.iter().enumerate() {
         accounts.entry(job.key.0.clone()).or_default().push(index);
     }
     if accounts.len() == 1 {
-        let recorded = batch.iter().map(|_| Some(Err(copy(&failed)))).collect();
-        return answer(batch, recorded);
+        return fail(batch, &failed);
     }
     let mut recorded: Vec<Option<Result<(), StoreError>>> = batch.iter().map(|_| None).collect();
     for indices in accounts.into_values() {
@@ -188,13 +199,25 @@ async fn run_batch(pool: &PgPool, mut batch: Vec<Job>) {
                     }
                 }
             }
-            Err(error) => {
+            Err(Unrun::Failed(error)) => {
                 for index in indices {
                     recorded[index] = Some(Err(copy(&error)));
                 }
             }
+            Err(Unrun::Unreachable(error)) => {
+                // every call not answered yet hears it
+                for heard in recorded.iter_mut().filter(|heard| heard.is_none()) {
+                    *heard = Some(Err(copy(&error)));
+                }
+                break;
+            }
         }
     }
+    answer(batch, recorded);
+}
+
+fn fail(batch: Vec<Job>, error: &StoreError) {
+    let recorded = batch.iter().map(|_| Some(Err(copy(error)))).collect();
     answer(batch, recorded);
 }
 
@@ -230,10 +253,13 @@ async fn decide_and_commit(
     pool: &PgPool,
     batch: &mut [Job],
     indices: &[usize],
-) -> Result<Vec<Option<Result<(), StoreError>>>, StoreError> {
+) -> Result<Vec<Option<Result<(), StoreError>>>, Unrun> {
     let mut last = None;
     for _ in 0..MAX_BATCH_ATTEMPTS {
-        let mut tx = pool.begin_with(BEGIN).await.map_err(map_error)?;
+        let mut tx = pool
+            .begin_with(BEGIN)
+            .await
+            .map_err(|error| Unrun::Unreachable(map_error(error)))?;
         match decide_all(&mut tx, batch, indices).await {
             Ok(decisions) => {
                 let mut admitted = Vec::with_capacity(decisions.len());
@@ -265,11 +291,11 @@ async fn decide_and_commit(
             }
             Err(Abort::Failed(error)) => {
                 let _ = tx.rollback().await;
-                return Err(error);
+                return Err(Unrun::Failed(error));
             }
         }
     }
-    Err(last.unwrap_or_else(stopped))
+    Err(Unrun::Failed(last.unwrap_or_else(stopped)))
 }
 
 /// Decides every call of `indices` inside the open transaction and applies the decisions;
