@@ -1,4 +1,4 @@
-//! Metered calls through several front ends on one PostgreSQL (`--front-ends N`): N `serve`
+//! Metered calls through front ends on one PostgreSQL (`--front-ends N`): N `serve`
 //! processes on the same database, the clients spread over them in turn, all calls charged to
 //! one account, so the front ends' admission batches contend for its row as a load balancer's
 //! traffic would.
@@ -16,9 +16,9 @@ use crate::server::{Server, Toolgate};
 use crate::{Args, Bench, EMAIL, personal_path, progress, wait_healthy};
 
 /// Runs the metered figure (bare POST) with 1 client and with `--clients` through the front ends.
-pub fn run(args: &Args, binary: &Path) -> Result<()> {
+pub fn run(args: &Args, binary: &Path, front_ends: usize) -> Result<()> {
     let Some(database_url) = args.database_url.clone() else {
-        bail!("--front-ends above 1 needs --database-url: the front ends share one PostgreSQL");
+        bail!("--front-ends needs --database-url: the front ends share one PostgreSQL");
     };
     let dir = tempfile::Builder::new()
         .prefix("toolgate-bench-fronts-")
@@ -41,7 +41,7 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
         .build()?;
     let mut servers: Vec<Server> = Vec::new();
     let mut endpoints = Vec::new();
-    for n in 0..args.front_ends {
+    for n in 0..front_ends {
         let log = dir.path().join(format!("serve-{n}.log"));
         let mut server = toolgate.serve(Some("warn"), &log)?;
         let endpoint = Endpoint::new(server.addr)?;
@@ -87,7 +87,7 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
     for server in servers {
         server.stop()?;
     }
-    println!("front ends: {}", args.front_ends);
+    println!("front ends: {front_ends}");
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report.to_json())?);
     } else {

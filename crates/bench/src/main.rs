@@ -58,10 +58,10 @@ struct Args {
     /// postgres://… to measure on PostgreSQL; given to `serve` and to the operator commands
     #[arg(long)]
     database_url: Option<String>,
-    /// Serve processes on the one --database-url, the clients spread over them in turn; above 1,
-    /// only the metered figure (bare POST) is measured
-    #[arg(long, default_value_t = 1)]
-    front_ends: usize,
+    /// Measure only the metered figure (bare POST) through this many serve processes on the one
+    /// --database-url, the clients spread over them in turn
+    #[arg(long)]
+    front_ends: Option<usize>,
     /// Passed to the server as --sqlite-synchronous (`full` or `normal`) [default: the server's]
     #[arg(long)]
     sqlite_synchronous: Option<String>,
@@ -142,7 +142,11 @@ fn default_binary() -> PathBuf {
 }
 
 fn run(args: &Args) -> Result<()> {
-    if args.seconds == 0 || args.clients == 0 || args.client_threads == 0 || args.front_ends == 0 {
+    if args.seconds == 0
+        || args.clients == 0
+        || args.client_threads == 0
+        || args.front_ends == Some(0)
+    {
         bail!("--seconds, --clients, --client-threads and --front-ends must be at least 1");
     }
     let binary = args.toolgate.clone().unwrap_or_else(default_binary);
@@ -164,8 +168,8 @@ fn run(args: &Args) -> Result<()> {
     if args.ai {
         return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());
     }
-    if args.front_ends > 1 {
-        return fronts::run(args, &binary);
+    if let Some(front_ends) = args.front_ends {
+        return fronts::run(args, &binary, front_ends);
     }
     if args.sandbox.sandbox_durable {
         return sandbox::run_durable(args, &binary);
