@@ -4,9 +4,9 @@
 //! [`read_standings`] locks the rows of the accounts it reads (`FOR NO KEY UPDATE`, in the order
 //! of their ids, so two batches of two front ends never wait for each other in a cycle), so
 //! nothing else changes an account's standing until the transaction ends: every admission,
-//! credit and take-back writes that row, or locks it first. [`apply`] writes a run of decisions
-//! of one account in one month, with their ledger rows, in one statement, only if the standing
-//! is still the one they were decided on. Neither makes anything durable: the commit does.
+//! credit and take-back writes that row, or locks it first. [`apply`] writes runs of decisions,
+//! each of one account in one month, with their ledger rows, in one statement, each run only if
+//! the standing is still the one it was decided on. Neither makes anything durable: the commit does.
 //!
 //! A read that had to wait for a lock sees the account's row as committed meanwhile (PostgreSQL
 //! re-reads a locked row that changed) but the month's count as of the statement's start, which
@@ -67,7 +67,7 @@ pub(crate) async fn read_standings(
 
 /// Consecutive calls of one account in one month, each decided on the standing the one before
 /// it left, the first on `before`.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct Run<'a> {
     /// Whose calls, and the month they are counted in.
     pub key: &'a Key,
@@ -111,87 +111,170 @@ pub(crate) enum Applied {
     Torn,
 }
 
-/// Applies `run` with its ledger rows in one statement, if the part of the standing it rests on
-/// is unchanged: the month's count when it has free calls (usage rows are never deleted, so a
-/// missing one is the 0 read), the wallet and what is owed when it has paid ones (their count,
-/// at or past the limit, can only have grown). Durable when the transaction commits.
-pub(crate) async fn apply(conn: &mut PgConnection, run: &Run<'_>) -> Result<Applied, sqlx::Error> {
-    if run.admitted.is_empty() {
-        return Ok(Applied::Written);
+/// The columns [`apply`] binds: one entry per run, and one per ledger row.
+#[derive(Default)]
+struct Columns<'a> {
+    run: Vec<i32>,
+    account: Vec<&'a str>,
+    month: Vec<&'a str>,
+    has_free: Vec<bool>,
+    free_before: Vec<i64>,
+    free_after: Vec<i64>,
+    has_paid: Vec<bool>,
+    wallet_before: Vec<i64>,
+    owed_before: Vec<i64>,
+    wallet_after: Vec<i64>,
+    row_run: Vec<i32>,
+    row_tool: Vec<&'a str>,
+    row_paid_from: Vec<&'static str>,
+    row_cost: Vec<i64>,
+}
+
+impl<'a> Columns<'a> {
+    fn add(&mut self, index: i32, run: &'a Run<'a>) {
+        // each paid call's price is what its decision took from the wallet
+        let mut wallet = run.before.wallet.0;
+        let (mut has_free, mut has_paid) = (false, false);
+        for (tool, admission) in &run.admitted {
+            let (paid_from, cost) = match admission {
+                Admission::Free { .. } => {
+                    has_free = true;
+                    ("free", 0)
+                }
+                Admission::Paid { balance_after } => {
+                    has_paid = true;
+                    let cost = wallet - balance_after.0;
+                    wallet = balance_after.0;
+                    ("wallet", cost)
+                }
+                Admission::Refused => continue,
+            };
+            self.row_run.push(index);
+            self.row_tool.push(tool);
+            self.row_paid_from.push(paid_from);
+            self.row_cost.push(cost);
+        }
+        self.run.push(index);
+        self.account.push(&run.key.0);
+        self.month.push(&run.key.1);
+        self.has_free.push(has_free);
+        self.free_before.push(run.before.free_used);
+        self.free_after.push(run.after.free_used);
+        self.has_paid.push(has_paid);
+        self.wallet_before.push(run.before.wallet.0);
+        self.owed_before.push(run.before.owed.0);
+        self.wallet_after.push(run.after.wallet.0);
     }
-    let mut tools = Vec::with_capacity(run.admitted.len());
-    let mut paid_from = Vec::with_capacity(run.admitted.len());
-    let mut costs = Vec::with_capacity(run.admitted.len());
-    // each paid call's price is what its decision took from the wallet
-    let mut wallet = run.before.wallet.0;
-    for (tool, admission) in &run.admitted {
-        tools.push(*tool);
-        match admission {
-            Admission::Free { .. } => {
-                paid_from.push("free");
-                costs.push(0);
-            }
-            Admission::Paid { balance_after } => {
-                paid_from.push("wallet");
-                costs.push(wallet - balance_after.0);
-                wallet = balance_after.0;
-            }
-            Admission::Refused => {}
+}
+
+/// Applies `runs` (each of another account) with their ledger rows in one statement; each run
+/// only if the part of the standing it rests on is unchanged: the month's count when it has free
+/// calls (usage rows are never deleted, so a missing one is the 0 read), the wallet and what is
+/// owed when it has paid ones (their count, at or past the limit, can only have grown). Returns
+/// what became of each run, in order. Durable when the transaction commits.
+pub(crate) async fn apply(
+    conn: &mut PgConnection,
+    runs: &[Run<'_>],
+) -> Result<Vec<Applied>, sqlx::Error> {
+    let mut columns = Columns::default();
+    for (index, run) in runs.iter().enumerate() {
+        if !run.admitted.is_empty() {
+            columns.add(i32::try_from(index).unwrap_or(i32::MAX), run);
         }
     }
-    let has_free = paid_from.contains(&"free");
-    let has_paid = paid_from.contains(&"wallet");
+    if columns.run.is_empty() {
+        return Ok(runs.iter().map(|_| Applied::Written).collect());
+    }
     // Data-modifying CTEs all run, so each write is made conditional on the ones before it:
     // a stale count writes nothing at all; only a stale wallet after a fresh count could tear.
-    let (counted, charged, recorded): (i64, i64, i64) = sqlx::query_as(
-        "WITH counted AS (
-             INSERT INTO monthly_usage (account_id, month, free_used)
-             SELECT $1, $2, $3 WHERE $4
+    let found: Vec<(i32, bool, bool)> = sqlx::query_as(
+        "WITH runs AS (
+             SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bool[], $5::bigint[],
+                                  $6::bigint[], $7::bool[], $8::bigint[], $9::bigint[],
+                                  $10::bigint[])
+                 AS r (run, account_id, month, has_free, free_before, free_after, has_paid,
+                       wallet_before, owed_before, wallet_after)),
+         counted AS (
+             INSERT INTO monthly_usage AS u (account_id, month, free_used)
+             SELECT account_id, month, free_after FROM runs WHERE has_free
              ON CONFLICT (account_id, month) DO UPDATE SET free_used = EXCLUDED.free_used
-             WHERE monthly_usage.free_used = $5
-             RETURNING 1),
+             WHERE u.free_used = (SELECT r.free_before FROM runs r
+                                  WHERE r.account_id = EXCLUDED.account_id
+                                      AND r.month = EXCLUDED.month)
+             RETURNING account_id, month),
+         fresh AS (
+             SELECT r.* FROM runs r
+             WHERE NOT r.has_free OR EXISTS (SELECT 1 FROM counted c
+                                             WHERE c.account_id = r.account_id
+                                                 AND c.month = r.month)),
          charged AS (
-             UPDATE accounts SET wallet_micros = $6
-             WHERE $7 AND id = $1 AND wallet_micros = $8 AND owed_micros = $9
-                 AND (NOT $4 OR EXISTS (SELECT 1 FROM counted))
-             RETURNING 1),
+             UPDATE accounts a SET wallet_micros = f.wallet_after FROM fresh f
+             WHERE f.has_paid AND a.id = f.account_id AND a.wallet_micros = f.wallet_before
+                 AND a.owed_micros = f.owed_before
+             RETURNING f.run),
+         written AS (
+             SELECT f.run FROM fresh f
+             WHERE NOT f.has_paid OR f.run IN (SELECT run FROM charged)),
          recorded AS (
-             INSERT INTO call_ledger (account_id, month, tool, paid_from, cost_micros, created_at)
-             SELECT $1, $2, c.tool, c.paid_from, c.cost, $10
-             FROM unnest($11::text[], $12::text[], $13::bigint[]) AS c (tool, paid_from, cost)
-             WHERE (NOT $4 OR EXISTS (SELECT 1 FROM counted))
-                 AND (NOT $7 OR EXISTS (SELECT 1 FROM charged))
+             INSERT INTO call_ledger
+                 (account_id, month, tool, paid_from, cost_micros, created_at)
+             SELECT r.account_id, r.month, l.tool, l.paid_from, l.cost, $11
+             FROM unnest($12::int[], $13::text[], $14::text[], $15::bigint[])
+                 AS l (run, tool, paid_from, cost)
+             JOIN runs r ON r.run = l.run
+             WHERE l.run IN (SELECT run FROM written)
              RETURNING 1)
-         SELECT (SELECT count(*) FROM counted), (SELECT count(*) FROM charged),
-                (SELECT count(*) FROM recorded)",
+         SELECT r.run,
+                r.run IN (SELECT run FROM fresh) AND r.has_free,
+                r.run IN (SELECT run FROM charged)
+         FROM runs r",
     )
-    .bind(&run.key.0)
-    .bind(&run.key.1)
-    .bind(run.after.free_used)
-    .bind(has_free)
-    .bind(run.before.free_used)
-    .bind(run.after.wallet.0)
-    .bind(has_paid)
-    .bind(run.before.wallet.0)
-    .bind(run.before.owed.0)
+    .bind(&columns.run)
+    .bind(&columns.account)
+    .bind(&columns.month)
+    .bind(&columns.has_free)
+    .bind(&columns.free_before)
+    .bind(&columns.free_after)
+    .bind(&columns.has_paid)
+    .bind(&columns.wallet_before)
+    .bind(&columns.owed_before)
+    .bind(&columns.wallet_after)
     .bind(now_millis())
-    .bind(&tools)
-    .bind(&paid_from)
-    .bind(&costs)
-    .fetch_one(conn)
+    .bind(&columns.row_run)
+    .bind(&columns.row_tool)
+    .bind(&columns.row_paid_from)
+    .bind(&columns.row_cost)
+    .fetch_all(conn)
     .await?;
-    let all = i64::try_from(run.admitted.len()).unwrap_or(i64::MAX);
-    Ok(
-        match (
-            counted == i64::from(has_free),
-            charged == i64::from(has_paid),
-        ) {
-            (true, true) if recorded == all => Applied::Written,
-            (false, _) if charged == 0 && recorded == 0 => Applied::Stale,
-            (true, false) if !has_free && recorded == 0 => Applied::Stale,
+    let mut applied: Vec<Applied> = runs.iter().map(|_| Applied::Written).collect();
+    for (index, counted, charged) in found {
+        let Some(position) = usize::try_from(index).ok() else {
+            continue;
+        };
+        let at = columns.run.iter().position(|&run| run == index);
+        let (has_free, has_paid) = match at {
+            Some(at) => (columns.has_free[at], columns.has_paid[at]),
+            None => continue,
+        };
+        applied[position] = match (counted == has_free, charged == has_paid) {
+            (true, true) => Applied::Written,
+            // a stale count wrote nothing: the wallet is guarded only behind a fresh count
+            (false, _) if !charged => Applied::Stale,
+            (true, false) if !has_free => Applied::Stale,
             _ => Applied::Torn,
-        },
-    )
+        };
+    }
+    Ok(applied)
+}
+
+/// [`apply`] of one run, for tests.
+#[cfg(test)]
+pub(crate) async fn apply_one(
+    conn: &mut PgConnection,
+    run: &Run<'_>,
+) -> Result<Applied, sqlx::Error> {
+    let applied = apply(conn, std::slice::from_ref(run)).await?;
+    Ok(applied.into_iter().next().unwrap_or(Applied::Torn))
 }
 
 #[cfg(test)]

@@ -97,13 +97,13 @@ async fn a_free_run_decided_on_a_stale_count_writes_nothing() {
         assert_eq!(first, Standing::default(), "no usage row yet: nothing used");
         let second = first;
         assert_eq!(
-            apply(&mut conn, &run_of(&key, first, &call, 2))
+            apply_one(&mut conn, &run_of(&key, first, &call, 2))
                 .await
                 .unwrap(),
             Applied::Written
         );
         assert_eq!(
-            apply(&mut conn, &run_of(&key, second, &call, 1))
+            apply_one(&mut conn, &run_of(&key, second, &call, 1))
                 .await
                 .unwrap(),
             Applied::Stale,
@@ -129,7 +129,7 @@ async fn a_paid_run_decided_on_a_stale_wallet_or_debt_writes_nothing() {
         assert_eq!(run.admitted.len(), 2, "20 pays for two calls of 8");
         let credit = "UPDATE accounts SET wallet_micros = wallet_micros + 5 WHERE id = $1";
         execute(&mut conn, credit, &account).await;
-        assert_eq!(apply(&mut conn, &run).await.unwrap(), Applied::Stale);
+        assert_eq!(apply_one(&mut conn, &run).await.unwrap(), Applied::Stale);
         assert_eq!(
             store.usage(&account, &month).await.unwrap().wallet,
             Micros(25),
@@ -145,7 +145,7 @@ async fn a_paid_run_decided_on_a_stale_wallet_or_debt_writes_nothing() {
         assert!(matches!(run.admitted[..], [(_, Admission::Paid { .. })]));
         let owe = "UPDATE accounts SET owed_micros = 3 WHERE id = $1";
         execute(&mut conn, owe, &account).await;
-        assert_eq!(apply(&mut conn, &run).await.unwrap(), Applied::Stale);
+        assert_eq!(apply_one(&mut conn, &run).await.unwrap(), Applied::Stale);
         assert_eq!(ledger_rows(&mut conn).await, 0);
         assert_eq!(
             store.admit_call(&free_price).await.unwrap(),
@@ -176,7 +176,7 @@ async fn a_run_whose_wallet_changed_under_a_fresh_count_is_torn() {
         let credit = "UPDATE accounts SET wallet_micros = wallet_micros + 5 WHERE id = $1";
         execute(&mut conn, credit, &account).await;
         let mut tx = conn.begin_with(BEGIN).await.unwrap();
-        assert_eq!(apply(&mut tx, &run).await.unwrap(), Applied::Torn);
+        assert_eq!(apply_one(&mut tx, &run).await.unwrap(), Applied::Torn);
         tx.rollback().await.unwrap();
         assert_eq!(ledger_rows(&mut conn).await, 0);
         store.close().await;
@@ -266,7 +266,7 @@ async fn an_admission_that_waited_for_the_lock_decides_again_on_what_is_committe
             if admission.is_finished() {
                 break;
             }
-            let counted = apply(&mut tx, &run_of(&key, before.unwrap(), &call, 1)).await;
+            let counted = apply_one(&mut tx, &run_of(&key, before.unwrap(), &call, 1)).await;
             assert_eq!(counted.unwrap(), Applied::Written);
             tx.commit().await.unwrap();
             counted_by_holder += 1;

@@ -299,7 +299,9 @@ async fn decide_and_commit(
 }
 
 /// Decides every call of `indices` inside the open transaction and applies the decisions;
-/// indexed like `batch`.
+/// indexed like `batch`. Each round decides one run of every account with calls left and
+/// applies all of them in one statement; an account whose run was stale is read again (its lock
+/// is held now, so the read is exact) and its run decided again in the next round.
 async fn decide_all(
     conn: &mut PgConnection,
     batch: &[Job],
@@ -318,74 +320,105 @@ async fn decide_all(
             .or_default()
             .push(index);
     }
-    for calls in accounts.into_values() {
-        if !standings.contains_key(&batch[calls[0]].key) {
-            for index in calls {
-                decisions[index] = Some(Err(StoreError::NotFound));
-            }
-            continue;
-        }
-        // a run: consecutive calls of the account in one month (a batch spans months rarely)
-        for run in calls.chunk_by(|&a, &b| batch[a].key.1 == batch[b].key.1) {
-            for (index, admission) in decide_run(conn, batch, run, &mut standings).await? {
-                decisions[index] = Some(admission);
-            }
-        }
-    }
-    Ok(decisions)
-}
-
-/// Decides the calls `run` of one account in one month, each on the standing the one before it
-/// left, and applies them; reads the account again and decides again when the standing was stale.
-async fn decide_run(
-    conn: &mut PgConnection,
-    batch: &[Job],
-    run: &[usize],
-    standings: &mut HashMap<Key, Standing>,
-) -> Result<Vec<(usize, Result<Admission, StoreError>)>, Abort> {
-    let key = &batch[run[0]].key;
-    for _ in 0..MAX_READS {
-        let Some(&before) = standings.get(key) else {
-            return Ok(run
+    let mut pending: Vec<Pending<'_>> = accounts
+        .values()
+        .map(|calls| Pending {
+            // a run: consecutive calls of the account in one month (a batch spans months rarely)
+            runs: calls
+                .chunk_by(|&a, &b| batch[a].key.1 == batch[b].key.1)
+                .collect(),
+            next: 0,
+            reads: 1,
+        })
+        .collect();
+    while !pending.is_empty() {
+        let mut wave = Vec::with_capacity(pending.len());
+        for (at, account) in pending.iter_mut().enumerate() {
+            let calls = account.runs[account.next];
+            let key = &batch[calls[0]].key;
+            let Some(&before) = standings.get(key) else {
+                account.answer_rest(&mut decisions, || StoreError::NotFound);
+                continue;
+            };
+            let mut run = Run::new(key, before);
+            let admissions: Vec<(usize, Admission)> = calls
                 .iter()
-                .map(|&i| (i, Err(StoreError::NotFound)))
-                .collect());
-        };
-        let mut applied = Run::new(key, before);
-        let mut admissions = Vec::with_capacity(run.len());
-        for &index in run {
-            let decision = decide(applied.after, batch[index].terms);
-            applied.push(&batch[index].tool, &decision);
-            admissions.push((index, Ok(decision.admission)));
+                .map(|&index| {
+                    let decision = decide(run.after, batch[index].terms);
+                    run.push(&batch[index].tool, &decision);
+                    (index, decision.admission)
+                })
+                .collect();
+            wave.push((at, run, admissions));
         }
-        match apply(conn, &applied).await? {
-            Applied::Written => {
-                set_standing(standings, key, applied.after);
-                return Ok(admissions);
+        let runs: Vec<Run<'_>> = wave.iter().map(|(_, run, _)| run.clone()).collect();
+        let applied = apply(conn, &runs).await?;
+        let mut stale = Vec::new();
+        for ((at, run, admissions), applied) in wave.into_iter().zip(applied) {
+            let account = &mut pending[at];
+            match applied {
+                Applied::Written => {
+                    set_standing(&mut standings, run.key, run.after);
+                    for (index, admission) in admissions {
+                        decisions[index] = Some(Ok(admission));
+                    }
+                    account.next += 1;
+                    account.reads = 1;
+                }
+                Applied::Stale if account.reads < MAX_READS => {
+                    account.reads += 1;
+                    stale.push(run.key.clone());
+                }
+                Applied::Stale => account.answer_rest(&mut decisions, || {
+                    StoreError::Unavailable(
+                        "the account's standing kept changing during its admission".to_owned(),
+                    )
+                }),
+                Applied::Torn => {
+                    return Err(Abort::Failed(StoreError::Unavailable(
+                        "an admission's compare-and-set held in part".to_owned(),
+                    )));
+                }
             }
-            Applied::Stale => {
-                // the lock is held now, so this read is exact
-                let fresh = read_standings(conn, std::slice::from_ref(key)).await?;
+        }
+        if !stale.is_empty() {
+            stale.sort_unstable();
+            let fresh = read_standings(conn, &stale).await?;
+            for key in &stale {
                 match fresh.get(key) {
-                    Some(&standing) => set_standing(standings, key, standing),
+                    Some(&standing) => set_standing(&mut standings, key, standing),
                     None => {
                         standings.remove(key);
                     }
                 }
             }
-            Applied::Torn => {
-                return Err(Abort::Failed(StoreError::Unavailable(
-                    "an admission's compare-and-set held in part".to_owned(),
-                )));
-            }
         }
+        pending.retain(|account| account.next < account.runs.len());
     }
-    let kept_changing = || {
-        Err(StoreError::Unavailable(
-            "the account's standing kept changing during its admission".to_owned(),
-        ))
-    };
-    Ok(run.iter().map(|&i| (i, kept_changing())).collect())
+    Ok(decisions)
+}
+
+/// An account's calls in a batch, as runs of one month each, and how far they are applied.
+struct Pending<'a> {
+    runs: Vec<&'a [usize]>,
+    /// The first run not applied yet.
+    next: usize,
+    /// Reads its next run has been decided on so far.
+    reads: usize,
+}
+
+impl Pending<'_> {
+    /// Answers every call not applied yet with `error`; nothing of the account is left to do.
+    fn answer_rest(
+        &mut self,
+        decisions: &mut [Option<Result<Admission, StoreError>>],
+        error: impl Fn() -> StoreError,
+    ) {
+        for &index in self.runs[self.next..].iter().copied().flatten() {
+            decisions[index] = Some(Err(error()));
+        }
+        self.next = self.runs.len();
+    }
 }
 
 /// Records `standing` for `key`, and its wallet and debt for the account's other months.

@@ -8,6 +8,7 @@ use toolgate_store::{Accounts, Metering, NewAccount};
 
 use super::*;
 use crate::PgStore;
+use crate::admit::apply_one;
 use crate::testkit::{until_waiting, with_fresh_database};
 
 const FREE: i64 = 5;
@@ -168,7 +169,10 @@ async fn a_batch_whose_compare_and_set_loses_for_one_account_answers_every_call_
             paid_call_cost: Micros(PRICE),
         };
         counted.push("svc_read", &decide(held, terms));
-        assert_eq!(apply(&mut tx, &counted).await.unwrap(), Applied::Written);
+        assert_eq!(
+            apply_one(&mut tx, &counted).await.unwrap(),
+            Applied::Written
+        );
         sqlx::query("UPDATE accounts SET wallet_micros = wallet_micros + $1 WHERE id = $2")
             .bind(2 * PRICE)
             .bind(&contended.0)
@@ -208,6 +212,70 @@ async fn a_batch_whose_compare_and_set_loses_for_one_account_answers_every_call_
         );
         let usage = store.usage(&ids[1], &month).await.unwrap();
         assert_eq!(usage.wallet, Micros(WALLET + 2 * PRICE - 3 * PRICE));
+        store.close().await;
+    })
+    .await;
+}
+
+/// One batch holds an account's calls of two months, interleaved: each month's allowance is
+/// counted apart, the wallet they share is charged in the order the calls came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_spanning_two_months_counts_them_apart_and_shares_the_wallet() {
+    with_fresh_database(|url| async move {
+        let store = PgStore::connect(&url).await.unwrap();
+        let id = accounts(&store, 1).await.remove(0);
+        let month_of = |month| {
+            let day = time::Date::from_calendar_date(2026, month, 15).unwrap();
+            MonthKey::containing(day.midnight().assume_utc())
+        };
+        let (october, november) = (
+            month_of(time::Month::October),
+            month_of(time::Month::November),
+        );
+        let months = [
+            &october, &november, &october, &november, &october, &november,
+        ];
+        let mut jobs = Vec::new();
+        let mut answers = Vec::new();
+        for month in months {
+            let mut call = charge(&id, month);
+            call.free_monthly_calls = 1;
+            let (job, answer) = Job::new(&call);
+            jobs.push(job);
+            answers.push(answer);
+        }
+        let all: Vec<usize> = (0..jobs.len()).collect();
+        let recorded = decide_and_commit(&store.pool, &mut jobs, &all)
+            .await
+            .unwrap();
+        answer(jobs, recorded);
+        let mut heard = Vec::new();
+        for answer in answers {
+            let decided = answer.decided().await.unwrap();
+            decided.recorded.wait().await.unwrap();
+            heard.push(decided.admission);
+        }
+        let paid = |left| Admission::Paid {
+            balance_after: Micros(WALLET - left * PRICE),
+        };
+        assert_eq!(
+            heard,
+            [
+                Admission::Free { free_used: 1 },
+                Admission::Free { free_used: 1 },
+                paid(1),
+                paid(2),
+                paid(3),
+                paid(4),
+            ]
+        );
+        assert_eq!(store.ledger_counts(&id, &october).await.unwrap(), (1, 2));
+        assert_eq!(store.ledger_counts(&id, &november).await.unwrap(), (1, 2));
+        let usage = store.usage(&id, &november).await.unwrap();
+        assert_eq!(
+            (usage.free_used, usage.wallet),
+            (1, Micros(WALLET - 4 * PRICE))
+        );
         store.close().await;
     })
     .await;
