@@ -1,8 +1,8 @@
 //! The PostgreSQL backend, for deployments that run more than one instance or already operate
 //! a database server. Same tables, columns and behaviour as the SQLite backend.
 //!
-//! Admissions are group-committed per process (`batch`): a few batcher tasks decide the calls
-//! waiting at the moment in one transaction each. Exactness under concurrency, also between
+//! Admissions are group-committed per process (`batch`): a batcher task decides the calls
+//! waiting at the moment in one transaction. Exactness under concurrency, also between
 //! processes, comes from the accounts' row locks and guarded updates, not from a single writer.
 
 mod admit;
@@ -47,7 +47,7 @@ pub struct PgStore {
 
 impl PgStore {
     /// Connects to the database at `url` (`postgres://user:password@host:port/db`), migrates it
-    /// and starts the admission batchers (so it must run inside a Tokio runtime).
+    /// and starts the admission batcher (so it must run inside a Tokio runtime).
     pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
