@@ -369,32 +369,40 @@ async fn client(
     result
 }
 
-/// CPU seconds of the server, of this process and of the whole machine, read together.
-fn cpu_sample(server_pid: u32) -> Result<(f64, f64, f64)> {
+/// CPU seconds of the servers, of this process and of the whole machine, read together.
+fn cpu_sample(server_pids: &[u32]) -> Result<(f64, f64, f64)> {
+    let mut servers = 0.0;
+    for pid in server_pids {
+        servers += proc::cpu_seconds(&pid.to_string())?;
+    }
     Ok((
-        proc::cpu_seconds(&server_pid.to_string())?,
+        servers,
         proc::cpu_seconds("self")?,
         proc::machine_busy_seconds()?,
     ))
 }
 
-/// Runs `clients` clients for `warmup + measure`, counting only requests started after the warm-up.
+/// Runs `clients` clients for `warmup + measure`, counting only requests started after the warm-up;
+/// client `n` talks to `endpoints[n % endpoints.len()]` (several front ends share the clients).
 pub async fn run(
-    endpoint: &Endpoint,
+    endpoints: &[Endpoint],
     workload: Arc<Workload>,
     clients: usize,
     warmup: Duration,
     measure: Duration,
-    server_pid: u32,
+    server_pids: &[u32],
 ) -> Result<Outcome> {
     let start = Instant::now();
     let warm_until = start + warmup;
     let end = warm_until + measure;
-    let handles: Vec<_> = (0..clients)
-        .map(|_| tokio::spawn(client(endpoint.clone(), workload.clone(), warm_until, end)))
+    let handles: Vec<_> = endpoints
+        .iter()
+        .cycle()
+        .take(clients)
+        .map(|endpoint| tokio::spawn(client(endpoint.clone(), workload.clone(), warm_until, end)))
         .collect();
     tokio::time::sleep_until(warm_until.into()).await;
-    let cpu_before = cpu_sample(server_pid)?;
+    let cpu_before = cpu_sample(server_pids)?;
     let mut latencies = Vec::new();
     let mut answered = 0;
     let mut errors: BTreeMap<String, u64> = BTreeMap::new();
@@ -408,7 +416,7 @@ pub async fn run(
         }
         last = last.max(result.finished.unwrap_or(last));
     }
-    let cpu_after = cpu_sample(server_pid)?;
+    let cpu_after = cpu_sample(server_pids)?;
     let elapsed = last.saturating_duration_since(warm_until);
     let wall = elapsed.as_secs_f64().max(1e-9);
     latencies.sort_unstable();

@@ -6,6 +6,7 @@ mod ai;
 mod dashboard;
 mod fairness;
 mod floor;
+mod fronts;
 mod load;
 mod oauth;
 mod paths;
@@ -57,6 +58,10 @@ struct Args {
     /// postgres://… to measure on PostgreSQL; given to `serve` and to the operator commands
     #[arg(long)]
     database_url: Option<String>,
+    /// Measure only the metered figure (bare POST) through this many serve processes on the one
+    /// --database-url, the clients spread over them in turn
+    #[arg(long)]
+    front_ends: Option<usize>,
     /// Passed to the server as --sqlite-synchronous (`full` or `normal`) [default: the server's]
     #[arg(long)]
     sqlite_synchronous: Option<String>,
@@ -137,8 +142,12 @@ fn default_binary() -> PathBuf {
 }
 
 fn run(args: &Args) -> Result<()> {
-    if args.seconds == 0 || args.clients == 0 || args.client_threads == 0 {
-        bail!("--seconds, --clients and --client-threads must be at least 1");
+    if args.seconds == 0
+        || args.clients == 0
+        || args.client_threads == 0
+        || args.front_ends == Some(0)
+    {
+        bail!("--seconds, --clients, --client-threads and --front-ends must be at least 1");
     }
     let binary = args.toolgate.clone().unwrap_or_else(default_binary);
     if !binary.is_file() {
@@ -159,8 +168,14 @@ fn run(args: &Args) -> Result<()> {
     if args.ai {
         return ai::run(&binary, args.sandbox.sandbox_runtime.as_deref());
     }
+    if let Some(front_ends) = args.front_ends {
+        return fronts::run(args, &binary, front_ends);
+    }
     if args.sandbox.sandbox_durable {
         return sandbox::run_durable(args, &binary);
+    }
+    if args.sandbox.sandbox_nodes {
+        return sandbox::run_nodes(args, &binary);
     }
     if args.sandbox.sandbox {
         return sandbox::run(args, &binary);
@@ -264,8 +279,8 @@ fn run(args: &Args) -> Result<()> {
     };
     for (name, workload, clients, target) in plan {
         let phase = bench.phase(
-            &mut server,
-            &endpoint,
+            std::slice::from_mut(&mut server),
+            std::slice::from_ref(&endpoint),
             &workload,
             clients,
             (name, "warn"),
@@ -293,8 +308,8 @@ fn run(args: &Args) -> Result<()> {
         for clients in [1, args.clients] {
             let target = loaded(clients, TOOLS_LIST_TARGET);
             let phase = bench.phase(
-                &mut server,
-                &endpoint,
+                std::slice::from_mut(&mut server),
+                std::slice::from_ref(&endpoint),
                 &list,
                 clients,
                 ("tools/list [bare POST]", "default"),
@@ -323,9 +338,13 @@ fn run(args: &Args) -> Result<()> {
             vec![b"\"svc_read\""],
         )?);
         let name = ("bare axum fixed body (floor)", "-");
+        let floors = (
+            std::slice::from_mut(&mut floor),
+            std::slice::from_ref(&endpoint),
+        );
         report
             .phases
-            .push(bench.phase(&mut floor, &endpoint, &fixed, args.clients, name, None)?);
+            .push(bench.phase(floors.0, floors.1, &fixed, args.clients, name, None)?);
         floor.stop()?;
     }
 
@@ -350,11 +369,12 @@ struct Bench<'a> {
 }
 
 impl Bench<'_> {
-    /// Runs one load phase against `server` and labels it (`label` is figure name and log level).
+    /// Runs one load phase against `servers` (the clients spread over them) and labels it
+    /// (`label` is figure name and log level).
     fn phase(
         &self,
-        server: &mut Server,
-        endpoint: &Endpoint,
+        servers: &mut [Server],
+        endpoints: &[Endpoint],
         workload: &Arc<Workload>,
         clients: usize,
         label: (&'static str, &'static str),
@@ -366,17 +386,22 @@ impl Bench<'_> {
             self.measure, self.warmup
         ));
         wait_for_quiet(self.quiet_wait);
-        server.check_running()?;
+        let pids: Vec<u32> = servers.iter().map(Server::pid).collect();
+        for server in servers.iter_mut() {
+            server.check_running()?;
+        }
         let run = load::run(
-            endpoint,
+            endpoints,
             workload.clone(),
             clients,
             self.warmup,
             self.measure,
-            server.pid(),
+            &pids,
         );
         let outcome = self.runtime.block_on(run)?;
-        server.check_running()?;
+        for server in servers.iter_mut() {
+            server.check_running()?;
+        }
         progress(&format!(
             "  {:.0}/s, {} error(s)",
             outcome.per_second(),

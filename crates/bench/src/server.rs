@@ -65,12 +65,21 @@ impl Toolgate {
     /// Starts `toolgate serve` on a free loopback port. `log` is the TOOLGATE_LOG filter, or
     /// `None` for the binary's default level. Stderr goes to `stderr_path`.
     pub fn serve(&self, log: Option<&str>, stderr_path: &Path) -> Result<Server> {
+        self.start("serve", log, stderr_path)
+    }
+
+    /// Starts `toolgate <role>` (`serve`, or `node`: an execution node) on a free loopback port.
+    pub fn start(&self, role: &str, log: Option<&str>, stderr_path: &Path) -> Result<Server> {
         let addr = free_port()?;
         let url = format!("http://{addr}");
         let stderr = File::create(stderr_path)
             .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-        let mut command =
-            self.command(&["serve", "--listen", &addr.to_string(), "--public-url", &url]);
+        let listen = addr.to_string();
+        let mut args = vec![role, "--listen", &listen];
+        if role == "serve" {
+            args.extend(["--public-url", &url]);
+        }
+        let mut command = self.command(&args);
         if let Some(filter) = log {
             command.env("TOOLGATE_LOG", filter);
         }
@@ -154,6 +163,14 @@ impl Server {
     /// Bytes the server has written to stderr so far.
     pub fn log_bytes(&self) -> u64 {
         std::fs::metadata(&self.stderr_path).map_or(0, |meta| meta.len())
+    }
+
+    /// Kills the server at once (SIGKILL), as a host that dies.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Stops the server the way an operator would (SIGTERM, then drain), killing it if it hangs.

@@ -180,6 +180,11 @@ impl Fleet {
         Some(chosen)
     }
 
+    /// How long a node's lease runs.
+    pub(crate) fn lease_time(&self) -> Duration {
+        self.lease.duration()
+    }
+
     /// The store placement is kept in.
     pub(crate) fn placement(&self) -> &Arc<dyn Placement> {
         &self.placement
@@ -225,6 +230,24 @@ async fn renew(
         // unreachable: its lease runs out in the database, and it fences itself
         return;
     };
+    if now.draining {
+        // a drained node's sessions are in their checkpoints: given up at once, so that the
+        // next call of each restores it elsewhere; a draining one is renewed but gets no more
+        if now.drained {
+            if let Some(incarnation) = now.incarnation
+                && let Ok(true) = placement.remove_node(name, Incarnation(incarnation)).await
+            {
+                tracing::info!(
+                    node = name.as_str(),
+                    "a drained node's sessions were given up"
+                );
+            }
+            return;
+        }
+        if now.incarnation.is_none() {
+            return;
+        }
+    }
     let started = Instant::now();
     let incarnation = match now.incarnation {
         Some(incarnation) => {

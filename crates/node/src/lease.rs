@@ -30,6 +30,9 @@ pub trait NodeControl: Send + Sync {
     /// Ends every session at once, writing nothing out (the lease lapsed: they may live
     /// elsewhere already), and leaves the node ready for new ones.
     async fn fence(&self);
+    /// Hibernates every live session (checkpointed, then ended), for a node being drained; how
+    /// many were.
+    async fn drain(&self) -> u64;
 }
 
 /// The node's incarnation and until when its sessions are its own.
@@ -37,6 +40,7 @@ pub trait NodeControl: Send + Sync {
 pub struct NodeLease {
     held: Mutex<Option<Held>>,
     draining: AtomicBool,
+    drained: AtomicBool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -126,6 +130,16 @@ impl NodeLease {
     /// Takes no new sessions from now on.
     pub fn drain(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// Whether a drain ended: the node holds nothing a front end must keep it for.
+    pub fn drained(&self) -> bool {
+        self.drained.load(Ordering::Acquire)
+    }
+
+    /// The drain ended.
+    pub fn set_drained(&self) {
+        self.drained.store(true, Ordering::Release);
     }
 }
 

@@ -16,7 +16,7 @@ use tokio::net::TcpStream;
 
 use crate::serve::{PING_EVERY, PING_TIMEOUT};
 use crate::token::NodeToken;
-use crate::wire::{LeaseAnswer, LeaseRequest, PREFIX};
+use crate::wire::{DrainAnswer, LeaseAnswer, LeaseRequest, PREFIX};
 
 /// How long a lease request may take.
 const LEASE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -110,6 +110,21 @@ impl NodeLink {
         tokio::time::timeout(LEASE_TIMEOUT, asking)
             .await
             .map_err(|_| self.unreachable("no answer in time"))?
+    }
+
+    /// Drains the node: it takes no new sessions and hibernates those it has. Waits for the
+    /// end (each session's call first, then its checkpoint).
+    pub async fn drain(&self) -> Result<DrainAnswer, LinkError> {
+        let answer = self.request("drain", whole(Vec::new())).await?;
+        if answer.status() != http::StatusCode::OK {
+            return Err(self.unreachable(format!("it answered {}", answer.status())));
+        }
+        let bytes = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
+            .collect()
+            .await
+            .map_err(|e| self.unreachable(e))?
+            .to_bytes();
+        serde_json::from_slice(&bytes).map_err(|e| self.unreachable(e))
     }
 
     async fn sender(&self) -> Result<SendRequest<RequestBody>, LinkError> {

@@ -86,10 +86,10 @@ async fn run(
         };
         return finish(&out, Done::Error(stale)).await;
     }
-    if lease.draining() && header.session_id.is_none() {
+    if lease.draining() && !live_here(&*sessions, &header).await {
         let draining = WireError {
             kind: ErrorKind::Stale,
-            message: "this node is draining".to_owned(),
+            message: "this node is draining: it takes no new sessions".to_owned(),
         };
         return finish(&out, Done::Error(draining)).await;
     }
@@ -140,6 +140,18 @@ async fn run(
         }
     };
     finish(&out, done).await;
+}
+
+/// Whether the run's session lives on this node now (a draining node serves only those).
+async fn live_here(sessions: &dyn SandboxSessions, header: &RunHeader) -> bool {
+    let Some(id) = &header.session_id else {
+        return false;
+    };
+    sessions
+        .list(&header.account)
+        .await
+        .iter()
+        .any(|s| s.id == *id && s.state == toolgate_sandbox::SessionState::Live)
 }
 
 async fn finish(out: &mpsc::Sender<Bytes>, done: Done) {

@@ -113,7 +113,7 @@ impl RemoteSessions {
                     }
                 }
             }
-            let node = self.fleet.least_loaded().ok_or_else(no_node)?;
+            let node = self.live_node().await?;
             match placement
                 .claim_session(&id, &sid, &node.name, node.incarnation)
                 .await
@@ -135,8 +135,36 @@ impl RemoteSessions {
         ))
     }
 
-    /// A live node for a run without a session id.
-    fn any_node(&self) -> Result<Arc<LiveNode>, SandboxSessionsError> {
+    /// Waits, at most a lease and a little, until the session's owner is no longer `gone` (a
+    /// node that cannot be reached): its lease lapses in the database, and the session may be
+    /// claimed elsewhere.
+    async fn wait_for_lapse(&self, account: &str, session: &str, gone: &LiveNode) {
+        let (Ok(sid), id) = (
+            SandboxSessionId::parse(session),
+            AccountId::from_stored(account.to_owned()),
+        ) else {
+            return;
+        };
+        let deadline =
+            tokio::time::Instant::now() + self.fleet.lease_time() + Duration::from_secs(2);
+        while tokio::time::Instant::now() < deadline {
+            match self.fleet.placement().session_owner(&id, &sid).await {
+                Ok(Some(owner))
+                    if owner.node == gone.name && owner.incarnation == gone.incarnation => {}
+                _ => break,
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        self.fleet.renew_all().await;
+    }
+
+    /// The least loaded live node; when none is known (the front end just started, or every
+    /// node was lost) the nodes are asked once more first.
+    async fn live_node(&self) -> Result<Arc<LiveNode>, SandboxSessionsError> {
+        if let Some(node) = self.fleet.least_loaded() {
+            return Ok(node);
+        }
+        self.fleet.renew_all().await;
         self.fleet.least_loaded().ok_or_else(no_node)
     }
 }
@@ -210,12 +238,20 @@ impl SandboxSessions for RemoteSessions {
                     let target = self.target(&request.account, session).await?;
                     (target.node, target.node_lost)
                 }
-                None => (self.any_node()?, false),
+                None => (self.live_node().await?, false),
             };
             match crate::remote_run::run(&node.link, &request, node.incarnation.0).await {
                 Ok(mut outcome) => {
                     outcome.node_lost |= node_lost;
                     return Ok(outcome);
+                }
+                Err(RunError::Unreachable(error)) => {
+                    tracing::warn!(%error, "a run's node cannot be reached; placing it again");
+                    self.fleet.forget(&node.name);
+                    if let Some(session) = &request.session_id {
+                        self.forget(&request.account, session);
+                        self.wait_for_lapse(&request.account, session, &node).await;
+                    }
                 }
                 Err(RunError::Stale) => {
                     if let Some(session) = &request.session_id {

@@ -30,6 +30,9 @@ const OUT_QUEUE: usize = 64;
 pub(crate) enum RunError {
     /// The node is not the incarnation the run was placed on; nothing ran.
     Stale,
+    /// The node could not be reached (dialling failed, or its connection broke before it
+    /// answered); nothing ran.
+    Unreachable(crate::LinkError),
     /// The seam's own error (nothing ran, or the session was lost).
     Seam(SandboxSessionsError),
 }
@@ -79,7 +82,7 @@ pub(crate) async fn run(
     let answer = link
         .request("run", body.boxed())
         .await
-        .map_err(|e| RunError::Seam(SandboxSessionsError::Unavailable(Box::new(e))))?;
+        .map_err(RunError::Unreachable)?;
     if answer.status() != http::StatusCode::OK {
         tracing::error!(node = link.address(), status = %answer.status(), "a node refused a run (is the node token the same?)");
         return Err(SandboxSessionsError::Unavailable(

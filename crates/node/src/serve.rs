@@ -18,7 +18,8 @@ use crate::lease::{NodeControl, NodeLease};
 use crate::node_run::AnswerBody;
 use crate::token::NodeToken;
 use crate::wire::{
-    AccountRef, ErrorKind, LeaseAnswer, LeaseRequest, PREFIX, ReadFile, SessionRef, WireError,
+    AccountRef, DrainAnswer, ErrorKind, LeaseAnswer, LeaseRequest, PREFIX, ReadFile, SessionRef,
+    WireError,
 };
 
 /// Runs in flight on one connection at most (each is one HTTP/2 stream).
@@ -135,6 +136,7 @@ impl NodeServer {
             incarnation: self.lease.incarnation(),
             load: self.control.load(),
             draining: self.lease.draining(),
+            drained: self.lease.drained(),
         }
     }
 
@@ -164,6 +166,16 @@ impl NodeServer {
                 Ok(asked) => json(StatusCode::OK, &self.lease_answer(&asked)),
                 Err(answer) => answer,
             },
+            "drain" => {
+                self.lease.drain();
+                let hibernated = self.control.drain().await;
+                self.lease.set_drained();
+                tracing::info!(
+                    hibernated,
+                    "node drained: its sessions are in their checkpoints"
+                );
+                json(StatusCode::OK, &DrainAnswer { hibernated })
+            }
             "read" => match small::<ReadFile>(request.into_body()).await {
                 Ok(read) => self.read_file(read).await,
                 Err(answer) => answer,

@@ -213,6 +213,16 @@ pub struct LeaseAnswer {
     pub load: crate::NodeLoad,
     /// it takes no new sessions
     pub draining: bool,
+    /// its drain ended: its sessions are in their checkpoints, and front ends give them up
+    #[serde(default)]
+    pub drained: bool,
+}
+
+/// What a drain did (`drain`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DrainAnswer {
+    /// sessions hibernated
+    pub hibernated: u64,
 }
 
 /// A `read_file` request.

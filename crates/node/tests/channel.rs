@@ -50,6 +50,10 @@ impl NodeControl for Scripted {
     async fn fence(&self) {
         *self.fences.lock().unwrap() += 1;
     }
+
+    async fn drain(&self) -> u64 {
+        7
+    }
 }
 
 fn outcome(stdout: String) -> RunOutcome {

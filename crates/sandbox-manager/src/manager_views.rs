@@ -13,7 +13,7 @@ use crate::hibernation;
 use crate::incarnation::blocking;
 use crate::manager::SandboxManager;
 use crate::manager_types::ManagerError;
-use crate::session_table::retire;
+use crate::session_table::{Name, retire};
 
 impl SandboxManager {
     /// Reads one regular file of the account's session `session_id` (which must exist: this
@@ -208,6 +208,39 @@ impl SandboxManager {
         hibernation::checkpoint(&self.inner, &entry, &slot).await?;
         retire(Arc::clone(&self.inner), entry, slot, false).await;
         Ok(true)
+    }
+
+    /// Hibernates every live session with a caller's id (each after the call running in it):
+    /// a node being drained. With checkpoints off each is closed instead; one whose image could
+    /// not be written lives on (its older checkpoint, if any, is kept). How many were
+    /// hibernated.
+    pub async fn hibernate_all(&self) -> usize {
+        let live: Vec<(String, String)> = self
+            .inner
+            .table()
+            .accounts
+            .iter()
+            .flat_map(|(account, sessions)| {
+                sessions.keys().filter_map(move |name| match name {
+                    Name::Caller(id) => Some((account.clone(), id.clone())),
+                    Name::Call(_) => None,
+                })
+            })
+            .collect();
+        let mut hibernated = 0;
+        for (account, id) in live {
+            match self.hibernate(&account, &id).await {
+                Ok(true) => hibernated += 1,
+                Ok(false) => {}
+                Err(_) if self.inner.config.keeping.is_none() => {
+                    self.close_session(&account, &id).await;
+                }
+                Err(why) => {
+                    tracing::warn!("a session could not be written out while draining: {why}");
+                }
+            }
+        }
+        hibernated
     }
 
     /// Closes one session now, and deletes its checkpoints; false if there was neither.

@@ -1,10 +1,12 @@
 //! The PostgreSQL backend, for deployments that run more than one instance or already operate
 //! a database server. Same tables, columns and behaviour as the SQLite backend.
 //!
-//! Every admission is its own short transaction; exactness under concurrency comes from
-//! guarded single-statement updates and the row locks they take, not from a single writer.
+//! Admissions are group-committed per process (`batch`): a batcher task decides the calls
+//! waiting at the moment in one transaction. Exactness under concurrency, also between
+//! processes, comes from the accounts' row locks and guarded updates, not from a single writer.
 
 mod admit;
+mod batch;
 mod dashboard;
 mod mcp_sessions;
 mod money;
@@ -24,10 +26,11 @@ use toolgate_domain::{
     Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, UsageSnapshot,
 };
 use toolgate_store::{
-    Accounts, CallCharge, Metering, NewAccount, StoreError, account_from_columns,
+    Accounts, CallCharge, Decided, Metering, NewAccount, StoreError, account_from_columns,
     key_hash_from_column, now_millis,
 };
 
+use crate::batch::{Admissions, BATCHERS};
 use crate::rows::map_error;
 
 /// Connections per process; calls of one account serialise on its rows anyway, so more
@@ -41,10 +44,12 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    admissions: Admissions,
 }
 
 impl PgStore {
-    /// Connects to the database at `url` (`postgres://user:password@host:port/db`) and migrates it.
+    /// Connects to the database at `url` (`postgres://user:password@host:port/db`), migrates it
+    /// and starts the admission batcher (so it must run inside a Tokio runtime).
     pub async fn connect(url: &str) -> Result<PgStore, StoreError> {
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
@@ -58,7 +63,8 @@ impl PgStore {
             .run(&pool)
             .await
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
-        Ok(PgStore { pool })
+        let admissions = Admissions::start(&pool, BATCHERS);
+        Ok(PgStore { pool, admissions })
     }
 
     /// Closes every connection, waiting for those in use to be returned.
@@ -143,7 +149,13 @@ impl Accounts for PgStore {
 #[async_trait]
 impl Metering for PgStore {
     async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {
-        admit::admit(&self.pool, charge).await
+        let decided = self.admissions.decide(charge).await?;
+        decided.recorded.wait().await?;
+        Ok(decided.admission)
+    }
+
+    async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
+        self.admissions.decide(charge).await
     }
 
     async fn credit_wallet(

@@ -5,11 +5,11 @@
 
 use async_trait::async_trait;
 use toolgate_domain::{
-    AccountId, Epoch, Incarnation, Lease, NodeName, OwnerState, SandboxSessionId, SessionOwner,
+    AccountId, Incarnation, Lease, NodeName, OwnerState, SandboxSessionId, SessionOwner,
 };
 use toolgate_store::{
     ClaimView, NodeBeat, NodeRecord, Placement, StoreError, claim_view_from_columns,
-    load_to_columns, node_from_columns, node_name_from_column, seen_columns,
+    load_to_columns, node_from_columns, owner_from_columns, seen_columns,
 };
 
 use crate::PgStore;
@@ -112,14 +112,8 @@ impl Placement for PgStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_error)?;
-        row.map(|(node, incarnation, epoch)| {
-            Ok(SessionOwner {
-                node: node_name_from_column(&node)?,
-                incarnation: Incarnation(incarnation),
-                epoch: Epoch(epoch),
-            })
-        })
-        .transpose()
+        row.map(|(node, incarnation, epoch)| owner_from_columns(&node, incarnation, epoch))
+            .transpose()
     }
 
     async fn claim_view(

@@ -64,6 +64,53 @@ pub fn with_database(url: &str, database: &str) -> String {
     out
 }
 
+/// Waits until `waiting` sessions of this database wait for a lock (each admission blocked on
+/// an account row), or until `done` says the awaited work finished.
+pub async fn until_waiting(conn: &mut PgConnection, waiting: i64, done: impl Fn() -> bool) {
+    until_lock_waiters(
+        conn,
+        |now| now >= waiting,
+        done,
+        "no session came to wait for the lock",
+    )
+    .await;
+}
+
+/// Waits until no session waits for a lock (the one that waited has it), or `done`.
+pub async fn until_lock_taken(conn: &mut PgConnection, done: impl Fn() -> bool) {
+    until_lock_waiters(
+        conn,
+        |now| now == 0,
+        done,
+        "the waiting session did not get the lock",
+    )
+    .await;
+}
+
+/// Polls the count of sessions waiting for a lock until `enough` holds of it, or `done`
+/// (failing with `what` after 30 s).
+async fn until_lock_waiters(
+    conn: &mut PgConnection,
+    enough: impl Fn(i64) -> bool,
+    done: impl Fn() -> bool,
+    what: &str,
+) {
+    for _ in 0..3_000 {
+        let now: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+        if enough(now) || done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("{what} within 30 s");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

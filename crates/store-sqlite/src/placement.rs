@@ -6,11 +6,11 @@
 
 use async_trait::async_trait;
 use toolgate_domain::{
-    AccountId, Epoch, Incarnation, Lease, NodeName, OwnerState, SandboxSessionId, SessionOwner,
+    AccountId, Incarnation, Lease, NodeName, OwnerState, SandboxSessionId, SessionOwner,
 };
 use toolgate_store::{
     ClaimView, NodeBeat, NodeRecord, Placement, StoreError, claim_view_from_columns,
-    load_to_columns, node_from_columns, node_name_from_column, now_millis, seen_columns,
+    load_to_columns, node_from_columns, now_millis, owner_from_columns, seen_columns,
 };
 
 use crate::SqliteStore;
@@ -128,14 +128,8 @@ impl Placement for SqliteStore {
         .fetch_optional(&self.reader)
         .await
         .map_err(map_error)?;
-        row.map(|(node, incarnation, epoch)| {
-            Ok(SessionOwner {
-                node: node_name_from_column(&node)?,
-                incarnation: Incarnation(incarnation),
-                epoch: Epoch(epoch),
-            })
-        })
-        .transpose()
+        row.map(|(node, incarnation, epoch)| owner_from_columns(&node, incarnation, epoch))
+            .transpose()
     }
 
     async fn claim_view(

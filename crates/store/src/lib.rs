@@ -37,7 +37,7 @@ pub use oauth::{
 pub use oauth_columns::{redirect_uris_from_column, redirect_uris_to_column};
 pub use placement::{
     ClaimView, NodeBeat, NodeLoad, NodeRecord, Placement, claim_view_from_columns, load_to_columns,
-    node_from_columns, node_name_from_column, seen_columns,
+    node_from_columns, node_name_from_column, owner_from_columns, seen_columns,
 };
 /// The replay and rotation rule's values, as the backends' primitives read and write them.
 pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};

@@ -225,6 +225,19 @@ pub fn node_name_from_column(raw: &str) -> Result<NodeName, StoreError> {
         .map_err(|_| StoreError::Unavailable("corrupt placement row: node name".to_owned()))
 }
 
+/// Rebuilds a session's owner from its stored columns.
+pub fn owner_from_columns(
+    node: &str,
+    incarnation: i64,
+    epoch: i64,
+) -> Result<SessionOwner, StoreError> {
+    Ok(SessionOwner {
+        node: node_name_from_column(node)?,
+        incarnation: Incarnation(incarnation),
+        epoch: Epoch(epoch),
+    })
+}
+
 /// Rebuilds what a claim read from the columns of one row: the owner row's node, incarnation
 /// and epoch (all absent without a row; node and incarnation absent when released), whether
 /// its owner is valid, and whether the claimer is live.
@@ -238,11 +251,7 @@ pub fn claim_view_from_columns(
     let state = match (node, incarnation, epoch) {
         (_, _, None) => OwnerState::Unowned,
         (Some(node), Some(incarnation), Some(epoch)) => OwnerState::Owned {
-            owner: SessionOwner {
-                node: node_name_from_column(&node)?,
-                incarnation: Incarnation(incarnation),
-                epoch: Epoch(epoch),
-            },
+            owner: owner_from_columns(&node, incarnation, epoch)?,
             valid: owner_valid,
         },
         (None, None, Some(epoch)) => OwnerState::Released {

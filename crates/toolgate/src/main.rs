@@ -47,7 +47,13 @@ enum Command {
     /// Runs an execution node: owns sandbox sessions (needs root) and serves them to front
     /// ends (`serve --nodes`) holding the node token, over HTTP/2 on --listen [default:
     /// 127.0.0.1:7070]
-    Node,
+    Node {
+        /// Instead of running a node: tell the node at --listen to take no new sessions and
+        /// hibernate the rest (front ends then give them up, and each next call restores its
+        /// session on another node); prints {"drained": true, "hibernated": N}
+        #[arg(long)]
+        drain: bool,
+    },
     #[command(flatten)]
     Operator(OperatorCommand),
 }
@@ -119,8 +125,12 @@ fn main() -> ExitCode {
             Ok(config) => Role::Serve(Box::new(config)),
             Err(err) => return fail(&err.into()),
         },
-        Command::Node => match NodeConfig::from_settings(&settings) {
+        Command::Node { drain: false } => match NodeConfig::from_settings(&settings) {
             Ok(config) => Role::Node(Box::new(config)),
+            Err(err) => return fail(&err.into()),
+        },
+        Command::Node { drain: true } => match config::drain_target(&settings) {
+            Ok((listen, token)) => Role::Drain(listen, token),
             Err(err) => return fail(&err.into()),
         },
         Command::Operator(command) => Role::Operator(command),
@@ -128,7 +138,7 @@ fn main() -> ExitCode {
     let _log_guard = serve::init_logging(match &role {
         Role::Serve(config) => &config.log,
         Role::Node(config) => &config.log,
-        Role::Operator(_) => serve::command_log(settings.log.as_deref()),
+        Role::Drain(..) | Role::Operator(_) => serve::command_log(settings.log.as_deref()),
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -143,6 +153,7 @@ fn main() -> ExitCode {
         match role {
             Role::Serve(config) => serve::run(*config).await,
             Role::Node(config) => node::run(*config).await,
+            Role::Drain(listen, token) => node::drain(listen, token).await,
             Role::Operator(command) => operator(command, &settings).await,
         }
     });
@@ -157,6 +168,7 @@ fn main() -> ExitCode {
 enum Role {
     Serve(Box<ServeConfig>),
     Node(Box<NodeConfig>),
+    Drain(std::net::SocketAddr, toolgate_node::NodeToken),
     Operator(OperatorCommand),
 }
 

@@ -105,6 +105,26 @@ impl NodeControl for NodeSessions {
         );
         old.shutdown_abandoning().await;
     }
+
+    async fn drain(&self) -> u64 {
+        u64::try_from(self.current().hibernate_all().await).unwrap_or(u64::MAX)
+    }
+}
+
+/// `toolgate node --drain`: tells the node listening at `listen` (this host's, by default) to
+/// take no new sessions and hibernate the rest, waits for it, and prints
+/// `{"drained": true, "hibernated": N}`.
+pub async fn drain(listen: std::net::SocketAddr, token: toolgate_node::NodeToken) -> Result<()> {
+    let link = toolgate_node::NodeLink::new(&format!("http://{listen}"), token)?;
+    let drained = link
+        .drain()
+        .await
+        .with_context(|| format!("the node at {listen} could not be drained"))?;
+    println!(
+        "{}",
+        serde_json::json!({"drained": true, "hibernated": drained.hibernated})
+    );
+    Ok(())
 }
 
 #[async_trait]

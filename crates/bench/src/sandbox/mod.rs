@@ -18,6 +18,7 @@ mod durable;
 mod durable_http;
 mod http;
 mod memory;
+mod nodes;
 mod report;
 
 pub(crate) use http::{timed, timed_pair};
@@ -74,6 +75,28 @@ pub struct SandboxArgs {
     /// Sessions created and hibernated for the disk figure
     #[arg(long, default_value_t = 200)]
     pub sandbox_hibernated: usize,
+    /// Measure many hosts on this machine instead: warm calls through a front end and a node
+    /// beside a single process, CPU per call, and a session's return after its node is killed
+    #[arg(long)]
+    pub sandbox_nodes: bool,
+}
+
+/// Runs the many-hosts figures and prints them.
+pub fn run_nodes(args: &Args, binary: &Path) -> Result<()> {
+    let files = locate(args.sandbox.sandbox_runtime.as_deref(), binary)?;
+    let dir = scratch_dir()?;
+    let client = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let figures = nodes::measure(
+        &client,
+        binary,
+        &files,
+        dir.path(),
+        args.sandbox.sandbox_calls,
+    )?;
+    print!("{}", nodes::table(&figures));
+    Ok(())
 }
 
 /// The files a sandbox needs, found once and given to both the in-process manager and `serve`.

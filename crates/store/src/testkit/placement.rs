@@ -158,14 +158,19 @@ async fn a_lapsed_node_loses_its_sessions(store: &dyn Store, other: &dyn Store) 
     let id = account(store, "lapse").await;
     let s = session("lapse");
     let (short, kept) = (node("short"), node("kept"));
-    let kept_lease = Duration::from_secs(1);
+    // kept's first lease need only outlast the next statement; a long one leaves room for a
+    // loaded machine's pauses, and short lapses by a beat, after its claim, to the same end
+    let kept_lease = Duration::from_secs(2);
     let since = Instant::now();
-    let short_inc = store.register_node(&short, URL, lease(200)).await.unwrap();
     let kept_inc = store
         .register_node(&kept, URL, Lease::new(kept_lease).unwrap())
         .await
         .unwrap();
     assert!(beat(store, &kept, kept_inc, NodeLoad::default()).await);
+    let short_inc = store
+        .register_node(&short, URL, lease(MINUTE))
+        .await
+        .unwrap();
 
     let claimed = store.claim_session(&id, &s, &short, short_inc).await;
     assert_eq!(claimed.unwrap(), owned(1, Previous::None), "a new session");
@@ -174,6 +179,19 @@ async fn a_lapsed_node_loses_its_sessions(store: &dyn Store, other: &dyn Store) 
     assert_eq!(seen, Some(short_owns.clone()), "any store finds the owner");
     let claimed = other.claim_session(&id, &s, &kept, kept_inc).await;
     assert_eq!(claimed.unwrap(), Claim::HeldBy(short_owns));
+    let last_beat = NodeBeat {
+        name: short.clone(),
+        incarnation: short_inc,
+        lease: lease(200),
+        load: NodeLoad::default(),
+    };
+    assert!(store.heartbeat_node(&last_beat).await.unwrap());
+    let record = live(other, &short).await;
+    let left = record.map(|r| r.lease_left).unwrap_or_default();
+    assert!(
+        left <= lease(200).duration(),
+        "a beat leases from now: {left:?}"
+    );
 
     wait_until_lapsed(store, &short, since, kept_lease).await;
     assert!(

@@ -14,7 +14,7 @@ use clap::Args;
 use serde::Deserialize;
 
 pub use checkpoints::{CheckpointLocation, CheckpointsConfig};
-pub use node::{NodeConfig, NodesConfig};
+pub use node::{NodeConfig, NodesConfig, drain_target};
 pub use providers::{ProviderTable, Providers};
 pub use sandbox::SandboxConfig;
 pub use serve::{MailConfig, ServeConfig};

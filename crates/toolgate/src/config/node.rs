@@ -125,6 +125,14 @@ impl NodeConfig {
     }
 }
 
+/// Where `node --drain` finds the node (`listen`, default as `node`'s) and its token.
+pub fn drain_target(settings: &Settings) -> Result<(SocketAddr, NodeToken), ConfigError> {
+    let listen = settings
+        .listen
+        .unwrap_or_else(|| SocketAddr::from(NODE_LISTEN));
+    Ok((listen, token(settings)?))
+}
+
 fn token(settings: &Settings) -> Result<NodeToken, ConfigError> {
     let path = settings.node_token_file.as_ref().ok_or_else(|| {
         ConfigError::new(

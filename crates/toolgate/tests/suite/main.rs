@@ -23,6 +23,7 @@ mod mcp_sessions_shared;
 mod metering;
 mod module_circles;
 mod nodes;
+mod nodes_failure;
 mod oauth;
 mod oauth_edges;
 mod oauth_more;

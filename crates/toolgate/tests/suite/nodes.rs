@@ -8,147 +8,13 @@
 //! needs PostgreSQL (`TOOLGATE_TEST_POSTGRES_URL`, which `scripts/test.sh` sets).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::common::*;
 use crate::sandbox::{is_error, text};
-
-/// The unprivileged user front ends run as.
-const FRONT_END_UID: u32 = 65534;
-
-/// A node token, a vault key file and a shared checkpoint directory, all in `dir`, and the nodes
-/// started on them.
-struct Cluster {
-    dir: PathBuf,
-    token: PathBuf,
-    key: PathBuf,
-    nodes: Vec<Server>,
-}
-
-impl Cluster {
-    /// `count` nodes, each with its own sessions root and uid range, sharing the checkpoints.
-    async fn start(dir: &Path, count: usize) -> Self {
-        let token = dir.join("node.token");
-        std::fs::write(&token, "0123456789abcdef".repeat(4)).unwrap();
-        let key = dir.join("vault.key");
-        std::fs::write(&key, "v1 AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\n").unwrap();
-        for file in [&token, &key] {
-            // the unprivileged front end reads them; mode 600 keeps everyone else out
-            std::os::unix::fs::chown(file, Some(FRONT_END_UID), Some(FRONT_END_UID)).unwrap();
-            std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
-        }
-        std::fs::create_dir_all(dir.join("checkpoints")).unwrap();
-        let mut cluster = Self {
-            dir: dir.to_owned(),
-            token,
-            key,
-            nodes: Vec::new(),
-        };
-        for n in 0..count {
-            let node = cluster.start_node(n).await;
-            cluster.nodes.push(node);
-        }
-        cluster
-    }
-
-    fn node_dir(&self, n: usize) -> PathBuf {
-        self.dir.join(format!("node-{n}"))
-    }
-
-    async fn start_node(&self, n: usize) -> Server {
-        let dir = self.node_dir(n);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut args = sandbox_flags(&dir);
-        // the suite's cap of 3 sessions per account is for one server; here each node has its own
-        let cap = args
-            .iter()
-            .position(|a| a == "--sandbox-max-sessions")
-            .unwrap();
-        args[cap + 1] = "8".to_owned();
-        let first_uid = (1_100_000_000 + n * 100_000).to_string();
-        let checkpoints = format!("file://{}", self.dir.join("checkpoints").display());
-        args.extend(
-            [
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--node-token-file",
-                self.token.to_str().unwrap(),
-                "--vault-key-file",
-                self.key.to_str().unwrap(),
-                "--checkpoint-url",
-                &checkpoints,
-                "--sandbox-first-uid",
-                &first_uid,
-            ]
-            .map(str::to_owned),
-        );
-        let launch = Launch {
-            role: "node",
-            wrapper: Vec::new(),
-        };
-        Server::launch(&launch, &dir, &args, &[]).await
-    }
-
-    fn node_urls(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|node| node.base.clone())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// A front end on `storage`, as `nobody`, reaching every node.
-    async fn front_end(&self, storage: &Storage) -> Server {
-        std::fs::create_dir_all(&storage.data_dir).unwrap();
-        std::os::unix::fs::chown(&storage.data_dir, Some(FRONT_END_UID), Some(FRONT_END_UID))
-            .unwrap();
-        let uid = FRONT_END_UID.to_string();
-        let launch = Launch {
-            role: "serve",
-            wrapper: [
-                "setpriv",
-                &format!("--reuid={uid}"),
-                &format!("--regid={uid}"),
-                "--clear-groups",
-                "--inh-caps=-all",
-                "--bounding-set=-all",
-                "--no-new-privs",
-            ]
-            .map(str::to_owned)
-            .to_vec(),
-        };
-        let mut args = storage_args(storage);
-        args.extend(
-            [
-                "--sandbox",
-                "on",
-                "--nodes",
-                &self.node_urls(),
-                "--node-token-file",
-                self.token.to_str().unwrap(),
-                "--vault-key-file",
-                self.key.to_str().unwrap(),
-            ]
-            .map(str::to_owned),
-        );
-        Server::launch(&launch, &storage.data_dir, &args, &[]).await
-    }
-}
-
-fn storage_args(storage: &Storage) -> Vec<String> {
-    let mut args = vec![
-        "--data-dir".to_owned(),
-        storage.data_dir.display().to_string(),
-    ];
-    if let Some(url) = &storage.database_url {
-        args.extend(["--database-url".to_owned(), url.clone()]);
-    }
-    args
-}
 
 async fn write(server: &Server, key: &str, args: Value) -> Value {
     post_personal(&client(), server, key, &tool_call("svc_write", args))
@@ -200,7 +66,7 @@ async fn sessions_run_on_nodes_behind_an_unprivileged_front_end() {
     let dir = sandbox_dir();
     let mut cluster = Cluster::start(dir.path(), 2).await;
     let storage = Storage::sqlite(&dir.path().join("front"));
-    let front = cluster.front_end(&storage).await;
+    let front = cluster.front_end(&storage, &[]).await;
     let alice = create_account(&storage, "on-nodes@example.org");
 
     // the front end holds no capability and is not root
@@ -318,8 +184,8 @@ async fn a_session_is_the_same_through_either_front_end() {
     let cluster = Cluster::start(dir.path(), 2).await;
     let one = Storage::postgres(&dir.path().join("front-1"), &url);
     let two = Storage::postgres(&dir.path().join("front-2"), &url);
-    let first = cluster.front_end(&one).await;
-    let second = cluster.front_end(&two).await;
+    let first = cluster.front_end(&one, &[]).await;
+    let second = cluster.front_end(&two, &[]).await;
     let alice = create_account(
         &one,
         &format!("two-front-ends-{}@example.org", std::process::id()),

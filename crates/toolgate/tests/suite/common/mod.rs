@@ -3,6 +3,7 @@
 //! commands, and speak JSON-RPC to it over real HTTP.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+mod cluster;
 mod dashboard;
 mod oauth;
 mod rpc;
@@ -20,6 +21,7 @@ use toolgate_store::Store;
 use toolgate_store_postgres::PgStore;
 use toolgate_store_sqlite::{Durability, SqliteStore};
 
+pub use cluster::*;
 pub use dashboard::*;
 pub use oauth::*;
 pub use rpc::*;
@@ -66,7 +68,7 @@ impl Storage {
         }
     }
 
-    fn args(&self) -> Vec<String> {
+    pub fn args(&self) -> Vec<String> {
         let mut args = vec!["--data-dir".to_owned(), self.data_dir.display().to_string()];
         if let Some(url) = &self.database_url {
             args.push("--database-url".to_owned());
@@ -110,6 +112,8 @@ impl Storage {
 pub struct Launch {
     pub role: &'static str,
     pub wrapper: Vec<String>,
+    /// `--listen` [default: 127.0.0.1:0]
+    pub listen: Option<String>,
 }
 
 impl Launch {
@@ -118,6 +122,7 @@ impl Launch {
         Self {
             role: "serve",
             wrapper: Vec::new(),
+            listen: None,
         }
     }
 
@@ -394,7 +399,10 @@ impl Server {
         let mut command = launch.command();
         command
             .arg(launch.role)
-            .args(["--listen", "127.0.0.1:0"])
+            .args([
+                "--listen",
+                launch.listen.as_deref().unwrap_or("127.0.0.1:0"),
+            ])
             .args(args)
             .envs(env.iter().copied())
             .stdout(Stdio::piped())
@@ -418,6 +426,8 @@ impl Server {
         server.port = bound.port();
         server.base = format!("http://127.0.0.1:{}", server.port);
         if launch.role != "serve" {
+            // a node may listen in a network namespace of the test's, on its own address
+            server.base = format!("http://{bound}");
             return server;
         }
         let healthy = client()

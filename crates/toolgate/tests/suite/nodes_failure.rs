@@ -1,0 +1,322 @@
+//! Many hosts failing, through the real binaries: two front ends (as `nobody`) on one
+//! PostgreSQL and three nodes, each in a network namespace of the test's, sharing a checkpoint
+//! directory. A node killed, and a node cut off from the network, lose only what changed since
+//! each session's last checkpoint: the next call restores the session on another node and says
+//! so; the cut-off node, joined again, holds none of them. A drained node gives its sessions up
+//! whole. Metering stays exact when calls race through both front ends.
+//!
+//! Needs root, iproute2 (`scripts/deps.sh`), the sandbox's runtime and confinement library, and
+//! PostgreSQL (`TOOLGATE_TEST_POSTGRES_URL`, which `scripts/test.sh` sets).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use toolgate_domain::{AccountId, SandboxSessionId};
+use toolgate_store::Store;
+
+use crate::common::*;
+use crate::sandbox::{is_error, text};
+
+fn postgres_url() -> String {
+    std::env::var("TOOLGATE_TEST_POSTGRES_URL")
+        .expect("TOOLGATE_TEST_POSTGRES_URL: scripts/test.sh starts a server and sets it")
+}
+
+async fn write(server: &Server, key: &str, args: Value) -> Value {
+    post_personal(&client(), server, key, &tool_call("svc_write", args))
+        .await
+        .result()
+}
+
+fn value(result: &Value) -> String {
+    result["structuredContent"]["python"]["result"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn session(result: &Value) -> &Value {
+    &result["structuredContent"]["python"]["session"]
+}
+
+/// Which of the cluster's nodes owns the session now, by the placement store.
+async fn owner_of(
+    store: &Arc<dyn Store>,
+    cluster: &Cluster,
+    account: &str,
+    id: &str,
+) -> Option<usize> {
+    let owner = store
+        .session_owner(
+            &AccountId::from_stored(account.to_owned()),
+            &SandboxSessionId::parse(id).unwrap(),
+        )
+        .await
+        .unwrap()?;
+    cluster.nodes.iter().position(|node| {
+        let name = node.base.trim_start_matches("http://").replace(':', "-");
+        name == owner.node.as_str()
+    })
+}
+
+/// Makes the session write its state out now: a call once a second (`checkpoint_every`) has
+/// passed since its last checkpoint is followed by one; then a moment for it to be written.
+async fn checkpoint_now(server: &Server, key: &str, id: &str) {
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    let call = write(server, key, json!({"code": "0", "session_id": id})).await;
+    assert!(!is_error(&call), "{call}");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_or_cut_off_node_loses_only_what_came_after_its_checkpoints() {
+    let url = postgres_url();
+    let dir = sandbox_dir();
+    let mut cluster =
+        Cluster::start_with(dir.path(), 3, true, &["--sandbox-checkpoint-every-s", "1"]).await;
+    let one = Storage::postgres(&dir.path().join("fe-1"), &url);
+    let two = Storage::postgres(&dir.path().join("fe-2"), &url);
+    let lease = ["--node-lease-s", "3"];
+    let first = cluster.front_end(&one, &lease).await;
+    let second = cluster.front_end(&two, &lease).await;
+    let alice = create_account(
+        &one,
+        &format!("failing-nodes-{}@example.org", std::process::id()),
+    );
+    let store = one.open_store().await;
+
+    // sessions spread over the nodes; each is the same through either front end
+    let ids: Vec<String> = (0..6).map(|n| format!("kept-{n}")).collect();
+    for (n, id) in ids.iter().enumerate() {
+        let set = write(
+            &first,
+            &alice.key,
+            json!({"code": format!("x = {n}"), "session_id": id}),
+        )
+        .await;
+        assert!(!is_error(&set), "{set}");
+        let got = write(&second, &alice.key, json!({"code": "x", "session_id": id})).await;
+        assert_eq!(value(&got), n.to_string(), "{got}");
+    }
+    let mut owners = Vec::new();
+    for id in &ids {
+        owners.push(
+            owner_of(&store, &cluster, &alice.id, id)
+                .await
+                .expect("an owner"),
+        );
+    }
+    let used: std::collections::BTreeSet<usize> = owners.iter().copied().collect();
+    assert!(
+        used.len() >= 2,
+        "sessions are spread over the nodes: {owners:?}"
+    );
+
+    // --- a node killed (kill -9) ---
+    let victim = owners[0];
+    checkpoint_now(&first, &alice.key, &ids[0]).await;
+    // written after the last checkpoint: lost with the node
+    write(
+        &first,
+        &alice.key,
+        json!({"code": "late = 1", "session_id": ids[0]}),
+    )
+    .await;
+    cluster.nodes[victim].kill();
+    let started = Instant::now();
+    let back = write(
+        &second,
+        &alice.key,
+        json!({"code": "x", "session_id": ids[0]}),
+    )
+    .await;
+    assert!(!is_error(&back), "{back}");
+    assert_eq!(
+        value(&back),
+        "0",
+        "the session's state up to its checkpoint: {back}"
+    );
+    assert_eq!(session(&back)["restored"], true, "{back}");
+    assert_eq!(session(&back)["node_lost"], true, "{back}");
+    assert!(text(&back).contains("execution node"), "{back}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "restored within the lease and a little"
+    );
+    let late = write(
+        &first,
+        &alice.key,
+        json!({"code": "'late' in globals()", "session_id": ids[0]}),
+    )
+    .await;
+    assert_eq!(
+        value(&late),
+        "False",
+        "what came after the checkpoint is gone: {late}"
+    );
+    let moved_to = owner_of(&store, &cluster, &alice.id, &ids[0])
+        .await
+        .unwrap();
+    assert_ne!(moved_to, victim);
+
+    // --- a node cut off from the network ---
+    let alive: Vec<usize> = (0..3).filter(|n| *n != victim).collect();
+    let cut = alive
+        .iter()
+        .copied()
+        .find(|n| owners.iter().any(|o| o == n) && *n != moved_to)
+        .unwrap_or(alive[0]);
+    let on_cut: Vec<&String> = ids
+        .iter()
+        .zip(&owners)
+        .filter(|(_, o)| **o == cut)
+        .map(|(id, _)| id)
+        .collect();
+    let cut_id = on_cut
+        .first()
+        .map_or_else(|| ids[0].clone(), |id| (*id).clone());
+    checkpoint_now(&first, &alice.key, &cut_id).await;
+    cluster.namespaces[cut].cut();
+    let started = Instant::now();
+    let back = write(
+        &first,
+        &alice.key,
+        json!({"code": "x = x + 100\nx", "session_id": cut_id}),
+    )
+    .await;
+    assert!(!is_error(&back), "{back}");
+    assert_eq!(session(&back)["restored"], true, "{back}");
+    assert_eq!(session(&back)["node_lost"], true, "{back}");
+    assert!(started.elapsed() < Duration::from_secs(30));
+    let moved = owner_of(&store, &cluster, &alice.id, &cut_id)
+        .await
+        .unwrap();
+    assert_ne!(moved, cut);
+    // joined again: it fenced itself meanwhile, and holds none of its old sessions
+    cluster.namespaces[cut].join();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let log = cluster.nodes[cut].log_text();
+    assert!(
+        log.contains("every session is dropped"),
+        "the cut-off node fenced itself:\n{log}"
+    );
+    let after = write(
+        &second,
+        &alice.key,
+        json!({"code": "x", "session_id": cut_id}),
+    )
+    .await;
+    assert_eq!(
+        value(&after),
+        (owners_value(&ids, &cut_id) + 100).to_string(),
+        "{after}"
+    );
+    assert_eq!(
+        owner_of(&store, &cluster, &alice.id, &cut_id).await,
+        Some(moved)
+    );
+
+    // --- a node drained: its sessions are given up whole, and come back elsewhere ---
+    let drained = moved;
+    let mut on_drained = cut_id.clone();
+    for id in &ids {
+        if owner_of(&store, &cluster, &alice.id, id).await == Some(drained) {
+            on_drained = id.clone();
+            break;
+        }
+    }
+    write(
+        &first,
+        &alice.key,
+        json!({"code": "kept_by_drain = 7", "session_id": on_drained}),
+    )
+    .await;
+    let node_addr = cluster.nodes[drained]
+        .base
+        .trim_start_matches("http://")
+        .to_owned();
+    let out = std::process::Command::new(BIN)
+        .args([
+            "node",
+            "--drain",
+            "--listen",
+            &node_addr,
+            "--node-token-file",
+        ])
+        .arg(&cluster.token)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(answer["drained"], true, "{answer}");
+    assert!(answer["hibernated"].as_u64().unwrap() >= 1, "{answer}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let back = write(
+        &second,
+        &alice.key,
+        json!({"code": "kept_by_drain", "session_id": on_drained}),
+    )
+    .await;
+    assert_eq!(value(&back), "7", "nothing is lost by a drain: {back}");
+    assert_eq!(session(&back)["restored"], true, "{back}");
+    assert_ne!(
+        owner_of(&store, &cluster, &alice.id, &on_drained).await,
+        Some(drained)
+    );
+}
+
+/// The `x` a session of `ids` was given first (its index).
+fn owners_value(ids: &[String], id: &str) -> usize {
+    ids.iter().position(|i| i == id).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metering_is_exact_when_calls_race_through_two_front_ends() {
+    let url = postgres_url();
+    let dir = sandbox_dir();
+    let cluster = Cluster::start(dir.path(), 1).await;
+    let one = Storage::postgres(&dir.path().join("fe-1"), &url);
+    let two = Storage::postgres(&dir.path().join("fe-2"), &url);
+    // a month's allowance far below what is asked: free calls, then the wallet, then refusals
+    let terms = ["--free-monthly-calls", "5"];
+    let first = cluster.front_end(&one, &terms).await;
+    let second = cluster.front_end(&two, &terms).await;
+    let alice = create_account(&one, &format!("racing-{}@example.org", std::process::id()));
+    credit(&one, &alice.email, "0.04");
+    let mut calls = tokio::task::JoinSet::new();
+    for n in 0..32 {
+        let base = if n % 2 == 0 {
+            first.base.clone()
+        } else {
+            second.base.clone()
+        };
+        let key = alice.key.clone();
+        calls.spawn(async move {
+            let reply = client()
+                .post(format!("{base}/u/{key}"))
+                .header("accept", "application/json, text/event-stream")
+                .json(&tool_call("svc_read", json!({"billing": true})))
+                .send()
+                .await
+                .unwrap();
+            let body: Value = reply.json().await.unwrap();
+            body.get("result").is_some()
+        });
+    }
+    let mut admitted = 0;
+    while let Some(done) = calls.join_next().await {
+        admitted += usize::from(done.unwrap());
+    }
+    // 5 free, and 0.04 USD pays 5 calls at 0.008
+    assert_eq!(
+        admitted, 10,
+        "exactly what the allowance and the wallet cover"
+    );
+    assert_eq!(one.ledger_counts(&alice.id).await, (5, 5));
+}
