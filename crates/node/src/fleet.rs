@@ -20,8 +20,10 @@ use crate::token::NodeToken;
 use crate::wire::{LeaseAnswer, LeaseRequest};
 
 /// What a node's own deadline keeps back from the database's lease, for the time a renewal
-/// takes to reach it and the clocks' drift.
-const MARGIN: Duration = Duration::from_secs(2);
+/// takes to reach it and the clocks' drift: 2 s, or a third of a shorter lease.
+fn margin(lease: Lease) -> Duration {
+    (lease.duration() / 3).min(Duration::from_secs(2))
+}
 
 /// One node as placement sees it.
 #[derive(Debug)]
@@ -92,20 +94,37 @@ impl Fleet {
         }))
     }
 
-    /// Renews the nodes' leases now, then about once a second until `shutdown`.
+    /// Renews the nodes' leases now, then about once a second until `shutdown`. Each node is
+    /// renewed on its own: one that does not answer (cut off) delays nobody else's lease.
     pub async fn keep(self: Arc<Self>, shutdown: CancellationToken) {
         let every =
             (self.lease.duration() / 5).clamp(Duration::from_millis(200), Duration::from_secs(1));
+        self.renew_all().await;
+        for (name, link, url) in &self.nodes {
+            let (name, link, url) = (name.clone(), Arc::clone(link), url.clone());
+            let placement = Arc::clone(&self.placement);
+            let (lease, shutdown) = (self.lease, shutdown.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = shutdown.cancelled() => return,
+                        () = tokio::time::sleep(every) => {}
+                    }
+                    renew(&*placement, &name, &link, &url, lease).await;
+                }
+            });
+        }
         loop {
-            self.renew_all().await;
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
+            self.read_live().await;
         }
     }
 
-    /// One round: every node renewed (all at once), then the live ones read back.
+    /// Every node renewed now (all at once), then the live ones read back: at start, and when
+    /// a run found the nodes other than this front end thought.
     pub async fn renew_all(&self) {
         let mut renewals = tokio::task::JoinSet::new();
         for (name, link, url) in &self.nodes {
@@ -115,6 +134,11 @@ impl Fleet {
             renewals.spawn(async move { renew(&*placement, &name, &link, &url, lease).await });
         }
         while renewals.join_next().await.is_some() {}
+        self.read_live().await;
+    }
+
+    /// Reads which nodes are live, with their load.
+    async fn read_live(&self) {
         match self.placement.live_nodes().await {
             Ok(records) => {
                 let live = records
@@ -293,7 +317,7 @@ async fn renew(
     let valid_for = lease
         .duration()
         .saturating_sub(started.elapsed())
-        .saturating_sub(MARGIN);
+        .saturating_sub(margin(lease));
     let grant = LeaseRequest {
         incarnation: Some(incarnation),
         valid_for_ms: u64::try_from(valid_for.as_millis()).unwrap_or(u64::MAX),

@@ -61,21 +61,53 @@ async fn owner_of(
     })
 }
 
-/// Makes the session write its state out now: a call once a second (`checkpoint_every`) has
-/// passed since its last checkpoint is followed by one; then a moment for it to be written.
+/// How often a session is checkpointed after a call (`sandbox_checkpoint_every_s`): long
+/// enough that a call right after a checkpoint is certainly not followed by another.
+const CHECKPOINT_EVERY_S: &str = "3";
+
+/// Makes the session write its state out now, and waits until it has: a call once
+/// [`CHECKPOINT_EVERY_S`] has passed since its last checkpoint is followed by one, written in
+/// the background; the listing shows its age.
 async fn checkpoint_now(server: &Server, key: &str, id: &str) {
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let touched = Instant::now();
     let call = write(server, key, json!({"code": "0", "session_id": id})).await;
     assert!(!is_error(&call), "{call}");
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let listing = tool_call("svc_read", json!({"sessions": true}));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let listed = post_personal(&client(), server, key, &listing)
+            .await
+            .result();
+        let fresh = listed["structuredContent"]["sessions"]["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|s| s["id"] == id)
+            .filter_map(|s| s["checkpoint"]["age_s"].as_f64())
+            .any(|age| age <= touched.elapsed().as_secs_f64() + 0.5);
+        if fresh {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of {id} within 30 s: {listed}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_or_cut_off_node_loses_only_what_came_after_its_checkpoints() {
     let url = postgres_url();
     let dir = sandbox_dir();
-    let mut cluster =
-        Cluster::start_with(dir.path(), 3, true, &["--sandbox-checkpoint-every-s", "1"]).await;
+    let mut cluster = Cluster::start_with(
+        dir.path(),
+        3,
+        true,
+        &["--sandbox-checkpoint-every-s", CHECKPOINT_EVERY_S],
+    )
+    .await;
     let one = Storage::postgres(&dir.path().join("fe-1"), &url);
     let two = Storage::postgres(&dir.path().join("fe-2"), &url);
     let lease = ["--node-lease-s", "3"];
@@ -117,7 +149,7 @@ async fn a_killed_or_cut_off_node_loses_only_what_came_after_its_checkpoints() {
     // --- a node killed (kill -9) ---
     let victim = owners[0];
     checkpoint_now(&first, &alice.key, &ids[0]).await;
-    // written after the last checkpoint: lost with the node
+    // written right after the checkpoint, so not followed by another: lost with the node
     write(
         &first,
         &alice.key,
