@@ -99,27 +99,26 @@ impl Fleet {
     pub async fn keep(self: Arc<Self>, shutdown: CancellationToken) {
         let every =
             (self.lease.duration() / 5).clamp(Duration::from_millis(200), Duration::from_secs(1));
-        self.renew_all().await;
         for (name, link, url) in &self.nodes {
             let (name, link, url) = (name.clone(), Arc::clone(link), url.clone());
             let placement = Arc::clone(&self.placement);
             let (lease, shutdown) = (self.lease, shutdown.clone());
             tokio::spawn(async move {
                 loop {
+                    renew(&*placement, &name, &link, &url, lease).await;
                     tokio::select! {
                         () = shutdown.cancelled() => return,
                         () = tokio::time::sleep(every) => {}
                     }
-                    renew(&*placement, &name, &link, &url, lease).await;
                 }
             });
         }
         loop {
+            self.read_live().await;
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 () = tokio::time::sleep(every) => {}
             }
-            self.read_live().await;
         }
     }
 

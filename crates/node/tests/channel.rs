@@ -8,303 +8,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod scripted;
+
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolgate_domain::{AccountId, ApiKey, Brand, Email};
-use toolgate_node::{
-    Fleet, NODE_LOST, NodeControl, NodeLoad, NodeServer, NodeToken, RemoteSessions,
-};
-use toolgate_sandbox::upcall::{
-    Upcall, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
-};
+use toolgate_node::{NODE_LOST, NodeServer, NodeToken};
 use toolgate_sandbox::{
-    ExecOutcome, Interruption, LimitSettings, OutputChunk, OutputStream, RequestKind, RunOutcome,
-    RunRequest, SandboxSessionInfo, SandboxSessions, SandboxSessionsError, SessionState, Work,
-    WorkspaceFile, WorkspaceRead,
+    Interruption, SandboxSessions, SandboxSessionsError, SessionState, WorkspaceFile,
 };
-use toolgate_store::{Accounts, NewAccount, Placement};
-use toolgate_store_sqlite::{Durability, SqliteStore};
 
-/// Sessions that do what the bash command names, and remember what they were given.
-#[derive(Default)]
-struct Scripted {
-    seen: Mutex<Vec<String>>,
-    cancelled: Mutex<Vec<String>>,
-    fences: Mutex<usize>,
-}
-
-#[async_trait]
-impl NodeControl for Scripted {
-    fn load(&self) -> NodeLoad {
-        NodeLoad {
-            sessions: self.seen.lock().unwrap().len() as u64,
-            memory_bytes: 0,
-        }
-    }
-
-    async fn fence(&self) {
-        *self.fences.lock().unwrap() += 1;
-    }
-
-    async fn drain(&self) -> u64 {
-        7
-    }
-}
-
-fn outcome(stdout: String) -> RunOutcome {
-    RunOutcome {
-        outcome: ExecOutcome {
-            kind: RequestKind::Bash,
-            stdout,
-            stderr: String::new(),
-            stdout_truncated: false,
-            stderr_truncated: false,
-            stdout_bytes: 0,
-            stderr_bytes: 0,
-            result: None,
-            images: Vec::new(),
-            images_truncated: false,
-            error: None,
-            exit_status: Some(0),
-            signal: None,
-            timed_out: false,
-            execution_count: 1,
-            duration_ms: 1.0,
-            table: None,
-            interrupted: None,
-        },
-        fresh: true,
-        expired: false,
-        pid: 42,
-        workspace: "/node/only".into(),
-        oom_kills: 0,
-        restored: None,
-        lost_checkpoint: None,
-        node_lost: false,
-    }
-}
-
-#[async_trait]
-impl SandboxSessions for Scripted {
-    async fn run(&self, request: RunRequest) -> Result<RunOutcome, SandboxSessionsError> {
-        let Work::Bash { command } = &request.work else {
-            return Err(SandboxSessionsError::Refused("bash only here".into()));
-        };
-        self.seen.lock().unwrap().push(format!(
-            "{}|{:?}|{}|{}",
-            request.account,
-            request.session_id,
-            request.env.get("TOKEN").cloned().unwrap_or_default(),
-            request
-                .files
-                .iter()
-                .map(|f| format!("{}={}", f.path, f.content.len()))
-                .collect::<Vec<_>>()
-                .join(",")
-        ));
-        match command.as_str() {
-            "echo" => {
-                let out = request.output.as_ref().unwrap();
-                for i in 0..50 {
-                    out.send(OutputChunk {
-                        stream: OutputStream::Stdout,
-                        data: format!("{i};"),
-                    })
-                    .await
-                    .unwrap();
-                }
-                Ok(outcome("echoed".into()))
-            }
-            "upcall" => {
-                let handler = request.upcalls.as_ref().unwrap();
-                let origin = UpcallOrigin {
-                    account: request.account.clone(),
-                    session_id: request.session_id.clone(),
-                };
-                let plain = handler.answer(origin.clone(), Upcall::Billing {}).await;
-                let (pieces, mut got) = mpsc::channel(16);
-                let streamed = handler
-                    .answer_streaming(origin, streaming_upcall(), pieces)
-                    .await;
-                let mut text = Vec::new();
-                while let Ok(piece) = got.try_recv() {
-                    text.push(piece);
-                }
-                Ok(outcome(format!("{plain:?}|{streamed:?}|{}", text.join(""))))
-            }
-            "wait" => {
-                let cancel = request.cancel.clone().unwrap();
-                tokio::select! {
-                    () = cancel.cancelled() => {}
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                }
-                self.cancelled
-                    .lock()
-                    .unwrap()
-                    .push(request.session_id.clone().unwrap_or_default());
-                let mut done = outcome("interrupted".into());
-                done.outcome.interrupted = Some(Interruption::Cancelled);
-                Ok(done)
-            }
-            "refuse" => Err(SandboxSessionsError::Refused(
-                "too many sessions for this key".into(),
-            )),
-            "unavailable" => Err(SandboxSessionsError::Unavailable(
-                "/secret/host/path EACCES".into(),
-            )),
-            "big" => Ok(outcome("x".repeat(3 << 20))),
-            other => Err(SandboxSessionsError::Failed(format!("unknown {other}"))),
-        }
-    }
-
-    async fn read_file(
-        &self,
-        account: &str,
-        session_id: &str,
-        path: &str,
-        max_bytes: u64,
-    ) -> Result<WorkspaceRead, SandboxSessionsError> {
-        if path == "missing" {
-            return Err(SandboxSessionsError::Refused("no such file".into()));
-        }
-        let content = format!("{account}/{session_id}/{path}").into_bytes();
-        let size = content.len() as u64;
-        let bytes = content
-            .into_iter()
-            .take(usize::try_from(max_bytes).unwrap())
-            .collect();
-        Ok(WorkspaceRead { bytes, size })
-    }
-
-    async fn close(&self, _account: &str, session_id: &str) -> bool {
-        session_id == "open"
-    }
-
-    fn idle_ttl(&self) -> Duration {
-        Duration::from_secs(600)
-    }
-
-    async fn list(&self, account: &str) -> Vec<SandboxSessionInfo> {
-        vec![SandboxSessionInfo {
-            id: format!("{account}-s"),
-            age: Duration::from_secs(3),
-            idle: Duration::from_secs(1),
-            memory_bytes: Some(1 << 20),
-            busy: false,
-            checkpoint: None,
-            state: SessionState::Live,
-        }]
-    }
-}
-
-fn streaming_upcall() -> Upcall {
-    serde_json::from_value(
-        serde_json::json!({"kind": "invoke_llm", "model": "m/x", "prompt": "p", "stream": true}),
-    )
-    .unwrap()
-}
-
-/// Answers upcalls as the front end's app would: billing fails, a model streams three pieces.
-struct Answers;
-
-#[async_trait]
-impl UpcallHandler for Answers {
-    async fn answer(
-        &self,
-        origin: UpcallOrigin,
-        _upcall: Upcall,
-    ) -> Result<UpcallValue, UpcallError> {
-        Err(UpcallError::new(
-            UpcallErrorCode::Refused,
-            format!("no money for {}", origin.account),
-        ))
-    }
-
-    async fn answer_streaming(
-        &self,
-        origin: UpcallOrigin,
-        upcall: Upcall,
-        pieces: mpsc::Sender<String>,
-    ) -> Result<UpcallValue, UpcallError> {
-        assert!(upcall.streams());
-        for piece in ["one ", "two ", "three"] {
-            pieces.send(piece.to_owned()).await.unwrap();
-        }
-        Err(UpcallError::new(
-            UpcallErrorCode::Failed,
-            format!("done for {:?}", origin.session_id),
-        ))
-    }
-}
-
-fn token() -> NodeToken {
-    NodeToken::parse(&"n".repeat(48)).unwrap()
-}
-
-async fn node(sessions: Arc<Scripted>) -> (String, CancellationToken, tokio::task::JoinHandle<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
-    let stop = CancellationToken::new();
-    let server = NodeServer::new(sessions.clone(), token(), sessions);
-    let task = tokio::spawn(server.serve(listener, stop.clone()));
-    (url, stop, task)
-}
-
-/// A placement store (a real SQLite file) with one account, whose id runs use.
-struct Books {
-    _dir: tempfile::TempDir,
-    store: Arc<SqliteStore>,
-    account: String,
-}
-
-async fn books() -> Books {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(
-        SqliteStore::open(&dir.path().join("t.db"), Durability::Normal)
-            .await
-            .unwrap(),
-    );
-    let key = ApiKey::generate(&Brand::parse("svc").unwrap()).unwrap();
-    let account = NewAccount {
-        id: AccountId::generate(),
-        email: Email::parse("nodes@example.org").unwrap(),
-        key_hash: key.hash(),
-    };
-    store.create_account(&account).await.unwrap();
-    Books {
-        _dir: dir,
-        account: account.id.as_str().to_owned(),
-        store,
-    }
-}
-
-/// A front end's sessions on `urls`, its nodes registered and leased (3 s) already.
-async fn front_end(books: &Books, urls: &[&str], token: NodeToken) -> (RemoteSessions, Arc<Fleet>) {
-    let urls: Vec<String> = urls.iter().map(|u| (*u).to_owned()).collect();
-    let placement: Arc<dyn Placement> = books.store.clone();
-    let fleet = Fleet::new(&urls, &token, placement, Duration::from_secs(3)).unwrap();
-    fleet.renew_all().await;
-    (
-        RemoteSessions::new(Arc::clone(&fleet), Duration::from_secs(600)),
-        fleet,
-    )
-}
-
-fn bash(account: &str, session: Option<&str>, command: &str) -> RunRequest {
-    RunRequest::new(
-        account,
-        session.map(str::to_owned),
-        Work::Bash {
-            command: command.into(),
-        },
-        LimitSettings::default().for_call(None).unwrap(),
-    )
-}
+use scripted::{Answers, Scripted, bash, books, front_end, node, token};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_crosses_with_its_files_environment_and_output_in_order() {
@@ -628,4 +345,45 @@ async fn a_node_nobody_renews_fences_itself_and_its_sessions_move() {
         1,
         "nothing more ran on the fenced node"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_does_not_answer_delays_no_other_nodes_lease() {
+    let b = books().await;
+    let healthy = Arc::new(Scripted::default());
+    let (x, _s1, _t1) = node(Arc::clone(&healthy)).await;
+    // a "node" that accepts connections and never says a word: every request to it times out
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mute = format!("http://{}", silent.local_addr().unwrap());
+    let _held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((stream, _)) = silent.accept().await {
+            open.push(stream);
+        }
+    });
+    // the front end's own renewal (not a round awaited first, which would wait for the mute one)
+    let placement: Arc<dyn toolgate_store::Placement> = b.store.clone();
+    let urls = [x.clone(), mute];
+    let fleet =
+        toolgate_node::Fleet::new(&urls, &token(), placement, Duration::from_secs(3)).unwrap();
+    let stop = CancellationToken::new();
+    tokio::spawn(Arc::clone(&fleet).keep(stop.clone()));
+    let remote = toolgate_node::RemoteSessions::new(Arc::clone(&fleet), Duration::from_secs(600));
+    // several leases long: the healthy node is renewed on time all along, never fences
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    assert_eq!(
+        *healthy.fences.lock().unwrap(),
+        0,
+        "the healthy node fenced itself"
+    );
+    remote
+        .run(scripted::bash(&b.account, Some("steady"), "echo-none"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        healthy.seen.lock().unwrap().len(),
+        1,
+        "and it still takes runs"
+    );
+    stop.cancel();
 }
