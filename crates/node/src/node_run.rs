@@ -18,7 +18,8 @@ use hyper::body::Incoming;
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::upcall::{
-    Upcall, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
+    MAX_UPCALLS_IN_FLIGHT, Upcall, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallHandler,
+    UpcallOrigin, UpcallValue,
 };
 use toolgate_sandbox::{
     MAX_UPLOAD_FILES, OUTPUT_QUEUE, OutputChunk, RunRequest, SandboxSessions, SandboxSessionsError,
@@ -36,8 +37,6 @@ pub(crate) type AnswerBody = http_body_util::combinators::BoxBody<Bytes, std::co
 
 /// How long the front end has to send a run's start and files.
 const START_TIMEOUT: Duration = Duration::from_secs(30);
-/// Upcalls of one run waiting for their answers at most (the manager allows fewer).
-const MAX_PENDING_UPCALLS: usize = 16;
 /// Frames waiting to be written to the front end.
 const OUT_QUEUE: usize = 64;
 
@@ -308,7 +307,7 @@ impl RemoteUpcalls {
         let (answer, answered) = oneshot::channel();
         {
             let mut pending = self.pending.lock().unwrap_or_else(PoisonError::into_inner);
-            if pending.len() >= MAX_PENDING_UPCALLS {
+            if pending.len() >= MAX_UPCALLS_IN_FLIGHT {
                 return Err(UpcallError::new(
                     UpcallErrorCode::Busy,
                     "too many upcalls of this call at once",

@@ -8,7 +8,9 @@ use http_body_util::BodyExt;
 use http_body_util::channel::Channel;
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
-use toolgate_sandbox::upcall::{UpcallAnswer, UpcallHandler, UpcallOrigin};
+use toolgate_sandbox::upcall::{
+    MAX_UPCALLS_IN_FLIGHT, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin,
+};
 use toolgate_sandbox::{OutputChunk, RunOutcome, RunRequest, SandboxSessionsError};
 
 use crate::link::NodeLink;
@@ -126,12 +128,29 @@ pub(crate) async fn run(
                     return Err(lost(link, "a malformed upcall").into());
                 };
                 if let Some(handler) = &request.upcalls {
-                    answering.spawn(answer_upcall(
-                        Arc::clone(handler),
-                        origin.clone(),
-                        call,
-                        out.clone(),
-                    ));
+                    // the node bounds its session's upcalls, and so does the front end itself:
+                    // a node is another host, whose sessions' code may have taken it over
+                    while answering.try_join_next().is_some() {}
+                    if answering.len() >= MAX_UPCALLS_IN_FLIGHT {
+                        let busy = UpcallReply {
+                            id: call.id,
+                            answer: UpcallAnswer::Error(UpcallError::new(
+                                UpcallErrorCode::Busy,
+                                format!(
+                                    "at most {MAX_UPCALLS_IN_FLIGHT} requests to the service may wait at once"
+                                ),
+                            )),
+                        };
+                        // never wait here: a node that does not read its answers gets none
+                        let _ = out.try_send(json_frame(Tag::UpcallAnswer, &busy));
+                    } else {
+                        answering.spawn(answer_upcall(
+                            Arc::clone(handler),
+                            origin.clone(),
+                            call,
+                            out.clone(),
+                        ));
+                    }
                 }
             }
             Ok(Some((Tag::Done, payload))) => {
@@ -208,3 +227,7 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+#[cfg(test)]
+#[path = "remote_run_tests.rs"]
+mod tests;

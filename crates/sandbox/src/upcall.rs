@@ -12,6 +12,11 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use toolgate_domain::{BillingStatus, LlmAnswer, SearchResult};
 
+/// Upcalls of one call that may wait for their answers at once; one more is answered `busy`
+/// (the runtime sends one at a time). The one bound for every party that reads upcalls: the
+/// manager from its session, a node's channel, and a front end from a node.
+pub const MAX_UPCALLS_IN_FLIGHT: usize = 4;
+
 /// What code in a session asks the service for: the billing status, a language model's
 /// answer, web search results. Each is one metered call, as the matching tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

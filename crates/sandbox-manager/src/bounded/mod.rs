@@ -58,9 +58,8 @@ pub const CALL_FRAME_BYTES: u32 = toolgate_sandbox::frame::MAX_FRAME_BYTES;
 /// its largest part (a larger one is a protocol violation).
 pub const MAX_UPCALL_FRAME_BYTES: usize = 2 << 20;
 
-/// Upcalls of one call that may wait for their answers at once; one more is answered `busy`
-/// (the runtime sends one at a time).
-pub const MAX_UPCALLS_IN_FLIGHT: usize = 4;
+/// Upcalls of one call that may wait for their answers at once (the seam's one bound).
+pub use toolgate_sandbox::upcall::MAX_UPCALLS_IN_FLIGHT;
 
 /// A cap on a string: what it is, and how many characters it may have.
 pub(crate) trait Cap {
