@@ -136,8 +136,17 @@ impl Fleet {
         self.read_live().await;
     }
 
+    /// Renews the node `name` now, then reads the live nodes back: a node answered as another
+    /// incarnation than this front end thought (it restarted), and is registered at once.
+    pub(crate) async fn renew_one(&self, name: &NodeName) {
+        if let Some((name, link, url)) = self.nodes.iter().find(|(n, ..)| n == name) {
+            renew(&*self.placement, name, link, url, self.lease).await;
+        }
+        self.read_live().await;
+    }
+
     /// Reads which nodes are live, with their load.
-    async fn read_live(&self) {
+    pub(crate) async fn read_live(&self) {
         match self.placement.live_nodes().await {
             Ok(records) => {
                 let live = records

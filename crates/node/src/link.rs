@@ -94,20 +94,8 @@ impl NodeLink {
 
     /// A lease request, answered within [`LEASE_TIMEOUT`] (a node cut off answers nothing).
     pub(crate) async fn lease(&self, asked: &LeaseRequest) -> Result<LeaseAnswer, LinkError> {
-        let body = whole(serde_json::to_vec(asked).unwrap_or_default());
-        let asking = async {
-            let answer = self.request("lease", body).await?;
-            if answer.status() != http::StatusCode::OK {
-                return Err(self.unreachable(format!("it answered {}", answer.status())));
-            }
-            let bytes = http_body_util::Limited::new(answer.into_body(), 64 * 1024)
-                .collect()
-                .await
-                .map_err(|e| self.unreachable(e))?
-                .to_bytes();
-            serde_json::from_slice(&bytes).map_err(|e| self.unreachable(e))
-        };
-        tokio::time::timeout(LEASE_TIMEOUT, asking)
+        let body = serde_json::to_vec(asked).unwrap_or_default();
+        tokio::time::timeout(LEASE_TIMEOUT, self.json("lease", body))
             .await
             .map_err(|_| self.unreachable("no answer in time"))?
     }
@@ -115,7 +103,16 @@ impl NodeLink {
     /// Drains the node: it takes no new sessions and hibernates those it has. Waits for the
     /// end (each session's call first, then its checkpoint).
     pub async fn drain(&self) -> Result<DrainAnswer, LinkError> {
-        let answer = self.request("drain", whole(Vec::new())).await?;
+        self.json("drain", Vec::new()).await
+    }
+
+    /// Sends `body` to `what` and reads its answer, a small JSON value, which must come with 200.
+    async fn json<T: serde::de::DeserializeOwned>(
+        &self,
+        what: &str,
+        body: Vec<u8>,
+    ) -> Result<T, LinkError> {
+        let answer = self.request(what, whole(body)).await?;
         if answer.status() != http::StatusCode::OK {
             return Err(self.unreachable(format!("it answered {}", answer.status())));
         }

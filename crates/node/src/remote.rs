@@ -108,7 +108,7 @@ impl RemoteSessions {
                     }
                     // valid in the database, not yet among what this front end read: read again
                     None => {
-                        self.fleet.renew_all().await;
+                        self.fleet.read_live().await;
                         continue;
                     }
                 }
@@ -155,7 +155,7 @@ impl RemoteSessions {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        self.fleet.renew_all().await;
+        self.fleet.read_live().await;
     }
 
     /// The least loaded live node; when none is known (the front end just started, or every
@@ -258,7 +258,7 @@ impl SandboxSessions for RemoteSessions {
                         self.forget(&request.account, session);
                     }
                     self.fleet.forget(&node.name);
-                    self.fleet.renew_all().await;
+                    self.fleet.renew_one(&node.name).await;
                 }
                 Err(RunError::Seam(error)) => {
                     if let (SandboxSessionsError::Failed(_), Some(session)) =
