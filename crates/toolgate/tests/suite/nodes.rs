@@ -16,19 +16,6 @@ use serde_json::{Value, json};
 use crate::common::*;
 use crate::sandbox::{is_error, text};
 
-async fn write(server: &Server, key: &str, args: Value) -> Value {
-    post_personal(&client(), server, key, &tool_call("svc_write", args))
-        .await
-        .result()
-}
-
-fn value(result: &Value) -> String {
-    result["structuredContent"]["python"]["result"]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
 /// A process's effective capabilities and real and effective uids, from /proc.
 fn identity(pid: u32) -> (String, String) {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -24,23 +24,6 @@ fn postgres_url() -> String {
         .expect("TOOLGATE_TEST_POSTGRES_URL: scripts/test.sh starts a server and sets it")
 }
 
-async fn write(server: &Server, key: &str, args: Value) -> Value {
-    post_personal(&client(), server, key, &tool_call("svc_write", args))
-        .await
-        .result()
-}
-
-fn value(result: &Value) -> String {
-    result["structuredContent"]["python"]["result"]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
-}
-
-fn session(result: &Value) -> &Value {
-    &result["structuredContent"]["python"]["session"]
-}
-
 /// Which of the cluster's nodes owns the session now, by the placement store.
 async fn owner_of(
     store: &Arc<dyn Store>,

@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::common::*;
 use crate::sandbox::{is_error, text};
@@ -29,25 +29,6 @@ fn storages(dir: &Path) -> Vec<Storage> {
         all.push(Storage::postgres(&dir.join("pg"), &url));
     }
     all
-}
-
-async fn write(server: &Server, key: &str, args: Value) -> Value {
-    let http = client();
-    post_personal(&http, server, key, &tool_call("svc_write", args))
-        .await
-        .result()
-}
-
-fn session(result: &Value) -> &Value {
-    &result["structuredContent"]["python"]["session"]
-}
-
-/// The value of the cell's last expression.
-fn value(result: &Value) -> String {
-    result["structuredContent"]["python"]["result"]["text"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned()
 }
 
 /// Every file under `dir`.

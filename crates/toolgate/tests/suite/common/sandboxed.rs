@@ -126,3 +126,23 @@ impl Fixture {
         self.call(&self.alice, "svc_write", args).await
     }
 }
+
+/// The result of `svc_write` with `args`, through the personal URL (bare POST).
+pub async fn write(server: &Server, key: &str, args: Value) -> Value {
+    post_personal(&client(), server, key, &tool_call("svc_write", args))
+        .await
+        .result()
+}
+
+/// A Python result's session record.
+pub fn session(result: &Value) -> &Value {
+    &result["structuredContent"]["python"]["session"]
+}
+
+/// The value of a Python cell's last expression.
+pub fn value(result: &Value) -> String {
+    result["structuredContent"]["python"]["result"]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
