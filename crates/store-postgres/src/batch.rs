@@ -104,10 +104,7 @@ impl Job {
                 charge.month.as_str().to_owned(),
             ),
             tool: charge.tool.to_owned(),
-            terms: Terms {
-                free_monthly_calls: charge.free_monthly_calls,
-                paid_call_cost: charge.paid_call_cost,
-            },
+            terms: charge.terms(),
             decided: Some(decided),
             recorded,
         };

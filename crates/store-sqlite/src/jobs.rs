@@ -89,10 +89,7 @@ impl AdmitJob {
                 charge.month.as_str().to_owned(),
             ),
             tool: charge.tool.to_owned(),
-            terms: Terms {
-                free_monthly_calls: charge.free_monthly_calls,
-                paid_call_cost: charge.paid_call_cost,
-            },
+            terms: charge.terms(),
             decided: Some(decided),
             recorded,
             predicted: None,

@@ -82,6 +82,16 @@ pub struct CallCharge<'a> {
     pub paid_call_cost: Micros,
 }
 
+impl CallCharge<'_> {
+    /// The allowance and price the call is decided on.
+    pub fn terms(&self) -> toolgate_domain::Terms {
+        toolgate_domain::Terms {
+            free_monthly_calls: self.free_monthly_calls,
+            paid_call_cost: self.paid_call_cost,
+        }
+    }
+}
+
 /// The answer to one admission as soon as it is decided; its ledger row may still be on its way
 /// to disk, so a caller may start the call's work at once but answers only after `recorded`.
 #[derive(Debug)]
