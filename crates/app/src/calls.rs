@@ -81,6 +81,7 @@ impl ToolCalls {
         })?;
         let Decided {
             admission,
+            usage,
             recorded,
         } = decided;
         if admission == Admission::Refused {
@@ -107,6 +108,7 @@ impl ToolCalls {
             account: caller,
             tool: &spec.name,
             call_id: self.next_call.fetch_add(1, Ordering::Relaxed),
+            usage_after: usage,
             calls: &calls,
             scratch: &scratch,
             secrets: &secrets,

@@ -81,6 +81,7 @@ impl Metering for GatedStore {
         let commit = decided.recorded;
         Ok(Decided {
             admission: decided.admission,
+            usage: decided.usage,
             recorded: Recorded::when(async move {
                 reached.notify_one();
                 let passed = gate.wait_for(|gate| *gate != Gate::Held).await.map(|g| *g);

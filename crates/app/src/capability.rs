@@ -7,7 +7,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
-use toolgate_domain::{Account, BillingStatus, LlmAnswer, SearchResult};
+use toolgate_domain::{Account, BillingStatus, LlmAnswer, SearchResult, UsageSnapshot};
 
 pub use crate::call_secrets::CallSecrets;
 use crate::metering::MeterError;
@@ -96,6 +96,8 @@ pub struct CallContext<'a> {
     pub tool: &'a str,
     /// Unique per call within this process.
     pub call_id: u64,
+    /// The account's usage just after this call's charge, when the store knew it exactly.
+    pub usage_after: Option<UsageSnapshot>,
     /// Makes the calls a capability's work makes on the caller's behalf (upcalls from code in a
     /// session): the call use case, held only while this call runs.
     pub calls: &'a Arc<dyn MakeCall>,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use toolgate_domain::{Account, BillingStatus, MonthKey, Pricing};
+use toolgate_domain::{Account, BillingStatus, MonthKey, Pricing, UsageSnapshot};
 use toolgate_store::{CallCharge, Decided, Store, StoreError};
 
 /// Why metering could not answer.
@@ -57,9 +57,17 @@ impl Meter {
         Ok(self.store.decide_call(&charge).await?)
     }
 
-    /// The billing status record as of now.
-    pub async fn status(&self, account: &Account) -> Result<BillingStatus, MeterError> {
-        let usage = self.store.usage(&account.id, &MonthKey::now()).await?;
+    /// The billing status record as of now, or as of `known` (the usage a call's admission
+    /// left, which the store reported exactly) without a read.
+    pub async fn status(
+        &self,
+        account: &Account,
+        known: Option<UsageSnapshot>,
+    ) -> Result<BillingStatus, MeterError> {
+        let usage = match known {
+            Some(usage) => usage,
+            None => self.store.usage(&account.id, &MonthKey::now()).await?,
+        };
         Ok(BillingStatus::new(&account.tier, usage, &self.pricing))
     }
 

@@ -507,6 +507,7 @@ mod tests {
             account: &account,
             tool: "svc_read",
             call_id: 1,
+            usage_after: None,
             calls: &calls,
             progress: None,
             cancel: None,

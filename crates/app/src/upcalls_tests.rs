@@ -64,7 +64,7 @@ fn origin(account: &Account) -> UpcallOrigin {
 
 async fn free_left(app: &App, account: &Account) -> i64 {
     app.meter()
-        .status(account)
+        .status(account, None)
         .await
         .unwrap()
         .free_remaining_this_month

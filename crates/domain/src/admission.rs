@@ -5,7 +5,7 @@
 //! [`Standing`] and applies the [`Decision`] atomically (failing, and trying again, when the
 //! standing changed meanwhile), so no backend carries a rule of its own.
 
-use crate::billing::Pricing;
+use crate::billing::{Pricing, UsageSnapshot};
 use crate::money::Micros;
 
 /// What metering decided about one call.
@@ -37,6 +37,16 @@ pub struct Standing {
     pub wallet: Micros,
     /// What refunds and disputes took back beyond the wallet; the wallet is empty while any is owed.
     pub owed: Micros,
+}
+
+impl Standing {
+    /// The usage it shows an account: the wallet less what is owed.
+    pub fn usage(&self) -> UsageSnapshot {
+        UsageSnapshot {
+            free_used: self.free_used,
+            wallet: Micros(self.wallet.0.saturating_sub(self.owed.0)),
+        }
+    }
 }
 
 /// The prices one call is admitted at: the operator's, when the call was made.

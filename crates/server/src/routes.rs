@@ -17,7 +17,7 @@ pub async fn billing_status(State(state): State<Shared>, request: Request) -> Re
         Ok(account) => account,
         Err(err) => return err.respond(&state.metrics),
     };
-    match state.app.meter().status(&account).await {
+    match state.app.meter().status(&account, None).await {
         // axum answers 500 itself if serialising ever failed, rather than an empty 200.
         Ok(status) => axum::Json(status).into_response(),
         Err(err) => EdgeError::BillingStatus(err).respond(&state.metrics),

@@ -100,7 +100,7 @@ impl<'a> Run<'a> {
 }
 
 /// What [`apply`] found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Applied {
     /// Every call is recorded.
     Written,
@@ -171,7 +171,8 @@ impl<'a> Columns<'a> {
 /// only if the part of the standing it rests on is unchanged: the month's count when it has free
 /// calls (usage rows are never deleted, so a missing one is the 0 read), the wallet and what is
 /// owed when it has paid ones (their count, at or past the limit, can only have grown). Returns
-/// what became of each run, in order. Durable when the transaction commits.
+/// what became of each run, in order. Durable when the transaction commits (or the statement,
+/// outside one).
 pub(crate) async fn apply(
     conn: &mut PgConnection,
     runs: &[Run<'_>],

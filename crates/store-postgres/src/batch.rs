@@ -2,7 +2,11 @@
 //! batcher task, which decides every call waiting at the moment in one transaction and commits
 //! them together, so a commit's round trips and its WAL flush are shared by the batch.
 //!
-//! In a batch, the accounts' rows are locked and read at once (`admit::read_standings`, in the
+//! Accounts the batcher remembers go the fast way first ([`known`]): decided on the standing
+//! their last batch left and written in one guarded statement, commit included. The rest take
+//! the locked way below, and so does any account whose guards fail there.
+//!
+//! In the locked way, the accounts' rows are locked and read at once (`admit::read_standings`, in the
 //! order of their ids); each account's calls are then decided in the order they arrived, each on
 //! the standing the one before it left, with the one rule (`toolgate_domain::decide`), and
 //! applied per account and month in one guarded statement (`admit::apply`). An account whose
@@ -17,14 +21,15 @@
 //! account's calls of that batch.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex as StdMutex};
 
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Mutex, mpsc, oneshot};
-use toolgate_domain::{Admission, Standing, Terms, decide};
+use toolgate_domain::{Admission, Standing, Terms, UsageSnapshot, decide};
 use toolgate_store::{CallCharge, Decided, Recorded, StoreError};
 
 use crate::admit::{Applied, BEGIN, Key, Run, apply, read_standings};
+use crate::known::{self, Known, Plan};
 use crate::rows::map_error;
 
 /// Most admissions decided in one transaction.
@@ -42,13 +47,14 @@ const MAX_BATCH_ATTEMPTS: usize = 5;
 pub(crate) const MAX_READS: usize = 3;
 
 /// One call waiting for a batcher, with the channels its two answers go back on.
-struct Job {
-    key: Key,
-    tool: String,
-    terms: Terms,
+pub(crate) struct Job {
+    pub(crate) key: Key,
+    pub(crate) tool: String,
+    pub(crate) terms: Terms,
     /// Taken when the decision goes out.
-    decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
-    recorded: oneshot::Sender<Result<(), StoreError>>,
+    decided: Option<oneshot::Sender<Result<Verdict, StoreError>>>,
+    /// Taken when the record's fate goes out.
+    recorded: Option<oneshot::Sender<Result<(), StoreError>>>,
 }
 
 /// The queue to a store's batchers.
@@ -78,17 +84,18 @@ impl Admissions {
 
 /// What the caller of [`Job::new`] waits on.
 struct Answers {
-    decided: oneshot::Receiver<Result<Admission, StoreError>>,
+    decided: oneshot::Receiver<Result<Verdict, StoreError>>,
     recorded: oneshot::Receiver<Result<(), StoreError>>,
 }
 
 impl Answers {
     /// The decision, and the durability still to come.
     async fn decided(self) -> Result<Decided, StoreError> {
-        let admission = self.decided.await.map_err(|_| stopped())??;
+        let (admission, usage) = self.decided.await.map_err(|_| stopped())??;
         let recorded = self.recorded;
         Ok(Decided {
             admission,
+            usage,
             recorded: Recorded::when(async move { recorded.await.map_err(|_| stopped())? }),
         })
     }
@@ -106,13 +113,29 @@ impl Job {
             tool: charge.tool.to_owned(),
             terms: charge.terms(),
             decided: Some(decided),
-            recorded,
+            recorded: Some(recorded),
         };
         let answers = Answers {
             decided: decided_rx,
             recorded: recorded_rx,
         };
         (job, answers)
+    }
+
+    /// Sends what the call has not heard yet: its decision (or, when it never had one, the
+    /// failure of its record) and its record's fate.
+    pub(crate) fn answer(
+        &mut self,
+        decision: Result<Verdict, StoreError>,
+        recorded: Result<(), StoreError>,
+    ) {
+        // A caller that went away no longer needs its answers; its ledger row stands.
+        if let Some(decided) = self.decided.take() {
+            let _ = decided.send(decision);
+        }
+        if let Some(sender) = self.recorded.take() {
+            let _ = sender.send(recorded);
+        }
     }
 }
 
@@ -121,6 +144,10 @@ fn stopped() -> StoreError {
 }
 
 async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
+    // One batch at a time: a second one sent while the first is written often reaches the
+    // account's row first, and its guards then fail (3,200 against 16,000 admissions/s on one
+    // account in `examples/admit_throughput`).
+    let known = StdMutex::new(Known::default());
     loop {
         let batch = {
             let mut receiver = receiver.lock().await;
@@ -137,7 +164,8 @@ async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
             }
             batch
         };
-        run_batch(&pool, batch).await;
+        let plan = known::lock(&known).plan(&batch);
+        run_batch(&pool, batch, plan, &known).await;
     }
 }
 
@@ -172,25 +200,32 @@ enum Unrun {
     Failed(StoreError),
 }
 
-/// Decides and commits `batch`; when a statement fails and the batch holds more than one
-/// account, each account's calls go again in a transaction of their own.
-async fn run_batch(pool: &PgPool, mut batch: Vec<Job>) {
-    let all: Vec<usize> = (0..batch.len()).collect();
-    let failed = match decide_and_commit(pool, &mut batch, &all).await {
+/// Decides and commits `batch`: what it can the fast way ([`known`](crate::known)), the rest
+/// under the accounts' locks; when a statement fails there and more than one account is left,
+/// each account's calls go again in a transaction of their own.
+async fn run_batch(pool: &PgPool, mut batch: Vec<Job>, plan: Plan, known: &StdMutex<Known>) {
+    let left = known::write(pool, &mut batch, plan, known).await;
+    if left.is_empty() {
+        return;
+    }
+    let failed = match decide_and_commit(pool, &mut batch, &left, known).await {
         Ok(recorded) => return answer(batch, recorded),
         Err(Unrun::Unreachable(error)) => return fail(batch, &error),
         Err(Unrun::Failed(error)) => error,
     };
     let mut accounts: BTreeMap<String, Vec<usize>> = BTreeMap::new();
-    for (index, job) in batch.iter().enumerate() {
-        accounts.entry(job.key.0.clone()).or_default().push(index);
+    for index in left {
+        accounts
+            .entry(batch[index].key.0.clone())
+            .or_default()
+            .push(index);
     }
     if accounts.len() == 1 {
         return fail(batch, &failed);
     }
     let mut recorded: Vec<Option<Result<(), StoreError>>> = batch.iter().map(|_| None).collect();
     for indices in accounts.into_values() {
-        match decide_and_commit(pool, &mut batch, &indices).await {
+        match decide_and_commit(pool, &mut batch, &indices, known).await {
             Ok(alone) => {
                 for (index, heard) in alone.into_iter().enumerate() {
                     if heard.is_some() {
@@ -233,15 +268,11 @@ fn copy(error: &StoreError) -> StoreError {
 fn answer(batch: Vec<Job>, recorded: Vec<Option<Result<(), StoreError>>>) {
     for (mut job, recorded) in batch.into_iter().zip(recorded) {
         let recorded = recorded.unwrap_or_else(|| Err(stopped()));
-        if let Some(decided) = job.decided.take() {
-            let failure = match &recorded {
-                Ok(()) => stopped(),
-                Err(error) => copy(error),
-            };
-            // A caller that went away no longer needs its answers; its ledger row stands.
-            let _ = decided.send(Err(failure));
-        }
-        let _ = job.recorded.send(recorded);
+        let failure = match &recorded {
+            Ok(()) => stopped(),
+            Err(error) => copy(error),
+        };
+        job.answer(Err(failure), recorded);
     }
 }
 
@@ -252,6 +283,7 @@ async fn decide_and_commit(
     pool: &PgPool,
     batch: &mut [Job],
     indices: &[usize],
+    known: &StdMutex<Known>,
 ) -> Result<Vec<Option<Result<(), StoreError>>>, Unrun> {
     let mut last = None;
     for _ in 0..MAX_BATCH_ATTEMPTS {
@@ -260,7 +292,7 @@ async fn decide_and_commit(
             .await
             .map_err(|error| Unrun::Unreachable(map_error(error)))?;
         match decide_all(&mut tx, batch, indices).await {
-            Ok(decisions) => {
+            Ok((decisions, standings)) => {
                 let mut admitted = Vec::with_capacity(decisions.len());
                 for (job, decision) in batch.iter_mut().zip(decisions) {
                     let Some(decision) = decision else {
@@ -273,6 +305,14 @@ async fn decide_and_commit(
                     }
                 }
                 let committed = tx.commit().await.map_err(map_error);
+                // read under the lock and written in this transaction: exact once committed
+                let mut known = known::lock(known);
+                for (key, standing) in &standings {
+                    match committed {
+                        Ok(()) => known.committed(key, *standing),
+                        Err(_) => known.forget(&key.0),
+                    }
+                }
                 return Ok(admitted
                     .into_iter()
                     .map(|decided| {
@@ -298,20 +338,19 @@ async fn decide_and_commit(
 }
 
 /// Decides every call of `indices` inside the open transaction and applies the decisions;
-/// indexed like `batch`. Each round decides one run of every account with calls left and
+/// indexed like `batch`, with the standings the accounts are left in. Each round decides one run of every account with calls left and
 /// applies all of them in one statement; an account whose run was stale is read again (its lock
 /// is held now, so the read is exact) and its run decided again in the next round.
 async fn decide_all(
     conn: &mut PgConnection,
     batch: &[Job],
     indices: &[usize],
-) -> Result<Vec<Option<Result<Admission, StoreError>>>, Abort> {
+) -> Result<(Decisions, HashMap<Key, Standing>), Abort> {
     let mut keys: Vec<Key> = indices.iter().map(|&i| batch[i].key.clone()).collect();
     keys.sort_unstable();
     keys.dedup();
     let mut standings = read_standings(conn, &keys).await?;
-    let mut decisions: Vec<Option<Result<Admission, StoreError>>> =
-        batch.iter().map(|_| None).collect();
+    let mut decisions: Decisions = batch.iter().map(|_| None).collect();
     let mut accounts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for &index in indices {
         accounts
@@ -340,12 +379,13 @@ async fn decide_all(
                 continue;
             };
             let mut run = Run::new(key, before);
-            let admissions: Vec<(usize, Admission)> = calls
+            let admissions: Vec<(usize, Verdict)> = calls
                 .iter()
                 .map(|&index| {
                     let decision = decide(run.after, batch[index].terms);
                     run.push(&batch[index].tool, &decision);
-                    (index, decision.admission)
+                    // read under the account's lock: exact
+                    (index, (decision.admission, Some(decision.after.usage())))
                 })
                 .collect();
             wave.push((at, run, admissions));
@@ -358,8 +398,8 @@ async fn decide_all(
             match applied {
                 Applied::Written => {
                     set_standing(&mut standings, run.key, run.after);
-                    for (index, admission) in admissions {
-                        decisions[index] = Some(Ok(admission));
+                    for (index, verdict) in admissions {
+                        decisions[index] = Some(Ok(verdict));
                     }
                     account.next += 1;
                     account.reads = 1;
@@ -394,8 +434,14 @@ async fn decide_all(
         }
         pending.retain(|account| account.next < account.runs.len());
     }
-    Ok(decisions)
+    Ok((decisions, standings))
 }
+
+/// Each call's decision, indexed like its batch (`None`: not decided in this transaction).
+type Decisions = Vec<Option<Result<Verdict, StoreError>>>;
+
+/// A call's admission, and the usage it leaves when that is known exactly.
+pub(crate) type Verdict = (Admission, Option<UsageSnapshot>);
 
 /// An account's calls in a batch, as runs of one month each, and how far they are applied.
 struct Pending<'a> {
@@ -410,7 +456,7 @@ impl Pending<'_> {
     /// Answers every call not applied yet with `error`; nothing of the account is left to do.
     fn answer_rest(
         &mut self,
-        decisions: &mut [Option<Result<Admission, StoreError>>],
+        decisions: &mut [Option<Result<Verdict, StoreError>>],
         error: impl Fn() -> StoreError,
     ) {
         for &index in self.runs[self.next..].iter().copied().flatten() {
@@ -433,4 +479,4 @@ fn set_standing(standings: &mut HashMap<Key, Standing>, key: &Key, standing: Sta
 
 #[cfg(test)]
 #[path = "batch_tests.rs"]
-mod tests;
+pub(crate) mod tests;

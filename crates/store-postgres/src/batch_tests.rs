@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sqlx::{Connection, PgConnection};
-use toolgate_domain::{AccountId, ApiKey, Brand, Email, Micros, MonthKey};
+use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey};
 use toolgate_store::{Accounts, Metering, NewAccount};
 
 use super::*;
@@ -11,12 +11,12 @@ use crate::PgStore;
 use crate::admit::apply_one;
 use crate::testkit::{until_waiting, with_fresh_database};
 
-const FREE: i64 = 5;
-const PRICE: i64 = 8;
+pub(crate) const FREE: i64 = 5;
+pub(crate) const PRICE: i64 = 8;
 /// Pays for 10 calls at `PRICE`.
-const WALLET: i64 = 80;
+pub(crate) const WALLET: i64 = 80;
 
-fn charge<'a>(account: &'a AccountId, month: &'a MonthKey) -> CallCharge<'a> {
+pub(crate) fn charge<'a>(account: &'a AccountId, month: &'a MonthKey) -> CallCharge<'a> {
     CallCharge {
         account,
         month,
@@ -27,7 +27,7 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey) -> CallCharge<'a> {
 }
 
 /// `count` accounts, each with `WALLET` in its wallet.
-async fn accounts(store: &PgStore, count: usize) -> Vec<AccountId> {
+pub(crate) async fn accounts(store: &PgStore, count: usize) -> Vec<AccountId> {
     let mut ids = Vec::new();
     for n in 0..count {
         let account = NewAccount {
@@ -158,7 +158,9 @@ async fn a_batch_whose_compare_and_set_loses_for_one_account_answers_every_call_
         let pool = store.pool.clone();
         let batch = tokio::spawn(async move {
             let all: Vec<usize> = (0..jobs.len()).collect();
-            let recorded = decide_and_commit(&pool, &mut jobs, &all).await.unwrap();
+            let recorded = decide_and_commit(&pool, &mut jobs, &all, &StdMutex::default())
+                .await
+                .unwrap();
             answer(jobs, recorded);
         });
         until_waiting(&mut watcher, 1, || batch.is_finished()).await;
@@ -245,7 +247,7 @@ async fn a_batch_spanning_two_months_counts_them_apart_and_shares_the_wallet() {
             answers.push(answer);
         }
         let all: Vec<usize> = (0..jobs.len()).collect();
-        let recorded = decide_and_commit(&store.pool, &mut jobs, &all)
+        let recorded = decide_and_commit(&store.pool, &mut jobs, &all, &StdMutex::default())
             .await
             .unwrap();
         answer(jobs, recorded);

@@ -8,6 +8,8 @@
 mod admit;
 mod batch;
 mod dashboard;
+mod key_epoch;
+mod known;
 mod mcp_sessions;
 mod money;
 mod oauth;
@@ -17,6 +19,7 @@ mod secrets;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -31,6 +34,7 @@ use toolgate_store::{
 };
 
 use crate::batch::{Admissions, BATCHERS};
+use crate::key_epoch::KeyEpoch;
 use crate::rows::map_error;
 
 /// Connections per process; calls of one account serialise on its rows anyway, so more
@@ -45,6 +49,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct PgStore {
     pool: PgPool,
     admissions: Admissions,
+    key_epoch: Arc<KeyEpoch>,
 }
 
 impl PgStore {
@@ -64,17 +69,27 @@ impl PgStore {
             .await
             .map_err(|e| StoreError::Unavailable(format!("migration failed: {e}")))?;
         let admissions = Admissions::start(&pool, BATCHERS);
-        Ok(PgStore { pool, admissions })
+        let key_epoch = Arc::new(KeyEpoch::listen(url));
+        Ok(PgStore {
+            pool,
+            admissions,
+            key_epoch,
+        })
     }
 
     /// Closes every connection, waiting for those in use to be returned.
     pub async fn close(&self) {
+        self.key_epoch.stop();
         self.pool.close().await;
     }
 }
 
 #[async_trait]
 impl Accounts for PgStore {
+    fn key_epoch(&self) -> Option<u64> {
+        self.key_epoch.current()
+    }
+
     async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError> {
         let tier: String = sqlx::query_scalar(
             "INSERT INTO accounts (id, email, key_hash, created_at) VALUES ($1, $2, $3, $4)
@@ -127,17 +142,23 @@ impl Accounts for PgStore {
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {
         // The sealed copy belongs to the old key: forgetting it in the same statement means no
         // reader ever sees the new hash beside the old key's sealed copy.
+        // Every store's key cache hears of it when it commits (see `key_epoch`); this one's
+        // moves on at once, and also when the outcome is unknown.
         let done = sqlx::query(
-            "UPDATE accounts SET key_hash = $1, key_rotated_at = $2,
-                 key_sealed_version = NULL, key_wrapped = NULL, key_ciphertext = NULL
-             WHERE id = $3",
+            "WITH rotated AS (
+                 UPDATE accounts SET key_hash = $1, key_rotated_at = $2,
+                     key_sealed_version = NULL, key_wrapped = NULL, key_ciphertext = NULL
+                 WHERE id = $3 RETURNING 1)
+             SELECT pg_notify($4, '') FROM rotated",
         )
         .bind(&new_hash.as_bytes()[..])
         .bind(now_millis())
         .bind(account.as_str())
+        .bind(key_epoch::CHANNEL)
         .execute(&self.pool)
-        .await
-        .map_err(map_error)?;
+        .await;
+        self.key_epoch.rotated();
+        let done = done.map_err(map_error)?;
         if done.rows_affected() == 1 {
             Ok(())
         } else {

@@ -70,6 +70,7 @@ impl Answers {
         let admission = (&mut self.decided).await.map_err(|_| dropped())??;
         Ok(Decided {
             admission,
+            usage: None,
             recorded: self.recorded(),
         })
     }

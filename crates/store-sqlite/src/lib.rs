@@ -282,6 +282,7 @@ impl Metering for SqliteStore {
             Submitted::Predicted(admission) => {
                 return Ok(Decided {
                     admission,
+                    usage: None,
                     recorded: answers.recorded(),
                 });
             }

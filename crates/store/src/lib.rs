@@ -98,6 +98,9 @@ impl CallCharge<'_> {
 pub struct Decided {
     /// Who paid, or the refusal.
     pub admission: Admission,
+    /// The account's usage just after this call's charge, when the backend decided on a
+    /// standing it knows to be exact; what reports usage may answer from it without a read.
+    pub usage: Option<UsageSnapshot>,
     /// Resolves once the admission is durable (at once for a refusal).
     pub recorded: Recorded,
 }
@@ -181,6 +184,7 @@ pub trait Metering: Send + Sync {
         let admission = self.admit_call(charge).await?;
         Ok(Decided {
             admission,
+            usage: None,
             recorded: Recorded::already(),
         })
     }

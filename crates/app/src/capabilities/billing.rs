@@ -68,9 +68,13 @@ impl Capability for Billing {
     }
 
     async fn run(&self, ctx: &CallContext<'_>, _args: &JsonObject) -> Result<Output, Failure> {
-        let status = self.meter.status(ctx.account).await.map_err(|_| {
-            Failure::new("the billing status is temporarily unavailable; please retry")
-        })?;
+        let status = self
+            .meter
+            .status(ctx.account, ctx.usage_after)
+            .await
+            .map_err(|_| {
+                Failure::new("the billing status is temporarily unavailable; please retry")
+            })?;
         rendered(status)
     }
 }
