@@ -32,7 +32,7 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         sandbox: config.sandbox,
         vault,
     });
-    let server = NodeServer::new(sessions.clone(), config.token, sessions.clone());
+    let server = NodeServer::new(sessions.clone(), config.token, None, sessions.clone());
     let shutdown = CancellationToken::new();
     tracing::info!(listen = %bound, "toolgate node serving");
     crate::serve::announce(bound, &format!("http://{bound}"));
@@ -115,7 +115,7 @@ impl NodeControl for NodeSessions {
 /// take no new sessions and hibernate the rest, waits for it, and prints
 /// `{"drained": true, "hibernated": N}`.
 pub async fn drain(listen: std::net::SocketAddr, token: toolgate_node::NodeToken) -> Result<()> {
-    let link = toolgate_node::NodeLink::new(&format!("http://{listen}"), token)?;
+    let link = toolgate_node::NodeLink::new(&format!("http://{listen}"), token, None)?;
     let drained = link
         .drain()
         .await

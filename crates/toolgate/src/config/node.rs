@@ -42,8 +42,10 @@ impl NodesConfig {
         }
         let mut checked = Vec::with_capacity(urls.len());
         for url in urls {
-            let address = toolgate_node::node_address(url)
-                .map_err(|err| ConfigError::worded("nodes", err))?;
+            let address = toolgate_node::NodeUrl::parse(url, false)
+                .map_err(|err| ConfigError::worded("nodes", err))?
+                .address()
+                .to_owned();
             if checked.contains(&address) {
                 return Err(ConfigError::new("nodes", format!("{url} is given twice")));
             }
