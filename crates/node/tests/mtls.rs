@@ -204,12 +204,18 @@ async fn a_node_whose_certificate_another_ca_signed_is_refused_by_the_front_end(
     assert!(one_run(&b, &url, &d.front, "s").await.is_err());
     assert!(sessions.seen.lock().unwrap().is_empty());
     // a genuine node's certificate that does not name the address dialled is refused too
-    let genuine = d.ca.issue("elsewhere", Role::Node, &d.ca);
+    let elsewhere = d.ca.issue_named(
+        "elsewhere",
+        Role::Node,
+        &d.ca,
+        &["node-b.example", "10.9.9.9"],
+    );
     let (url, _stop2, _task2) =
-        node_with(Arc::clone(&sessions), Some(genuine.server().unwrap())).await;
-    let by_name = url.replace("127.0.0.1", "127.0.0.2");
-    let link = NodeLink::new(&by_name, token(), Some(d.front.client().unwrap())).unwrap();
-    assert!(link.drain().await.is_err());
+        node_with(Arc::clone(&sessions), Some(elsewhere.server().unwrap())).await;
+    let link = NodeLink::new(&url, token(), Some(d.front.client().unwrap())).unwrap();
+    let refused = link.drain().await.unwrap_err();
+    assert!(refused.to_string().contains("TLS"), "{refused}");
+    assert!(sessions.seen.lock().unwrap().is_empty());
 }
 
 #[test]

@@ -52,10 +52,16 @@ impl Ca {
     /// A certificate this CA signs for `role`, as `<ca>-<who>.pem` and its key `.key` (0600),
     /// with `trusted` as the CA the other side must chain to.
     pub fn issue(&self, who: &str, role: Role, trusted: &Ca) -> TlsFiles {
-        let names = match role {
-            Role::Node => vec!["127.0.0.1".to_owned(), "localhost".to_owned()],
-            Role::FrontEnd => Vec::new(),
+        let names: &[&str] = match role {
+            Role::Node => &["127.0.0.1", "localhost"],
+            Role::FrontEnd => &[],
         };
+        self.issue_named(who, role, trusted, names)
+    }
+
+    /// [`Ca::issue`], with `names` as its subject alternative names.
+    pub fn issue_named(&self, who: &str, role: Role, trusted: &Ca, names: &[&str]) -> TlsFiles {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
         let mut params = CertificateParams::new(names).unwrap();
         params.distinguished_name.push(DnType::CommonName, who);
         params.extended_key_usages = vec![match role {
