@@ -16,6 +16,7 @@ use toolgate_domain::{Incarnation, Lease, NodeName};
 use toolgate_store::{NodeBeat, NodeLoad as StoredLoad, Placement};
 
 use crate::link::{LinkError, NodeLink};
+use crate::tls::ClientTls;
 use crate::token::NodeToken;
 use crate::wire::{LeaseAnswer, LeaseRequest};
 
@@ -39,7 +40,7 @@ pub(crate) struct LiveNode {
 /// Why the nodes could not be set up.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    /// an address is not `http://HOST:PORT`
+    /// an address is not `http://HOST:PORT` (`https://` with TLS)
     #[error(transparent)]
     Link(#[from] LinkError),
     /// a node's name, made of its address, is not one placement takes
@@ -67,11 +68,13 @@ impl std::fmt::Debug for Fleet {
 }
 
 impl Fleet {
-    /// The nodes at `urls`, reached with `token`, their leases of `lease` kept in `placement`.
-    /// Every front end must name a node by the same URL: its name in the database is made of it.
+    /// The nodes at `urls`, reached with `token` (and over mutual TLS when `tls` is given),
+    /// their leases of `lease` kept in `placement`. Every front end must name a node by the
+    /// same `HOST:PORT`: its name in the database is made of it (the scheme is not part of it).
     pub fn new(
         urls: &[String],
         token: &NodeToken,
+        tls: Option<&ClientTls>,
         placement: Arc<dyn Placement>,
         lease: Duration,
     ) -> Result<Arc<Self>, FleetError> {
@@ -81,7 +84,7 @@ impl Fleet {
         let lease = Lease::new(lease).map_err(|_| FleetError::Lease)?;
         let mut nodes = Vec::with_capacity(urls.len());
         for url in urls {
-            let link = NodeLink::new(url, token.clone())?;
+            let link = NodeLink::new(url, token.clone(), tls.cloned())?;
             let name = name_of(link.address())
                 .ok_or_else(|| FleetError::Name(link.address().to_owned()))?;
             nodes.push((name, Arc::new(link), url.clone()));

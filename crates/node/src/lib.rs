@@ -10,6 +10,7 @@
 //!   link.rs): the front end's, placing each session on one node by the placement store.
 //! - [`NodeLease`] (lease.rs): a node's incarnation and lease, fenced when no front end renews it.
 //! - [`NodeToken`]: the shared secret, never shown.
+//! - [`TlsFiles`] (tls.rs): mutual TLS on the channel, an option beside the token.
 
 mod fleet;
 mod lease;
@@ -18,13 +19,15 @@ mod node_run;
 mod remote;
 mod remote_run;
 mod serve;
+mod tls;
 mod token;
 pub mod wire;
 
 pub use fleet::{Fleet, FleetError};
 pub use lease::{NodeControl, NodeLease, NodeLoad, Renewal};
-pub use link::{LinkError, NodeLink, node_address};
+pub use link::{LinkError, NodeLink, NodeUrl};
 pub use remote::RemoteSessions;
 pub use remote_run::NODE_LOST;
 pub use serve::NodeServer;
+pub use tls::{ClientTls, ServerTls, TlsError, TlsFile, TlsFiles};
 pub use token::{MIN_TOKEN_CHARS, NodeToken, TokenError};

@@ -89,7 +89,7 @@ async fn hostile_node(report: oneshot::Sender<(usize, usize)>) -> String {
 async fn a_node_flooding_upcalls_gets_busy_answers_past_the_front_ends_own_bound() {
     let (report, reported) = oneshot::channel();
     let url = hostile_node(report).await;
-    let link = NodeLink::new(&url, NodeToken::parse(&"n".repeat(48)).unwrap()).unwrap();
+    let link = NodeLink::new(&url, NodeToken::parse(&"n".repeat(48)).unwrap(), None).unwrap();
     let mut request = RunRequest::new(
         "acct",
         None,

@@ -1,5 +1,6 @@
-//! The node's side of the channel: an HTTP/2 (cleartext, prior knowledge) server in front of the
-//! node's own [`SandboxSessions`], for front ends holding the node token and nobody else.
+//! The node's side of the channel: an HTTP/2 server (cleartext with prior knowledge, or over
+//! mutual TLS) in front of the node's own [`SandboxSessions`], for front ends holding the node
+//! token (and, on TLS, a certificate of the deployment's CA) and nobody else.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,12 +11,14 @@ use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::{SandboxSessions, SandboxSessionsError};
 
 use crate::lease::{NodeControl, NodeLease};
 use crate::node_run::AnswerBody;
+use crate::tls::ServerTls;
 use crate::token::NodeToken;
 use crate::wire::{
     AccountRef, DrainAnswer, ErrorKind, LeaseAnswer, LeaseRequest, PREFIX, ReadFile, SessionRef,
@@ -32,6 +35,9 @@ pub(crate) const PING_EVERY: Duration = Duration::from_secs(1);
 /// See [`PING_EVERY`].
 pub(crate) const PING_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// How long a TLS handshake may take: a peer that stalls in it holds a task no longer.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The longest a front end may extend a node's lease at once.
 const MAX_VALID_FOR: Duration = Duration::from_secs(60);
 /// How often the node looks whether its lease ran out.
@@ -42,21 +48,25 @@ const WATCH_EVERY: Duration = Duration::from_millis(100);
 pub struct NodeServer {
     sessions: Arc<dyn SandboxSessions>,
     token: NodeToken,
+    tls: Option<ServerTls>,
     control: Arc<dyn NodeControl>,
     lease: Arc<NodeLease>,
 }
 
 impl NodeServer {
-    /// Serves `sessions` to callers presenting `token`; `control` reports the node's load and
-    /// drops every session when the lease lapses.
+    /// Serves `sessions` to callers presenting `token` (over mutual TLS when `tls` is given:
+    /// then both are required); `control` reports the node's load and drops every session when
+    /// the lease lapses.
     pub fn new(
         sessions: Arc<dyn SandboxSessions>,
         token: NodeToken,
+        tls: Option<ServerTls>,
         control: Arc<dyn NodeControl>,
     ) -> Arc<Self> {
         Arc::new(Self {
             sessions,
             token,
+            tls,
             control,
             lease: Arc::new(NodeLease::default()),
         })
@@ -105,21 +115,42 @@ impl NodeServer {
             };
             let _ = stream.set_nodelay(true);
             let server = Arc::clone(&self);
+            // the handshake runs in the connection's own task: a peer that fails or stalls in
+            // it never holds up the accept loop
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |request| {
-                    let server = Arc::clone(&server);
-                    async move { Ok::<_, Infallible>(server.answer(request).await) }
-                });
-                let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .timer(TokioTimer::new())
-                    .max_concurrent_streams(MAX_STREAMS)
-                    .keep_alive_interval(Some(PING_EVERY))
-                    .keep_alive_timeout(PING_TIMEOUT)
-                    .serve_connection(TokioIo::new(stream), service);
-                if let Err(error) = connection.await {
-                    tracing::debug!(%peer, %error, "node: a front end's connection ended");
+                let Some(tls) = &server.tls else {
+                    return Arc::clone(&server).connection(stream, peer).await;
+                };
+                match tokio::time::timeout(HANDSHAKE_TIMEOUT, tls.0.accept(stream)).await {
+                    Ok(Ok(stream)) => Arc::clone(&server).connection(stream, peer).await,
+                    Ok(Err(error)) => {
+                        tracing::warn!(%peer, %error, "node: a TLS handshake was refused");
+                    }
+                    Err(_) => {
+                        tracing::warn!(%peer, "node: a TLS handshake took too long; dropped");
+                    }
                 }
             });
+        }
+    }
+
+    /// One front end's connection, its requests each a stream, until it ends.
+    async fn connection<I>(self: Arc<Self>, io: I, peer: std::net::SocketAddr)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = hyper::service::service_fn(move |request| {
+            let server = Arc::clone(&self);
+            async move { Ok::<_, Infallible>(server.answer(request).await) }
+        });
+        let connection = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_STREAMS)
+            .keep_alive_interval(Some(PING_EVERY))
+            .keep_alive_timeout(PING_TIMEOUT)
+            .serve_connection(TokioIo::new(io), service);
+        if let Err(error) = connection.await {
+            tracing::debug!(%peer, %error, "node: a front end's connection ended");
         }
     }
 

@@ -46,20 +46,15 @@ impl NodeToken {
 
     /// The token in the file at `path`, which only its owner may read.
     pub fn read(path: &Path) -> Result<Self, TokenError> {
-        use std::os::unix::fs::PermissionsExt;
         let shown = path.display().to_string();
-        let meta = std::fs::metadata(path).map_err(|source| TokenError::Read {
-            path: shown.clone(),
-            source,
+        let bytes = read_private(path).map_err(|error| match error {
+            PrivateFileError::Read(source) => TokenError::Read {
+                path: shown.clone(),
+                source,
+            },
+            PrivateFileError::Exposed => TokenError::Exposed(shown.clone()),
         })?;
-        if meta.permissions().mode() & 0o077 != 0 {
-            return Err(TokenError::Exposed(shown));
-        }
-        let text = std::fs::read_to_string(path).map_err(|source| TokenError::Read {
-            path: shown,
-            source,
-        })?;
-        Self::parse(&text)
+        Self::parse(std::str::from_utf8(&bytes).map_err(|_| TokenError::Weak)?)
     }
 
     /// The `authorization` header's value.
@@ -75,6 +70,26 @@ impl NodeToken {
         };
         given.ct_eq(self.0.as_bytes()).into()
     }
+}
+
+/// Why a file only its owner may read (the token, a TLS key) could not be had.
+#[derive(Debug)]
+pub(crate) enum PrivateFileError {
+    /// it could not be read
+    Read(std::io::Error),
+    /// its group or others may read it
+    Exposed,
+}
+
+/// The bytes of the secret file at `path`, refused when anyone but its owner may read it: a
+/// secret others can read is no secret, and saying so at start beats finding out later.
+pub(crate) fn read_private(path: &Path) -> Result<Vec<u8>, PrivateFileError> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(PrivateFileError::Read)?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(PrivateFileError::Exposed);
+    }
+    std::fs::read(path).map_err(PrivateFileError::Read)
 }
 
 impl std::fmt::Debug for NodeToken {

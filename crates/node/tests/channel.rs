@@ -240,7 +240,7 @@ async fn a_node_lost_mid_run_ends_the_call_with_a_clear_error() {
         async move {
             listener.set_nonblocking(true).unwrap();
             let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-            NodeServer::new(sessions.clone(), token(), sessions)
+            NodeServer::new(sessions.clone(), token(), None, sessions)
                 .serve(listener, stop)
                 .await;
         }
@@ -364,8 +364,8 @@ async fn a_node_that_does_not_answer_delays_no_other_nodes_lease() {
     // the front end's own renewal (not a round awaited first, which would wait for the mute one)
     let placement: Arc<dyn toolgate_store::Placement> = b.store.clone();
     let urls = [x.clone(), mute];
-    let fleet =
-        toolgate_node::Fleet::new(&urls, &token(), placement, Duration::from_secs(3)).unwrap();
+    let fleet = toolgate_node::Fleet::new(&urls, &token(), None, placement, Duration::from_secs(3))
+        .unwrap();
     let stop = CancellationToken::new();
     tokio::spawn(Arc::clone(&fleet).keep(stop.clone()));
     let remote = toolgate_node::RemoteSessions::new(Arc::clone(&fleet), Duration::from_secs(600));

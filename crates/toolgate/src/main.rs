@@ -130,7 +130,7 @@ fn main() -> ExitCode {
             Err(err) => return fail(&err.into()),
         },
         Command::Node { drain: true } => match config::drain_target(&settings) {
-            Ok((listen, token)) => Role::Drain(listen, token),
+            Ok(target) => Role::Drain(target),
             Err(err) => return fail(&err.into()),
         },
         Command::Operator(command) => Role::Operator(command),
@@ -153,7 +153,7 @@ fn main() -> ExitCode {
         match role {
             Role::Serve(config) => serve::run(*config).await,
             Role::Node(config) => node::run(*config).await,
-            Role::Drain(listen, token) => node::drain(listen, token).await,
+            Role::Drain(target) => node::drain(target).await,
             Role::Operator(command) => operator(command, &settings).await,
         }
     });
@@ -168,7 +168,7 @@ fn main() -> ExitCode {
 enum Role {
     Serve(Box<ServeConfig>),
     Node(Box<NodeConfig>),
-    Drain(std::net::SocketAddr, toolgate_node::NodeToken),
+    Drain(config::DrainTarget),
     Operator(OperatorCommand),
 }
 

@@ -32,10 +32,15 @@ pub async fn run(config: NodeConfig) -> Result<()> {
         sandbox: config.sandbox,
         vault,
     });
-    let server = NodeServer::new(sessions.clone(), config.token, sessions.clone());
+    let scheme = if config.tls.is_some() {
+        "https"
+    } else {
+        "http"
+    };
+    let server = NodeServer::new(sessions.clone(), config.token, config.tls, sessions.clone());
     let shutdown = CancellationToken::new();
-    tracing::info!(listen = %bound, "toolgate node serving");
-    crate::serve::announce(bound, &format!("http://{bound}"));
+    tracing::info!(listen = %bound, scheme, "toolgate node serving");
+    crate::serve::announce(bound, &format!("{scheme}://{bound}"));
     let signal = shutdown.clone();
     tokio::spawn(async move {
         crate::serve::wait_for_signal().await;
@@ -114,12 +119,12 @@ impl NodeControl for NodeSessions {
 /// `toolgate node --drain`: tells the node listening at `listen` (this host's, by default) to
 /// take no new sessions and hibernate the rest, waits for it, and prints
 /// `{"drained": true, "hibernated": N}`.
-pub async fn drain(listen: std::net::SocketAddr, token: toolgate_node::NodeToken) -> Result<()> {
-    let link = toolgate_node::NodeLink::new(&format!("http://{listen}"), token)?;
+pub async fn drain(target: crate::config::DrainTarget) -> Result<()> {
+    let link = toolgate_node::NodeLink::new(&target.url, target.token, target.tls)?;
     let drained = link
         .drain()
         .await
-        .with_context(|| format!("the node at {listen} could not be drained"))?;
+        .with_context(|| format!("the node at {} could not be drained", target.url))?;
     println!(
         "{}",
         serde_json::json!({"drained": true, "hibernated": drained.hibernated})

@@ -30,7 +30,13 @@ pub fn on_nodes(
     shutdown: &CancellationToken,
 ) -> Result<Sandbox> {
     let placement: Arc<dyn toolgate_store::Placement> = store.clone();
-    let fleet = toolgate_node::Fleet::new(&nodes.urls, &nodes.token, placement, nodes.lease)?;
+    let fleet = toolgate_node::Fleet::new(
+        &nodes.urls,
+        &nodes.token,
+        nodes.tls.as_ref(),
+        placement,
+        nodes.lease,
+    )?;
     tokio::spawn(Arc::clone(&fleet).keep(shutdown.clone()));
     let sessions = toolgate_node::RemoteSessions::new(fleet, nodes.idle_ttl);
     tracing::info!(nodes = ?nodes.urls, "sessions run on execution nodes");

@@ -11,7 +11,9 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolgate_domain::{AccountId, ApiKey, Brand, Email};
-use toolgate_node::{Fleet, NodeControl, NodeLoad, NodeServer, NodeToken, RemoteSessions};
+use toolgate_node::{
+    ClientTls, Fleet, NodeControl, NodeLoad, NodeServer, NodeToken, RemoteSessions, ServerTls,
+};
 use toolgate_sandbox::upcall::{
     Upcall, UpcallError, UpcallErrorCode, UpcallHandler, UpcallOrigin, UpcallValue,
 };
@@ -242,10 +244,19 @@ pub fn token() -> NodeToken {
 pub async fn node(
     sessions: Arc<Scripted>,
 ) -> (String, CancellationToken, tokio::task::JoinHandle<()>) {
+    node_with(sessions, None).await
+}
+
+/// A node on loopback, over mutual TLS when `tls` is given (its URL is then `https://`).
+pub async fn node_with(
+    sessions: Arc<Scripted>,
+    tls: Option<ServerTls>,
+) -> (String, CancellationToken, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", listener.local_addr().unwrap());
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let url = format!("{scheme}://{}", listener.local_addr().unwrap());
     let stop = CancellationToken::new();
-    let server = NodeServer::new(sessions.clone(), token(), sessions);
+    let server = NodeServer::new(sessions.clone(), token(), tls, sessions);
     let task = tokio::spawn(server.serve(listener, stop.clone()));
     (url, stop, task)
 }
@@ -284,9 +295,19 @@ pub async fn front_end(
     urls: &[&str],
     token: NodeToken,
 ) -> (RemoteSessions, Arc<Fleet>) {
+    front_end_with(books, urls, token, None).await
+}
+
+/// [`front_end`], over mutual TLS when `tls` is given.
+pub async fn front_end_with(
+    books: &Books,
+    urls: &[&str],
+    token: NodeToken,
+    tls: Option<&ClientTls>,
+) -> (RemoteSessions, Arc<Fleet>) {
     let urls: Vec<String> = urls.iter().map(|u| (*u).to_owned()).collect();
     let placement: Arc<dyn Placement> = books.store.clone();
-    let fleet = Fleet::new(&urls, &token, placement, Duration::from_secs(3)).unwrap();
+    let fleet = Fleet::new(&urls, &token, tls, placement, Duration::from_secs(3)).unwrap();
     fleet.renew_all().await;
     (
         RemoteSessions::new(Arc::clone(&fleet), Duration::from_secs(600)),

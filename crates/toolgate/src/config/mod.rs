@@ -14,7 +14,7 @@ use clap::Args;
 use serde::Deserialize;
 
 pub use checkpoints::{CheckpointLocation, CheckpointsConfig};
-pub use node::{NodeConfig, NodesConfig, drain_target};
+pub use node::{DrainTarget, NodeConfig, NodesConfig, drain_target};
 pub use providers::{ProviderTable, Providers};
 pub use sandbox::SandboxConfig;
 pub use serve::{MailConfig, ServeConfig};
@@ -203,6 +203,20 @@ pub struct Settings {
     /// [default: 10]
     #[arg(long, env = "TOOLGATE_NODE_LEASE_S", global = true)]
     pub node_lease_s: Option<u64>,
+
+    /// PEM certificate chain of this node or front end: with node_tls_key and node_tls_ca,
+    /// the node channel runs over mutual TLS (node URLs are then https://) [default: none: h2c]
+    #[arg(long, env = "TOOLGATE_NODE_TLS_CERT", global = true)]
+    pub node_tls_cert: Option<PathBuf>,
+
+    /// PEM private key of node_tls_cert (mode 600, like the token file)
+    #[arg(long, env = "TOOLGATE_NODE_TLS_KEY", global = true)]
+    pub node_tls_key: Option<PathBuf>,
+
+    /// PEM certificate of the CA that signs the other side's certificates (a node accepts only
+    /// front ends' certificates it signed, and a front end only nodes')
+    #[arg(long, env = "TOOLGATE_NODE_TLS_CA", global = true)]
+    pub node_tls_ca: Option<PathBuf>,
 
     /// `on`: svc_write runs Python and bash in the sandbox (the server refuses to start if the
     /// runtime is missing); `off`: no sandbox capabilities [default: on]
@@ -484,6 +498,9 @@ impl Settings {
             nodes,
             node_token_file,
             node_lease_s,
+            node_tls_cert,
+            node_tls_key,
+            node_tls_ca,
             sandbox,
             sandbox_runtime,
             sandbox_zygote,

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use toolgate_node::NodeToken;
+use toolgate_node::{ClientTls, NodeToken, NodeUrl, ServerTls, TlsError, TlsFile, TlsFiles};
 use toolgate_sandbox::LimitSettings;
 
 use super::sandbox::SandboxConfig;
@@ -16,10 +16,12 @@ const NODE_LISTEN: ([u8; 4], u16) = ([127, 0, 0, 1], 7070);
 
 /// A front end's nodes, checked.
 pub struct NodesConfig {
-    /// `nodes`, each `http://HOST:PORT`
+    /// `nodes`, each `http://HOST:PORT` (`https://` on mutual TLS)
     pub urls: Vec<String>,
     /// `node_token_file`'s token
     pub token: NodeToken,
+    /// `node_tls_*`: mutual TLS on the channel, when given
+    pub tls: Option<ClientTls>,
     /// The operator's limits of one call (the nodes enforce their own as well).
     pub limits: LimitSettings,
     /// `sandbox_idle_minutes`: what the front end tells callers (the nodes' setting should match).
@@ -40,10 +42,13 @@ impl NodesConfig {
                 "sessions run on the nodes given, so `sandbox` cannot be `off` with them",
             ));
         }
+        let tls_files = tls_files(settings)?;
         let mut checked = Vec::with_capacity(urls.len());
         for url in urls {
-            let address = toolgate_node::node_address(url)
-                .map_err(|err| ConfigError::worded("nodes", err))?;
+            let address = NodeUrl::parse(url, tls_files.is_some())
+                .map_err(|err| ConfigError::worded("nodes", err))?
+                .address()
+                .to_owned();
             if checked.contains(&address) {
                 return Err(ConfigError::new("nodes", format!("{url} is given twice")));
             }
@@ -58,11 +63,16 @@ impl NodesConfig {
                 ));
             }
         };
+        let tls = match tls_files {
+            Some(files) => Some(files.client().map_err(tls_error)?),
+            None => None,
+        };
         let token = token(settings)?;
         Ok(Some(Self {
             lease,
             urls: urls.clone(),
             token,
+            tls,
             limits: super::sandbox::limits(settings)?,
             idle_ttl: super::sandbox::idle_ttl(settings)?,
         }))
@@ -75,6 +85,8 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// `node_token_file`'s token
     pub token: NodeToken,
+    /// `node_tls_*`: mutual TLS on the channel, when given
+    pub tls: Option<ServerTls>,
     /// The sessions this node runs.
     pub sandbox: SandboxConfig,
     /// The vault's master keys: checkpoints are sealed with them (the key file must exist: the
@@ -97,6 +109,10 @@ impl NodeConfig {
             return Err(ConfigError::new("nodes", "is for `serve`, not for a node"));
         }
         let token = token(settings)?;
+        let tls = match tls_files(settings)? {
+            Some(files) => Some(files.server().map_err(tls_error)?),
+            None => None,
+        };
         let sandbox = SandboxConfig::from_settings(settings)?.ok_or_else(|| {
             ConfigError::new("sandbox", "a node runs sessions: it cannot be `off`")
         })?;
@@ -118,6 +134,7 @@ impl NodeConfig {
                 .listen
                 .unwrap_or_else(|| SocketAddr::from(NODE_LISTEN)),
             token,
+            tls,
             sandbox,
             vault,
             log,
@@ -125,12 +142,76 @@ impl NodeConfig {
     }
 }
 
-/// Where `node --drain` finds the node (`listen`, default as `node`'s) and its token.
-pub fn drain_target(settings: &Settings) -> Result<(SocketAddr, NodeToken), ConfigError> {
-    let listen = settings
+/// How `node --drain` reaches the node on this host.
+pub struct DrainTarget {
+    /// `http://LISTEN` (`listen`, default as `node`'s), or `https://` on mutual TLS, where a
+    /// wildcard address is dialled as loopback: the node's certificate must name it
+    pub url: String,
+    /// `node_token_file`'s token
+    pub token: NodeToken,
+    /// `node_tls_*`, when given: a certificate the node takes, as a front end's
+    pub tls: Option<ClientTls>,
+}
+
+/// Where `node --drain` finds the node, and what it shows it.
+pub fn drain_target(settings: &Settings) -> Result<DrainTarget, ConfigError> {
+    let mut listen = settings
         .listen
         .unwrap_or_else(|| SocketAddr::from(NODE_LISTEN));
-    Ok((listen, token(settings)?))
+    let token = token(settings)?;
+    let Some(files) = tls_files(settings)? else {
+        return Ok(DrainTarget {
+            url: format!("http://{listen}"),
+            token,
+            tls: None,
+        });
+    };
+    if listen.ip().is_unspecified() {
+        listen.set_ip(match listen {
+            SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Ok(DrainTarget {
+        url: format!("https://{listen}"),
+        token,
+        tls: Some(files.client().map_err(tls_error)?),
+    })
+}
+
+/// The channel's TLS files: all three of `node_tls_cert`, `node_tls_key` and `node_tls_ca`,
+/// or none (the channel is then h2c, as between hosts of a private network).
+fn tls_files(settings: &Settings) -> Result<Option<TlsFiles>, ConfigError> {
+    let given = [
+        ("node_tls_cert", &settings.node_tls_cert),
+        ("node_tls_key", &settings.node_tls_key),
+        ("node_tls_ca", &settings.node_tls_ca),
+    ];
+    match given.map(|(_, path)| path.clone()) {
+        [None, None, None] => Ok(None),
+        [Some(cert), Some(key), Some(ca)] => Ok(Some(TlsFiles { cert, key, ca })),
+        _ => {
+            let missing = given
+                .iter()
+                .find_map(|(setting, path)| path.is_none().then_some(*setting))
+                .unwrap_or("node_tls_cert");
+            Err(ConfigError::new(
+                missing,
+                "mutual TLS on the node channel needs node_tls_cert, node_tls_key and \
+                 node_tls_ca together: give all three, or none",
+            ))
+        }
+    }
+}
+
+/// A TLS file's refusal, named by its setting.
+fn tls_error(err: TlsError) -> ConfigError {
+    let setting = match err.file() {
+        TlsFile::Cert => "node_tls_cert",
+        TlsFile::Key => "node_tls_key",
+        TlsFile::Ca => "node_tls_ca",
+    };
+    ConfigError::new(setting, err)
 }
 
 fn token(settings: &Settings) -> Result<NodeToken, ConfigError> {
@@ -142,3 +223,7 @@ fn token(settings: &Settings) -> Result<NodeToken, ConfigError> {
     })?;
     NodeToken::read(path).map_err(|err| ConfigError::new("node_token_file", err))
 }
+
+#[cfg(test)]
+#[path = "node_tests.rs"]
+mod tests;

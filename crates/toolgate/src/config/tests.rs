@@ -75,7 +75,7 @@ fn trusted_proxies_are_checked_by_name() {
 
 /// Settings as the command line gives them (no environment variable of the test's is read:
 /// the suite's harness sets none).
-fn given(args: &[&str]) -> Settings {
+pub(super) fn given(args: &[&str]) -> Settings {
     use clap::{Args, FromArgMatches};
     let command = Settings::augment_args(clap::Command::new("toolgate"));
     let matches = command
@@ -85,7 +85,7 @@ fn given(args: &[&str]) -> Settings {
 }
 
 /// The setting a refused configuration names.
-fn refused(args: &[&str]) -> String {
+pub(super) fn refused(args: &[&str]) -> String {
     match ServeConfig::from_settings(&given(args)) {
         Ok(_) => panic!("{args:?} was accepted"),
         Err(err) => {

@@ -199,3 +199,107 @@ async fn a_session_is_the_same_through_either_front_end() {
         );
     }
 }
+
+/// A CA in `dir` and two certificates it signs: the node's (serverAuth, naming 127.0.0.1) and
+/// a front end's (clientAuth, its key readable by the unprivileged front end only). Each as
+/// the three `--node-tls-*` flags.
+fn mutual_tls(dir: &Path) -> (Vec<String>, Vec<String>) {
+    use rcgen::{
+        BasicConstraints, CertificateParams, CertifiedIssuer, ExtendedKeyUsagePurpose, IsCa,
+        KeyPair,
+    };
+    use std::os::unix::fs::PermissionsExt;
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let ca_file = dir.join("tls-ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let issue = |who: &str, names: Vec<String>, purpose, owner: Option<u32>| {
+        let mut params = CertificateParams::new(names).unwrap();
+        params.extended_key_usages = vec![purpose];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        let (cert_file, key_file) = (
+            dir.join(format!("{who}.pem")),
+            dir.join(format!("{who}.key")),
+        );
+        std::fs::write(&cert_file, cert.pem()).unwrap();
+        std::fs::write(&key_file, key.serialize_pem()).unwrap();
+        std::fs::set_permissions(&key_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::os::unix::fs::chown(&key_file, owner, owner).unwrap();
+        [
+            "--node-tls-cert",
+            cert_file.to_str().unwrap(),
+            "--node-tls-key",
+            key_file.to_str().unwrap(),
+            "--node-tls-ca",
+            ca_file.to_str().unwrap(),
+        ]
+        .map(str::to_owned)
+        .to_vec()
+    };
+    let node = issue(
+        "tls-node",
+        vec!["127.0.0.1".to_owned()],
+        ExtendedKeyUsagePurpose::ServerAuth,
+        None,
+    );
+    let front = issue(
+        "tls-front",
+        Vec::new(),
+        ExtendedKeyUsagePurpose::ClientAuth,
+        Some(FRONT_END_UID),
+    );
+    (node, front)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_runs_on_a_node_over_mutual_tls() {
+    let dir = sandbox_dir();
+    let (node_tls, front_tls) = mutual_tls(dir.path());
+    let node_flags: Vec<&str> = node_tls.iter().map(String::as_str).collect();
+    let mut cluster = Cluster::start_with(dir.path(), 1, false, &node_flags).await;
+    let address = cluster.nodes[0]
+        .base
+        .trim_start_matches("http://")
+        .to_owned();
+    cluster.nodes[0].base = format!("https://{address}");
+    let storage = Storage::sqlite(&dir.path().join("front"));
+    let front_flags: Vec<&str> = front_tls.iter().map(String::as_str).collect();
+    let front = cluster.front_end(&storage, &front_flags).await;
+    let alice = create_account(&storage, "mtls@example.org");
+    let set = write(
+        &front,
+        &alice.key,
+        json!({"code": "kept = 6 * 7", "session_id": "tls"}),
+    )
+    .await;
+    assert!(!is_error(&set), "{set}");
+    let got = write(
+        &front,
+        &alice.key,
+        json!({"code": "kept", "session_id": "tls"}),
+    )
+    .await;
+    assert_eq!(value(&got), "42", "{got}");
+
+    // plaintext h2c to that node gets nothing: `node --drain` without the TLS settings fails,
+    // with a front end's certificate it drains
+    let drain = |tls: &[String]| {
+        std::process::Command::new(BIN)
+            .args(["node", "--drain", "--listen", &address, "--node-token-file"])
+            .arg(&cluster.token)
+            .args(tls)
+            .output()
+            .unwrap()
+    };
+    assert!(!drain(&[]).status.success());
+    let drained = drain(&front_tls);
+    assert!(
+        drained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&drained.stderr)
+    );
+    let answer: Value = serde_json::from_slice(&drained.stdout).unwrap();
+    assert_eq!(answer["drained"], true, "{answer}");
+}
