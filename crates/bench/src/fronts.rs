@@ -1,7 +1,8 @@
 //! Metered calls through front ends on one PostgreSQL (`--front-ends N`): N `serve`
-//! processes on the same database, the clients spread over them in turn, all calls charged to
-//! one account, so the front ends' admission batches contend for its row as a load balancer's
-//! traffic would.
+//! processes on the same database, the clients spread over them in turn. Measured twice: all
+//! calls charged to one account, so the front ends' admission batches contend for its row as a
+//! load balancer's traffic for one busy account would; and each client an account of its own,
+//! as many users' agents are.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use crate::load::Endpoint;
 use crate::paths::{Ask, ClientPath};
 use crate::report::{METERED_TARGET, Report};
 use crate::server::{Server, Toolgate};
-use crate::{Args, Bench, EMAIL, personal_path, progress, wait_healthy};
+use crate::{Args, Bench, EMAIL, personal_path, personal_path_of_account, progress, wait_healthy};
 
 /// Runs the metered figure (bare POST) with 1 client and with `--clients` through the front ends.
 pub fn run(args: &Args, binary: &Path, front_ends: usize) -> Result<()> {
@@ -84,6 +85,20 @@ pub fn run(args: &Args, binary: &Path, front_ends: usize) -> Result<()> {
         let phase = bench.phase(&mut servers, &endpoints, &workload, clients, label, target)?;
         report.phases.push(phase);
     }
+    let mut own = Vec::new();
+    for n in 0..args.clients {
+        let email = format!("bench-front-{n}@example.org");
+        let path = personal_path_of_account(&toolgate, &email)?;
+        toolgate.cli(&["wallet", "credit", "--email", &email, "--usd", "500"])?;
+        let endpoint = &endpoints[n % endpoints.len()];
+        let workload = ClientPath::Bare.workload(endpoint, &path, Ask::Billing);
+        own.push(Arc::new(runtime.block_on(workload)?));
+    }
+    let name = "svc_read billing [bare POST], each client its own account";
+    let label = (name, "warn");
+    let target = Some(METERED_TARGET);
+    let phase = bench.phase_of(&mut servers, &endpoints, &own, args.clients, label, target)?;
+    report.phases.push(phase);
     for server in servers {
         server.stop()?;
     }

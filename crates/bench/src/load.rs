@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use http::{HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full};
@@ -386,7 +386,7 @@ fn cpu_sample(server_pids: &[u32]) -> Result<(f64, f64, f64)> {
 /// client `n` talks to `endpoints[n % endpoints.len()]` (several front ends share the clients).
 pub async fn run(
     endpoints: &[Endpoint],
-    workload: Arc<Workload>,
+    workloads: &[Arc<Workload>],
     clients: usize,
     warmup: Duration,
     measure: Duration,
@@ -395,11 +395,18 @@ pub async fn run(
     let start = Instant::now();
     let warm_until = start + warmup;
     let end = warm_until + measure;
+    if workloads.is_empty() {
+        bail!("no workload to run");
+    }
+    // client n: endpoint n and workload n, each list taken in turn
     let handles: Vec<_> = endpoints
         .iter()
         .cycle()
+        .zip(workloads.iter().cycle())
         .take(clients)
-        .map(|endpoint| tokio::spawn(client(endpoint.clone(), workload.clone(), warm_until, end)))
+        .map(|(endpoint, workload)| {
+            tokio::spawn(client(endpoint.clone(), workload.clone(), warm_until, end))
+        })
         .collect();
     tokio::time::sleep_until(warm_until.into()).await;
     let cpu_before = cpu_sample(server_pids)?;

@@ -380,6 +380,20 @@ impl Bench<'_> {
         label: (&'static str, &'static str),
         target: Option<f64>,
     ) -> Result<Phase> {
+        let workloads = std::slice::from_ref(workload);
+        self.phase_of(servers, endpoints, workloads, clients, label, target)
+    }
+
+    /// The same, client n running workload n (the list taken in turn).
+    fn phase_of(
+        &self,
+        servers: &mut [Server],
+        endpoints: &[Endpoint],
+        workloads: &[Arc<Workload>],
+        clients: usize,
+        label: (&'static str, &'static str),
+        target: Option<f64>,
+    ) -> Result<Phase> {
         let (name, log) = label;
         progress(&format!(
             "{name}, {clients} client(s), log={log}: {:?} after {:?} warm-up",
@@ -392,7 +406,7 @@ impl Bench<'_> {
         }
         let run = load::run(
             endpoints,
-            workload.clone(),
+            workloads,
             clients,
             self.warmup,
             self.measure,
