@@ -3,7 +3,8 @@
 //! directory. A node killed, and a node cut off from the network, lose only what changed since
 //! each session's last checkpoint: the next call restores the session on another node and says
 //! so; the cut-off node, joined again, holds none of them. A drained node gives its sessions up
-//! whole. Metering stays exact when calls race through both front ends.
+//! whole. Metering stays exact when calls race through both front ends. A front end killed
+//! mid-call loses nothing committed.
 //!
 //! Needs root, iproute2 (`scripts/deps.sh`), the sandbox's runtime and confinement library, and
 //! PostgreSQL (`TOOLGATE_TEST_POSTGRES_URL`, which `scripts/test.sh` sets).
@@ -334,4 +335,81 @@ async fn metering_is_exact_when_calls_race_through_two_front_ends() {
         "exactly what the allowance and the wallet cover"
     );
     assert_eq!(one.ledger_counts(&alice.id).await, (5, 5));
+}
+
+/// How soon a run whose front end died must have ended: far under the cell's own time limit
+/// (60 s by default), which would end it too.
+const ORPHAN_ENDED_WITHIN: Duration = Duration::from_secs(20);
+
+/// A front end killed (kill -9) in the middle of a call loses nothing committed: the call's
+/// charge stands; the node ends the run whose caller went away rather than let it run on; the
+/// other front end serves the session on, with what that run did before it ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_front_end_killed_mid_call_loses_nothing_committed() {
+    let url = postgres_url();
+    let dir = sandbox_dir();
+    let cluster = Cluster::start(dir.path(), 1).await;
+    let one = Storage::postgres(&dir.path().join("fe-1"), &url);
+    let two = Storage::postgres(&dir.path().join("fe-2"), &url);
+    let mut first = cluster.front_end(&one, &[]).await;
+    let second = cluster.front_end(&two, &[]).await;
+    let alice = create_account(
+        &one,
+        &format!("fe-killed-{}@example.org", std::process::id()),
+    );
+    let id = "outlives-its-front-end";
+    let set = write(
+        &first,
+        &alice.key,
+        json!({"code": "x = 1", "session_id": id}),
+    )
+    .await;
+    assert!(!is_error(&set), "{set}");
+    let (base, key) = (first.base.clone(), alice.key.clone());
+    let long = json!({"code": "x = 2\nimport time\ntime.sleep(120)", "session_id": id});
+    let orphaned = tokio::spawn(async move {
+        client()
+            .post(format!("{base}/u/{key}"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&tool_call("svc_write", long))
+            .send()
+            .await
+    });
+    // admitted (its ledger row is committed before it runs), then given time to start
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while one.ledger_counts(&alice.id).await != (2, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the long call was never admitted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first.kill();
+    let lost = orphaned.await.unwrap();
+    assert!(
+        lost.is_err() || !lost.unwrap().status().is_success(),
+        "the killed front end cannot have answered"
+    );
+    let asked = Instant::now();
+    let read = loop {
+        let read = write(&second, &alice.key, json!({"code": "x", "session_id": id})).await;
+        // the node may still be ending the orphaned run when the first ask arrives
+        if !is_error(&read) || asked.elapsed() > ORPHAN_ENDED_WITHIN {
+            break read;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(!is_error(&read), "{read}");
+    assert!(
+        asked.elapsed() < ORPHAN_ENDED_WITHIN,
+        "the run outlived its caller by {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(value(&read), "2", "the session kept what the ended run did");
+    assert_eq!(
+        two.ledger_counts(&alice.id).await,
+        (3, 0),
+        "the killed call's charge stands, and only once"
+    );
 }
