@@ -99,6 +99,13 @@ impl<'a> Run<'a> {
     }
 }
 
+/// An account's wallet and what it owes.
+pub(crate) type Money = (Micros, Micros);
+
+/// A row [`apply`]'s statement answers: the run, whether its count and its charge held, and the
+/// account's wallet and debt as the statement found them.
+type FoundRow = (i32, bool, bool, Option<i64>, Option<i64>);
+
 /// What [`apply`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Applied {
@@ -171,12 +178,13 @@ impl<'a> Columns<'a> {
 /// only if the part of the standing it rests on is unchanged: the month's count when it has free
 /// calls (usage rows are never deleted, so a missing one is the 0 read), the wallet and what is
 /// owed when it has paid ones (their count, at or past the limit, can only have grown). Returns
-/// what became of each run, in order. Durable when the transaction commits (or the statement,
-/// outside one).
+/// what became of each run, in order, with the account's wallet and debt as the statement found
+/// them before its own write (`None` for a run with no call to write). Durable when the
+/// transaction commits (or the statement, outside one).
 pub(crate) async fn apply(
     conn: &mut PgConnection,
     runs: &[Run<'_>],
-) -> Result<Vec<Applied>, sqlx::Error> {
+) -> Result<Vec<(Applied, Option<Money>)>, sqlx::Error> {
     let mut columns = Columns::default();
     for (index, run) in runs.iter().enumerate() {
         if !run.admitted.is_empty() {
@@ -184,11 +192,11 @@ pub(crate) async fn apply(
         }
     }
     if columns.run.is_empty() {
-        return Ok(runs.iter().map(|_| Applied::Written).collect());
+        return Ok(runs.iter().map(|_| (Applied::Written, None)).collect());
     }
     // Data-modifying CTEs all run, so each write is made conditional on the ones before it:
     // a stale count writes nothing at all; only a stale wallet after a fresh count could tear.
-    let found: Vec<(i32, bool, bool)> = sqlx::query_as(
+    let found: Vec<FoundRow> = sqlx::query_as(
         "WITH runs AS (
              SELECT * FROM unnest($1::int[], $2::text[], $3::text[], $4::bool[], $5::bigint[],
                                   $6::bigint[], $7::bool[], $8::bigint[], $9::bigint[],
@@ -227,8 +235,9 @@ pub(crate) async fn apply(
              RETURNING 1)
          SELECT r.run,
                 r.run IN (SELECT run FROM fresh) AND r.has_free,
-                r.run IN (SELECT run FROM charged)
-         FROM runs r",
+                r.run IN (SELECT run FROM charged),
+                a.wallet_micros, a.owed_micros
+         FROM runs r LEFT JOIN accounts a ON a.id = r.account_id",
     )
     .bind(&columns.run)
     .bind(&columns.account)
@@ -247,8 +256,9 @@ pub(crate) async fn apply(
     .bind(&columns.row_cost)
     .fetch_all(conn)
     .await?;
-    let mut applied: Vec<Applied> = runs.iter().map(|_| Applied::Written).collect();
-    for (index, counted, charged) in found {
+    let mut applied: Vec<(Applied, Option<Money>)> =
+        runs.iter().map(|_| (Applied::Written, None)).collect();
+    for (index, counted, charged, wallet, owed) in found {
         let Some(position) = usize::try_from(index).ok() else {
             continue;
         };
@@ -257,13 +267,17 @@ pub(crate) async fn apply(
             Some(at) => (columns.has_free[at], columns.has_paid[at]),
             None => continue,
         };
-        applied[position] = match (counted == has_free, charged == has_paid) {
+        let found = match (counted == has_free, charged == has_paid) {
             (true, true) => Applied::Written,
             // a stale count wrote nothing: the wallet is guarded only behind a fresh count
             (false, _) if !charged => Applied::Stale,
             (true, false) if !has_free => Applied::Stale,
             _ => Applied::Torn,
         };
+        let money = wallet
+            .zip(owed)
+            .map(|(wallet, owed)| (Micros(wallet), Micros(owed)));
+        applied[position] = (found, money);
     }
     Ok(applied)
 }
@@ -275,7 +289,10 @@ pub(crate) async fn apply_one(
     run: &Run<'_>,
 ) -> Result<Applied, sqlx::Error> {
     let applied = apply(conn, std::slice::from_ref(run)).await?;
-    Ok(applied.into_iter().next().unwrap_or(Applied::Torn))
+    Ok(applied
+        .into_iter()
+        .next()
+        .map_or(Applied::Torn, |(applied, _)| applied))
 }
 
 #[cfg(test)]

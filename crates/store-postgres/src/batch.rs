@@ -21,7 +21,7 @@
 //! account's calls of that batch.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
 use tokio::sync::{Mutex, mpsc, oneshot};
@@ -147,7 +147,7 @@ async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
     // One batch at a time: a second one sent while the first is written often reaches the
     // account's row first, and its guards then fail (3,200 against 16,000 admissions/s on one
     // account in `examples/admit_throughput`).
-    let known = StdMutex::new(Known::default());
+    let mut known = Known::default();
     loop {
         let batch = {
             let mut receiver = receiver.lock().await;
@@ -164,8 +164,8 @@ async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
             }
             batch
         };
-        let plan = known::lock(&known).plan(&batch);
-        run_batch(&pool, batch, plan, &known).await;
+        let plan = known.plan(&batch);
+        run_batch(&pool, batch, plan, &mut known).await;
     }
 }
 
@@ -203,7 +203,7 @@ enum Unrun {
 /// Decides and commits `batch`: what it can the fast way ([`known`](crate::known)), the rest
 /// under the accounts' locks; when a statement fails there and more than one account is left,
 /// each account's calls go again in a transaction of their own.
-async fn run_batch(pool: &PgPool, mut batch: Vec<Job>, plan: Plan, known: &StdMutex<Known>) {
+async fn run_batch(pool: &PgPool, mut batch: Vec<Job>, plan: Plan, known: &mut Known) {
     let left = known::write(pool, &mut batch, plan, known).await;
     if left.is_empty() {
         return;
@@ -283,7 +283,7 @@ async fn decide_and_commit(
     pool: &PgPool,
     batch: &mut [Job],
     indices: &[usize],
-    known: &StdMutex<Known>,
+    known: &mut Known,
 ) -> Result<Vec<Option<Result<(), StoreError>>>, Unrun> {
     let mut last = None;
     for _ in 0..MAX_BATCH_ATTEMPTS {
@@ -306,7 +306,6 @@ async fn decide_and_commit(
                 }
                 let committed = tx.commit().await.map_err(map_error);
                 // read under the lock and written in this transaction: exact once committed
-                let mut known = known::lock(known);
                 for (key, standing) in &standings {
                     match committed {
                         Ok(()) => known.committed(key, *standing),
@@ -393,7 +392,7 @@ async fn decide_all(
         let runs: Vec<Run<'_>> = wave.iter().map(|(_, run, _)| run.clone()).collect();
         let applied = apply(conn, &runs).await?;
         let mut stale = Vec::new();
-        for ((at, run, admissions), applied) in wave.into_iter().zip(applied) {
+        for ((at, run, admissions), (applied, _)) in wave.into_iter().zip(applied) {
             let account = &mut pending[at];
             match applied {
                 Applied::Written => {

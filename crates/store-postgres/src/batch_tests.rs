@@ -158,7 +158,7 @@ async fn a_batch_whose_compare_and_set_loses_for_one_account_answers_every_call_
         let pool = store.pool.clone();
         let batch = tokio::spawn(async move {
             let all: Vec<usize> = (0..jobs.len()).collect();
-            let recorded = decide_and_commit(&pool, &mut jobs, &all, &StdMutex::default())
+            let recorded = decide_and_commit(&pool, &mut jobs, &all, &mut Known::default())
                 .await
                 .unwrap();
             answer(jobs, recorded);
@@ -247,7 +247,7 @@ async fn a_batch_spanning_two_months_counts_them_apart_and_shares_the_wallet() {
             answers.push(answer);
         }
         let all: Vec<usize> = (0..jobs.len()).collect();
-        let recorded = decide_and_commit(&store.pool, &mut jobs, &all, &StdMutex::default())
+        let recorded = decide_and_commit(&store.pool, &mut jobs, &all, &mut Known::default())
             .await
             .unwrap();
         answer(jobs, recorded);

@@ -19,14 +19,13 @@
 //! allowance a paid decision found used up stays used up.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use sqlx::PgPool;
 use toolgate_domain::{Admission, Decision, Standing, decide};
 use toolgate_store::StoreError;
 
-use crate::admit::{Applied, Key, Run, apply};
+use crate::admit::{Applied, Key, Money, Run, apply};
 use crate::batch::Job;
 
 /// Accounts remembered; past it, every one is forgotten (each is read again on its next call).
@@ -96,8 +95,7 @@ pub(crate) struct Plan {
 
 impl Known {
     /// Decides the calls of `batch` that can go the fast way, and remembers the standings they
-    /// leave at once, so that the next batch is decided on them while this one is written (if
-    /// a write then fails, its account is forgotten, and the next batch's guards fail too).
+    /// leave at once (if the write then fails, its account is forgotten).
     pub(crate) fn plan(&mut self, batch: &[Job]) -> Plan {
         let mut accounts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (index, job) in batch.iter().enumerate() {
@@ -155,7 +153,7 @@ pub(crate) async fn write(
     pool: &PgPool,
     batch: &mut [Job],
     plan: Plan,
-    known: &Mutex<Known>,
+    known: &mut Known,
 ) -> Vec<usize> {
     let mut locked = plan.locked;
     if plan.fast.is_empty() {
@@ -176,27 +174,65 @@ pub(crate) async fn write(
             .collect();
         apply_alone(pool, &runs).await
     };
-    for (at, planned) in plan.fast.into_iter().enumerate() {
-        let applied = written.as_ref().ok().and_then(|all| all.get(at).cloned());
-        let account = batch[planned.calls[0].0].key.0.clone();
-        match applied {
-            Some(Applied::Written) => {
-                for (index, decision) in planned.calls {
-                    // A paid call's guards cover all its usage shows; a free call's leave out
-                    // the wallet (it rests on the count alone), so its usage is read if asked.
-                    let usage = matches!(decision.admission, Admission::Paid { .. })
-                        .then(|| decision.after.usage());
-                    batch[index].answer(Ok((decision.admission, usage)), Ok(()));
+    let written = match written {
+        Ok(all) => Some(all),
+        // PostgreSQL failed the statement, so its implicit transaction wrote nothing: the
+        // locked way reads again
+        Err(sqlx::Error::Database(_)) => None,
+        // The answer was lost on the way (the connection broke): the statement may have
+        // committed, and running the calls again could count them twice. They fail instead.
+        Err(error) => {
+            let error = crate::rows::map_error(error);
+            for planned in plan.fast {
+                known.forget(&batch[planned.calls[0].0].key.0);
+                for (index, _) in planned.calls {
+                    let lost = || StoreError::Unavailable(error.to_string());
+                    batch[index].answer(Err(lost()), Err(lost()));
                 }
             }
-            Some(Applied::Stale) => {
-                lock(known).changed_elsewhere(&account);
+            return locked;
+        }
+    };
+    for (at, planned) in plan.fast.into_iter().enumerate() {
+        let found = written.as_ref().and_then(|all| all.get(at).cloned());
+        let key = batch[planned.calls[0].0].key.clone();
+        let account = key.0.clone();
+        match found {
+            Some((Applied::Written, money)) => {
+                // A paid run's guards cover the wallet it leaves. A free run does not rest on
+                // the wallet, so it shows the one its statement found (which it did not change),
+                // and the batcher remembers that one from now on.
+                let free = planned
+                    .calls
+                    .iter()
+                    .all(|(_, decision)| matches!(decision.admission, Admission::Free { .. }));
+                let mut last = None;
+                for (index, decision) in planned.calls {
+                    let after = match (free, money) {
+                        (false, _) => Some(decision.after),
+                        (true, Some((wallet, owed))) => Some(Standing {
+                            wallet,
+                            owed,
+                            ..decision.after
+                        }),
+                        (true, None) => None,
+                    };
+                    last = after.filter(|_| free);
+                    let usage = after.map(|after| after.usage());
+                    batch[index].answer(Ok((decision.admission, usage)), Ok(()));
+                }
+                if let Some(after) = last {
+                    known.committed(&key, after);
+                }
+            }
+            Some((Applied::Stale, _)) => {
+                known.changed_elsewhere(&account);
                 locked.extend(planned.calls.iter().map(|(index, _)| *index));
             }
             // Against the guards' design, part of it held: running the calls again could count
             // them twice, so they fail, as a torn batch's do.
-            Some(Applied::Torn) => {
-                lock(known).forget(&account);
+            Some((Applied::Torn, _)) => {
+                known.forget(&account);
                 for (index, _) in planned.calls {
                     let torn = || {
                         StoreError::Unavailable(
@@ -206,9 +242,8 @@ pub(crate) async fn write(
                     batch[index].answer(Err(torn()), Err(torn()));
                 }
             }
-            // The statement failed, and nothing of it was written: the locked way reads again.
             None => {
-                lock(known).forget(&account);
+                known.forget(&account);
                 locked.extend(planned.calls.iter().map(|(index, _)| *index));
             }
         }
@@ -217,16 +252,13 @@ pub(crate) async fn write(
     locked
 }
 
-/// The batcher's memory, also after a panic elsewhere: every entry in it is only ever a guess
-/// that the guards check.
-pub(crate) fn lock(known: &Mutex<Known>) -> MutexGuard<'_, Known> {
-    known.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// Writes `runs` in one statement outside any transaction block: PostgreSQL commits it alone.
-async fn apply_alone(pool: &PgPool, runs: &[Run<'_>]) -> Result<Vec<Applied>, StoreError> {
-    let mut conn = pool.acquire().await.map_err(crate::rows::map_error)?;
-    apply(&mut conn, runs).await.map_err(crate::rows::map_error)
+async fn apply_alone(
+    pool: &PgPool,
+    runs: &[Run<'_>],
+) -> Result<Vec<(Applied, Option<Money>)>, sqlx::Error> {
+    let mut conn = pool.acquire().await?;
+    apply(&mut conn, runs).await
 }
 
 #[cfg(test)]
