@@ -327,16 +327,24 @@ impl SandboxSessions for RemoteSessions {
             account: account.to_owned(),
         })
         .unwrap_or_default();
+        // every node at once: one that does not answer delays the listing by its time-out once
+        let nodes = self.fleet.all_live();
+        let asked = nodes.iter().map(|node| {
+            let body = whole(body.clone());
+            async move {
+                match node.link.request("list", body).await {
+                    Ok(answer) => small_answer(answer).await.ok().and_then(|(status, body)| {
+                        (status == http::StatusCode::OK)
+                            .then(|| serde_json::from_slice::<Vec<SandboxSessionInfo>>(&body).ok())
+                            .flatten()
+                    }),
+                    Err(_) => None,
+                }
+            }
+        });
+        let answers = futures::future::join_all(asked).await;
         let mut by_id: HashMap<String, SandboxSessionInfo> = HashMap::new();
-        for node in self.fleet.all_live() {
-            let listed = match node.link.request("list", whole(body.clone())).await {
-                Ok(answer) => small_answer(answer).await.ok().and_then(|(status, body)| {
-                    (status == http::StatusCode::OK)
-                        .then(|| serde_json::from_slice::<Vec<SandboxSessionInfo>>(&body).ok())
-                        .flatten()
-                }),
-                Err(_) => None,
-            };
+        for (node, listed) in nodes.iter().zip(answers) {
             let Some(sessions) = listed else {
                 tracing::warn!(
                     node = node.link.address(),
