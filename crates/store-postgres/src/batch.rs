@@ -24,11 +24,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use sqlx::{PgConnection, PgPool};
-use tokio::sync::{Mutex, mpsc, oneshot};
-use toolgate_domain::{Admission, Standing, Terms, UsageSnapshot, decide};
-use toolgate_store::{CallCharge, Decided, Recorded, StoreError};
+use tokio::sync::{Mutex, mpsc};
+use toolgate_domain::{Standing, decide};
+use toolgate_store::{CallCharge, Decided, StoreError};
 
 use crate::admit::{Applied, BEGIN, Key, Run, apply, read_standings};
+use crate::job::{Job, Verdict, stopped};
 use crate::known::{self, Known, Plan};
 use crate::rows::map_error;
 
@@ -45,17 +46,6 @@ const MAX_BATCH_ATTEMPTS: usize = 5;
 /// Reads one account's run of calls may be decided on: the second, made with the lock held,
 /// always holds unless something wrote the standing without taking the lock.
 pub(crate) const MAX_READS: usize = 3;
-
-/// One call waiting for a batcher, with the channels its two answers go back on.
-pub(crate) struct Job {
-    pub(crate) key: Key,
-    pub(crate) tool: String,
-    pub(crate) terms: Terms,
-    /// Taken when the decision goes out.
-    decided: Option<oneshot::Sender<Result<Verdict, StoreError>>>,
-    /// Taken when the record's fate goes out.
-    recorded: Option<oneshot::Sender<Result<(), StoreError>>>,
-}
 
 /// The queue to a store's batchers.
 #[derive(Clone)]
@@ -80,67 +70,6 @@ impl Admissions {
         self.queue.send(job).await.map_err(|_| stopped())?;
         answers.decided().await
     }
-}
-
-/// What the caller of [`Job::new`] waits on.
-struct Answers {
-    decided: oneshot::Receiver<Result<Verdict, StoreError>>,
-    recorded: oneshot::Receiver<Result<(), StoreError>>,
-}
-
-impl Answers {
-    /// The decision, and the durability still to come.
-    async fn decided(self) -> Result<Decided, StoreError> {
-        let (admission, usage) = self.decided.await.map_err(|_| stopped())??;
-        let recorded = self.recorded;
-        Ok(Decided {
-            admission,
-            usage,
-            recorded: Recorded::when(async move { recorded.await.map_err(|_| stopped())? }),
-        })
-    }
-}
-
-impl Job {
-    fn new(charge: &CallCharge<'_>) -> (Self, Answers) {
-        let (decided, decided_rx) = oneshot::channel();
-        let (recorded, recorded_rx) = oneshot::channel();
-        let job = Self {
-            key: (
-                charge.account.as_str().to_owned(),
-                charge.month.as_str().to_owned(),
-            ),
-            tool: charge.tool.to_owned(),
-            terms: charge.terms(),
-            decided: Some(decided),
-            recorded: Some(recorded),
-        };
-        let answers = Answers {
-            decided: decided_rx,
-            recorded: recorded_rx,
-        };
-        (job, answers)
-    }
-
-    /// Sends what the call has not heard yet: its decision (or, when it never had one, the
-    /// failure of its record) and its record's fate.
-    pub(crate) fn answer(
-        &mut self,
-        decision: Result<Verdict, StoreError>,
-        recorded: Result<(), StoreError>,
-    ) {
-        // A caller that went away no longer needs its answers; its ledger row stands.
-        if let Some(decided) = self.decided.take() {
-            let _ = decided.send(decision);
-        }
-        if let Some(sender) = self.recorded.take() {
-            let _ = sender.send(recorded);
-        }
-    }
-}
-
-fn stopped() -> StoreError {
-    StoreError::Unavailable("the metering batcher stopped".to_owned())
 }
 
 async fn run_batcher(pool: PgPool, receiver: Arc<Mutex<mpsc::Receiver<Job>>>) {
@@ -300,9 +229,7 @@ async fn decide_and_commit(
                         continue;
                     };
                     admitted.push(Some(decision.is_ok()));
-                    if let Some(decided) = job.decided.take() {
-                        let _ = decided.send(decision);
-                    }
+                    job.decide(decision);
                 }
                 let committed = tx.commit().await.map_err(map_error);
                 // read under the lock and written in this transaction: exact once committed
@@ -438,9 +365,6 @@ async fn decide_all(
 
 /// Each call's decision, indexed like its batch (`None`: not decided in this transaction).
 type Decisions = Vec<Option<Result<Verdict, StoreError>>>;
-
-/// A call's admission, and the usage it leaves when that is known exactly.
-pub(crate) type Verdict = (Admission, Option<UsageSnapshot>);
 
 /// An account's calls in a batch, as runs of one month each, and how far they are applied.
 struct Pending<'a> {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sqlx::{Connection, PgConnection};
-use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey};
+use toolgate_domain::{AccountId, Admission, ApiKey, Brand, Email, Micros, MonthKey, Terms};
 use toolgate_store::{Accounts, Metering, NewAccount};
 
 use super::*;

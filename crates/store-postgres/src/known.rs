@@ -26,7 +26,7 @@ use toolgate_domain::{Admission, Decision, Standing, decide};
 use toolgate_store::StoreError;
 
 use crate::admit::{Applied, Key, Money, Run, apply};
-use crate::batch::Job;
+use crate::job::Job;
 
 /// Accounts remembered; past it, every one is forgotten (each is read again on its next call).
 const REMEMBERED: usize = 100_000;
