@@ -204,6 +204,12 @@ pub trait Capability: Send + Sync {
     /// Whether a call's (already type-checked) arguments ask for this capability.
     fn wants(&self, args: &JsonObject) -> bool;
 
+    /// Whether its work reaches beyond this service (the open web, a tenant's database, a
+    /// model provider): a tool with any such capability says so (`openWorldHint`).
+    fn reaches_outside(&self) -> bool {
+        false
+    }
+
     /// Checks what field types cannot (combinations, formats) before the call is metered.
     fn validate(&self, _args: &JsonObject) -> Result<(), String> {
         Ok(())

@@ -252,7 +252,8 @@ fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) 
     }
     let input = json!({"type": "object", "properties": properties, "additionalProperties": false});
     let output = json!({"type": "object", "properties": outputs});
-    let (title, intro, hints) = identity(kind);
+    let (title, intro, mut hints) = identity(kind);
+    hints.open_world = mine.iter().any(|cap| cap.reaches_outside());
     ToolSpec {
         name: brand.tool_name(kind.suffix()),
         kind,
@@ -265,27 +266,28 @@ fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) 
 }
 
 fn identity(kind: ToolKind) -> (&'static str, &'static str, Hints) {
-    let hints = |read_only, destructive, open_world| Hints {
+    // whether the tool reaches outside is its capabilities' to say (see `compose`)
+    let hints = |read_only, destructive| Hints {
         read_only,
         destructive,
         idempotent: read_only,
-        open_world,
+        open_world: false,
     };
     match kind {
         ToolKind::Read => (
             "Read-only queries",
             "Read-only queries about your account and the outside world; never changes anything.",
-            hints(true, false, false),
+            hints(true, false),
         ),
         ToolKind::Write => (
             "Run code and change state",
             "Runs code and performs operations that change state in your private workspace.",
-            hints(false, true, false),
+            hints(false, true),
         ),
         ToolKind::Ai => (
             "Language models and web search",
             "Calls language models from any provider and searches the live web.",
-            hints(true, false, true),
+            hints(true, false),
         ),
     }
 }
@@ -345,6 +347,7 @@ mod tests {
     struct Echo {
         key: &'static str,
         fail: bool,
+        outside: bool,
     }
 
     #[async_trait]
@@ -357,6 +360,9 @@ mod tests {
         }
         fn summary(&self) -> &'static str {
             "echoes"
+        }
+        fn reaches_outside(&self) -> bool {
+            self.outside
         }
         fn fields(&self) -> Vec<Field> {
             vec![
@@ -412,13 +418,35 @@ mod tests {
             Arc::new(Echo {
                 key: "alpha",
                 fail: false,
+                outside: false,
             }),
             Arc::new(Echo {
                 key: "beta",
                 fail: true,
+                outside: false,
             }),
         ];
         Registry::new(&Brand::parse("svc").unwrap(), caps)
+    }
+
+    #[test]
+    fn a_tool_reaches_outside_when_any_of_its_capabilities_does() {
+        let echo = |outside| -> Arc<dyn Capability> {
+            Arc::new(Echo {
+                key: "alpha",
+                fail: false,
+                outside,
+            })
+        };
+        let brand = Brand::parse("svc").unwrap();
+        let inside = Registry::new(&brand, vec![echo(false)]);
+        assert!(!inside.tool("svc_read").unwrap().hints.open_world);
+        let both = Registry::new(&brand, vec![echo(false), echo(true)]);
+        assert!(both.tool("svc_read").unwrap().hints.open_world);
+        assert!(
+            !both.tool("svc_write").unwrap().hints.open_world,
+            "a tool with no such capability does not"
+        );
     }
 
     fn args(value: Value) -> Option<JsonObject> {
@@ -446,7 +474,6 @@ mod tests {
                 .is_empty()
         );
         assert!(write.hints.destructive && !write.hints.read_only);
-        assert!(registry.tool("svc_ai").unwrap().hints.open_world);
         assert!(registry.tool("svc_other").is_none());
     }
 

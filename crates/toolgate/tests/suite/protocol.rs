@@ -526,3 +526,26 @@ async fn both_mcp_generations_are_served_on_the_same_endpoint() {
         "none of this is metered"
     );
 }
+
+/// Clients cut tool descriptions past about 2 KB, and a tool that reaches the open web (`url`,
+/// `http`, `sql` on a tenant's server, models) must say so: `openWorldHint`.
+#[tokio::test]
+async fn tools_fit_clients_and_say_they_reach_outside() {
+    let (_dir, account, server) = setup("tools-fit@example.org", &[]).await;
+    let listed = post_personal(&client(), &server, &account.key, &tools_list())
+        .await
+        .result();
+    let tools = listed["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 3);
+    for tool in tools {
+        let name = tool["name"].as_str().unwrap();
+        let description = tool["description"].as_str().unwrap();
+        assert!(
+            description.len() <= 2048,
+            "{name}'s description is {} bytes",
+            description.len()
+        );
+        let hints = &tool["annotations"];
+        assert_eq!(hints["openWorldHint"], true, "{name}: {hints}");
+    }
+}

@@ -201,6 +201,11 @@ impl Capability for ModelCall {
         true
     }
 
+    /// Model providers.
+    fn reaches_outside(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         (args.contains_key("prompt") || args.contains_key("messages"))
             && !args.contains_key("search")

@@ -131,6 +131,11 @@ impl Capability for SearchCall {
         true
     }
 
+    /// The live web, through a search provider.
+    fn reaches_outside(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("search")
     }

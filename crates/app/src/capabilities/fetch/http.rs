@@ -66,6 +66,11 @@ impl Capability for SendHttp {
         output_schema()
     }
 
+    /// The open web.
+    fn reaches_outside(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("http")
     }

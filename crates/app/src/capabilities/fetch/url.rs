@@ -80,6 +80,11 @@ impl Capability for FetchUrl {
         output_schema()
     }
 
+    /// The open web.
+    fn reaches_outside(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("url")
     }

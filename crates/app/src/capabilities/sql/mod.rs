@@ -253,6 +253,11 @@ impl Capability for Sql {
         true
     }
 
+    /// A tenant's database server, named by a secret.
+    fn reaches_outside(&self) -> bool {
+        true
+    }
+
     fn wants(&self, args: &JsonObject) -> bool {
         args.contains_key("sql")
     }
