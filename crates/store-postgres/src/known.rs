@@ -94,9 +94,8 @@ pub(crate) struct Plan {
 }
 
 impl Known {
-    /// Decides the calls of `batch` that can go the fast way, and remembers the standings they
-    /// leave at once (if the write then fails, its account is forgotten).
-    pub(crate) fn plan(&mut self, batch: &[Job]) -> Plan {
+    /// Decides the calls of `batch` that can go the fast way.
+    pub(crate) fn plan(&self, batch: &[Job]) -> Plan {
         let mut accounts: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
         for (index, job) in batch.iter().enumerate() {
             accounts.entry(job.key.0.as_str()).or_default().push(index);
@@ -116,7 +115,7 @@ impl Known {
     }
 
     /// One account's `calls` decided the fast way, if they can go that way.
-    fn plan_account(&mut self, batch: &[Job], calls: &[usize]) -> Option<Planned> {
+    fn plan_account(&self, batch: &[Job], calls: &[usize]) -> Option<Planned> {
         let key = &batch[*calls.first()?].key;
         if calls.iter().any(|&index| batch[index].key != *key) {
             return None;
@@ -135,11 +134,7 @@ impl Known {
             after = decision.after;
             decided.push((index, decision));
         }
-        if free && paid {
-            return None;
-        }
-        self.committed(key, after);
-        Some(Planned {
+        (!(free && paid)).then_some(Planned {
             before,
             calls: decided,
         })
@@ -200,15 +195,15 @@ pub(crate) async fn write(
         match found {
             Some((Applied::Written, money)) => {
                 // A paid run's guards cover the wallet it leaves. A free run does not rest on
-                // the wallet, so it shows the one its statement found (which it did not change),
-                // and the batcher remembers that one from now on.
+                // the wallet, so it shows the one its statement found (which it did not change).
+                // What the last call leaves is what the batcher decides on next time.
                 let free = planned
                     .calls
                     .iter()
                     .all(|(_, decision)| matches!(decision.admission, Admission::Free { .. }));
-                let mut last = None;
+                let mut left = planned.before;
                 for (index, decision) in planned.calls {
-                    let after = match (free, money) {
+                    let exact = match (free, money) {
                         (false, _) => Some(decision.after),
                         (true, Some((wallet, owed))) => Some(Standing {
                             wallet,
@@ -217,13 +212,11 @@ pub(crate) async fn write(
                         }),
                         (true, None) => None,
                     };
-                    last = after.filter(|_| free);
-                    let usage = after.map(|after| after.usage());
+                    left = exact.unwrap_or(decision.after);
+                    let usage = exact.map(|after| after.usage());
                     batch[index].answer(Ok((decision.admission, usage)), Ok(()));
                 }
-                if let Some(after) = last {
-                    known.committed(&key, after);
-                }
+                known.committed(&key, left);
             }
             Some((Applied::Stale, _)) => {
                 known.changed_elsewhere(&account);
