@@ -46,10 +46,7 @@ impl Job {
         let (decided, decided_rx) = oneshot::channel();
         let (recorded, recorded_rx) = oneshot::channel();
         let job = Self {
-            key: (
-                charge.account.as_str().to_owned(),
-                charge.month.as_str().to_owned(),
-            ),
+            key: charge.account_month(),
             tool: charge.tool.to_owned(),
             terms: charge.terms(),
             decided: Some(decided),

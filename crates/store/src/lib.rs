@@ -83,6 +83,14 @@ pub struct CallCharge<'a> {
 }
 
 impl CallCharge<'_> {
+    /// The account and month it counts against, owned: how a backend's queue keys a call.
+    pub fn account_month(&self) -> (String, String) {
+        (
+            self.account.as_str().to_owned(),
+            self.month.as_str().to_owned(),
+        )
+    }
+
     /// The allowance and price the call is decided on.
     pub fn terms(&self) -> toolgate_domain::Terms {
         toolgate_domain::Terms {
