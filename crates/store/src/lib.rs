@@ -19,6 +19,7 @@ mod oauth;
 mod oauth_columns;
 mod oauth_spend;
 mod placement;
+mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
@@ -39,6 +40,7 @@ pub use placement::{
     ClaimView, NodeBeat, NodeLoad, NodeRecord, Placement, claim_view_from_columns, load_to_columns,
     node_from_columns, node_name_from_column, owner_from_columns, seen_columns,
 };
+pub use tasks::{NewTask, TaskCancel, TaskRecord, TaskState, TaskStore};
 /// The replay and rotation rule's values, as the backends' primitives read and write them.
 pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 
@@ -297,6 +299,7 @@ pub trait Store:
     + TakeBacks
     + Placement
     + McpSessionStore
+    + TaskStore
 {
 }
 
@@ -311,7 +314,8 @@ impl<
         + OperatorTokens
         + TakeBacks
         + Placement
-        + McpSessionStore,
+        + McpSessionStore
+        + TaskStore,
 > Store for T
 {
 }
