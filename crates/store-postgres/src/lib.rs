@@ -17,6 +17,7 @@ mod oauth;
 mod placement;
 mod rows;
 mod secrets;
+mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 

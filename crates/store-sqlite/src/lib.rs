@@ -20,6 +20,7 @@ mod rows;
 mod secrets;
 mod standing;
 mod take_back;
+mod tasks;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};

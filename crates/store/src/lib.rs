@@ -40,7 +40,10 @@ pub use placement::{
     ClaimView, NodeBeat, NodeLoad, NodeRecord, Placement, claim_view_from_columns, load_to_columns,
     node_from_columns, node_name_from_column, owner_from_columns, seen_columns,
 };
-pub use tasks::{NewTask, TaskCancel, TaskRecord, TaskState, TaskStore};
+pub use tasks::{
+    NewTask, TaskCancel, TaskColumns, TaskRecord, TaskState, TaskStore, ended_task_state,
+    running_task_state, task_from_columns, task_ttl_millis,
+};
 /// The replay and rotation rule's values, as the backends' primitives read and write them.
 pub use toolgate_oauth::credential::{Credential, CredentialState, Stage};
 

@@ -189,3 +189,82 @@ pub trait TaskStore: Send + Sync {
     /// Deletes every task past its ttl; returns how many.
     async fn purge_tasks(&self) -> Result<u64, StoreError>;
 }
+
+/// The longest ttl stored (about 100 years): a longer one is cut to it, so that a creation time
+/// plus the ttl always fits the 64-bit time columns.
+const MAX_TASK_TTL_MS: i64 = 100 * 366 * 24 * 3_600_000;
+
+/// `ttl` in milliseconds as the tasks' `ttl_ms` column holds it.
+pub fn task_ttl_millis(ttl: Duration) -> i64 {
+    crate::duration_millis(ttl).min(MAX_TASK_TTL_MS)
+}
+
+/// A tasks row as both backends select it: id, account_id, tool, state, status_message,
+/// input_requests, outcome, created_ms, updated_ms, ttl_ms, runner.
+pub type TaskColumns = (
+    String,
+    String,
+    String,
+    String,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+    i64,
+    i64,
+    String,
+);
+
+/// Rebuilds a task from its stored columns; an unknown state means corrupt storage.
+pub fn task_from_columns(columns: TaskColumns) -> Result<TaskRecord, StoreError> {
+    let (
+        id,
+        owner,
+        tool,
+        state,
+        status_message,
+        input_requests,
+        outcome,
+        created,
+        updated,
+        ttl,
+        runner,
+    ) = columns;
+    Ok(TaskRecord {
+        id,
+        owner: AccountId::from_stored(owner),
+        tool,
+        state: TaskState::parse(&state)?,
+        status_message,
+        input_requests,
+        outcome,
+        created_ms: created,
+        updated_ms: updated,
+        ttl_ms: ttl,
+        runner,
+    })
+}
+
+/// `state` if `update_task` may set it (`working`, `input_required`); asking it to end a task is
+/// the caller's mistake, refused before any write.
+pub fn running_task_state(state: TaskState) -> Result<TaskState, StoreError> {
+    if state.is_terminal() {
+        return Err(StoreError::Unavailable(format!(
+            "update_task moves a task to working or input_required, not {}",
+            state.as_str()
+        )));
+    }
+    Ok(state)
+}
+
+/// `state` if `end_task` may end a task so (`completed`, `failed`, `cancelled`); a running state
+/// is the caller's mistake, refused before any write.
+pub fn ended_task_state(state: TaskState) -> Result<TaskState, StoreError> {
+    if !state.is_terminal() {
+        return Err(StoreError::Unavailable(format!(
+            "end_task ends a task as completed, failed or cancelled, not {}",
+            state.as_str()
+        )));
+    }
+    Ok(state)
+}
