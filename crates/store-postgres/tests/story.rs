@@ -54,6 +54,24 @@ async fn postgres_passes_the_mcp_sessions_story() {
     .await;
 }
 
+/// MCP tasks' story on two pools of one database: two front ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_tasks_story() {
+    with_fresh_database(|url| async move {
+        let first = PgStore::connect(&url).await.unwrap();
+        let second = PgStore::connect(&url).await.unwrap();
+        toolgate_store::testkit::tasks_story(
+            Arc::new(first.clone()),
+            Arc::new(second.clone()),
+            "pg",
+        )
+        .await;
+        first.close().await;
+        second.close().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reconnecting_keeps_data_and_migrations_are_idempotent() {
     with_fresh_database(|url| async move {

@@ -212,3 +212,13 @@ async fn sqlite_passes_the_mcp_sessions_story() {
     let second = SqliteStore::open(&path, Durability::Full).await.unwrap();
     toolgate_store::testkit::mcp_sessions_story(Arc::new(first), Arc::new(second), "sqlite").await;
 }
+
+/// MCP tasks' story on two stores of one file, as two processes of one host would open it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_tasks_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.db");
+    let first = SqliteStore::open(&path, Durability::Full).await.unwrap();
+    let second = SqliteStore::open(&path, Durability::Full).await.unwrap();
+    toolgate_store::testkit::tasks_story(Arc::new(first), Arc::new(second), "sqlite").await;
+}

@@ -8,9 +8,11 @@ mod money;
 mod oauth;
 mod placement;
 mod secrets;
+mod tasks;
 
 pub use mcp_sessions::mcp_sessions_story;
 pub use placement::placement_story;
+pub use tasks::tasks_story;
 
 use std::sync::Arc;
 
