@@ -87,6 +87,9 @@ impl ToolCalls {
         if admission == Admission::Refused {
             return Err(CallError::Refused(self.meter.refusal_message()));
         }
+        if let Some(admitted) = io.admitted {
+            admitted.notify_one();
+        }
         // Work that reads metering state must see this call's charge: it waits for the commit.
         let overlapping = if plan.overlaps_commit() {
             Some(recorded)
@@ -114,6 +117,7 @@ impl ToolCalls {
             secrets: &secrets,
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: io.cancel,
+            as_task: io.as_task,
         };
         let mut ran = self.registry.run(&plan, &ctx).await;
         // the one place a call's output is redacted, of every value any capability opened

@@ -309,3 +309,66 @@ impl toolgate_store::McpSessionStore for GatedStore {
         self.inner.purge_mcp_sessions(idle).await
     }
 }
+
+#[async_trait]
+impl toolgate_store::TaskStore for GatedStore {
+    async fn create_task(&self, task: &NewTask<'_>) -> Result<TaskRecord, StoreError> {
+        self.inner.create_task(task).await
+    }
+    async fn task(&self, id: &str, owner: &AccountId) -> Result<Option<TaskRecord>, StoreError> {
+        self.inner.task(id, owner).await
+    }
+    async fn tasks_of(
+        &self,
+        owner: &AccountId,
+        after: Option<(i64, &str)>,
+        limit: u32,
+    ) -> Result<Vec<TaskRecord>, StoreError> {
+        self.inner.tasks_of(owner, after, limit).await
+    }
+    async fn update_task(
+        &self,
+        id: &str,
+        state: TaskState,
+        message: Option<&str>,
+        input_requests: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        self.inner
+            .update_task(id, state, message, input_requests)
+            .await
+    }
+    async fn end_task(
+        &self,
+        id: &str,
+        state: TaskState,
+        message: Option<&str>,
+        outcome: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner.end_task(id, state, message, outcome).await
+    }
+    async fn cancel_task(
+        &self,
+        id: &str,
+        owner: &AccountId,
+        message: &str,
+    ) -> Result<TaskCancel, StoreError> {
+        self.inner.cancel_task(id, owner, message).await
+    }
+    async fn beat_tasks(&self, runner: &str) -> Result<u64, StoreError> {
+        self.inner.beat_tasks(runner).await
+    }
+    async fn fail_lost_tasks(
+        &self,
+        silent: std::time::Duration,
+        spare_runner: &str,
+        message: &str,
+        outcome: &str,
+    ) -> Result<u64, StoreError> {
+        self.inner
+            .fail_lost_tasks(silent, spare_runner, message, outcome)
+            .await
+    }
+    async fn purge_tasks(&self) -> Result<u64, StoreError> {
+        self.inner.purge_tasks().await
+    }
+}

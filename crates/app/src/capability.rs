@@ -110,6 +110,8 @@ pub struct CallContext<'a> {
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
+    /// The call may run as an MCP task: its time limit is a task's, not a request's.
+    pub as_task: bool,
 }
 
 impl std::fmt::Debug for CallContext<'_> {
@@ -252,6 +254,10 @@ pub struct CallIo<'a> {
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
+    /// Told once the call is admitted and charged (a call refused before never tells it).
+    pub admitted: Option<&'a tokio::sync::Notify>,
+    /// The call may run as an MCP task: its time limit is a task's, not a request's.
+    pub as_task: bool,
 }
 
 /// An answered call.

@@ -22,6 +22,7 @@ pub mod registry;
 mod schema;
 mod sealed_cache;
 pub mod secrets;
+pub mod tasks;
 pub mod turns;
 mod upcalls;
 
@@ -81,6 +82,7 @@ pub struct App {
     wallets: Arc<owner::Wallets>,
     oauth: Arc<oauth::AuthServer>,
     mcp_sessions: Arc<McpSessionRecords>,
+    tasks: Arc<tasks::Tasks>,
 }
 
 impl App {
@@ -198,6 +200,7 @@ impl App {
             owner: Arc::new(owner),
             wallets: Arc::new(wallets),
             oauth: Arc::new(oauth::AuthServer::new(store.clone(), None, public_url)),
+            tasks: tasks::Tasks::new(store.clone(), tasks::TaskSettings::default()),
             mcp_sessions: Arc::new(McpSessionRecords::new(store)),
         }
     }
@@ -256,5 +259,17 @@ impl App {
     /// Legacy MCP sessions' records, shared by every front end on the store.
     pub fn mcp_sessions(&self) -> &McpSessionRecords {
         &self.mcp_sessions
+    }
+
+    /// MCP tasks: calls that run on after their request was answered.
+    pub fn tasks(&self) -> &Arc<tasks::Tasks> {
+        &self.tasks
+    }
+
+    /// The same app with tasks kept as `settings` say (before it serves anything).
+    #[must_use]
+    pub fn with_task_settings(mut self, settings: tasks::TaskSettings) -> Self {
+        self.tasks = tasks::Tasks::new(self.tasks.store(), settings);
+        self
     }
 }

@@ -42,6 +42,9 @@ pub struct ToolSpec {
     pub output_schema: JsonObject,
     /// Annotations.
     pub hints: Hints,
+    /// The tool may outlast a client's patience (code, models): it runs as an MCP task where
+    /// the client accepts one (`execution.taskSupport: "optional"`).
+    pub runs_long: bool,
 }
 
 /// A validated call: which capabilities will run, with the arguments they read.
@@ -262,6 +265,7 @@ fn compose(brand: &Brand, kind: ToolKind, capabilities: &[Arc<dyn Capability>]) 
         input_schema: as_object(input),
         output_schema: as_object(output),
         hints,
+        runs_long: kind != ToolKind::Read,
     }
 }
 
@@ -538,6 +542,7 @@ mod tests {
             calls: &calls,
             progress: None,
             cancel: None,
+            as_task: false,
         };
         let only_alpha = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi"})))

@@ -90,6 +90,7 @@ impl SessionUpcalls {
                 .as_ref()
                 .map(|p| p as &dyn crate::capability::ProgressSink),
             cancel: None,
+            ..CallIo::default()
         };
         let answer = Arc::clone(&self.calls)
             .make_call(&self.account, kind, args, io)

@@ -26,6 +26,8 @@ pub struct LimitSettings {
     pub default_timeout: Duration,
     /// The largest `timeout_s` a call may ask for.
     pub max_timeout: Duration,
+    /// The largest `timeout_s` of a call that runs as an MCP task.
+    pub max_task_timeout: Duration,
     /// Per-session memory.
     pub memory_bytes: u64,
     /// Per-session process and thread count.
@@ -41,6 +43,7 @@ impl Default for LimitSettings {
         Self {
             default_timeout: Duration::from_secs(60),
             max_timeout: Duration::from_secs(300),
+            max_task_timeout: Duration::from_secs(3600),
             memory_bytes: 1024 * 1024 * 1024,
             max_pids: 256,
             output_bytes: 1024 * 1024,
@@ -60,16 +63,56 @@ pub enum LimitsError {
         /// the operator's ceiling
         max: u64,
     },
+    /// `timeout_s` past a request's ceiling but within a task's, in a call that is no task
+    #[error(
+        "timeout_s {given} is past the {max} s a call may run while its client waits; \
+         up to {task_max} s needs the call to run as an MCP task (a client that supports \
+         tasks asks for one)"
+    )]
+    NeedsTask {
+        /// what the call asked for
+        given: u64,
+        /// the ceiling of a call that is no task
+        max: u64,
+        /// the ceiling of a task
+        task_max: u64,
+    },
 }
 
 impl LimitSettings {
-    /// The limits of a call that asked for `timeout_s` (or not).
+    /// The limits of a call that asked for `timeout_s` (or not), while its client waits.
     pub fn for_call(&self, timeout_s: Option<u64>) -> Result<Limits, LimitsError> {
+        self.for_call_as(timeout_s, false)
+    }
+
+    /// The limits of a call that asked for `timeout_s` (or not); `as_task`: the call may run as
+    /// an MCP task, up to the task ceiling.
+    pub fn for_call_as(
+        &self,
+        timeout_s: Option<u64>,
+        as_task: bool,
+    ) -> Result<Limits, LimitsError> {
         let max = self.max_timeout.as_secs();
+        let task_max = self.max_task_timeout.as_secs().max(max);
         let timeout = match timeout_s {
             None => self.default_timeout,
             Some(given) if (1..=max).contains(&given) => Duration::from_secs(given),
-            Some(given) => return Err(LimitsError::Timeout { given, max }),
+            Some(given) if given > max && given <= task_max && as_task => {
+                Duration::from_secs(given)
+            }
+            Some(given) if given > max && given <= task_max => {
+                return Err(LimitsError::NeedsTask {
+                    given,
+                    max,
+                    task_max,
+                });
+            }
+            Some(given) => {
+                return Err(LimitsError::Timeout {
+                    given,
+                    max: if as_task { task_max } else { max },
+                });
+            }
         };
         Ok(Limits {
             timeout,

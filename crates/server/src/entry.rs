@@ -114,6 +114,9 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
         HeaderValue::from_static("application/json"),
     );
     let accepts = sse::negotiate(&mut parts.headers);
+    if let Some(answer) = crate::tasks_v1::claims(state, &account, &bytes, &info).await {
+        return answer;
+    }
     if let Some(answer) = state
         .tools_list
         .as_ref()
@@ -126,7 +129,7 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
             mcp_session_requests::post(state, &account, &id, parts, bytes, &info, accepts).await
         }
         None if info.opens_session() => {
-            mcp_session_requests::open(state, &account, parts, bytes, accepts).await
+            mcp_session_requests::open(state, &account, parts, bytes).await
         }
         None => match crate::tools_call::answer(state, &account, &parts, &bytes, &info).await {
             Some(answer) => answer,

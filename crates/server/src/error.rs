@@ -21,6 +21,8 @@ pub enum RpcCode {
     InvalidRequest,
     /// Not a method or tool this server offers.
     MethodNotFound,
+    /// A parameter names nothing the caller has (an unknown or expired task).
+    InvalidParams,
     /// Something on our side failed.
     InternalError,
     /// No valid credential.
@@ -36,6 +38,7 @@ impl RpcCode {
             Self::ParseError => -32700,
             Self::InvalidRequest => -32600,
             Self::MethodNotFound => -32601,
+            Self::InvalidParams => -32602,
             Self::InternalError => -32603,
             Self::Unauthenticated => -32001,
             Self::PaymentRequired => -32002,
@@ -202,6 +205,26 @@ fn log_source(error: &(dyn std::error::Error + 'static)) {
 /// An error the MCP layer answers with.
 pub fn mcp_error(code: RpcCode, message: impl Into<String>) -> McpError {
     McpError::new(ErrorCode::from(code), message.into(), None)
+}
+
+/// A task that could not be made or read, as the MCP layer answers it (a store failure logged).
+pub fn task_error(err: &toolgate_app::tasks::TaskError) -> McpError {
+    use toolgate_app::tasks::TaskError;
+    match err {
+        TaskError::TooMany(_) => mcp_error(RpcCode::InvalidRequest, err.to_string()),
+        TaskError::Store(source) => {
+            tracing::error!(error = %source, "the task records could not be reached");
+            mcp_error(RpcCode::InternalError, err.to_string())
+        }
+    }
+}
+
+/// `tasks/*` naming a task the caller does not have (unknown, another account's, expired).
+pub fn no_such_task() -> McpError {
+    mcp_error(
+        RpcCode::InvalidParams,
+        "Failed to retrieve task: no such task (unknown, expired, or not this account's)",
+    )
 }
 
 /// A tool call that got no answer from a tool, as the MCP layer answers it (its source logged).

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
-    ToolAnnotations,
+    CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    ClientCapabilities, ContentBlock, GetTaskParams, GetTaskResult, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    UpdateTaskParams,
 };
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
@@ -25,6 +26,28 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{RpcCode, call_error, mcp_error};
 use crate::mcp_sessions::CallCancel;
 use crate::metrics::{CallLabel, Metrics};
+
+/// Whether a tool runs as an MCP task (`execution.taskSupport`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskSupport {
+    /// Never (a quick tool).
+    Forbidden,
+    /// Where the client accepts one.
+    Optional,
+    /// Always: a client that accepts none cannot call it.
+    Required,
+}
+
+impl TaskSupport {
+    /// As `tools/list` shows it, when it may run as a task.
+    pub(crate) fn shown(self) -> Option<&'static str> {
+        match self {
+            Self::Forbidden => None,
+            Self::Optional => Some("optional"),
+            Self::Required => Some("required"),
+        }
+    }
+}
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.
 #[derive(Clone, Debug)]
@@ -100,6 +123,8 @@ impl McpHandler {
         let names: Vec<String> = tools.iter().map(|t| format!("`{}`", t.name)).collect();
         #[cfg(feature = "conformance-fixtures")]
         tools.extend(crate::fixtures::tools());
+        #[cfg(feature = "conformance-fixtures")]
+        tools.extend(crate::fixtures_tasks::tools());
         Self {
             app,
             metrics,
@@ -134,6 +159,7 @@ impl McpHandler {
         let io = CallIo {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: Some(&cancel),
+            ..CallIo::default()
         };
         let answered = self
             .answer(caller, &request.name, request.arguments, io, started)
@@ -142,6 +168,23 @@ impl McpHandler {
             progress.finish().await;
         }
         answered.map(Answered::into_rmcp)
+    }
+
+    /// The app the handler answers for.
+    pub(crate) fn app(&self) -> &App {
+        &self.app
+    }
+
+    /// Whether `name` may run as an MCP task, and must.
+    pub(crate) fn task_support(&self, name: &str) -> TaskSupport {
+        #[cfg(feature = "conformance-fixtures")]
+        if let Some(support) = crate::fixtures_tasks::task_support(name) {
+            return support;
+        }
+        match self.app.tools().iter().find(|tool| tool.name == name) {
+            Some(tool) if tool.runs_long => TaskSupport::Optional,
+            _ => TaskSupport::Forbidden,
+        }
     }
 
     /// Whether `name` is one of the three tools (not a fixture's, not unknown).
@@ -236,6 +279,13 @@ fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {
         .map(|caller| caller.0.clone())
 }
 
+fn caller_or_error(ctx: &RequestContext<RoleServer>) -> Result<Arc<Account>, McpError> {
+    caller_of(ctx).ok_or_else(|| {
+        tracing::error!("a request reached the MCP handler without an authenticated caller");
+        mcp_error(RpcCode::InternalError, "internal error: no caller")
+    })
+}
+
 fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     let annotations = ToolAnnotations::with_title(spec.title)
         .read_only(spec.hints.read_only)
@@ -309,7 +359,12 @@ fn not_offered(what: &str) -> McpError {
 
 impl ServerHandler for McpHandler {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = ServerCapabilities::builder().enable_tools().build();
+        // the 2026-07-28 tasks extension; 2025-11-25's `tasks` slot is added to `initialize`
+        // answers by `tasks_v1`, as rmcp knows only the extension
+        let capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
         let implementation =
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")).with_title("toolgate");
         ServerConfig::new(capabilities).with_server_info(implementation).with_instructions(format!(
@@ -336,16 +391,56 @@ impl ServerHandler for McpHandler {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let Some(caller) = caller_of(&context) else {
-            tracing::error!("tools/call reached the MCP handler without an authenticated caller");
-            return Err(mcp_error(
-                RpcCode::InternalError,
-                "internal error: no caller",
-            ));
-        };
-        self.call_tool_of(request, &caller, &context)
-            .await
-            .map(Into::into)
+        let caller = caller_or_error(&context)?;
+        #[cfg(feature = "conformance-fixtures")]
+        if let Some(answer) = crate::fixtures_tasks::call(self, &caller, &request, &context).await {
+            return answer;
+        }
+        let declared = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.supports_tasks());
+        match self.task_support(&request.name) {
+            TaskSupport::Required if !declared => {
+                Err(McpError::missing_required_client_capability(
+                    ClientCapabilities::builder().enable_tasks().build(),
+                ))
+            }
+            TaskSupport::Optional | TaskSupport::Required if declared => {
+                crate::tasks_v2::call(self, caller, request.name.into_owned(), request.arguments)
+                    .await
+            }
+            _ => self
+                .call_tool_of(request, &caller, &context)
+                .await
+                .map(Into::into),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, McpError> {
+        let caller = caller_or_error(&context)?;
+        crate::tasks_v2::get(self, &caller, &request).await
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller_or_error(&context)?;
+        crate::tasks_v2::update(self, &caller, request).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        let caller = caller_or_error(&context)?;
+        crate::tasks_v2::cancel(self, &caller, &request).await
     }
 
     async fn list_prompts(

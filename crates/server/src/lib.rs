@@ -7,6 +7,8 @@ mod entry;
 mod error;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;
+#[cfg(feature = "conformance-fixtures")]
+mod fixtures_tasks;
 mod handler;
 pub mod jsonrpc;
 mod mcp_session_requests;
@@ -18,6 +20,10 @@ mod proxies;
 mod rmcp_forward;
 mod routes;
 mod sse;
+mod task_calls;
+mod task_wire;
+mod tasks_v1;
+mod tasks_v2;
 mod tools_call;
 mod tools_list;
 

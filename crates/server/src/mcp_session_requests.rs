@@ -90,19 +90,15 @@ fn admit(
 /// `initialize` of the older generation: answered by rmcp, and on success a session is opened
 /// here and recorded in the store, whose count of the account's open sessions (every front
 /// end's) is the per-account cap.
-pub async fn open(
-    state: &Shared,
-    account: &Arc<Account>,
-    parts: Parts,
-    body: Bytes,
-    accepts: Accepts,
-) -> Response {
+pub async fn open(state: &Shared, account: &Arc<Account>, parts: Parts, body: Bytes) -> Response {
     let id = match record_open(state, &account.id).await {
         Ok(id) => id,
         Err(err) => return err.respond(&state.metrics),
     };
-    let mut response =
-        rmcp_forward::forward(state, account, parts, Body::from(body), accepts).await;
+    // inline JSON, so that 2025-11-25's `tasks` capability can be added to the answer
+    let inline = Accepts { sse: false };
+    let response = rmcp_forward::forward(state, account, parts, Body::from(body), inline).await;
+    let mut response = crate::tasks_v1::with_tasks_capability(response).await;
     match HeaderValue::from_str(&id) {
         Ok(value) if response.status().is_success() => {
             response.headers_mut().insert(SESSION_HEADER, value);

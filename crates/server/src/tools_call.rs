@@ -78,6 +78,7 @@ pub async fn answer(
         let io = CallIo {
             progress: None,
             cancel: Some(&token),
+            ..CallIo::default()
         };
         handler
             .answer(&caller, &call.name, call.arguments, io, started)

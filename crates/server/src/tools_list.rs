@@ -26,6 +26,19 @@ impl ToolsList {
         let mut result = serde_json::to_value(handler.tool_list()).ok()?;
         // rmcp shows `resultType` to 2026-07-28 clients only
         result.as_object_mut()?.remove("resultType");
+        // 2025-11-25 clients learn here which tools run as tasks (rmcp's `Tool` has no field)
+        for tool in result.get_mut("tools")?.as_array_mut()? {
+            let name = tool
+                .get("name")
+                .and_then(|n| n.as_str())
+                .unwrap_or_default();
+            if let Some(support) = handler.task_support(name).shown() {
+                tool.as_object_mut()?.insert(
+                    "execution".to_owned(),
+                    serde_json::json!({ "taskSupport": support }),
+                );
+            }
+        }
         let result = serde_json::to_string(&result).ok()?;
         // as rmcp: an entry that is not an authority (a bare IPv6 literal) is a host alone
         let hosts = hosts

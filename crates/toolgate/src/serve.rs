@@ -116,6 +116,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
             sign_in_limits: config.sign_in_limits,
         },
     );
+    let app = app.with_task_settings(config.tasks);
+    app.tasks().start_upkeep(shutdown.clone());
     crate::accounts::purge_expired(&app);
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");

@@ -2,7 +2,9 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
+use toolgate_app::tasks::TaskSettings;
 use toolgate_domain::{Brand, Micros, Pricing};
 use toolgate_server::McpSessionLimits;
 
@@ -99,6 +101,39 @@ impl Settings {
             return Err(ConfigError::new("max_mcp_sessions", "must be at least 1"));
         }
         Ok(limits)
+    }
+
+    /// How MCP tasks are kept; `sole_process`: this server is the only one on its store.
+    pub fn task_settings(&self, sole_process: bool) -> Result<TaskSettings, ConfigError> {
+        let defaults = TaskSettings::default();
+        let ttl = self.task_ttl_s.unwrap_or(defaults.ttl.as_secs());
+        if !(60..=7 * 24 * 3600).contains(&ttl) {
+            return Err(ConfigError::new(
+                "task_ttl_s",
+                "must be between 60 and 604800 (a week)",
+            ));
+        }
+        let after = self.task_after_s.unwrap_or(defaults.after.as_secs());
+        if after > 3600 {
+            return Err(ConfigError::new("task_after_s", "must be at most 3600"));
+        }
+        let max_running = self.task_max_running.unwrap_or(defaults.max_unended);
+        if max_running == 0 {
+            return Err(ConfigError::new("task_max_running", "must be at least 1"));
+        }
+        let longest = self.sandbox_max_task_s.unwrap_or(
+            toolgate_sandbox::LimitSettings::default()
+                .max_task_timeout
+                .as_secs(),
+        );
+        Ok(TaskSettings {
+            ttl: Duration::from_secs(ttl),
+            max_unended: max_running,
+            after: Duration::from_secs(after),
+            result_wait: Duration::from_secs(longest.saturating_add(60)),
+            sole_process,
+            ..defaults
+        })
     }
 
     /// The body limit.

@@ -179,6 +179,20 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_MAX_MCP_SESSIONS", global = true)]
     pub max_mcp_sessions: Option<usize>,
 
+    /// A call of a 2026-07-28 client that accepts tasks becomes an MCP task when it has not
+    /// ended after this many seconds [default: 10]
+    #[arg(long, env = "TOOLGATE_TASK_AFTER_S", global = true)]
+    pub task_after_s: Option<u64>,
+
+    /// How long an MCP task and its result are kept, in seconds; a client may ask for less,
+    /// not under 60 [default: 3600]
+    #[arg(long, env = "TOOLGATE_TASK_TTL_S", global = true)]
+    pub task_ttl_s: Option<u64>,
+
+    /// MCP tasks one account may run at once [default: 16]
+    #[arg(long, env = "TOOLGATE_TASK_MAX_RUNNING", global = true)]
+    pub task_max_running: Option<u32>,
+
     /// SQLite commit durability: `full` (fsync per commit) or `normal` (survives a killed
     /// process, not a power cut) [default: full]
     #[arg(long, env = "TOOLGATE_SQLITE_SYNCHRONOUS", global = true)]
@@ -305,6 +319,10 @@ pub struct Settings {
     /// The largest `timeout_s` a call may ask for [default: 300]
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_TIMEOUT_S", global = true)]
     pub sandbox_max_timeout_s: Option<u64>,
+
+    /// The largest `timeout_s` of a call that runs as an MCP task [default: 3600]
+    #[arg(long, env = "TOOLGATE_SANDBOX_MAX_TASK_S", global = true)]
+    pub sandbox_max_task_s: Option<u64>,
 
     /// Memory of one session, in MiB [default: 1024]
     #[arg(long, env = "TOOLGATE_SANDBOX_MEMORY_MIB", global = true)]
@@ -492,6 +510,9 @@ impl Settings {
             max_request_bytes,
             max_connections,
             max_mcp_sessions_per_account,
+            task_after_s,
+            task_ttl_s,
+            task_max_running,
             max_mcp_sessions,
             sqlite_synchronous,
             log,
@@ -520,6 +541,7 @@ impl Settings {
             checkpoint_s3_secret_access_key,
             sandbox_default_timeout_s,
             sandbox_max_timeout_s,
+            sandbox_max_task_s,
             sandbox_memory_mib,
             sandbox_workspace_mib,
             sandbox_max_processes,

@@ -162,6 +162,17 @@ pub(super) fn limits(settings: &Settings) -> Result<LimitSettings, ConfigError> 
     let default_timeout = settings
         .sandbox_default_timeout_s
         .unwrap_or(defaults.default_timeout.as_secs());
+    let max_task_timeout = settings
+        .sandbox_max_task_s
+        .unwrap_or(defaults.max_task_timeout.as_secs());
+    if max_task_timeout < max_timeout || max_task_timeout > 7 * 24 * 3600 {
+        return Err(ConfigError::new(
+            "sandbox_max_task_s",
+            format!(
+                "{max_task_timeout} must be at least sandbox_max_timeout_s ({max_timeout}) and at most 604800 (a week)"
+            ),
+        ));
+    }
     if max_timeout == 0 || default_timeout == 0 || default_timeout > max_timeout {
         return Err(ConfigError::new(
             "sandbox_default_timeout_s",
@@ -195,6 +206,7 @@ pub(super) fn limits(settings: &Settings) -> Result<LimitSettings, ConfigError> 
     Ok(LimitSettings {
         default_timeout: Duration::from_secs(default_timeout),
         max_timeout: Duration::from_secs(max_timeout),
+        max_task_timeout: Duration::from_secs(max_task_timeout),
         memory_bytes: memory.saturating_mul(MIB),
         max_pids: processes,
         output_bytes: defaults.output_bytes,

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use toolgate_app::capabilities::OperatorKeyLimits;
 use toolgate_app::owner::SignInLimits;
+use toolgate_app::tasks::TaskSettings;
 use toolgate_domain::{Brand, Pricing};
 use toolgate_egress::EgressPolicy;
 use toolgate_payments::StripeSettings;
@@ -55,6 +56,8 @@ pub struct ServeConfig {
     pub payments: Option<StripeSettings>,
     /// `sign_in_limit_per_address`, `sign_in_limit_per_client`
     pub sign_in_limits: SignInLimits,
+    /// `task_after_s`, `task_ttl_s`, `task_max_running`: how MCP tasks are kept.
+    pub tasks: TaskSettings,
     /// `log`, checked.
     pub log: String,
 }
@@ -81,6 +84,9 @@ impl ServeConfig {
         // tenants' database connections would carry the operator's PostgreSQL settings
         toolgate_database::check_operator_environment()
             .map_err(|reason| ConfigError::new("environment", reason))?;
+        let store = StoreConfig::from_settings(settings)?;
+        // one process on an SQLite file: tasks it left running failed at once at start
+        let sole_process = matches!(store, StoreConfig::Sqlite { .. });
         Ok(Self {
             listen,
             public_url: settings.public_url.clone(),
@@ -100,7 +106,7 @@ impl ServeConfig {
             },
             egress: EgressPolicy::new(settings.egress_allow_private.as_deref().unwrap_or_default())
                 .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?,
-            store: StoreConfig::from_settings(settings)?,
+            store,
             vault: VaultKeys::from_settings(settings)?,
             nodes: super::NodesConfig::from_settings(settings)?,
             // with nodes, this process runs no session: no runtime, no root, no cgroups
@@ -114,6 +120,7 @@ impl ServeConfig {
             mail: MailConfig::from_settings(settings)?,
             payments: payments(settings)?,
             sign_in_limits: sign_in_limits(settings),
+            tasks: settings.task_settings(sole_process)?,
             log,
         })
     }

@@ -345,6 +345,7 @@ async fn a_cancelled_call_counts_as_unknown() {
     let io = CallIo {
         progress: None,
         cancel: Some(&cancel),
+        ..CallIo::default()
     };
     let args = json!({"model": "openai/gpt-x", "prompt": "hang", "max_tokens": 60});
     let Value::Object(args) = args else {

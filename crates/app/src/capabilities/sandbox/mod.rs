@@ -124,13 +124,16 @@ fn idle_span(ttl: std::time::Duration) -> String {
 /// `timeout_s`, shared by `python` and `bash`. Made once per server: its description is leaked
 /// (a `Field` holds `'static` text), which must not happen per call.
 fn timeout_field(limits: &LimitSettings) -> Field {
+    let task_max = limits.max_task_timeout.max(limits.max_timeout).as_secs();
     let description: &'static str = Box::leak(
         format!(
-            "wall-clock limit of this call's code, in seconds (default {}, at most {}): the code \
-             is interrupted first (KeyboardInterrupt; the session and its variables survive) and \
-             killed only if it does not stop",
+            "wall-clock limit of this call's code, in seconds (default {}, at most {}; up to {} \
+             when the call runs as an MCP task): the code is interrupted first \
+             (KeyboardInterrupt; the session and its variables survive) and killed only if it \
+             does not stop",
             limits.default_timeout.as_secs(),
-            limits.max_timeout.as_secs()
+            limits.max_timeout.as_secs(),
+            task_max
         )
         .into_boxed_str(),
     );
@@ -138,7 +141,7 @@ fn timeout_field(limits: &LimitSettings) -> Field {
         name: "timeout_s",
         kind: FieldKind::Integer {
             min: 1,
-            max: i64::try_from(limits.max_timeout.as_secs()).unwrap_or(i64::MAX),
+            max: i64::try_from(task_max).unwrap_or(i64::MAX),
         },
         description,
     }

@@ -163,7 +163,7 @@ impl Capability for Runner {
         let limits = self
             .sandbox
             .limits
-            .for_call(timeout_s)
+            .for_call_as(timeout_s, ctx.as_task)
             .map_err(|e| Failure::new(e.to_string()))?;
         let source = args
             .get(self.field())

@@ -1,0 +1,182 @@
+//! A `tools/call` that may become an MCP task, for either wire generation: the call runs in a
+//! tokio task of its own whose cancellation belongs to the task (never to the request, which
+//! ends when the task handle is answered), and its answer becomes the task's end.
+//!
+//! - 2025-11-25 (the client asks, `task: {ttl}`): the task is recorded first (the account's cap
+//!   on running tasks is checked before anything is charged), the call starts, and the handle
+//!   is answered once the call is admitted, so a call refused for funds is a JSON-RPC error, as
+//!   without a task, and a task is metered once, by the call it wraps.
+//! - 2026-07-28 (the server decides): the call starts as a plain one; if it has not ended after
+//!   `task_after_s`, it is recorded as a task and the handle is answered.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ErrorData as McpError;
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolgate_app::CallIo;
+use toolgate_app::tasks::{LatestProgress, TaskEnd, TaskError, Tasks};
+use toolgate_app::tasks::{TaskRecord, TaskState};
+use toolgate_domain::Account;
+
+use crate::handler::{Answered, McpHandler};
+
+/// A call running in a tokio task of its own, as a task's work or on its way to becoming one.
+pub(crate) struct TaskCall {
+    cancel: CancellationToken,
+    progress: Arc<LatestProgress>,
+    admitted: Arc<Notify>,
+    handle: JoinHandle<Result<Answered, McpError>>,
+}
+
+/// How a call that could become a task went.
+pub(crate) enum Became {
+    /// It ended in time: the answer, as for a plain call.
+    Answered(Result<Answered, McpError>),
+    /// It runs on as this task.
+    Task(TaskRecord),
+}
+
+impl TaskCall {
+    /// Starts `name` for `caller` with `arguments`, with task time limits.
+    pub(crate) fn start(
+        handler: &McpHandler,
+        caller: Arc<Account>,
+        name: String,
+        arguments: Option<Map<String, Value>>,
+    ) -> Self {
+        let (cancel, progress, admitted) = (
+            CancellationToken::new(),
+            Arc::new(LatestProgress::default()),
+            Arc::new(Notify::new()),
+        );
+        let handler = handler.clone();
+        let (token, sink, told) = (cancel.clone(), progress.clone(), admitted.clone());
+        let handle = tokio::spawn(async move {
+            let io = CallIo {
+                progress: Some(&*sink),
+                cancel: Some(&token),
+                admitted: Some(&told),
+                as_task: true,
+            };
+            handler
+                .answer(&caller, &name, arguments, io, std::time::Instant::now())
+                .await
+        });
+        Self {
+            cancel,
+            progress,
+            admitted,
+            handle,
+        }
+    }
+
+    /// Waits until the call is admitted (`None`) or ends first (its answer).
+    async fn admitted_or_ended(&mut self) -> Option<Result<Answered, McpError>> {
+        tokio::select! {
+            () = self.admitted.notified() => None,
+            joined = &mut self.handle => Some(joined_answer(joined)),
+        }
+    }
+
+    /// Waits up to `after` for the call to end.
+    async fn ended_within(&mut self, after: Duration) -> Option<Result<Answered, McpError>> {
+        tokio::time::timeout(after, &mut self.handle)
+            .await
+            .ok()
+            .map(joined_answer)
+    }
+
+    /// Hands the call to `tasks` as the work of `task`.
+    fn adopt(self, tasks: &Arc<Tasks>, task: &TaskRecord) {
+        let handle = self.handle;
+        tasks.run(task, self.cancel, Some(self.progress), None, async move {
+            task_end(joined_answer(handle.await))
+        });
+    }
+}
+
+/// The 2025-11-25 way: the task recorded, the call started, the handle answered once the call
+/// was admitted. A call refused before admission is answered as such, its task ended failed.
+pub(crate) async fn on_request(
+    handler: &McpHandler,
+    tasks: &Arc<Tasks>,
+    caller: Arc<Account>,
+    name: String,
+    arguments: Option<Map<String, Value>>,
+    ttl: Duration,
+) -> Result<Became, TaskError> {
+    let task = tasks.create(&caller.id, &name, ttl).await?;
+    let mut call = TaskCall::start(handler, caller, name, arguments);
+    if let Some(Err(refused)) = call.admitted_or_ended().await {
+        let end = task_end(Err(refused.clone()));
+        let _ = tasks
+            .set_ended(&task.id, end.state, end.message.as_deref(), &end.outcome)
+            .await;
+        return Ok(Became::Answered(Err(refused)));
+    }
+    call.adopt(tasks, &task);
+    Ok(Became::Task(task))
+}
+
+/// The 2026-07-28 way: the call answered as a plain one if it ends within `task_after_s`, else
+/// recorded as a task. An account at its cap of running tasks waits for its call instead.
+pub(crate) async fn server_directed(
+    handler: &McpHandler,
+    tasks: &Arc<Tasks>,
+    caller: Arc<Account>,
+    name: String,
+    arguments: Option<Map<String, Value>>,
+) -> Became {
+    let owner = caller.id.clone();
+    let mut call = TaskCall::start(handler, caller, name.clone(), arguments);
+    if let Some(answer) = call.ended_within(tasks.settings().after).await {
+        return Became::Answered(answer);
+    }
+    match tasks.create(&owner, &name, tasks.ttl_for(None)).await {
+        Ok(task) => {
+            call.adopt(tasks, &task);
+            Became::Task(task)
+        }
+        Err(error) => {
+            tracing::warn!(%error, "a long call stays a plain call: no task could be made");
+            Became::Answered(joined_answer(call.handle.await))
+        }
+    }
+}
+
+fn joined_answer(
+    joined: Result<Result<Answered, McpError>, tokio::task::JoinError>,
+) -> Result<Answered, McpError> {
+    joined.unwrap_or_else(|_| {
+        Err(McpError::internal_error(
+            "the call failed inside the service; nothing more is known",
+            None,
+        ))
+    })
+}
+
+/// A call's answer as a task's end: a result (a tool's error result too) completes it, a
+/// JSON-RPC error fails it.
+pub(crate) fn task_end(answer: Result<Answered, McpError>) -> TaskEnd {
+    match answer {
+        Ok(answered) => TaskEnd {
+            state: TaskState::Completed,
+            message: None,
+            outcome: serde_json::to_string(&answered.into_rmcp()).unwrap_or_else(|_| {
+                r#"{"content":[{"type":"text","text":"the result could not be kept"}],"isError":true}"#
+                    .to_owned()
+            }),
+        },
+        Err(error) => TaskEnd {
+            state: TaskState::Failed,
+            message: Some(error.message.to_string()),
+            outcome: serde_json::to_string(&error).unwrap_or_else(|_| {
+                r#"{"code":-32603,"message":"the call failed"}"#.to_owned()
+            }),
+        },
+    }
+}
