@@ -11,7 +11,7 @@ import { join } from 'node:path';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 
 const BIN = process.env.TOOLGATE_BIN;
 const DATABASE_URL = process.env.TOOLGATE_TEST_DATABASE_URL || '';
@@ -239,6 +239,52 @@ test('an unknown tool is a -32601 error and free', async () => {
       return true;
     });
     assert.equal((await billing(client)).free_remaining_this_month, 999);
+  });
+});
+
+test('a long call runs as an MCP task (2025-11-25 experimental tasks)', async () => {
+  const acct = createAccount();
+  await withClient(endpoint('personal_url', acct.api_key), async (client) => {
+    assert.ok(client.getServerCapabilities()?.tasks?.requests?.tools?.call, JSON.stringify(client.getServerCapabilities()));
+    const { tools } = await client.listTools();
+    const support = Object.fromEntries(tools.map((t) => [t.name, t.execution?.taskSupport]));
+    assert.deepEqual(support, { svc_read: undefined, svc_write: 'optional', svc_ai: 'optional' });
+    const run = async (code) => {
+      const seen = [];
+      for await (const msg of client.experimental.tasks.callToolStream(
+        { name: 'svc_write', arguments: { code, session_id: 'tasks' } },
+        undefined,
+        { task: { ttl: 120_000 } },
+      )) seen.push(msg);
+      return seen;
+    };
+    const seen = await run("import time\ntime.sleep(3)\n'from a task'");
+    assert.equal(seen[0].type, 'taskCreated', JSON.stringify(seen));
+    assert.ok(seen.some((m) => m.type === 'taskStatus' && m.task.status === 'working'), JSON.stringify(seen));
+    const result = seen.at(-1);
+    assert.equal(result.type, 'result', JSON.stringify(result));
+    assert.equal(result.result.structuredContent.python.result.text, "'from a task'");
+    assert.equal(result.result._meta['io.modelcontextprotocol/related-task'].taskId, seen[0].task.taskId);
+    // a tool's error fails the task (as 2025-11-25 says); its text is the status message, and
+    // tasks/result still has the whole result
+    const failed = await run("raise ValueError('boom from a task')");
+    assert.equal(failed.at(-1).type, 'error', JSON.stringify(failed));
+    const id = failed[0].task.taskId;
+    const status = await client.experimental.tasks.getTask(id);
+    assert.equal(status.status, 'failed');
+    assert.match(status.statusMessage, /boom from a task/);
+    const whole = await client.experimental.tasks.getTaskResult(id, CallToolResultSchema);
+    assert.equal(whole.isError, true);
+    const listed = await client.experimental.tasks.listTasks();
+    assert.ok(listed.tasks.some((t) => t.taskId === id), JSON.stringify(listed));
+    // cancelling a running task
+    const started = await client.request(
+      { method: 'tools/call', params: { name: 'svc_write', arguments: { code: 'import time\ntime.sleep(60)', session_id: 'tasks' }, task: { ttl: 60_000 } } },
+      CreateTaskResultSchema,
+    );
+    const cancelled = await client.experimental.tasks.cancelTask(started.task.taskId);
+    assert.equal(cancelled.status, 'cancelled');
+    await assert.rejects(client.experimental.tasks.getTask('no-such-task'), (err) => err.code === -32602);
   });
 });
 
