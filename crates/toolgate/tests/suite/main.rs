@@ -36,6 +36,7 @@ mod sessions_durable;
 mod sql;
 mod sql_hostile;
 mod tasks;
+mod tasks_shared;
 mod tenant_fetches;
 mod turns;
 mod vault;
