@@ -406,8 +406,15 @@ impl ServerHandler for McpHandler {
                 ))
             }
             TaskSupport::Optional | TaskSupport::Required if declared => {
-                crate::tasks_v2::call(self, caller, request.name.into_owned(), request.arguments)
-                    .await
+                let gone = cancellation_of(&context);
+                crate::tasks_v2::call(
+                    self,
+                    caller,
+                    request.name.into_owned(),
+                    request.arguments,
+                    gone,
+                )
+                .await
             }
             _ => self
                 .call_tool_of(request, &caller, &context)

@@ -27,6 +27,11 @@ use crate::handler::{Answered, McpHandler};
 /// A call running in a tokio task of its own, as a task's work or on its way to becoming one.
 pub(crate) struct TaskCall {
     cancel: CancellationToken,
+    /// Cancels the call if its request goes away before it became a task: dropped with the
+    /// request's future (our front door), or when the request's own token is cancelled (rmcp).
+    unclaimed: Option<tokio_util::sync::DropGuard>,
+    /// Cancelled once the call is a task's or this is dropped: the watch on the request ends.
+    claimed: tokio_util::sync::DropGuard,
     progress: Arc<LatestProgress>,
     admitted: Arc<Notify>,
     handle: JoinHandle<Result<Answered, McpError>>,
@@ -41,12 +46,14 @@ pub(crate) enum Became {
 }
 
 impl TaskCall {
-    /// Starts `name` for `caller` with `arguments`, with task time limits.
+    /// Starts `name` for `caller` with `arguments`, with task time limits; `request`, when
+    /// given, cancels the call if it is cancelled before the call became a task.
     pub(crate) fn start(
         handler: &McpHandler,
         caller: Arc<Account>,
         name: String,
         arguments: Option<Map<String, Value>>,
+        request: Option<CancellationToken>,
     ) -> Self {
         let (cancel, progress, admitted) = (
             CancellationToken::new(),
@@ -66,7 +73,19 @@ impl TaskCall {
                 .answer(&caller, &name, arguments, io, std::time::Instant::now())
                 .await
         });
+        let claimed = CancellationToken::new();
+        if let Some(request) = request {
+            let (call, claimed) = (cancel.clone(), claimed.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = request.cancelled() => call.cancel(),
+                    () = claimed.cancelled() => {}
+                }
+            });
+        }
         Self {
+            unclaimed: Some(cancel.clone().drop_guard()),
+            claimed: claimed.drop_guard(),
             cancel,
             progress,
             admitted,
@@ -90,8 +109,13 @@ impl TaskCall {
             .map(joined_answer)
     }
 
-    /// Hands the call to `tasks` as the work of `task`.
-    fn adopt(self, tasks: &Arc<Tasks>, task: &TaskRecord) {
+    /// Hands the call to `tasks` as the work of `task`: from here on only the task's cancel
+    /// stops it.
+    fn adopt(mut self, tasks: &Arc<Tasks>, task: &TaskRecord) {
+        if let Some(guard) = self.unclaimed.take() {
+            guard.disarm();
+        }
+        drop(self.claimed);
         let handle = self.handle;
         tasks.run(task, self.cancel, Some(self.progress), None, async move {
             task_end(joined_answer(handle.await))
@@ -110,7 +134,7 @@ pub(crate) async fn on_request(
     ttl: Duration,
 ) -> Result<Became, TaskError> {
     let task = tasks.create(&caller.id, &name, ttl).await?;
-    let mut call = TaskCall::start(handler, caller, name, arguments);
+    let mut call = TaskCall::start(handler, caller, name, arguments, None);
     if let Some(Err(refused)) = call.admitted_or_ended().await {
         let end = task_end(Err(refused.clone()));
         let _ = tasks
@@ -130,9 +154,10 @@ pub(crate) async fn server_directed(
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
+    request: CancellationToken,
 ) -> Became {
     let owner = caller.id.clone();
-    let mut call = TaskCall::start(handler, caller, name.clone(), arguments);
+    let mut call = TaskCall::start(handler, caller, name.clone(), arguments, Some(request));
     if let Some(answer) = call.ended_within(tasks.settings().after).await {
         return Became::Answered(answer);
     }

@@ -26,15 +26,17 @@ fn poll_ms(handler: &McpHandler) -> u64 {
     u64::try_from(handler.app().tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
 }
 
-/// A call from a client that declared the extension, of a tool that may run long.
+/// A call from a client that declared the extension, of a tool that may run long; `request` is
+/// cancelled when the client goes away.
 pub(crate) async fn call(
     handler: &McpHandler,
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
+    request: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResponse, McpError> {
     let tasks = handler.app().tasks().clone();
-    match task_calls::server_directed(handler, &tasks, caller, name, arguments).await {
+    match task_calls::server_directed(handler, &tasks, caller, name, arguments, request).await {
         Became::Answered(answer) => answer.map(|answered| answered.into_rmcp().into()),
         Became::Task(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(
             task_wire::v2_task(&task, poll_ms(handler)),

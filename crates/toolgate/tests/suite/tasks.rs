@@ -340,6 +340,39 @@ async fn a_2026_call_becomes_a_task_only_when_it_outlasts_task_after_s() {
     let foreign = post_modern(&http, &s.server, &s.bob.key, get(id.clone())).await;
     assert_eq!(foreign.json()["error"]["code"], -32602, "{}", foreign.body);
 
+    // a client that goes away before its call became a task cancels it, as for any call
+    let impatient = client_builder()
+        .timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let (body, headers) =
+        with_tasks("import time\ntime.sleep(3)\nopen('gone.txt', 'w').write('x')");
+    let mut request = impatient
+        .post(s.server.personal(&s.alice.key))
+        .header("Content-Type", "application/json")
+        .header("Accept", "application/json, text/event-stream");
+    for (name, value) in &headers {
+        request = request.header(*name, value);
+    }
+    assert!(
+        request.body(body.to_string()).send().await.is_err(),
+        "the request should time out"
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let look = post_modern(
+        &http,
+        &s.server,
+        &s.alice.key,
+        with_tasks("import os\nos.path.exists('gone.txt')"),
+    )
+    .await;
+    assert_eq!(
+        value(&look.json()["result"]),
+        "False",
+        "the abandoned call ran on: {}",
+        look.body
+    );
+
     // a client that did not declare the extension waits for its call, however long
     let (body, headers) = modern_request(
         json!(3),
