@@ -460,3 +460,7 @@ impl Tasks {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "tasks_tests.rs"]
+mod tests;
