@@ -28,6 +28,9 @@ use crate::task_wire;
 /// Tasks per `tasks/list` page.
 const PAGE: u32 = 50;
 
+/// The member a 2025-11-25 `tools/call` asks for a task with.
+const TASK_MEMBER: &[u8] = b"\"task\"";
+
 #[derive(Deserialize)]
 struct Envelope<P> {
     params: P,
@@ -108,28 +111,24 @@ fn poll_ms(state: &Shared) -> u64 {
     u64::try_from(state.app.tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
 }
 
-/// A `tools/call`: claimed when it asks for a task, or names a tool that must run as one.
+/// A `tools/call`: claimed when it asks for a task.
 async fn call(
     state: &Shared,
     account: &Arc<Account>,
     body: &[u8],
 ) -> Option<Result<Value, McpError>> {
+    // most calls ask for no task: they are not parsed a second time on their way
+    if !body
+        .windows(TASK_MEMBER.len())
+        .any(|window| window == TASK_MEMBER)
+    {
+        return None;
+    }
     let call = serde_json::from_slice::<Envelope<CallParams>>(body)
         .ok()?
         .params;
+    let ask = call.task?;
     let support = state.handler.task_support(&call.name);
-    let Some(ask) = call.task else {
-        if support == TaskSupport::Required {
-            return Some(Err(mcp_error(
-                RpcCode::MethodNotFound,
-                format!(
-                    "`{}` runs only as a task: call it with `task`",
-                    shown(&call.name)
-                ),
-            )));
-        }
-        return None;
-    };
     if support == TaskSupport::Forbidden {
         return Some(Err(mcp_error(
             RpcCode::MethodNotFound,
