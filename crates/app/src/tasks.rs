@@ -70,6 +70,9 @@ const PURGE_EVERY: Duration = Duration::from_secs(60);
 /// The outcome written for a task whose process stopped.
 pub const LOST_OUTCOME: &str = r#"{"code":-32603,"message":"the server running this task stopped before it ended; its work may have been cut short"}"#;
 const LOST_MESSAGE: &str = "the server running this task stopped before it ended";
+/// The outcome written for a task whose server was stopped in order.
+const STOPPED_OUTCOME: &str = r#"{"code":-32603,"message":"the server running this task was stopped (a restart or an upgrade) before it ended; run it again"}"#;
+const STOPPED_MESSAGE: &str = "the server running this task was stopped before it ended";
 
 /// Why a task could not be made or read.
 #[derive(Debug, thiserror::Error)]
@@ -446,6 +449,36 @@ impl Tasks {
                 }
             }
         });
+    }
+
+    /// Ends every task this process runs as `failed` (the server is stopping): their code is
+    /// cancelled, and their clients learn at once why rather than after [`LOST_AFTER`].
+    pub async fn stop_running(&self) {
+        let running: Vec<(String, CancellationToken)> = self
+            .running
+            .lock()
+            .map(|running| {
+                running
+                    .iter()
+                    .map(|(id, task)| (id.clone(), task.cancel.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for (id, cancel) in running {
+            let ended = self
+                .store
+                .end_task(
+                    &id,
+                    TaskState::Failed,
+                    Some(STOPPED_MESSAGE),
+                    STOPPED_OUTCOME,
+                )
+                .await;
+            if let Err(error) = ended {
+                tracing::warn!(%error, "a task of a stopping server was not failed; it will be once found lost");
+            }
+            cancel.cancel();
+        }
     }
 
     async fn fail_lost(&self, silent: Duration) {

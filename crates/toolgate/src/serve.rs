@@ -119,6 +119,7 @@ pub async fn run(config: ServeConfig) -> Result<()> {
     let app = app.with_task_settings(config.tasks);
     app.tasks().start_upkeep(shutdown.clone());
     crate::accounts::purge_expired(&app);
+    let tasks = app.tasks().clone();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");
     announce(bound, &public_url);
@@ -140,6 +141,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
             tracing::warn!("requests still running after {DRAIN_LIMIT:?}; stopping anyway");
         }
     }
+    // tasks still running end now, as failed with the reason, not after a sweep finds them lost
+    tasks.stop_running().await;
     if let Some(manager) = manager {
         // every session ends with its processes, mounts and cgroups, not at the OS's leisure
         manager.shutdown().await;

@@ -439,7 +439,7 @@ async fn an_account_runs_at_most_its_cap_of_tasks() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn a_restart_ends_a_running_task_as_failed_never_hanging() {
+async fn a_restart_or_a_stop_ends_a_running_task_as_failed_never_hanging() {
     let mut s = start(&[]).await;
     let http = client();
     let url = s.server.personal(&s.alice.key);
@@ -469,6 +469,34 @@ async fn a_restart_ends_a_running_task_as_failed_never_hanging() {
     );
     let result = in_session(&http, &url, &session, &task_request("tasks/result", &id)).await;
     assert_eq!(result["error"]["code"], -32603, "{result}");
+
+    // stopped in order (SIGTERM), a server fails its running tasks itself, saying so
+    let mut server = server;
+    let created = in_session(
+        &http,
+        &url,
+        &session,
+        &task_call("import time\ntime.sleep(120)", 200),
+    )
+    .await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(server.stop(), "the server did not stop in order");
+    let server = Server::start(&s.storage, &flags).await;
+    let url = server.personal(&s.alice.key);
+    let session = open_session(&http, &url).await.unwrap();
+    let task =
+        in_session(&http, &url, &session, &task_request("tasks/get", &id)).await["result"].clone();
+    assert_eq!(task["status"], "failed", "{task}");
+    assert!(
+        task["statusMessage"]
+            .as_str()
+            .unwrap()
+            .contains("was stopped"),
+        "{task}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
