@@ -62,7 +62,7 @@ impl ToolCalls {
         io: CallIo<'_>,
     ) -> Result<Answer, CallError> {
         let spec = self.registry.tool(tool).ok_or(CallError::UnknownTool)?;
-        let plan = match self.registry.plan(spec.kind, args) {
+        let plan = match self.registry.plan_as(spec.kind, args, io.as_task) {
             Ok(plan) => plan,
             Err(failure) => return Ok(Answer::InvalidArguments(error_text(failure.message))),
         };

@@ -217,6 +217,12 @@ pub trait Capability: Send + Sync {
         Ok(())
     }
 
+    /// [`Capability::validate`] for a call that may run as an MCP task (`as_task`) or not:
+    /// what only a task may ask for (a longer time limit) is refused, still before metering.
+    fn validate_as(&self, args: &JsonObject, _as_task: bool) -> Result<(), String> {
+        self.validate(args)
+    }
+
     /// Whether it may run while the call's charge is still being made durable (the answer waits
     /// for it either way). Work that reads metering state, which must include this very call,
     /// keeps the default and runs only after the commit.

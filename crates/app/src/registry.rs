@@ -109,6 +109,16 @@ impl Registry {
 
     /// Checks the arguments and picks the capabilities to run, before anything is metered.
     pub fn plan(&self, kind: ToolKind, args: Option<JsonObject>) -> Result<Plan, Failure> {
+        self.plan_as(kind, args, false)
+    }
+
+    /// [`Registry::plan`] for a call that may run as an MCP task (`as_task`) or not.
+    pub fn plan_as(
+        &self,
+        kind: ToolKind,
+        args: Option<JsonObject>,
+        as_task: bool,
+    ) -> Result<Plan, Failure> {
         let args = args.unwrap_or_default();
         let tool_name = self
             .tools
@@ -139,7 +149,7 @@ impl Registry {
             .collect();
         for &index in &selected {
             if let Some(cap) = self.capabilities.get(index) {
-                cap.validate(&args).map_err(Failure::new)?;
+                cap.validate_as(&args, as_task).map_err(Failure::new)?;
             }
         }
         if selected.is_empty() {

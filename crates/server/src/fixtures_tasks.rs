@@ -19,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_app::tasks::{InputDelivery, TaskEnd, TaskState, Tasks};
 use toolgate_domain::Account;
 
-use crate::handler::{McpHandler, TaskSupport};
+use crate::answer::{Answerer, TaskSupport};
 use crate::task_wire;
 
 /// `(name, task support)` of each fixture.
@@ -80,7 +80,7 @@ fn elicit(message: &str, property: &str, kind: &str) -> Value {
 
 /// Runs the task fixture `request` names (`None`: it names none).
 pub async fn call(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Arc<Account>,
     request: &CallToolRequestParams,
     context: &RequestContext<RoleServer>,
@@ -128,7 +128,7 @@ pub async fn call(
             .unwrap_or("nobody")
             .to_owned();
         return Some(
-            start(handler, caller, name, false, move |_, _, _| async move {
+            start(answerer, caller, name, false, move |_, _, _| async move {
                 completed(&text(format!("Hello, {who}!")))
             })
             .await,
@@ -138,7 +138,7 @@ pub async fn call(
     Some(match name {
         "slow_compute" => {
             start(
-                handler,
+                answerer,
                 caller,
                 name,
                 false,
@@ -153,7 +153,7 @@ pub async fn call(
             .await
         }
         "failing_job" => {
-            start(handler, caller, name, false, |_, _, _| async {
+            start(answerer, caller, name, false, |_, _, _| async {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 completed(&CallToolResult::error(vec![ContentBlock::text(
                     "the job failed, as this fixture always does",
@@ -162,7 +162,7 @@ pub async fn call(
             .await
         }
         "protocol_error_job" => {
-            start(handler, caller, name, false, |_, _, _| async {
+            start(answerer, caller, name, false, |_, _, _| async {
                 TaskEnd {
                     state: TaskState::Failed,
                     message: Some("internal error".to_owned()),
@@ -172,8 +172,8 @@ pub async fn call(
             })
             .await
         }
-        "confirm_delete" => asking(handler, caller, name, &["confirm"]).await,
-        _ => asking(handler, caller, name, &["first", "second"]).await,
+        "confirm_delete" => asking(answerer, caller, name, &["confirm"]).await,
+        _ => asking(answerer, caller, name, &["first", "second"]).await,
     })
 }
 
@@ -198,7 +198,7 @@ type Inputs = Option<mpsc::Receiver<InputDelivery>>;
 /// Records a task and runs `work(task id, cancel, inputs)` as it (with `inputs` when it takes
 /// input); answers the handle once the record exists, so an immediate `tasks/get` finds it.
 async fn start<W, F>(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Arc<Account>,
     name: &str,
     takes_input: bool,
@@ -208,7 +208,7 @@ where
     W: FnOnce(String, CancellationToken, Inputs) -> F + Send + 'static,
     F: std::future::Future<Output = TaskEnd> + Send + 'static,
 {
-    let tasks = handler.app().tasks().clone();
+    let tasks = answerer.app().tasks().clone();
     let task = tasks
         .create(&caller.id, name, tasks.ttl_for(None))
         .await
@@ -229,14 +229,14 @@ where
 }
 
 async fn asking(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Arc<Account>,
     name: &str,
     keys: &'static [&'static str],
 ) -> Result<CallToolResponse, McpError> {
-    let tasks = handler.app().tasks().clone();
+    let tasks = answerer.app().tasks().clone();
     start(
-        handler,
+        answerer,
         caller,
         name,
         true,

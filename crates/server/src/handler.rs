@@ -7,48 +7,23 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    ClientCapabilities, ContentBlock, GetTaskParams, GetTaskResult, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
-    UpdateTaskParams,
+    ClientCapabilities, GetTaskParams, GetTaskResult, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ServerCapabilities, ServerConfig, Tool, ToolAnnotations, UpdateTaskParams,
 };
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
 use serde_json::Value;
-use toolgate_app::{
-    Answer, App, CallError, CallIo, ContentItem, ProgressSink, ToolOutcome, ToolSpec,
-};
+use toolgate_app::{App, CallIo, ProgressSink, ToolSpec};
 use toolgate_domain::Account;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{RpcCode, call_error, mcp_error};
+use crate::answer::{Answered, Answerer, TaskSupport};
+use crate::error::{RpcCode, mcp_error};
 use crate::mcp_sessions::CallCancel;
-use crate::metrics::{CallLabel, Metrics};
-
-/// Whether a tool runs as an MCP task (`execution.taskSupport`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum TaskSupport {
-    /// Never (a quick tool).
-    Forbidden,
-    /// Where the client accepts one.
-    Optional,
-    /// Always: a client that accepts none cannot call it (only conformance fixtures are).
-    #[cfg_attr(not(feature = "conformance-fixtures"), allow(dead_code))]
-    Required,
-}
-
-impl TaskSupport {
-    /// As `tools/list` shows it, when it may run as a task.
-    pub(crate) fn shown(self) -> Option<&'static str> {
-        match self {
-            Self::Forbidden => None,
-            Self::Optional => Some("optional"),
-            Self::Required => Some("required"),
-        }
-    }
-}
+use crate::metrics::Metrics;
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.
 #[derive(Clone, Debug)]
@@ -57,8 +32,7 @@ pub struct Caller(pub Arc<Account>);
 /// The MCP server: one clone per session (legacy) or per request (stateless).
 #[derive(Clone)]
 pub struct McpHandler {
-    app: App,
-    metrics: Arc<Metrics>,
+    answerer: Answerer,
     tools: Arc<Vec<Tool>>,
     tool_names: Arc<String>,
 }
@@ -127,8 +101,7 @@ impl McpHandler {
         #[cfg(feature = "conformance-fixtures")]
         tools.extend(crate::fixtures_tasks::tools());
         Self {
-            app,
-            metrics,
+            answerer: Answerer::new(app, metrics),
             tools: Arc::new(tools),
             tool_names: Arc::new(names.join(", ")),
         }
@@ -171,9 +144,9 @@ impl McpHandler {
         answered.map(Answered::into_rmcp)
     }
 
-    /// The app the handler answers for.
-    pub(crate) fn app(&self) -> &App {
-        &self.app
+    /// What makes its calls and counts them.
+    pub(crate) fn answerer(&self) -> &Answerer {
+        &self.answerer
     }
 
     /// Whether `name` may run as an MCP task, and must.
@@ -182,19 +155,15 @@ impl McpHandler {
         if let Some(support) = crate::fixtures_tasks::task_support(name) {
             return support;
         }
-        match self.app.tools().iter().find(|tool| tool.name == name) {
-            Some(tool) if tool.runs_long => TaskSupport::Optional,
-            _ => TaskSupport::Forbidden,
-        }
+        self.answerer.task_support(name)
     }
 
     /// Whether `name` is one of the three tools (not a fixture's, not unknown).
     pub(crate) fn is_tool(&self, name: &str) -> bool {
-        self.app.tools().iter().any(|tool| tool.name == name)
+        self.answerer.is_tool(name)
     }
 
-    /// Makes the call through the app and counts it: the answer as the wire carries it, or a
-    /// JSON-RPC error.
+    /// Makes the call through the app and counts it (see [`Answerer::answer`]).
     pub(crate) async fn answer(
         &self,
         caller: &Account,
@@ -203,34 +172,9 @@ impl McpHandler {
         io: CallIo<'_>,
         started: Instant,
     ) -> Result<Answered, McpError> {
-        let answer = self.app.calls().call(caller, name, arguments, io).await;
-        let (result, label) = match answer {
-            Ok(Answer::Ran(outcome)) => {
-                let label = if outcome.is_error {
-                    CallLabel::ToolError
-                } else {
-                    CallLabel::Ok
-                };
-                (Ok(Answered::ran(outcome)), label)
-            }
-            Ok(Answer::InvalidArguments(outcome)) => {
-                (Ok(Answered::refused(outcome)), CallLabel::InvalidArguments)
-            }
-            Ok(Answer::Busy(outcome)) => (Ok(Answered::refused(outcome)), CallLabel::Busy),
-            Err(err) => {
-                let label = match err {
-                    CallError::Refused(_) => CallLabel::Refused,
-                    CallError::UnknownTool | CallError::NotRecorded(_) => CallLabel::Internal,
-                };
-                (Err(call_error(&err)), label)
-            }
-        };
-        self.metrics
-            .tool_call(name, label, started.elapsed().as_secs_f64());
-        if let Err(err) = &result {
-            self.metrics.rpc_error(i64::from(err.code.0));
-        }
-        result
+        self.answerer
+            .answer(caller, name, arguments, io, started)
+            .await
     }
 
     /// A name no tool has: a conformance fixture's, or an error naming the real tools.
@@ -257,7 +201,7 @@ impl McpHandler {
                 self.tool_names
             ),
         );
-        self.metrics.rpc_error(i64::from(err.code.0));
+        self.answerer.metrics().rpc_error(i64::from(err.code.0));
         Err(err)
     }
 }
@@ -304,53 +248,6 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     tool
 }
 
-pub(crate) fn to_rmcp_content(item: ContentItem) -> ContentBlock {
-    match item {
-        ContentItem::Text(text) => ContentBlock::text(text),
-        ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
-    }
-}
-
-/// A call's answer, before it is put into rmcp's types (or written by `direct`): what ran
-/// carries its structured output, a call refused before it ran (bad arguments, busy) only its
-/// message.
-#[derive(Debug)]
-pub(crate) struct Answered {
-    pub content: Vec<ContentItem>,
-    pub structured: Option<serde_json::Map<String, Value>>,
-    pub is_error: bool,
-}
-
-impl Answered {
-    fn ran(outcome: ToolOutcome) -> Self {
-        Self {
-            content: outcome.content,
-            structured: Some(outcome.structured),
-            is_error: outcome.is_error,
-        }
-    }
-
-    fn refused(outcome: ToolOutcome) -> Self {
-        Self {
-            content: outcome.content,
-            structured: None,
-            is_error: true,
-        }
-    }
-
-    /// As rmcp's result.
-    pub(crate) fn into_rmcp(self) -> CallToolResult {
-        let content = self.content.into_iter().map(to_rmcp_content).collect();
-        let mut result = if self.is_error {
-            CallToolResult::error(content)
-        } else {
-            CallToolResult::success(content)
-        };
-        result.structured_content = self.structured.map(Value::Object);
-        result
-    }
-}
-
 fn not_offered(what: &str) -> McpError {
     mcp_error(
         RpcCode::MethodNotFound,
@@ -394,7 +291,9 @@ impl ServerHandler for McpHandler {
     ) -> Result<CallToolResponse, McpError> {
         let caller = caller_or_error(&context)?;
         #[cfg(feature = "conformance-fixtures")]
-        if let Some(answer) = crate::fixtures_tasks::call(self, &caller, &request, &context).await {
+        if let Some(answer) =
+            crate::fixtures_tasks::call(&self.answerer, &caller, &request, &context).await
+        {
             return answer;
         }
         let declared = context
@@ -409,7 +308,7 @@ impl ServerHandler for McpHandler {
             TaskSupport::Optional | TaskSupport::Required if declared => {
                 let gone = cancellation_of(&context);
                 crate::tasks_v2::call(
-                    self,
+                    &self.answerer,
                     caller,
                     request.name.into_owned(),
                     request.arguments,
@@ -430,7 +329,7 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, McpError> {
         let caller = caller_or_error(&context)?;
-        crate::tasks_v2::get(self, &caller, &request).await
+        crate::tasks_v2::get(&self.answerer, &caller, &request).await
     }
 
     async fn update_task(
@@ -439,7 +338,7 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let caller = caller_or_error(&context)?;
-        crate::tasks_v2::update(self, &caller, request).await
+        crate::tasks_v2::update(&self.answerer, &caller, request).await
     }
 
     async fn cancel_task(
@@ -448,7 +347,7 @@ impl ServerHandler for McpHandler {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         let caller = caller_or_error(&context)?;
-        crate::tasks_v2::cancel(self, &caller, &request).await
+        crate::tasks_v2::cancel(&self.answerer, &caller, &request).await
     }
 
     async fn list_prompts(

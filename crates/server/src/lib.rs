@@ -1,6 +1,7 @@
 //! HTTP and MCP: the axum router, the front door in front of rmcp (origin, key, body checks),
 //! the rmcp handler over the capability registry, metrics and a redacted access log.
 
+mod answer;
 mod connections;
 mod credentials;
 mod entry;

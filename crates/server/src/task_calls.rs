@@ -22,7 +22,7 @@ use toolgate_app::tasks::{LatestProgress, TaskEnd, TaskError, Tasks};
 use toolgate_app::tasks::{TaskRecord, TaskState};
 use toolgate_domain::Account;
 
-use crate::handler::{Answered, McpHandler};
+use crate::answer::{Answered, Answerer};
 
 /// A call running in a tokio task of its own, as a task's work or on its way to becoming one.
 pub(crate) struct TaskCall {
@@ -49,7 +49,7 @@ impl TaskCall {
     /// Starts `name` for `caller` with `arguments`, with task time limits; `request`, when
     /// given, cancels the call if it is cancelled before the call became a task.
     pub(crate) fn start(
-        handler: &McpHandler,
+        answerer: &Answerer,
         caller: Arc<Account>,
         name: String,
         arguments: Option<Map<String, Value>>,
@@ -60,7 +60,7 @@ impl TaskCall {
             Arc::new(LatestProgress::default()),
             Arc::new(Notify::new()),
         );
-        let handler = handler.clone();
+        let answerer = answerer.clone();
         let (token, sink, told) = (cancel.clone(), progress.clone(), admitted.clone());
         let handle = tokio::spawn(async move {
             let io = CallIo {
@@ -69,7 +69,7 @@ impl TaskCall {
                 admitted: Some(&told),
                 as_task: true,
             };
-            handler
+            answerer
                 .answer(&caller, &name, arguments, io, std::time::Instant::now())
                 .await
         });
@@ -77,9 +77,16 @@ impl TaskCall {
         if let Some(request) = request {
             let (call, claimed) = (cancel.clone(), claimed.clone());
             tokio::spawn(async move {
+                // rmcp cancels the request's token also once it has answered: a call already
+                // claimed by its task must not take that for its client's going
                 tokio::select! {
-                    () = request.cancelled() => call.cancel(),
+                    biased;
                     () = claimed.cancelled() => {}
+                    () = request.cancelled() => {
+                        if !claimed.is_cancelled() {
+                            call.cancel();
+                        }
+                    }
                 }
             });
         }
@@ -126,7 +133,7 @@ impl TaskCall {
 /// The 2025-11-25 way: the task recorded, the call started, the handle answered once the call
 /// was admitted. A call refused before admission is answered as such, its task ended failed.
 pub(crate) async fn on_request(
-    handler: &McpHandler,
+    answerer: &Answerer,
     tasks: &Arc<Tasks>,
     caller: Arc<Account>,
     name: String,
@@ -134,7 +141,7 @@ pub(crate) async fn on_request(
     ttl: Duration,
 ) -> Result<Became, TaskError> {
     let task = tasks.create(&caller.id, &name, ttl).await?;
-    let mut call = TaskCall::start(handler, caller, name, arguments, None);
+    let mut call = TaskCall::start(answerer, caller, name, arguments, None);
     if let Some(Err(refused)) = call.admitted_or_ended().await {
         let end = task_end(Err(refused.clone()));
         let _ = tasks
@@ -149,7 +156,7 @@ pub(crate) async fn on_request(
 /// The 2026-07-28 way: the call answered as a plain one if it ends within `task_after_s`, else
 /// recorded as a task. An account at its cap of running tasks waits for its call instead.
 pub(crate) async fn server_directed(
-    handler: &McpHandler,
+    answerer: &Answerer,
     tasks: &Arc<Tasks>,
     caller: Arc<Account>,
     name: String,
@@ -157,7 +164,7 @@ pub(crate) async fn server_directed(
     request: CancellationToken,
 ) -> Became {
     let owner = caller.id.clone();
-    let mut call = TaskCall::start(handler, caller, name.clone(), arguments, Some(request));
+    let mut call = TaskCall::start(answerer, caller, name.clone(), arguments, Some(request));
     if let Some(answer) = call.ended_within(tasks.settings().after).await {
         return Became::Answered(answer);
     }

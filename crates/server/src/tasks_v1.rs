@@ -19,8 +19,8 @@ use toolgate_app::tasks::{TaskCancel, TaskState};
 use toolgate_domain::Account;
 
 use crate::Shared;
+use crate::answer::TaskSupport;
 use crate::error::{RpcCode, mcp_error, no_such_task, task_error};
-use crate::handler::TaskSupport;
 use crate::jsonrpc::MessageInfo;
 use crate::task_calls::{self, Became};
 use crate::task_wire;
@@ -145,7 +145,7 @@ async fn call(
         .map(|ms| Duration::from_millis(ms.min(1e15) as u64));
     let ttl = tasks.ttl_for(asked);
     let became = task_calls::on_request(
-        &state.handler,
+        state.handler.answerer(),
         &tasks,
         account.clone(),
         call.name,

@@ -16,44 +16,49 @@ use serde_json::{Map, Value};
 use toolgate_app::tasks::TaskCancel;
 use toolgate_domain::Account;
 
+use crate::answer::Answerer;
 use crate::error::{no_such_task, task_error};
-use crate::handler::McpHandler;
 use crate::task_calls::{self, Became};
 use crate::task_wire;
 
 /// The poll interval clients are asked to keep, in ms.
-fn poll_ms(handler: &McpHandler) -> u64 {
-    u64::try_from(handler.app().tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
+fn poll_ms(answerer: &Answerer) -> u64 {
+    u64::try_from(answerer.app().tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
 }
 
 /// A call from a client that declared the extension, of a tool that may run long; `request` is
 /// cancelled when the client goes away.
 pub(crate) async fn call(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
     request: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResponse, McpError> {
-    let tasks = handler.app().tasks().clone();
-    match task_calls::server_directed(handler, &tasks, caller, name, arguments, request).await {
+    let tasks = answerer.app().tasks().clone();
+    match task_calls::server_directed(answerer, &tasks, caller, name, arguments, request).await {
         Became::Answered(answer) => answer.map(|answered| answered.into_rmcp().into()),
         Became::Task(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(
-            task_wire::v2_task(&task, poll_ms(handler)),
+            task_wire::v2_task(&task, poll_ms(answerer)),
         ))),
     }
 }
 
 /// `tasks/get`.
 pub(crate) async fn get(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Account,
     params: &GetTaskParams,
 ) -> Result<GetTaskResult, McpError> {
-    match handler.app().tasks().get(&caller.id, &params.task_id).await {
+    match answerer
+        .app()
+        .tasks()
+        .get(&caller.id, &params.task_id)
+        .await
+    {
         Ok(Some(task)) => Ok(GetTaskResult::new(task_wire::v2_detailed(
             &task,
-            poll_ms(handler),
+            poll_ms(answerer),
         ))),
         Ok(None) => Err(no_such_task()),
         Err(error) => Err(task_error(&error)),
@@ -62,11 +67,11 @@ pub(crate) async fn get(
 
 /// `tasks/update`: input for a task waiting for it; answers it does not ask for are ignored.
 pub(crate) async fn update(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Account,
     params: UpdateTaskParams,
 ) -> Result<(), McpError> {
-    let tasks = handler.app().tasks();
+    let tasks = answerer.app().tasks();
     match tasks.get(&caller.id, &params.task_id).await {
         Ok(Some(_)) => {}
         Ok(None) => return Err(no_such_task()),
@@ -82,11 +87,11 @@ pub(crate) async fn update(
 
 /// `tasks/cancel`: the same empty acknowledgement whether it was running or had ended.
 pub(crate) async fn cancel(
-    handler: &McpHandler,
+    answerer: &Answerer,
     caller: &Account,
     params: &CancelTaskParams,
 ) -> Result<(), McpError> {
-    match handler
+    match answerer
         .app()
         .tasks()
         .cancel(&caller.id, &params.task_id)

@@ -21,7 +21,7 @@ use toolgate_app::{CallIo, ContentItem};
 use toolgate_domain::Account;
 
 use crate::Shared;
-use crate::handler::Answered;
+use crate::answer::Answered;
 use crate::jsonrpc::MessageInfo;
 use crate::mcp_sessions::CallCancel;
 

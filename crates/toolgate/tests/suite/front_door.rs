@@ -245,7 +245,18 @@ async fn tools_list_without_rmcp_is_rmcps_answer() {
     let plain = post_personal(&http, &server, &account.key, &tools_list()).await;
     let with_cursor = rpc(1, "tools/list", Some(serde_json::json!({"cursor": "c"})));
     let through_rmcp = post_personal(&http, &server, &account.key, &with_cursor).await;
-    assert_eq!(plain.json(), through_rmcp.json());
+    // rmcp's `Tool` has no `execution`: the answer written here adds 2025-11-25's
+    // `execution.taskSupport` to the tools that may run as MCP tasks, and nothing else
+    let mut plain_without = plain.json();
+    for tool in plain_without["result"]["tools"].as_array_mut().unwrap() {
+        let support = tool.as_object_mut().unwrap().remove("execution");
+        let expected = match tool["name"].as_str().unwrap() {
+            "svc_read" => None,
+            _ => Some(serde_json::json!({"taskSupport": "optional"})),
+        };
+        assert_eq!(support, expected, "{tool}");
+    }
+    assert_eq!(plain_without, through_rmcp.json());
     assert!(plain.result()["tools"].as_array().unwrap().len() == 3);
     let url = server.personal(&account.key);
     let session = open_session(&http, &url).await.unwrap();

@@ -43,7 +43,13 @@ async fn tools_list_shows_the_sandbox_fields() {
             "svc_write lacks {field}: {write}"
         );
     }
-    assert_eq!(props["timeout_s"]["maximum"], 300);
+    // a call may ask for up to an hour, but past 300 s only as an MCP task (see `tasks.rs`)
+    assert_eq!(props["timeout_s"]["maximum"], 3600);
+    let told = props["timeout_s"]["description"].as_str().unwrap();
+    assert!(
+        told.contains("at most 300") && told.contains("up to 3600"),
+        "{told}"
+    );
     let read = tools
         .as_array()
         .unwrap()
@@ -272,8 +278,15 @@ async fn bad_input_is_refused_before_it_is_metered() {
     let before = f.server.free_remaining(&f.alice.key).await;
     for (args, expected) in [
         (json!({"code": 5}), "must be a string"),
-        (json!({"code": "1", "timeout_s": 0}), "between 1 and 300"),
-        (json!({"code": "1", "timeout_s": 301}), "between 1 and 300"),
+        (json!({"code": "1", "timeout_s": 0}), "between 1 and 3600"),
+        (
+            json!({"code": "1", "timeout_s": 301}),
+            "needs the call to run as an MCP task",
+        ),
+        (
+            json!({"code": "1", "timeout_s": 3601}),
+            "between 1 and 3600",
+        ),
         (json!({"code": "1", "timeout_s": "5"}), "integer"),
         (json!({"code": "1", "session_id": ""}), "1 to 256"),
         (json!({"code": "1", "session_id": "a\u{7}b"}), "control"),

@@ -157,6 +157,16 @@ impl Capability for Runner {
         args.contains_key(self.field())
     }
 
+    /// A `timeout_s` past a waiting call's ceiling is for tasks only: refused before metering.
+    fn validate_as(&self, args: &JsonObject, as_task: bool) -> Result<(), String> {
+        let timeout_s = args.get("timeout_s").and_then(Value::as_u64);
+        self.sandbox
+            .limits
+            .for_call_as(timeout_s, as_task)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
     async fn run(&self, ctx: &CallContext<'_>, args: &JsonObject) -> Result<Output, Failure> {
         let scope = Scope::of(args, ctx, &self.sandbox);
         let timeout_s = args.get("timeout_s").and_then(Value::as_u64);
