@@ -115,6 +115,9 @@ pub struct RunRequest {
     /// Run only in the caller's session as it lives now: never start one (nor a fresh one for
     /// a dead or expired session); refused when there is none. For reads.
     pub existing_only: bool,
+    /// Keep the whole of a stream that passes its inline limit in a file of the workspace (the
+    /// outcome names it): for a session that outlives the run, whose files can be linked.
+    pub spill: bool,
 }
 
 impl RunRequest {
@@ -137,6 +140,7 @@ impl RunRequest {
             upcalls: None,
             cancel: None,
             existing_only: false,
+            spill: false,
         }
     }
 }
@@ -155,6 +159,7 @@ impl fmt::Debug for RunRequest {
             .field("upcalls", &self.upcalls.is_some())
             .field("cancel", &self.cancel.is_some())
             .field("existing_only", &self.existing_only)
+            .field("spill", &self.spill)
             .finish()
     }
 }
