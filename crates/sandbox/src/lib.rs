@@ -32,7 +32,8 @@ pub use protocol::{
 };
 pub use run::{
     EnvError, MAX_RUN_ENV, MAX_RUN_ENV_BYTES, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES,
-    MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, Restored, RunOutcome,
-    RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
+    MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, PathProblem, Restored,
+    RunOutcome, RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
+    workspace_path_parts,
 };
 pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError, SessionState};

@@ -71,6 +71,51 @@ pub struct WorkspaceFile {
     pub content: Vec<u8>,
 }
 
+/// What makes a caller's workspace path unusable, whatever the workspace holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    /// empty, or only `.` and `/`
+    #[error("the path names no file")]
+    Empty,
+    /// starts with `/`
+    #[error("the path must be relative to the workspace")]
+    Absolute,
+    /// has a `..` component
+    #[error("the path must not contain '..'")]
+    ParentDir,
+    /// has a NUL byte
+    #[error("the path contains a NUL byte")]
+    Nul,
+    /// longer than [`MAX_WORKSPACE_PATH_BYTES`]
+    #[error("the path is longer than {MAX_WORKSPACE_PATH_BYTES} bytes")]
+    TooLong,
+}
+
+/// The components of a caller's relative workspace path (`.` and empty ones dropped), or why it
+/// is refused: the one rule for every path a caller names (uploads, links, reads).
+pub fn workspace_path_parts(path: &str) -> Result<Vec<&str>, PathProblem> {
+    if path.len() > MAX_WORKSPACE_PATH_BYTES {
+        return Err(PathProblem::TooLong);
+    }
+    if path.contains('\0') {
+        return Err(PathProblem::Nul);
+    }
+    if path.starts_with('/') {
+        return Err(PathProblem::Absolute);
+    }
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return Err(PathProblem::ParentDir);
+    }
+    if parts.is_empty() {
+        return Err(PathProblem::Empty);
+    }
+    Ok(parts)
+}
+
 /// A file read from a session's workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceRead {
