@@ -23,7 +23,8 @@ mod placement;
 pub mod testkit;
 
 pub use dashboard::{
-    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
+    WalletCredit,
 };
 pub use mcp_sessions::{McpSessionOpened, McpSessionStore, duration_millis};
 pub use money::{
@@ -290,6 +291,7 @@ pub trait Store:
     + Metering
     + Secrets
     + SignIns
+    + SingleUseLinks
     + SealedKeys
     + History
     + OAuthStore
@@ -305,6 +307,7 @@ impl<
         + Metering
         + Secrets
         + SignIns
+        + SingleUseLinks
         + SealedKeys
         + History
         + OAuthStore
