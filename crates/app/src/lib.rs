@@ -13,6 +13,7 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 mod limiter;
+pub mod links;
 pub mod mcp_sessions;
 pub mod metering;
 pub mod oauth;
