@@ -135,6 +135,23 @@ pub enum ContentItem {
         /// e.g. `image/png`
         mime_type: String,
     },
+    /// A link to a file the caller may fetch (a signed download link to a workspace file).
+    ResourceLink(ResourceLink),
+}
+
+/// A link to a file, with what a client shows of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceLink {
+    /// Where to fetch it.
+    pub uri: String,
+    /// Its name.
+    pub name: String,
+    /// Its MIME type.
+    pub mime_type: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What it is, in one sentence.
+    pub description: String,
 }
 
 /// What a capability returns when it ran.

@@ -36,7 +36,7 @@ pub use auth::{AuthError, Authenticator};
 pub use calls::{Answer, CallError, CallIo, ToolCalls};
 pub use capability::{
     CallContext, CallSecrets, Capability, ContentItem, Failure, MakeCall, Output, ProgressSink,
-    ToolKind, ToolOutcome, TypedOutput,
+    ResourceLink, ToolKind, ToolOutcome, TypedOutput,
 };
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};

@@ -257,6 +257,12 @@ pub(crate) fn to_rmcp_content(item: ContentItem) -> ContentBlock {
     match item {
         ContentItem::Text(text) => ContentBlock::text(text),
         ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        ContentItem::ResourceLink(link) => ContentBlock::resource_link(
+            rmcp::model::Resource::new(link.uri, link.name)
+                .with_mime_type(link.mime_type)
+                .with_size(link.size)
+                .with_description(link.description),
+        ),
     }
 }
 
