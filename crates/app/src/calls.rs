@@ -114,6 +114,7 @@ impl ToolCalls {
             secrets: &secrets,
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: io.cancel,
+            result_chars: io.result_chars,
         };
         let mut ran = self.registry.run(&plan, &ctx).await;
         // the one place a call's output is redacted, of every value any capability opened

@@ -110,6 +110,9 @@ pub struct CallContext<'a> {
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
+    /// The most characters the caller's client takes inline, when it said
+    /// (`_meta` `anthropic/maxResultSizeChars`): raises the operator's `inline_result_chars`.
+    pub result_chars: Option<usize>,
 }
 
 impl std::fmt::Debug for CallContext<'_> {
@@ -269,6 +272,9 @@ pub struct CallIo<'a> {
     pub progress: Option<&'a dyn ProgressSink>,
     /// Cancelled when the caller cancels the call or goes away.
     pub cancel: Option<&'a CancellationToken>,
+    /// The most characters the caller's client takes inline, when it said
+    /// (`_meta` `anthropic/maxResultSizeChars`).
+    pub result_chars: Option<usize>,
 }
 
 /// An answered call.

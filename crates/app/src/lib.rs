@@ -66,6 +66,9 @@ pub struct Services {
     pub payments: Option<Arc<dyn toolgate_ports::payments::Payments>>,
     /// How many sign-in links an address and a client may ask for.
     pub sign_in_limits: owner::SignInLimits,
+    /// Signed links to workspace files (long output, uploads): made when the vault and the
+    /// sandbox are both there.
+    pub links: Option<links::LinkSettings>,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -82,6 +85,7 @@ pub struct App {
     wallets: Arc<owner::Wallets>,
     oauth: Arc<oauth::AuthServer>,
     mcp_sessions: Arc<McpSessionRecords>,
+    links: Option<Arc<links::Links>>,
 }
 
 impl App {
@@ -99,6 +103,23 @@ impl App {
         let secrets = vault
             .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let links = match (&vault, services.links.take(), services.sandbox.take()) {
+            (Some(vault), Some(settings), Some(sandbox)) => {
+                let links = Arc::new(links::Links::new(
+                    vault.clone(),
+                    store.clone(),
+                    sandbox.sessions(),
+                    sandbox.limits().clone(),
+                    settings,
+                ));
+                services.sandbox = Some(sandbox.with_links(links.clone()));
+                Some(links)
+            }
+            (_, _, sandbox) => {
+                services.sandbox = sandbox;
+                None
+            }
+        };
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
         // client metadata documents are fetched through the same egress-guarded client as `url`
         let oauth_fetcher = services.fetcher.clone();
@@ -117,6 +138,7 @@ impl App {
             capabilities,
         );
         app.secrets = secrets;
+        app.links = links;
         app.sign_in = mailer.map(|mailer| {
             Arc::new(owner::SignIn::new(
                 store.clone(),
@@ -200,6 +222,7 @@ impl App {
             wallets: Arc::new(wallets),
             oauth: Arc::new(oauth::AuthServer::new(store.clone(), None, public_url)),
             mcp_sessions: Arc::new(McpSessionRecords::new(store)),
+            links: None,
         }
     }
 
@@ -255,6 +278,11 @@ impl App {
     }
 
     /// Legacy MCP sessions' records, shared by every front end on the store.
+    /// Signed links to workspace files, when the service makes them (a vault and a sandbox).
+    pub fn links(&self) -> Option<&Arc<links::Links>> {
+        self.links.as_ref()
+    }
+
     pub fn mcp_sessions(&self) -> &McpSessionRecords {
         &self.mcp_sessions
     }

@@ -538,6 +538,7 @@ mod tests {
             calls: &calls,
             progress: None,
             cancel: None,
+            result_chars: None,
         };
         let only_alpha = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi"})))

@@ -89,7 +89,7 @@ impl SessionUpcalls {
             progress: pieces
                 .as_ref()
                 .map(|p| p as &dyn crate::capability::ProgressSink),
-            cancel: None,
+            ..CallIo::default()
         };
         let answer = Arc::clone(&self.calls)
             .make_call(&self.account, kind, args, io)

@@ -134,6 +134,7 @@ impl McpHandler {
         let io = CallIo {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: Some(&cancel),
+            result_chars: result_chars_of(context),
         };
         let answered = self
             .answer(caller, &request.name, request.arguments, io, started)
@@ -251,6 +252,17 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     tool.output_schema = Some(Arc::new(spec.output_schema.clone()));
     tool.annotations = Some(annotations);
     tool
+}
+
+/// The most characters the client takes inline, as it says in `_meta`
+/// (`anthropic/maxResultSizeChars`, Claude's clients); anything but a positive integer is not said.
+fn result_chars_of(context: &RequestContext<RoleServer>) -> Option<usize> {
+    context
+        .meta
+        .get("anthropic/maxResultSizeChars")
+        .and_then(Value::as_u64)
+        .filter(|chars| *chars > 0)
+        .and_then(|chars| usize::try_from(chars).ok())
 }
 
 pub(crate) fn to_rmcp_content(item: ContentItem) -> ContentBlock {

@@ -76,8 +76,8 @@ pub async fn answer(
     // it ends as it ends on cancellation rather than being dropped half-way
     let task = tokio::spawn(async move {
         let io = CallIo {
-            progress: None,
             cancel: Some(&token),
+            ..CallIo::default()
         };
         handler
             .answer(&caller, &call.name, call.arguments, io, started)

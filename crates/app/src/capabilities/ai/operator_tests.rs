@@ -343,8 +343,8 @@ async fn a_cancelled_call_counts_as_unknown() {
     let ann = rig.account("cancelled@example.org").await;
     let cancel = tokio_util::sync::CancellationToken::new();
     let io = CallIo {
-        progress: None,
         cancel: Some(&cancel),
+        ..CallIo::default()
     };
     let args = json!({"model": "openai/gpt-x", "prompt": "hang", "max_tokens": 60});
     let Value::Object(args) = args else {

@@ -189,6 +189,7 @@ impl Capability for Runner {
                 .collect(),
             cancel: ctx.cancel.cloned(),
             upcalls: Some(crate::upcalls::upcall_handler(ctx)),
+            spill: self.sandbox.keeps_files(scope.caller_id()),
             ..RunRequest::new(
                 account_key(ctx),
                 scope.id().map(str::to_owned),
@@ -220,7 +221,11 @@ impl Capability for Runner {
                 self.sandbox.register_given(ctx, session).await;
             }
         }
-        Ok(render(&call, scope.caller_id(), timeout))
+        let kept = self
+            .sandbox
+            .keep(ctx, scope.caller_id(), &call.outcome)
+            .await;
+        Ok(render(&call, scope.caller_id(), timeout, kept))
     }
 }
 
