@@ -13,6 +13,7 @@ mod read;
 mod render;
 mod run;
 mod secrets_given;
+mod upload_link;
 
 use std::sync::Arc;
 
@@ -101,17 +102,21 @@ impl Sandbox {
     }
 
     /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
-    /// close_session.
+    /// upload_url (when it makes links), close_session.
     pub fn capabilities(shared: &Arc<Self>) -> Vec<Arc<dyn Capability>> {
         let shared = Arc::clone(shared);
-        vec![
+        let mut capabilities: Vec<Arc<dyn Capability>> = vec![
             Arc::new(Upload::new(Arc::clone(&shared))),
             Arc::new(Runner::python(Arc::clone(&shared))),
             Arc::new(Runner::bash(Arc::clone(&shared))),
             Arc::new(ReadFile::new(Arc::clone(&shared))),
             Arc::new(listing::ListSessions::new(Arc::clone(&shared))),
-            Arc::new(listing::CloseSession::new(shared)),
-        ]
+        ];
+        if let Some(upload_link) = upload_link::UploadLink::of(&shared) {
+            capabilities.push(Arc::new(upload_link));
+        }
+        capabilities.push(Arc::new(listing::CloseSession::new(shared)));
+        capabilities
     }
 }
 
