@@ -299,3 +299,47 @@ async fn an_upload_link_takes_one_put_into_its_session() {
         );
     }
 }
+
+/// With `--nodes` the front end reaches sessions only over the node channel: the session keeps
+/// the whole there, the link reads it through the node, an upload lands there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_work_with_sessions_on_nodes() {
+    let dir = sandbox_dir();
+    let cluster = Cluster::start(dir.path(), 1).await;
+    let storage = Storage::sqlite(&dir.path().join("front"));
+    let front = cluster.front_end(&storage, &[]).await;
+    let alice = create_account(&storage, "links-on-nodes@example.org");
+    let result = write(
+        &front,
+        &alice.key,
+        json!({"code": "print('n' * 2_000_000)", "session_id": "remote"}),
+    )
+    .await;
+    let links = items(&result, "resource_link");
+    assert_eq!(links.len(), 1, "{result:.500}");
+    let body = fetch(links[0]["uri"].as_str().unwrap()).await.2;
+    assert!(body == format!("{}\n", "n".repeat(2_000_000)).into_bytes());
+    let asked = write(
+        &front,
+        &alice.key,
+        json!({"upload_url": {"path": "up.txt", "session_id": "remote"}}),
+    )
+    .await;
+    let url = asked["structuredContent"]["upload_url"]["url"]
+        .as_str()
+        .unwrap();
+    let response = client()
+        .put(url)
+        .body("over the node")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 201);
+    let read = write(
+        &front,
+        &alice.key,
+        json!({"code": "open('up.txt').read()", "session_id": "remote"}),
+    )
+    .await;
+    assert_eq!(value(&read), "'over the node'");
+}
