@@ -103,6 +103,7 @@ impl App {
         let secrets = vault
             .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let budgets = Arc::new(turns::Budgets::default());
         let links = match (&vault, services.links.take(), services.sandbox.take()) {
             (Some(vault), Some(settings), Some(sandbox)) => {
                 let links = Arc::new(links::Links::new(
@@ -111,6 +112,8 @@ impl App {
                     sandbox.sessions(),
                     sandbox.limits().clone(),
                     settings,
+                    // a download or an upload holds a file whole, as a read back with `path` does
+                    budgets.of(turns::TurnKind::WorkspaceRead).clone(),
                 ));
                 services.sandbox = Some(sandbox.with_links(links.clone()));
                 Some(links)
@@ -136,6 +139,7 @@ impl App {
             public_url,
             meter,
             capabilities,
+            budgets,
         );
         app.secrets = secrets;
         app.links = links;
@@ -185,7 +189,16 @@ impl App {
         capabilities: Vec<Arc<dyn Capability>>,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        Self::assemble(store, brand, pricing, public_url, meter, capabilities)
+        let budgets = Arc::new(turns::Budgets::default());
+        Self::assemble(
+            store,
+            brand,
+            pricing,
+            public_url,
+            meter,
+            capabilities,
+            budgets,
+        )
     }
 
     fn assemble(
@@ -195,6 +208,7 @@ impl App {
         public_url: &str,
         meter: Arc<Meter>,
         capabilities: Vec<Arc<dyn Capability>>,
+        budgets: Arc<turns::Budgets>,
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         let owner = owner::Owner::new(
@@ -208,11 +222,7 @@ impl App {
         let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: ToolCalls::new(
-                meter.clone(),
-                registry.clone(),
-                Arc::new(turns::Budgets::default()),
-            ),
+            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets),
             admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,

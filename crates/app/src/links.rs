@@ -23,6 +23,8 @@ use toolgate_sandbox::{
 use toolgate_store::SingleUseLinks;
 use toolgate_vault::Vault;
 
+use crate::turns::{Turn, Turns};
+
 /// What the key that signs links is derived for.
 const KEY_PURPOSE: &[u8] = b"workspace file links v1";
 
@@ -88,6 +90,17 @@ impl LinkTarget {
     }
 }
 
+/// Why a download gives no file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum DownloadError {
+    /// The link leads nowhere (see [`LinkRefused`]).
+    #[error("no such file")]
+    NoSuchFile,
+    /// Too many files are being read back now (the workspace reads' turns); try again.
+    #[error("too many workspace files are being read right now; try again in a few seconds")]
+    Busy,
+}
+
 /// A link that does not lead anywhere: a bad signature, an expired link, a link of the other
 /// kind, a missing file or session. One answer for all, so that a holder cannot probe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -129,6 +142,12 @@ pub enum UploadError {
     /// the message says why.
     #[error("the file could not be written into the session: {0}")]
     NotWritten(String),
+    /// Too many files are being read or written now (the workspace reads' turns); nothing was
+    /// written, the link is not used.
+    #[error(
+        "too many workspace files are being read or written right now; nothing was written, and the link still works: try again in a few seconds"
+    )]
+    Busy,
     /// The service could not record the link's use or reach the sandbox; nothing was written.
     #[error("the upload could not be taken right now; nothing was written. Please retry.")]
     Unavailable,
@@ -150,6 +169,8 @@ pub struct Links {
     sessions: Arc<dyn SandboxSessions>,
     limits: LimitSettings,
     settings: LinkSettings,
+    /// Downloads and uploads hold a file whole: they take turns with reads back (`path`).
+    turns: Arc<Turns>,
 }
 
 impl std::fmt::Debug for Links {
@@ -162,13 +183,15 @@ impl std::fmt::Debug for Links {
 
 impl Links {
     /// Links signed under `vault`'s derived key, to files of `sessions`, whose workspaces hold
-    /// at most `limits.workspace_bytes`; an upload link's use is recorded in `uses`.
+    /// at most `limits.workspace_bytes`; an upload link's use is recorded in `uses`; each
+    /// download and upload takes a turn of `turns`.
     pub fn new(
         vault: Arc<Vault>,
         uses: Arc<dyn SingleUseLinks>,
         sessions: Arc<dyn SandboxSessions>,
         limits: LimitSettings,
         settings: LinkSettings,
+        turns: Arc<Turns>,
     ) -> Self {
         Self {
             vault,
@@ -176,6 +199,7 @@ impl Links {
             sessions,
             limits,
             settings,
+            turns,
         }
     }
 
@@ -288,9 +312,17 @@ impl Links {
         Ok(target)
     }
 
-    /// The file a download link names, read whole from its session (never starting one).
-    pub async fn download(&self, token: &str) -> Result<Download, LinkRefused> {
-        let target = self.verify(token, LinkKind::Download, now())?;
+    /// The file a download link names, read whole from its session (never starting one), in a
+    /// turn of the account's.
+    pub async fn download(&self, token: &str) -> Result<Download, DownloadError> {
+        let target = self
+            .verify(token, LinkKind::Download, now())
+            .map_err(|_| DownloadError::NoSuchFile)?;
+        let _turn = self
+            .turns
+            .turn(&target.account)
+            .await
+            .map_err(|_| DownloadError::Busy)?;
         let read = self
             .sessions
             .read_file(
@@ -304,10 +336,11 @@ impl Links {
                 if let SandboxSessionsError::Unavailable(source) = &error {
                     tracing::warn!(error = %source, "a download link's file could not be read");
                 }
-                LinkRefused
+                DownloadError::NoSuchFile
             })?;
         if read.size > read.bytes.len() as u64 {
-            return Err(LinkRefused); // grew past the limit since: never a part as the whole
+            // grew past the limit since: never a part as the whole
+            return Err(DownloadError::NoSuchFile);
         }
         Ok(Download {
             name: target.file_name().to_owned(),
@@ -319,6 +352,15 @@ impl Links {
     pub fn check_upload(&self, token: &str) -> Result<LinkTarget, UploadError> {
         self.verify(token, LinkKind::Upload, now())
             .map_err(|_| UploadError::Refused)
+    }
+
+    /// A turn for the upload to `target`, taken before its body is read and held until it is
+    /// written: an upload holds the file whole meanwhile.
+    pub async fn upload_turn(&self, target: &LinkTarget) -> Result<Turn, UploadError> {
+        self.turns
+            .turn(&target.account)
+            .await
+            .map_err(|_| UploadError::Busy)
     }
 
     /// Writes `content` to the link's file in its session (starting the session if needed),

@@ -49,6 +49,10 @@ fn links_under(keys: MasterKeys, store: Arc<SqliteStore>) -> Links {
             download_ttl: Duration::from_secs(3600),
             upload_ttl: Duration::from_secs(600),
         },
+        crate::turns::Turns::new(
+            crate::turns::TurnKind::WorkspaceRead,
+            crate::turns::TurnLimits::new(2, 1),
+        ),
     )
 }
 
@@ -216,4 +220,38 @@ async fn an_upload_link_is_used_once() {
             .await,
         Err(UploadError::TooLarge { .. })
     ));
+}
+
+#[tokio::test]
+async fn downloads_take_turns_with_reads_back() {
+    let (_dir, store) = store().await;
+    let turns = crate::turns::Turns::new(
+        crate::turns::TurnKind::WorkspaceRead,
+        crate::turns::TurnLimits {
+            wait: Duration::from_millis(50),
+            ..crate::turns::TurnLimits::new(1, 1)
+        },
+    );
+    let links = Links {
+        turns: turns.clone(),
+        ..links_under(MasterKeys::generate().unwrap(), store)
+    };
+    let url = links.download_url("acct-a", "s1", "a.txt").unwrap();
+    // the only turn is held (a read back, another download): this one is told to try again
+    let held = turns.turn("acct-a").await.unwrap();
+    assert_eq!(
+        links.download(token_of(&url)).await.unwrap_err(),
+        DownloadError::Busy
+    );
+    drop(held);
+    // with the turn free it reaches the sessions (which have no such file here)
+    assert_eq!(
+        links.download(token_of(&url)).await.unwrap_err(),
+        DownloadError::NoSuchFile
+    );
+    // a bad link is told apart before any turn is taken
+    assert_eq!(
+        links.download("nonsense").await.unwrap_err(),
+        DownloadError::NoSuchFile
+    );
 }

@@ -9,7 +9,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
-use toolgate_app::links::UploadError;
+use toolgate_app::links::{DownloadError, UploadError};
 
 use crate::Shared;
 use crate::routes::json;
@@ -24,8 +24,10 @@ pub async fn download(
         return no_such_file();
     };
     let token = params.get("link").map_or("", String::as_str);
-    let Ok(file) = links.download(token).await else {
-        return no_such_file();
+    let file = match links.download(token).await {
+        Ok(file) => file,
+        Err(DownloadError::NoSuchFile) => return no_such_file(),
+        Err(busy @ DownloadError::Busy) => return try_again(&busy.to_string()),
     };
     let kind = content_type(&file.bytes);
     // the one copy of the file this request holds is moved into the body
@@ -56,6 +58,10 @@ pub async fn upload(
     let token = params.get("link").map_or("", String::as_str);
     let target = match links.check_upload(token) {
         Ok(target) => target,
+        Err(error) => return refused(&error),
+    };
+    let _turn = match links.upload_turn(&target).await {
+        Ok(turn) => turn,
         Err(error) => return refused(&error),
     };
     let limit = links.upload_limit();
@@ -105,8 +111,18 @@ fn refused(error: &UploadError) -> Response {
         UploadError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
         UploadError::NotWritten(_) => StatusCode::UNPROCESSABLE_ENTITY,
         UploadError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        UploadError::Busy => return try_again(&error.to_string()),
     };
     json(status, error_body(&error.to_string()))
+}
+
+/// 503 with `Retry-After`: the workspace reads' turns are all taken.
+fn try_again(message: &str) -> Response {
+    let mut response = json(StatusCode::SERVICE_UNAVAILABLE, error_body(message));
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+    response
 }
 
 /// The one answer to every link that leads nowhere.
