@@ -138,9 +138,11 @@ pub enum UploadError {
         /// the workspace limit
         limit: u64,
     },
-    /// The session refused the file (its workspace is full, a directory is in the way, …);
-    /// the message says why.
-    #[error("the file could not be written into the session: {0}")]
+    /// The session refused the file (its workspace is full, a directory is in the way, …) or
+    /// could not be reached; the message says why. The link's one use is spent.
+    #[error(
+        "the file could not be written into the session: {0}; this link is used up, ask for a new one"
+    )]
     NotWritten(String),
     /// Too many files are being read or written now (the workspace reads' turns); nothing was
     /// written, the link is not used.
@@ -148,8 +150,10 @@ pub enum UploadError {
         "too many workspace files are being read or written right now; nothing was written, and the link still works: try again in a few seconds"
     )]
     Busy,
-    /// The service could not record the link's use or reach the sandbox; nothing was written.
-    #[error("the upload could not be taken right now; nothing was written. Please retry.")]
+    /// The service could not record the link's use; nothing was written, the link still works.
+    #[error(
+        "the upload could not be taken right now; nothing was written and the link still works. Please retry."
+    )]
     Unavailable,
 }
 
@@ -406,7 +410,9 @@ impl Links {
             Ok(_) => Ok(size),
             Err(SandboxSessionsError::Unavailable(source)) => {
                 tracing::error!(error = %source, "an upload by link could not reach the sandbox");
-                Err(UploadError::Unavailable)
+                Err(UploadError::NotWritten(
+                    "the sandbox could not take it right now".to_owned(),
+                ))
             }
             Err(error) => Err(UploadError::NotWritten(error.to_string())),
         }
