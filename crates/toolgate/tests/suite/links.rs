@@ -343,3 +343,27 @@ async fn links_work_with_sessions_on_nodes() {
     .await;
     assert_eq!(value(&read), "'over the node'");
 }
+
+/// `upload_url` is in svc_write's schema, and its line of the description is short.
+#[tokio::test]
+async fn upload_url_is_listed_within_the_description_budget() {
+    let f = fixture().await;
+    let listed = post_personal(&f.http, &f.server, &f.alice.key, &tools_list())
+        .await
+        .result();
+    let write = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "svc_write")
+        .unwrap();
+    let field = &write["inputSchema"]["properties"]["upload_url"];
+    assert_eq!(field["required"], json!(["path", "session_id"]), "{field}");
+    // its line of the description is short: clients cut a tool's description past about 2 KB
+    let description = write["description"].as_str().unwrap();
+    let line = description
+        .lines()
+        .find(|line| line.starts_with("- `upload_url`"))
+        .unwrap_or_else(|| panic!("{description}"));
+    assert!(line.len() <= 160, "{} bytes: {line}", line.len());
+}

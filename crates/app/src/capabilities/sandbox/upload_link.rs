@@ -84,10 +84,8 @@ impl Capability for UploadLink {
     }
 
     fn summary(&self) -> &'static str {
-        "`upload_url`: {path, session_id} answers a signed URL that takes one HTTP PUT of a file \
-         (no key needed; up to the workspace limit) into that session's workspace at path: give \
-         it to the person who has the file (`curl -T file URL`), so it never passes through \
-         this conversation."
+        "`upload_url: {path, session_id}` answers a URL for one key-less PUT of a file into \
+         that session's workspace, bypassing this chat."
     }
 
     fn fields(&self) -> Vec<Field> {
