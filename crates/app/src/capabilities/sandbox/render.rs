@@ -221,7 +221,9 @@ fn structured(call: &RunOutcome, session_id: Option<&str>, kept: &Kept) -> Value
     let mut record = json!({
         "stdout": shown(&o.stdout, kept.stdout.as_ref()),
         "stderr": shown(&o.stderr, kept.stderr.as_ref()),
-        "stdout_truncated": o.stdout_truncated, "stderr_truncated": o.stderr_truncated,
+        // a preview is the stream cut, whatever the session kept
+        "stdout_truncated": o.stdout_truncated || kept.stdout.is_some(),
+        "stderr_truncated": o.stderr_truncated || kept.stderr.is_some(),
         "stdout_bytes": o.stdout_bytes, "stderr_bytes": o.stderr_bytes,
         "result": result, "images": images, "images_truncated": o.images_truncated,
         "error": error, "exit_status": o.exit_status, "signal": o.signal,
