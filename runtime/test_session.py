@@ -248,6 +248,14 @@ def test_a_run_that_asks_to_spill_keeps_a_streams_whole_in_a_workspace_file(zygo
         assert r["stdout_truncated"] and "stdout_file" not in r
         r = s.run("print('small')", spill=True)
         assert "stdout_file" not in r
+        # a file that cannot be written leaves none behind, and the output as it was
+        (tmp_path / ".toolgate" / "output").rename(tmp_path / "kept")
+        (tmp_path / ".toolgate" / "output").write_text("in the way")
+        r = s.run("print('w' * (2 << 20))", spill=True)
+        assert r["stdout_truncated"] and len(r["stdout"]) == MIB and "stdout_file" not in r
+        assert r["stdout_bytes"] == (2 << 20) + 1
+        r = s.run("print('ok')", spill=True)
+        assert r["stdout"] == "ok\n"
     finally:
         s.close()
 
