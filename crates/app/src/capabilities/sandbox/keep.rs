@@ -356,7 +356,7 @@ fn preview(
             long.name, whole.path
         ),
         None => format!(
-            "run it with a session_id to get the whole {} as a file with a link",
+            "only a run with a session_id keeps the whole {} as a file with a link",
             long.name
         ),
     };
