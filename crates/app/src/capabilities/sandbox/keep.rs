@@ -90,7 +90,7 @@ impl Sandbox {
     ) -> Kept {
         let limit = self.inline_chars_for(ctx);
         let redactor = ctx.secrets.redactor();
-        let keeper = session
+        let mut keeper = session
             .zip(self.links.as_ref())
             .map(|(session, links)| Keeper {
                 sandbox: self,
@@ -100,7 +100,6 @@ impl Sandbox {
                 tag: random_tag(),
                 writes: Vec::new(),
             });
-        let mut keeper = keeper;
         let longs = [
             Long {
                 name: "stdout",
