@@ -194,10 +194,15 @@ impl Sandbox {
                     ),
                 )
             });
-            let preview = preview(&long, &redacted, tail.as_deref(), limit, whole.as_ref());
+            let whereabouts = match (&whole, &file) {
+                (Some(whole), Some(_)) => Whereabouts::Kept(whole),
+                _ if keeper.is_some() => Whereabouts::NotKept,
+                _ => Whereabouts::NoSession,
+            };
+            let preview = preview(&long, &redacted, tail.as_deref(), limit, &whereabouts);
             let shown = Shown {
                 preview,
-                path: file.as_ref().and(whole.map(|w| w.path)),
+                path: file.as_ref().and(whole).map(|w| w.path),
                 file,
             };
             match slot {
@@ -328,6 +333,16 @@ impl Keeper<'_> {
     }
 }
 
+/// Where a long text's whole is, as its preview says.
+enum Whereabouts<'a> {
+    /// kept as this file, with a link
+    Kept(&'a Whole),
+    /// the run was in the caller's session, but the whole could not be kept there
+    NotKept,
+    /// no session of the caller's to keep it in
+    NoSession,
+}
+
 /// The preview of a long text: its head, a note of what is left out (and where the whole is),
 /// its tail when it is known.
 fn preview(
@@ -335,9 +350,12 @@ fn preview(
     redacted: &str,
     tail: Option<&str>,
     limit: usize,
-    whole: Option<&Whole>,
+    whereabouts: &Whereabouts<'_>,
 ) -> String {
-    let total = whole.map_or(long.bytes.max(redacted.len() as u64), |w| w.size);
+    let total = match whereabouts {
+        Whereabouts::Kept(whole) => whole.size,
+        _ => long.bytes.max(redacted.len() as u64),
+    };
     let (head, tail) = match tail {
         // the session kept the head (1 MiB) and the tail apart
         Some(tail) => (head_chars(redacted, limit / 2), tail_chars(tail, limit / 2)),
@@ -349,12 +367,16 @@ fn preview(
         }
     };
     let left_out = total.saturating_sub((head.len() + tail.len()) as u64);
-    let whereabouts = match whole {
-        Some(whole) => format!(
+    let whereabouts = match whereabouts {
+        Whereabouts::Kept(whole) => format!(
             "the whole {} ({total} bytes) is in the workspace file {} and at the link below",
             long.name, whole.path
         ),
-        None => format!(
+        Whereabouts::NotKept => format!(
+            "the whole {} could not be kept as a file (the workspace may be full)",
+            long.name
+        ),
+        Whereabouts::NoSession => format!(
             "only a run with a session_id keeps the whole {} as a file with a link",
             long.name
         ),
@@ -442,7 +464,7 @@ mod tests {
             size: 200,
             spilled_as_is: false,
         };
-        let shown = preview(&long, &text, None, 20, Some(&whole));
+        let shown = preview(&long, &text, None, 20, &Whereabouts::Kept(&whole));
         assert!(shown.starts_with(&"a".repeat(10)), "{shown}");
         assert!(shown.ends_with(&"z".repeat(10)), "{shown}");
         assert!(shown.contains("180 of 200 bytes left out"), "{shown}");
@@ -455,8 +477,10 @@ mod tests {
             bytes: 5_000,
             ..long
         };
-        let shown = preview(&cut, &text, None, 20, None);
+        let shown = preview(&cut, &text, None, 20, &Whereabouts::NoSession);
         assert!(shown.contains("4980 of 5000 bytes left out"), "{shown}");
         assert!(shown.contains("session_id"), "{shown}");
+        let shown = preview(&cut, &text, None, 20, &Whereabouts::NotKept);
+        assert!(shown.contains("could not be kept"), "{shown}");
     }
 }
