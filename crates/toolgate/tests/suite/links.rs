@@ -367,3 +367,69 @@ async fn upload_url_is_listed_within_the_description_budget() {
         .unwrap_or_else(|| panic!("{description}"));
     assert!(line.len() <= 160, "{} bytes: {line}", line.len());
 }
+
+/// Two front ends on one PostgreSQL sign and honour the same links (the key is derived from the
+/// vault they share), and an upload link's one use is recorded where both see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_hold_across_front_ends() {
+    let url = std::env::var("TOOLGATE_TEST_POSTGRES_URL")
+        .expect("TOOLGATE_TEST_POSTGRES_URL: scripts/test.sh starts a server and sets it");
+    let dir = sandbox_dir();
+    let cluster = Cluster::start(dir.path(), 1).await;
+    let one = Storage::postgres(&dir.path().join("front-1"), &url);
+    let two = Storage::postgres(&dir.path().join("front-2"), &url);
+    let first = cluster.front_end(&one, &[]).await;
+    let second = cluster.front_end(&two, &[]).await;
+    let alice = create_account(
+        &one,
+        &format!("links-two-front-ends-{}@example.org", std::process::id()),
+    );
+    let through_second = |link: &str| link.replacen(&first.url(""), &second.url(""), 1);
+    let printed = write(
+        &first,
+        &alice.key,
+        json!({"code": "print('q' * 30_000)", "session_id": "both"}),
+    )
+    .await;
+    let download = items(&printed, "resource_link")[0]["uri"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(
+        through_second(&download),
+        download,
+        "the link names the first"
+    );
+    let (status, _, body) = fetch(&through_second(&download)).await;
+    assert_eq!(status, 200);
+    assert!(body == format!("{}\n", "q".repeat(30_000)).into_bytes());
+    let asked = write(
+        &first,
+        &alice.key,
+        json!({"upload_url": {"path": "in.txt", "session_id": "both"}}),
+    )
+    .await;
+    let upload = asked["structuredContent"]["upload_url"]["url"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let put = |link: String, body: &'static str| async move {
+        client()
+            .put(link)
+            .body(body)
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(put(through_second(&upload), "via the second").await, 201);
+    assert_eq!(put(upload.clone(), "via the first").await, 410);
+    let read = write(
+        &first,
+        &alice.key,
+        json!({"code": "open('in.txt').read()", "session_id": "both"}),
+    )
+    .await;
+    assert_eq!(value(&read), "'via the second'");
+}
