@@ -231,6 +231,35 @@ def test_output_over_one_mib_is_truncated_with_a_flag(zygote):
         s.close()
 
 
+def test_a_run_that_asks_to_spill_keeps_a_streams_whole_in_a_workspace_file(zygote, tmp_path):
+    s = zygote.fork("spill", cwd=str(tmp_path))
+    try:
+        r = s.run("import os\nos.chdir('/')\nprint('a' * (3 << 20) + 'END')", spill=True)
+        assert r["stdout_truncated"] and len(r["stdout"]) == MIB
+        kept = r["stdout_file"]
+        assert kept["path"].startswith(".toolgate/output/run-1-") and kept["path"].endswith(".stdout.txt")
+        whole = (tmp_path / kept["path"]).read_bytes()      # in the workspace, whatever the chdir
+        assert whole == b"a" * (3 << 20) + b"END\n"
+        assert kept["tail"].endswith("aEND\n") and len(kept["tail"]) == 256 << 10
+        assert "stderr_file" not in r                       # stderr stayed within its limit
+        r = s.bash("head -c 3000000 /dev/zero | tr '\\0' z", spill=True)
+        assert (tmp_path / r["stdout_file"]["path"]).stat().st_size == 3000000
+        r = s.run("print('x' * (2 << 20))")                 # not asked: nothing kept
+        assert r["stdout_truncated"] and "stdout_file" not in r
+        r = s.run("print('small')", spill=True)
+        assert "stdout_file" not in r
+        # a file that cannot be written leaves none behind, and the output as it was
+        (tmp_path / ".toolgate" / "output").rename(tmp_path / "kept")
+        (tmp_path / ".toolgate" / "output").write_text("in the way")
+        r = s.run("print('w' * (2 << 20))", spill=True)
+        assert r["stdout_truncated"] and len(r["stdout"]) == MIB and "stdout_file" not in r
+        assert r["stdout_bytes"] == (2 << 20) + 1
+        r = s.run("print('ok')", spill=True)
+        assert r["stdout"] == "ok\n"
+    finally:
+        s.close()
+
+
 def test_streamed_output_frames_precede_the_result(zygote):
     s = zygote.fork("stream")
     try:

@@ -9,7 +9,7 @@ import select
 import sys
 import threading
 
-from toolgate._protocol import OUTPUT_LIMIT, READ_CHUNK, FrameDecoder, encode_frame
+from toolgate._protocol import OUTPUT_LIMIT, READ_CHUNK, SPILL_TAIL, FrameDecoder, encode_frame
 
 
 class Channel:
@@ -36,18 +36,71 @@ class Channel:
 
 
 class _Stream:
-    __slots__ = ("name", "buf", "total", "truncated", "decoder")
+    __slots__ = ("name", "buf", "total", "truncated", "decoder", "spill", "spill_file", "tail")
 
     def __init__(self, name):
         self.name = name
+        self.spill_file = None
         self.reset()
 
-    def reset(self, streaming=False):
+    def reset(self, streaming=False, spill=None):
         self.buf = bytearray()
         self.total = 0
         self.truncated = False
         # only streamed output is decoded as it comes
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if streaming else None
+        self.spill = spill             # (absolute path, path relative to the workspace) or None
+        self.spill_file = None
+        self.tail = bytearray()
+
+    def keep_whole(self, data):
+        """Past the inline limit of a run that asked to spill: the whole stream goes to a file of
+        the workspace, its last bytes kept for the result. A file that cannot be written (the
+        workspace's quota, the file-size limit) is removed: no file rather than part of one."""
+        if self.spill is None:
+            return
+        try:
+            if self.spill_file is None:
+                os.makedirs(os.path.dirname(self.spill[0]), exist_ok=True)
+                self.spill_file = open(self.spill[0], "wb")
+                self.spill_file.write(self.buf)
+                self.tail = bytearray(self.buf[-SPILL_TAIL:])
+            self.spill_file.write(data)
+        except OSError:
+            self.drop_spill()
+            return
+        self.tail += data
+        if len(self.tail) > 2 * SPILL_TAIL:
+            del self.tail[:-SPILL_TAIL]
+
+    def drop_spill(self):
+        if self.spill is None:
+            return
+        if self.spill_file is not None:
+            try:
+                self.spill_file.close()
+            except OSError:
+                pass
+            try:
+                os.unlink(self.spill[0])
+            except OSError:
+                pass
+        self.spill = self.spill_file = None
+
+    def spilled(self):
+        """{"path", "tail"} of the file holding the whole stream, or None."""
+        if self.spill_file is None:
+            return None
+        try:
+            self.spill_file.close()
+        except OSError:
+            self.drop_spill()
+            return None
+        path, self.spill, self.spill_file = self.spill[1], None, None
+        tail = bytes(self.tail[-SPILL_TAIL:])
+        while tail and tail[0] & 0xC0 == 0x80:   # do not start on half a character
+            tail = tail[1:]
+        return {"path": path, "tail": tail.decode("utf-8", "replace")}
 
 
 class Capture:
@@ -132,18 +185,22 @@ class Capture:
         room = OUTPUT_LIMIT - len(st.buf)
         if room <= 0:
             st.truncated = True
+            st.keep_whole(data)
             return
         part = data[:room] if len(data) > room else data
+        st.buf += part
         if len(data) > room:
             st.truncated = True
-        st.buf += part
+            st.keep_whole(data[room:])
         if self.stream_id is not None:
             text = st.decoder.decode(part)
             if text:
                 self.chan.send({"op": "output", "id": self.stream_id, "stream": st.name,
                                 "data": text})
 
-    def begin(self, rid, stream):
+    def begin(self, rid, stream, spill=None):
+        """Starts keeping a request's output; `spill(name)` names the file (absolute, relative to
+        the workspace) a stream's whole goes to once it passes OUTPUT_LIMIT, if given."""
         flush_std()
         # a cell may have closed or replaced fd 1/2: put our pipes back
         for target, ident in self.idents.items():
@@ -157,7 +214,7 @@ class Capture:
         with self.lock:
             self._drain_ready()                    # what was written between requests: dropped
             for st in self.streams.values():
-                st.reset(stream)
+                st.reset(stream, spill(st.name) if spill else None)
             self.stream_id = rid if stream else None
             self.active = True
 
@@ -172,6 +229,9 @@ class Capture:
                 out[st.name] = _decode(st.buf, st.truncated)
                 out[st.name + "_truncated"] = st.truncated
                 out[st.name + "_bytes"] = st.total
+                spilled = st.spilled()
+                if spilled is not None:
+                    out[st.name + "_file"] = spilled
                 st.buf = bytearray()
             return out
 

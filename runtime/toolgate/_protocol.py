@@ -9,6 +9,8 @@ import signal
 
 MAX_FRAME = 64 << 20          # 64 MiB, both directions
 OUTPUT_LIMIT = 1 << 20        # per stream per request
+SPILL_TAIL = 256 << 10        # the last bytes of a stream kept whole in a file, sent with its path
+SPILL_DIR = ".toolgate/output"  # where such files go, relative to the workspace
 TEXT_LIMIT = 1 << 20          # a result's text/plain or text/html
 IMAGES_LIMIT = 24 << 20       # raw PNG bytes per reply (base64 keeps the frame under 64 MiB)
 IMAGES_COUNT = 64             # figures per reply (the server refuses more)

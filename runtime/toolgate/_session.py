@@ -14,7 +14,7 @@ import types
 
 from toolgate._capture import flush_std
 from toolgate._display import ImageSink, collect_figures, display_data, format_error, show_value
-from toolgate._protocol import (MAX_FRAME, TEXT_LIMIT, BadRequest, check_env, encode_frame,
+from toolgate._protocol import (MAX_FRAME, SPILL_DIR, TEXT_LIMIT, BadRequest, check_env, encode_frame,
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._upcalls import UPCALLS
@@ -151,12 +151,16 @@ class Session:
             stream = req.get("stream", False)
             if not isinstance(stream, bool):
                 raise BadRequest("bad_request", '"stream" must be true or false')
+            spill = req.get("spill", False)
+            if not isinstance(spill, bool):
+                raise BadRequest("bad_request", '"spill" must be true or false')
+            spill = self._spill_names(rid) if spill else None
             if op == "sqlite":
                 reply = self.run_sqlite(rid, req)
             elif op == "exec":
                 if not isinstance(req.get("code"), str):
                     raise BadRequest("bad_request", '"exec" needs a string "code"')
-                reply = self.run_exec(rid, req["code"], stream, env)
+                reply = self.run_exec(rid, req["code"], stream, env, spill)
             else:
                 command, timeout = req.get("command"), req.get("timeout_s")
                 if not isinstance(command, str):
@@ -164,7 +168,7 @@ class Session:
                 if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                             or not timeout > 0):
                     raise BadRequest("bad_request", '"timeout_s" must be a positive number')
-                reply = self.run_bash(rid, command, timeout, stream, env)
+                reply = self.run_bash(rid, command, timeout, stream, env, spill)
         except BadRequest as e:
             self.chan.send(error_frame(e.code, e.message, rid))
             return
@@ -207,12 +211,23 @@ class Session:
         return reply
 
     # --- Python
-    def run_exec(self, rid, src, stream, env):
+    def _spill_names(self, rid):
+        """Names the files a request's streams are kept whole in, under SPILL_DIR of the
+        workspace (whatever a cell's chdir did); a random part keeps a later session's runs from
+        replacing an earlier one's."""
+        tag = f"run-{self.count + 1}-{os.urandom(4).hex()}"
+
+        def name(stream):
+            relative = f"{SPILL_DIR}/{tag}.{stream}.txt"
+            return os.path.join(self.workspace, relative), relative
+        return name
+
+    def run_exec(self, rid, src, stream, env, spill=None):
         t0 = time.perf_counter()
         self.count += 1
         sink = ImageSink()
         saved = self._with_env(env) if env else None
-        self.capture.begin(rid, stream)
+        self.capture.begin(rid, stream, spill)
         result = error = None
         STATE.images = sink
         if _signal.getsignal(signal.SIGINT) is not on_sigint:
@@ -344,7 +359,7 @@ class Session:
         return self._reply("sqlite", rid, t0, self.capture.end(), error=error, table=table)
 
     # --- bash
-    def run_bash(self, rid, command, timeout, stream, env):
+    def run_bash(self, rid, command, timeout, stream, env, spill=None):
         t0 = time.perf_counter()
         self.count += 1
         benv = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": self.workspace,
@@ -352,7 +367,7 @@ class Session:
         if self.tmpdir:
             benv["TMPDIR"] = self.tmpdir
         benv.update(env)
-        self.capture.begin(rid, stream)
+        self.capture.begin(rid, stream, spill)
         proc = error = None
         timed_out = interrupted = False
         if _signal.getsignal(signal.SIGINT) is not on_sigint:

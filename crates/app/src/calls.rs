@@ -118,6 +118,7 @@ impl ToolCalls {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: io.cancel,
             as_task: io.as_task,
+            result_chars: io.result_chars,
         };
         let mut ran = self.registry.run(&plan, &ctx).await;
         // the one place a call's output is redacted, of every value any capability opened

@@ -7,6 +7,17 @@ use toolgate_store::*;
 use super::GatedStore;
 
 #[async_trait]
+impl toolgate_store::SingleUseLinks for GatedStore {
+    async fn use_link_once(
+        &self,
+        token_hash: &toolgate_store::TokenHash,
+        expires_at: i64,
+    ) -> Result<bool, StoreError> {
+        self.inner.use_link_once(token_hash, expires_at).await
+    }
+}
+
+#[async_trait]
 impl toolgate_store::SignIns for GatedStore {
     async fn put_sign_in_link(
         &self,

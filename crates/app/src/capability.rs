@@ -112,6 +112,9 @@ pub struct CallContext<'a> {
     pub cancel: Option<&'a CancellationToken>,
     /// The call may run as an MCP task: its time limit is a task's, not a request's.
     pub as_task: bool,
+    /// The most characters the caller's client takes inline, when it said
+    /// (`_meta` `anthropic/maxResultSizeChars`): raises the operator's `inline_result_chars`.
+    pub result_chars: Option<usize>,
 }
 
 impl std::fmt::Debug for CallContext<'_> {
@@ -137,6 +140,23 @@ pub enum ContentItem {
         /// e.g. `image/png`
         mime_type: String,
     },
+    /// A link to a file the caller may fetch (a signed download link to a workspace file).
+    ResourceLink(ResourceLink),
+}
+
+/// A link to a file, with what a client shows of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceLink {
+    /// Where to fetch it.
+    pub uri: String,
+    /// Its name.
+    pub name: String,
+    /// Its MIME type.
+    pub mime_type: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// What it is, in one sentence.
+    pub description: String,
 }
 
 /// What a capability returns when it ran.
@@ -264,6 +284,9 @@ pub struct CallIo<'a> {
     pub admitted: Option<&'a tokio::sync::Notify>,
     /// The call may run as an MCP task: its time limit is a task's, not a request's.
     pub as_task: bool,
+    /// The most characters the caller's client takes inline, when it said
+    /// (`_meta` `anthropic/maxResultSizeChars`).
+    pub result_chars: Option<usize>,
 }
 
 /// An answered call.

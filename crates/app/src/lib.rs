@@ -13,6 +13,7 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 mod limiter;
+pub mod links;
 pub mod mcp_sessions;
 pub mod metering;
 pub mod oauth;
@@ -36,7 +37,7 @@ pub use auth::{AuthError, Authenticator};
 pub use calls::{Answer, CallError, CallIo, ToolCalls};
 pub use capability::{
     CallContext, CallSecrets, Capability, ContentItem, Failure, MakeCall, Output, ProgressSink,
-    ToolKind, ToolOutcome, TypedOutput,
+    ResourceLink, ToolKind, ToolOutcome, TypedOutput,
 };
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
@@ -66,6 +67,9 @@ pub struct Services {
     pub payments: Option<Arc<dyn toolgate_ports::payments::Payments>>,
     /// How many sign-in links an address and a client may ask for.
     pub sign_in_limits: owner::SignInLimits,
+    /// Signed links to workspace files (long output, uploads): made when the vault and the
+    /// sandbox are both there.
+    pub links: Option<links::LinkSettings>,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -83,6 +87,7 @@ pub struct App {
     oauth: Arc<oauth::AuthServer>,
     mcp_sessions: Arc<McpSessionRecords>,
     tasks: Arc<tasks::Tasks>,
+    links: Option<Arc<links::Links>>,
 }
 
 impl App {
@@ -100,6 +105,26 @@ impl App {
         let secrets = vault
             .clone()
             .map(|vault| Arc::new(Secrets::new(store.clone(), vault)));
+        let budgets = Arc::new(turns::Budgets::default());
+        let links = match (&vault, services.links.take(), services.sandbox.take()) {
+            (Some(vault), Some(settings), Some(sandbox)) => {
+                let links = Arc::new(links::Links::new(
+                    vault.clone(),
+                    store.clone(),
+                    sandbox.sessions(),
+                    sandbox.limits().clone(),
+                    settings,
+                    // a download or an upload holds a file whole, as a read back with `path` does
+                    budgets.of(turns::TurnKind::WorkspaceRead).clone(),
+                ));
+                services.sandbox = Some(sandbox.with_links(links.clone()));
+                Some(links)
+            }
+            (_, _, sandbox) => {
+                services.sandbox = sandbox;
+                None
+            }
+        };
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
         // client metadata documents are fetched through the same egress-guarded client as `url`
         let oauth_fetcher = services.fetcher.clone();
@@ -116,8 +141,10 @@ impl App {
             public_url,
             meter,
             capabilities,
+            budgets,
         );
         app.secrets = secrets;
+        app.links = links;
         app.sign_in = mailer.map(|mailer| {
             Arc::new(owner::SignIn::new(
                 store.clone(),
@@ -164,7 +191,16 @@ impl App {
         capabilities: Vec<Arc<dyn Capability>>,
     ) -> Self {
         let meter = Arc::new(Meter::new(store.clone(), pricing.clone()));
-        Self::assemble(store, brand, pricing, public_url, meter, capabilities)
+        let budgets = Arc::new(turns::Budgets::default());
+        Self::assemble(
+            store,
+            brand,
+            pricing,
+            public_url,
+            meter,
+            capabilities,
+            budgets,
+        )
     }
 
     fn assemble(
@@ -174,6 +210,7 @@ impl App {
         public_url: &str,
         meter: Arc<Meter>,
         capabilities: Vec<Arc<dyn Capability>>,
+        budgets: Arc<turns::Budgets>,
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         let owner = owner::Owner::new(
@@ -187,11 +224,7 @@ impl App {
         let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: ToolCalls::new(
-                meter.clone(),
-                registry.clone(),
-                Arc::new(turns::Budgets::default()),
-            ),
+            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets),
             admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
@@ -202,6 +235,7 @@ impl App {
             oauth: Arc::new(oauth::AuthServer::new(store.clone(), None, public_url)),
             tasks: tasks::Tasks::new(store.clone(), tasks::TaskSettings::default()),
             mcp_sessions: Arc::new(McpSessionRecords::new(store)),
+            links: None,
         }
     }
 
@@ -257,6 +291,11 @@ impl App {
     }
 
     /// Legacy MCP sessions' records, shared by every front end on the store.
+    /// Signed links to workspace files, when the service makes them (a vault and a sandbox).
+    pub fn links(&self) -> Option<&Arc<links::Links>> {
+        self.links.as_ref()
+    }
+
     pub fn mcp_sessions(&self) -> &McpSessionRecords {
         &self.mcp_sessions
     }

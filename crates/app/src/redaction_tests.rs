@@ -167,7 +167,6 @@ async fn what_a_capability_opened_is_redacted_where_the_call_finishes() {
     let seen = Seen::default();
     let io = CallIo {
         progress: Some(&seen),
-        cancel: None,
         ..CallIo::default()
     };
     let args = json!({"leak": secret, "leak_fail": secret});

@@ -553,6 +553,7 @@ mod tests {
             progress: None,
             cancel: None,
             as_task: false,
+            result_chars: None,
         };
         let only_alpha = registry
             .plan(ToolKind::Read, args(json!({"alpha": "hi"})))

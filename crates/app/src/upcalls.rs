@@ -204,7 +204,7 @@ fn text(content: &[ContentItem]) -> String {
         .iter()
         .filter_map(|item| match item {
             ContentItem::Text(text) => Some(text.as_str()),
-            ContentItem::Image { .. } => None,
+            ContentItem::Image { .. } | ContentItem::ResourceLink(_) => None,
         })
         .collect::<Vec<_>>()
         .join("\n")

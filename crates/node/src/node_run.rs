@@ -117,6 +117,7 @@ async fn run(
     request.files = files;
     request.env = header.env;
     request.existing_only = header.existing_only;
+    request.spill = header.spill;
     request.output = output;
     request.upcalls = upcalls.map(|u| u as Arc<dyn UpcallHandler>);
     request.cancel = Some(cancel);

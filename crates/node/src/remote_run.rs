@@ -62,6 +62,7 @@ pub(crate) async fn run(
         output: request.output.is_some(),
         upcalls: request.upcalls.is_some(),
         existing_only: request.existing_only,
+        spill: request.spill,
         incarnation,
     };
     let (mut sink, body) = Channel::<Bytes, std::convert::Infallible>::new(8);

@@ -84,6 +84,10 @@ pub struct RunHeader {
     pub upcalls: bool,
     /// never start a session
     pub existing_only: bool,
+    /// keep a stream's whole in a workspace file once it passes its inline limit (absent from
+    /// an older front end's header: no)
+    #[serde(default)]
+    pub spill: bool,
     /// the node's incarnation the front end placed the run on: a node that is no longer it
     /// refuses the run as [`ErrorKind::Stale`], running nothing
     pub incarnation: i64,
@@ -475,6 +479,7 @@ mod tests {
             output: false,
             upcalls: false,
             existing_only: false,
+            spill: false,
             incarnation: 1,
         };
         let shown = format!("{header:?}");

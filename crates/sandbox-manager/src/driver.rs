@@ -37,6 +37,8 @@ pub(crate) struct Call {
     pub(crate) output: Option<mpsc::Sender<OutputChunk>>,
     pub(crate) upcalls: Option<Upcalls>,
     pub(crate) cancel: Option<CancellationToken>,
+    /// Keep the whole of a stream that passes its inline limit in a workspace file.
+    pub(crate) spill: bool,
 }
 
 /// What a session's driver is asked to do.
@@ -104,6 +106,7 @@ fn request_frame(id: u64, call: &Call) -> SessionRequest<'_> {
             id,
             code,
             stream,
+            spill: call.spill,
             env: &call.env,
         },
         Work::Bash { command } => SessionRequest::Bash {
@@ -111,6 +114,7 @@ fn request_frame(id: u64, call: &Call) -> SessionRequest<'_> {
             command,
             stream,
             timeout_s: call.timeout.as_secs_f64(),
+            spill: call.spill,
             env: &call.env,
         },
         Work::Sqlite(sqlite) => SessionRequest::Sqlite {

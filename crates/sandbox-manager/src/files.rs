@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
-use toolgate_sandbox::{MAX_WORKSPACE_PATH_BYTES, WorkspaceFile, WorkspaceRead};
+use toolgate_sandbox::{MAX_WORKSPACE_PATH_BYTES, PathProblem, WorkspaceFile, WorkspaceRead};
 
 use crate::session_error::human_bytes;
 
@@ -105,26 +105,13 @@ impl FileProblem {
 
 /// The components of a caller's relative path (`.` and empty ones dropped), or why it is refused.
 pub(super) fn components(path: &str) -> Result<Vec<&str>, FileProblem> {
-    if path.len() > MAX_WORKSPACE_PATH_BYTES {
-        return Err(FileProblem::TooLong);
-    }
-    if path.contains('\0') {
-        return Err(FileProblem::Nul);
-    }
-    if path.starts_with('/') {
-        return Err(FileProblem::Absolute);
-    }
-    let parts: Vec<&str> = path
-        .split('/')
-        .filter(|part| !part.is_empty() && *part != ".")
-        .collect();
-    if parts.contains(&"..") {
-        return Err(FileProblem::ParentDir);
-    }
-    if parts.is_empty() {
-        return Err(FileProblem::Empty);
-    }
-    Ok(parts)
+    toolgate_sandbox::workspace_path_parts(path).map_err(|problem| match problem {
+        PathProblem::Empty => FileProblem::Empty,
+        PathProblem::Absolute => FileProblem::Absolute,
+        PathProblem::ParentDir => FileProblem::ParentDir,
+        PathProblem::Nul => FileProblem::Nul,
+        PathProblem::TooLong => FileProblem::TooLong,
+    })
 }
 
 /// Checks every path of an upload before anything is written.

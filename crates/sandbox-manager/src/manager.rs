@@ -227,6 +227,7 @@ impl SandboxManager {
             upcalls,
             cancel,
             existing_only,
+            spill,
         } = request;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
@@ -258,6 +259,7 @@ impl SandboxManager {
             output,
             upcalls,
             cancel,
+            spill,
         };
         let account = account.as_str();
         let limits = &limits;

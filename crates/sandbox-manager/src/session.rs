@@ -115,6 +115,7 @@ impl SandboxSession {
                 output,
                 upcalls: None,
                 cancel: cancel.cloned(),
+                spill: false,
             })
         })
         .await

@@ -27,10 +27,13 @@ pub use checkpoints::{
 };
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use policy::{LimitSettings, Limits, LimitsError};
-pub use protocol::{DisplayData, ExecOutcome, Interruption, OutputStream, PyError, RequestKind};
+pub use protocol::{
+    DisplayData, ExecOutcome, Interruption, OutputStream, PyError, RequestKind, SpilledStream,
+};
 pub use run::{
     EnvError, MAX_RUN_ENV, MAX_RUN_ENV_BYTES, MAX_SESSION_ID_BYTES, MAX_UPLOAD_FILES,
-    MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, Restored, RunOutcome,
-    RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
+    MAX_WORKSPACE_PATH_BYTES, NotRestored, OUTPUT_QUEUE, OutputChunk, PathProblem, Restored,
+    RunOutcome, RunRequest, SqliteWork, Work, WorkspaceFile, WorkspaceRead, check_env,
+    workspace_path_parts,
 };
 pub use sessions::{SandboxSessionInfo, SandboxSessions, SandboxSessionsError, SessionState};

@@ -88,6 +88,9 @@ pub enum SessionRequest<'a> {
         code: &'a str,
         /// send `output` frames while it runs
         stream: bool,
+        /// keep the whole of a stream that passes its inline limit in a workspace file
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        spill: bool,
         /// added to the environment of this run only
         #[serde(skip_serializing_if = "BTreeMap::is_empty")]
         env: &'a BTreeMap<String, String>,
@@ -102,6 +105,9 @@ pub enum SessionRequest<'a> {
         stream: bool,
         /// the command's own time limit, in seconds
         timeout_s: f64,
+        /// keep the whole of a stream that passes its inline limit in a workspace file
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        spill: bool,
         /// added to the environment of this run only
         #[serde(skip_serializing_if = "BTreeMap::is_empty")]
         env: &'a BTreeMap<String, String>,
@@ -350,6 +356,12 @@ pub struct ExecOutcome {
     pub execution_count: u64,
     /// Wall time of the run inside the session, in milliseconds.
     pub duration_ms: f64,
+    /// stdout passed its inline limit in a run that asked to spill: where its whole is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_file: Option<SpilledStream>,
+    /// stderr passed its inline limit in a run that asked to spill: where its whole is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_file: Option<SpilledStream>,
     /// sqlite: what the statement returned, `{columns, rows, truncated, changes}` (see
     /// PROTOCOL.md); `None` for exec and bash, and when the statement failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -358,6 +370,15 @@ pub struct ExecOutcome {
     /// reports a KeyboardInterrupt and the session lives on.
     #[serde(default, skip_deserializing, skip_serializing_if = "Option::is_none")]
     pub interrupted: Option<Interruption>,
+}
+
+/// A stream's whole, kept in a workspace file because it passed its inline limit.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+pub struct SpilledStream {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// The stream's last bytes (at most 256 KiB), decoded as UTF-8 with replacement.
+    pub tail: String,
 }
 
 /// A global a checkpoint did not keep, or a restore did not bring back. After 1000 entries one

@@ -71,6 +71,51 @@ pub struct WorkspaceFile {
     pub content: Vec<u8>,
 }
 
+/// What makes a caller's workspace path unusable, whatever the workspace holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PathProblem {
+    /// empty, or only `.` and `/`
+    #[error("the path names no file")]
+    Empty,
+    /// starts with `/`
+    #[error("the path must be relative to the workspace")]
+    Absolute,
+    /// has a `..` component
+    #[error("the path must not contain '..'")]
+    ParentDir,
+    /// has a NUL byte
+    #[error("the path contains a NUL byte")]
+    Nul,
+    /// longer than [`MAX_WORKSPACE_PATH_BYTES`]
+    #[error("the path is longer than {MAX_WORKSPACE_PATH_BYTES} bytes")]
+    TooLong,
+}
+
+/// The components of a caller's relative workspace path (`.` and empty ones dropped), or why it
+/// is refused: the one rule for every path a caller names (uploads, links, reads).
+pub fn workspace_path_parts(path: &str) -> Result<Vec<&str>, PathProblem> {
+    if path.len() > MAX_WORKSPACE_PATH_BYTES {
+        return Err(PathProblem::TooLong);
+    }
+    if path.contains('\0') {
+        return Err(PathProblem::Nul);
+    }
+    if path.starts_with('/') {
+        return Err(PathProblem::Absolute);
+    }
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|part| !part.is_empty() && *part != ".")
+        .collect();
+    if parts.contains(&"..") {
+        return Err(PathProblem::ParentDir);
+    }
+    if parts.is_empty() {
+        return Err(PathProblem::Empty);
+    }
+    Ok(parts)
+}
+
 /// A file read from a session's workspace.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkspaceRead {
@@ -115,6 +160,9 @@ pub struct RunRequest {
     /// Run only in the caller's session as it lives now: never start one (nor a fresh one for
     /// a dead or expired session); refused when there is none. For reads.
     pub existing_only: bool,
+    /// Keep the whole of a stream that passes its inline limit in a file of the workspace (the
+    /// outcome names it): for a session that outlives the run, whose files can be linked.
+    pub spill: bool,
 }
 
 impl RunRequest {
@@ -137,6 +185,7 @@ impl RunRequest {
             upcalls: None,
             cancel: None,
             existing_only: false,
+            spill: false,
         }
     }
 }
@@ -155,6 +204,7 @@ impl fmt::Debug for RunRequest {
             .field("upcalls", &self.upcalls.is_some())
             .field("cancel", &self.cancel.is_some())
             .field("existing_only", &self.existing_only)
+            .field("spill", &self.spill)
             .finish()
     }
 }

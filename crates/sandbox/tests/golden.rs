@@ -123,6 +123,7 @@ fn session_requests_the_server_sends() {
         id: 7,
         code: "import os\ngreeting = os.environ['GREETING']\nprint(greeting)\nlen(greeting)",
         stream: true,
+        spill: false,
         env: &env,
     };
     assert_eq!(sent(&exec), golden("session/exec.json"));
@@ -131,6 +132,7 @@ fn session_requests_the_server_sends() {
         command: "echo \"$GREETING\"; exit 3",
         stream: false,
         timeout_s: 30.0,
+        spill: false,
         env: &env,
     };
     assert_eq!(sent(&bash), golden("session/bash.json"));
@@ -149,9 +151,19 @@ fn session_requests_the_server_sends() {
         id: 1,
         code: "1",
         stream: false,
+        spill: false,
         env: &BTreeMap::new(),
     });
     assert!(plain.get("env").is_none(), "{plain}");
+    assert!(plain.get("spill").is_none(), "{plain}");
+    let spilling = sent(&SessionRequest::Exec {
+        id: 1,
+        code: "1",
+        stream: false,
+        spill: true,
+        env: &BTreeMap::new(),
+    });
+    assert_eq!(spilling["spill"], serde_json::json!(true));
 }
 
 fn record() -> BillingStatus {

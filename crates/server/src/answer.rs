@@ -37,6 +37,19 @@ impl TaskSupport {
     }
 }
 
+/// The `_meta` key in which a client says how many characters of a result it takes inline
+/// (Claude's clients).
+pub(crate) const RESULT_CHARS_KEY: &str = "anthropic/maxResultSizeChars";
+
+/// The most characters a client takes inline, from its `_meta` value under
+/// [`RESULT_CHARS_KEY`]; anything but a positive integer is not said.
+pub(crate) fn result_chars(said: Option<&Value>) -> Option<usize> {
+    said?
+        .as_u64()
+        .filter(|chars| *chars > 0)
+        .and_then(|chars| usize::try_from(chars).ok())
+}
+
 /// Makes tool calls through the app and counts them.
 #[derive(Clone)]
 pub(crate) struct Answerer {
@@ -118,6 +131,12 @@ pub(crate) fn to_rmcp_content(item: ContentItem) -> ContentBlock {
     match item {
         ContentItem::Text(text) => ContentBlock::text(text),
         ContentItem::Image { data, mime_type } => ContentBlock::image(data, mime_type),
+        ContentItem::ResourceLink(link) => ContentBlock::resource_link(
+            rmcp::model::Resource::new(link.uri, link.name)
+                .with_mime_type(link.mime_type)
+                .with_size(link.size)
+                .with_description(link.description),
+        ),
     }
 }
 

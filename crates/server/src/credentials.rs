@@ -160,6 +160,15 @@ mod tests {
         assert_eq!(shown("/", Some(&query)), "/?api_key=svck_…&svck_…=1");
         let truncated = format!("token=%20{}", &key[5..30]);
         assert_eq!(shown("/", Some(&truncated)), "/?token=…");
+        // a signed link's payload and signature (base64url, `.` between) never show
+        let signature = "Zm9vYmFyYmF6cXV4X3NpZ25hdHVyZV9oZXJlX3h5eg";
+        let link = format!("/files/AVUAAAAAaQ_2lVGv.{signature}/data.csv");
+        let shown = redact(&link, None);
+        assert!(
+            !shown.contains(signature) && !shown.contains("Zm9v"),
+            "{shown}"
+        );
+        assert_eq!(shown, "/files/AVUAAAAAaQ_…/data.csv");
         assert_eq!(redact("/healthz", Some("a=b")), "/healthz?a=b");
         assert_eq!(redact("/billing/status", None), "/billing/status");
     }

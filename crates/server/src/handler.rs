@@ -133,6 +133,7 @@ impl McpHandler {
         let io = CallIo {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: Some(&cancel),
+            result_chars: result_chars_of(context),
             ..CallIo::default()
         };
         let answered = self
@@ -248,6 +249,11 @@ fn to_rmcp_tool(spec: &ToolSpec) -> Tool {
     tool
 }
 
+/// The most characters the client takes inline, as its request's `_meta` says.
+pub(crate) fn result_chars_of(context: &RequestContext<RoleServer>) -> Option<usize> {
+    crate::answer::result_chars(context.meta.get(crate::answer::RESULT_CHARS_KEY))
+}
+
 fn not_offered(what: &str) -> McpError {
     mcp_error(
         RpcCode::MethodNotFound,
@@ -312,6 +318,7 @@ impl ServerHandler for McpHandler {
                     caller,
                     request.name.into_owned(),
                     request.arguments,
+                    result_chars_of(&context),
                     gone,
                 )
                 .await

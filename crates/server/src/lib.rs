@@ -6,6 +6,7 @@ mod connections;
 mod credentials;
 mod entry;
 mod error;
+mod files;
 #[cfg(feature = "conformance-fixtures")]
 mod fixtures;
 #[cfg(feature = "conformance-fixtures")]
@@ -156,6 +157,11 @@ pub fn router(
             post(oauth::revoke).options(oauth::preflight),
         )
         .route("/billing/status", get(routes::billing_status))
+        .route("/files/{link}", get(files::download).put(files::upload))
+        .route(
+            "/files/{link}/{name}",
+            get(files::download).put(files::upload),
+        )
         .route("/healthz", get(routes::healthz))
         .route("/metrics", get(routes::metrics))
         .fallback(routes::not_found)

@@ -43,7 +43,8 @@ pub async fn not_found() -> Response {
     json(StatusCode::NOT_FOUND, body.to_owned())
 }
 
-fn json(status: StatusCode, body: String) -> Response {
+/// A JSON answer with `status`.
+pub(crate) fn json(status: StatusCode, body: String) -> Response {
     let mut response = (status, body).into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -76,6 +77,7 @@ fn route_label(matched: Option<&MatchedPath>) -> &'static str {
         Some("/billing/status") => "/billing/status",
         Some("/healthz") => "/healthz",
         Some("/metrics") => "/metrics",
+        Some(path) if path.starts_with("/files/") => "/files",
         Some("/magic-link") => "/magic-link",
         Some(path) if path.starts_with("/.well-known/") => "/.well-known",
         Some(path) if path.starts_with("/oauth/") => "/oauth",

@@ -53,6 +53,7 @@ impl TaskCall {
         caller: Arc<Account>,
         name: String,
         arguments: Option<Map<String, Value>>,
+        result_chars: Option<usize>,
         request: Option<CancellationToken>,
     ) -> Self {
         let (cancel, progress, admitted) = (
@@ -68,6 +69,7 @@ impl TaskCall {
                 cancel: Some(&token),
                 admitted: Some(&told),
                 as_task: true,
+                result_chars,
             };
             answerer
                 .answer(&caller, &name, arguments, io, std::time::Instant::now())
@@ -138,10 +140,11 @@ pub(crate) async fn on_request(
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
+    result_chars: Option<usize>,
     ttl: Duration,
 ) -> Result<Became, TaskError> {
     let task = tasks.create(&caller.id, &name, ttl).await?;
-    let mut call = TaskCall::start(answerer, caller, name, arguments, None);
+    let mut call = TaskCall::start(answerer, caller, name, arguments, result_chars, None);
     if let Some(Err(refused)) = call.admitted_or_ended().await {
         let end = task_end(Err(refused.clone()));
         let _ = tasks
@@ -161,10 +164,18 @@ pub(crate) async fn server_directed(
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
+    result_chars: Option<usize>,
     request: CancellationToken,
 ) -> Became {
     let owner = caller.id.clone();
-    let mut call = TaskCall::start(answerer, caller, name.clone(), arguments, Some(request));
+    let mut call = TaskCall::start(
+        answerer,
+        caller,
+        name.clone(),
+        arguments,
+        result_chars,
+        Some(request),
+    );
     if let Some(answer) = call.ended_within(tasks.settings().after).await {
         return Became::Answered(answer);
     }

@@ -19,7 +19,7 @@ use toolgate_app::tasks::{TaskCancel, TaskState};
 use toolgate_domain::Account;
 
 use crate::Shared;
-use crate::answer::TaskSupport;
+use crate::answer::{RESULT_CHARS_KEY, TaskSupport, result_chars};
 use crate::error::{RpcCode, mcp_error, no_such_task, task_error};
 use crate::jsonrpc::MessageInfo;
 use crate::task_calls::{self, Became};
@@ -43,6 +43,8 @@ struct CallParams {
     arguments: Option<Map<String, Value>>,
     #[serde(default)]
     task: Option<TaskAsk>,
+    #[serde(default, rename = "_meta")]
+    meta: Option<Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -150,6 +152,11 @@ async fn call(
         account.clone(),
         call.name,
         call.arguments,
+        result_chars(
+            call.meta
+                .as_ref()
+                .and_then(|meta| meta.get(RESULT_CHARS_KEY)),
+        ),
         ttl,
     )
     .await;

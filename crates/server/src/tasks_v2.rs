@@ -33,10 +33,21 @@ pub(crate) async fn call(
     caller: Arc<Account>,
     name: String,
     arguments: Option<Map<String, Value>>,
+    result_chars: Option<usize>,
     request: tokio_util::sync::CancellationToken,
 ) -> Result<CallToolResponse, McpError> {
     let tasks = answerer.app().tasks().clone();
-    match task_calls::server_directed(answerer, &tasks, caller, name, arguments, request).await {
+    let became = task_calls::server_directed(
+        answerer,
+        &tasks,
+        caller,
+        name,
+        arguments,
+        result_chars,
+        request,
+    )
+    .await;
+    match became {
         Became::Answered(answer) => answer.map(|answered| answered.into_rmcp().into()),
         Became::Task(task) => Ok(CallToolResponse::Task(CreateTaskResult::new(
             task_wire::v2_task(&task, poll_ms(answerer)),

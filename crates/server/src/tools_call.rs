@@ -76,7 +76,6 @@ pub async fn answer(
     // it ends as it ends on cancellation rather than being dropped half-way
     let task = tokio::spawn(async move {
         let io = CallIo {
-            progress: None,
             cancel: Some(&token),
             ..CallIo::default()
         };
@@ -157,6 +156,14 @@ fn item_json(item: ContentItem) -> Value {
             fields.insert("data".to_owned(), Value::String(data));
             fields.insert("mimeType".to_owned(), Value::String(mime_type));
         }
+        ContentItem::ResourceLink(link) => {
+            fields.insert("type".to_owned(), Value::from("resource_link"));
+            fields.insert("uri".to_owned(), Value::String(link.uri));
+            fields.insert("name".to_owned(), Value::String(link.name));
+            fields.insert("mimeType".to_owned(), Value::String(link.mime_type));
+            fields.insert("size".to_owned(), Value::from(link.size));
+            fields.insert("description".to_owned(), Value::String(link.description));
+        }
     }
     Value::Object(fields)
 }
@@ -170,6 +177,9 @@ fn room_for(answered: &Answered) -> usize {
         .map(|item| match item {
             ContentItem::Text(text) => text.len() + 32,
             ContentItem::Image { data, mime_type } => data.len() + mime_type.len() + 48,
+            ContentItem::ResourceLink(link) => {
+                link.uri.len() + link.name.len() + link.description.len() + 128
+            }
         })
         .sum();
     let structured = answered.structured.as_ref().map_or(0, |fields| {
@@ -209,6 +219,13 @@ mod tests {
                     data: "iVBORw0KGgo=".into(),
                     mime_type: "image/png".into(),
                 },
+                ContentItem::ResourceLink(toolgate_app::ResourceLink {
+                    uri: "https://tools.example/files/p.s/out.txt".into(),
+                    name: "out.txt".into(),
+                    mime_type: "text/plain; charset=utf-8".into(),
+                    size: 10_000_001,
+                    description: "the whole output".into(),
+                }),
             ],
             structured: structured.map(|v| v.as_object().unwrap().clone()),
             is_error,

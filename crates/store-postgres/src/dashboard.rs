@@ -5,8 +5,8 @@
 use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
 use toolgate_store::{
-    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, StoreError, TokenHash,
-    WalletCredit, account_from_columns, now_millis, sealed_from_columns,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, StoreError,
+    TokenHash, WalletCredit, account_from_columns, now_millis, sealed_from_columns,
 };
 
 use crate::PgStore;
@@ -139,11 +139,13 @@ impl SignIns for PgStore {
     }
 
     async fn purge_expired(&self, now: i64) -> Result<u64, StoreError> {
-        // One statement, so both tables are purged at one snapshot in one round trip.
+        // One statement, so the tables are purged at one snapshot in one round trip.
         let purged: i64 = sqlx::query_scalar(
             "WITH links AS (DELETE FROM sign_in_links WHERE expires_at < $1 RETURNING 1),
-                  sessions AS (DELETE FROM web_sessions WHERE expires_at < $1 RETURNING 1)
-             SELECT (SELECT COUNT(*) FROM links) + (SELECT COUNT(*) FROM sessions)",
+                  sessions AS (DELETE FROM web_sessions WHERE expires_at < $1 RETURNING 1),
+                  uses AS (DELETE FROM used_links WHERE expires_at < $1 RETURNING 1)
+             SELECT (SELECT COUNT(*) FROM links) + (SELECT COUNT(*) FROM sessions)
+                  + (SELECT COUNT(*) FROM uses)",
         )
         .bind(now)
         .fetch_one(&self.pool)
@@ -151,6 +153,26 @@ impl SignIns for PgStore {
         .map_err(map_error)?;
         // COUNT is never negative; the fallback only satisfies the type.
         Ok(u64::try_from(purged).unwrap_or(0))
+    }
+}
+
+#[async_trait]
+impl SingleUseLinks for PgStore {
+    async fn use_link_once(
+        &self,
+        token_hash: &TokenHash,
+        expires_at: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO used_links (token_hash, expires_at) VALUES ($1, $2)
+             ON CONFLICT (token_hash) DO NOTHING",
+        )
+        .bind(&token_hash[..])
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
     }
 }
 

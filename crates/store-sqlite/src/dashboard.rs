@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
 use toolgate_store::{
-    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, StoreError, TokenHash,
-    WalletCredit, account_from_columns, now_millis, sealed_from_columns,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, StoreError,
+    TokenHash, WalletCredit, account_from_columns, now_millis, sealed_from_columns,
 };
 
 use crate::SqliteStore;
@@ -156,8 +156,33 @@ impl SignIns for SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(map_error)?;
+        let uses = sqlx::query("DELETE FROM used_links WHERE expires_at < ?1")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(map_error)?;
         tx.commit().await.map_err(map_error)?;
-        Ok(links.rows_affected() + sessions.rows_affected())
+        Ok(links.rows_affected() + sessions.rows_affected() + uses.rows_affected())
+    }
+}
+
+#[async_trait]
+impl SingleUseLinks for SqliteStore {
+    async fn use_link_once(
+        &self,
+        token_hash: &TokenHash,
+        expires_at: i64,
+    ) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "INSERT INTO used_links (token_hash, expires_at) VALUES (?1, ?2)
+             ON CONFLICT (token_hash) DO NOTHING",
+        )
+        .bind(&token_hash[..])
+        .bind(expires_at)
+        .execute(&self.writer)
+        .await
+        .map_err(map_error)?;
+        Ok(done.rows_affected() == 1)
     }
 }
 

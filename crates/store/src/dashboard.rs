@@ -96,7 +96,8 @@ pub trait SignIns: Send + Sync {
     /// Ends every session of the account; returns how many there were.
     async fn end_all_sign_in_sessions(&self, account: &AccountId) -> Result<u64, StoreError>;
 
-    /// Deletes links and sessions that expired before `now`; returns how many rows went.
+    /// Deletes links (sign-in links, and the uses of [`SingleUseLinks`]) and sessions that expired
+    /// before `now`; returns how many rows went.
     async fn purge_expired(&self, now: i64) -> Result<u64, StoreError>;
 }
 
@@ -133,4 +134,19 @@ pub trait History: Send + Sync {
         account: &AccountId,
         limit: u32,
     ) -> Result<Vec<WalletCredit>, StoreError>;
+}
+
+/// Single-use links (a signed upload link takes one `PUT`): each use is recorded here, so that of
+/// all the front ends of one database one use succeeds.
+#[async_trait]
+pub trait SingleUseLinks: Send + Sync {
+    /// Records the one use of the link whose token hashes to `token_hash`, which expires at
+    /// `expires_at` (Unix ms): `true` the first time, `false` ever after, in one atomic
+    /// statement, so that of concurrent callers at most one gets `true`. The record is kept until
+    /// the link has expired ([`SignIns::purge_expired`] removes it then).
+    async fn use_link_once(
+        &self,
+        token_hash: &TokenHash,
+        expires_at: i64,
+    ) -> Result<bool, StoreError>;
 }

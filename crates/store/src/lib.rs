@@ -24,7 +24,8 @@ mod tasks;
 pub mod testkit;
 
 pub use dashboard::{
-    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, TokenHash, WalletCredit,
+    DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
+    WalletCredit,
 };
 pub use mcp_sessions::{McpSessionOpened, McpSessionStore, duration_millis};
 pub use money::{
@@ -295,6 +296,7 @@ pub trait Store:
     + Metering
     + Secrets
     + SignIns
+    + SingleUseLinks
     + SealedKeys
     + History
     + OAuthStore
@@ -311,6 +313,7 @@ impl<
         + Metering
         + Secrets
         + SignIns
+        + SingleUseLinks
         + SealedKeys
         + History
         + OAuthStore

@@ -106,7 +106,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
         Services {
             vault: Some(vault),
             fetcher: Some(fetcher),
-            sandbox: capabilities,
+            sandbox: capabilities
+                .map(|sandbox| sandbox.with_inline_chars(config.results.inline_chars)),
             databases: Some(databases),
             models: Some(models),
             searches: Some(searches),
@@ -114,6 +115,11 @@ pub async fn run(config: ServeConfig) -> Result<()> {
             mailer: Some(mailer),
             payments,
             sign_in_limits: config.sign_in_limits,
+            links: Some(toolgate_app::links::LinkSettings {
+                public_url: public_url.clone(),
+                download_ttl: config.results.download_ttl,
+                upload_ttl: config.results.upload_ttl,
+            }),
         },
     );
     let app = app.with_task_settings(config.tasks);

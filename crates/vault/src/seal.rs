@@ -143,6 +143,24 @@ impl Vault {
         }))
     }
 
+    /// A key for `purpose` (a fixed label, say `b"download links"`), derived from the newest
+    /// master key: the same in every process that has these master keys, after a restart too,
+    /// and another one once a new master key version is added. `Err` only when no key is given.
+    pub fn derive_key(&self, purpose: &[u8]) -> Result<Zeroizing<[u8; 32]>, VaultError> {
+        use hmac::{Hmac, KeyInit, Mac};
+        let keys = self.current();
+        let (_, master) = keys
+            .newest_key()
+            .ok_or_else(|| VaultError::BadKeys("no key is given".to_owned()))?;
+        let mut mac = <Hmac<sha2::Sha256> as KeyInit>::new_from_slice(master.as_ref())
+            .map_err(|_| VaultError::BadKeys("a master key of the wrong length".to_owned()))?;
+        mac.update(b"toolgate derived key\0");
+        mac.update(purpose);
+        let mut key = KeyBytes::default();
+        key.copy_from_slice(&mac.finalize().into_bytes());
+        Ok(key)
+    }
+
     /// Re-reads the key source: always with `force`, else only if it changed.
     pub fn refresh(&self, force: bool) -> Result<(), VaultError> {
         if let Some(keys) = self.source.reload(force)? {

@@ -187,3 +187,16 @@ fn an_account_key_opens_only_as_that_accounts_key() {
         Err(VaultError::Undecryptable)
     ));
 }
+
+#[test]
+fn a_derived_key_is_the_same_for_the_same_keys_and_changes_with_purpose_and_version() {
+    let keys = MasterKeys::generate().unwrap();
+    let one = Vault::open_source(KeySource::Given(keys.clone())).unwrap();
+    let again = Vault::open_source(KeySource::Given(keys.clone())).unwrap();
+    let links = one.derive_key(b"download links").unwrap();
+    assert_eq!(*links, *again.derive_key(b"download links").unwrap());
+    assert_ne!(*links, *one.derive_key(b"something else").unwrap());
+    assert_ne!(*links, *given().derive_key(b"download links").unwrap());
+    let rotated = Vault::open_source(KeySource::Given(keys.with_new_version().unwrap())).unwrap();
+    assert_ne!(*links, *rotated.derive_key(b"download links").unwrap());
+}

@@ -70,6 +70,8 @@ pub fn outcome(stdout: String) -> RunOutcome {
             timed_out: false,
             execution_count: 1,
             duration_ms: 1.0,
+            stdout_file: None,
+            stderr_file: None,
             table: None,
             interrupted: None,
         },

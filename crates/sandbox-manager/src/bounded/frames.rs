@@ -9,9 +9,11 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::{
     Capped, ErrorCode, ErrorText, ErrorType, Images, MAX_TABLE_BYTES, Op, OutputData, SignalName,
-    Stderr, Stdout, TextHtml, TextPlain, ValuePng,
+    SpillPath, SpillTail, Stderr, Stdout, TextHtml, TextPlain, ValuePng,
 };
-use toolgate_sandbox::{DisplayData, ExecOutcome, OutputStream, PyError, RequestKind};
+use toolgate_sandbox::{
+    DisplayData, ExecOutcome, OutputStream, PyError, RequestKind, SpilledStream,
+};
 
 /// A frame's `id`, as far as the server cares: whether it is a given request's number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,6 +129,22 @@ struct BoundedError {
     traceback: Capped<ErrorText>,
 }
 
+/// Where a stream's whole was kept: a workspace path and the stream's last bytes.
+#[derive(Debug, Deserialize)]
+struct BoundedSpill {
+    path: Capped<SpillPath>,
+    tail: Capped<SpillTail>,
+}
+
+impl BoundedSpill {
+    fn into_spilled(self) -> SpilledStream {
+        SpilledStream {
+            path: self.path.into_string(),
+            tail: self.tail.into_string(),
+        }
+    }
+}
+
 /// A `result` frame; the same fields as [`ExecOutcome`], each within its cap.
 #[derive(Debug, Deserialize)]
 pub(super) struct ResultFrame {
@@ -146,6 +164,10 @@ pub(super) struct ResultFrame {
     timed_out: bool,
     execution_count: u64,
     duration_ms: f64,
+    #[serde(default)]
+    stdout_file: Option<BoundedSpill>,
+    #[serde(default)]
+    stderr_file: Option<BoundedSpill>,
     /// sqlite only: kept as its text until its size is checked
     #[serde(default)]
     table: Option<Box<serde_json::value::RawValue>>,
@@ -191,6 +213,8 @@ impl ResultFrame {
             timed_out: self.timed_out,
             execution_count: self.execution_count,
             duration_ms: self.duration_ms,
+            stdout_file: self.stdout_file.map(BoundedSpill::into_spilled),
+            stderr_file: self.stderr_file.map(BoundedSpill::into_spilled),
             table,
             interrupted: None,
         })

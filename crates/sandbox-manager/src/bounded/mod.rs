@@ -94,7 +94,12 @@ cap! {
     GlobalName = "a global's name", 256;
     TypeName = "a global's type name", 256;
     NotRestoredReason = "why a global was not restored", 256;
+    SpillPath = "a kept stream's path", toolgate_sandbox::MAX_WORKSPACE_PATH_BYTES;
+    SpillTail = "a kept stream's tail", MAX_SPILL_TAIL_CHARS;
 }
+
+/// The last bytes of a stream kept in a file, which the session sends with its path.
+pub const MAX_SPILL_TAIL_CHARS: usize = 256 << 10;
 
 /// A string of at most `C::MAX_CHARS` characters, checked before it is copied.
 pub(crate) struct Capped<C> {

@@ -185,3 +185,16 @@ fn a_sqlite_table_is_decoded_only_within_its_size() {
     frame.insert_str(frame.len() - 1, &format!(",\"table\":{deep}"));
     assert!(decode_result(frame.as_bytes()).is_err());
 }
+
+#[test]
+fn a_kept_streams_path_and_tail_decode_within_their_caps() {
+    let kept = json!({"path": ".toolgate/output/run-1-ab.stdout.txt", "tail": "xyz"});
+    let outcome = decode_result(&result(json!({ "stdout_file": kept }))).unwrap();
+    let spilled = outcome.stdout_file.unwrap();
+    assert_eq!(spilled.path, ".toolgate/output/run-1-ab.stdout.txt");
+    assert_eq!(spilled.tail, "xyz");
+    assert!(outcome.stderr_file.is_none());
+    let long_tail = json!({"path": "p", "tail": "t".repeat(MAX_SPILL_TAIL_CHARS + 1)});
+    let error = decode_result(&result(json!({ "stderr_file": long_tail }))).unwrap_err();
+    assert!(error.contains("a kept stream's tail is over"), "{error}");
+}

@@ -43,6 +43,7 @@ fn session(account: &AccountId, expires_at: i64) -> NewSignInSession {
 pub(super) async fn dashboard_story(store: Arc<dyn Store>, tag: &str) {
     links_are_used_once(&*store, tag).await;
     concurrent_uses_of_a_link_succeed_once(store.clone(), tag).await;
+    single_use_links_are_used_once(store.clone()).await;
     links_are_counted_since(&*store, tag).await;
     sessions_are_found_until_they_end(&*store, tag).await;
     sealed_keys_follow_the_current_key(&*store, tag).await;
@@ -137,6 +138,25 @@ async fn concurrent_uses_of_a_link_succeed_once(store: Arc<dyn Store>, tag: &str
         .filter_map(|outcome| outcome.unwrap())
         .collect();
     assert_eq!(signed_in, vec![address], "exactly one caller uses the link");
+}
+
+/// A single-use link's use is recorded once: a second use, or all but one of many at once, is
+/// refused; another link is not affected.
+async fn single_use_links_are_used_once(store: Arc<dyn Store>) {
+    let (link, other) = (token(), token());
+    let expires = now_millis() + HOUR;
+    let uses = (0..16).map(|_| {
+        let store = store.clone();
+        tokio::spawn(async move { store.use_link_once(&link, expires).await.unwrap() })
+    });
+    let first: usize = futures::future::join_all(uses)
+        .await
+        .into_iter()
+        .filter(|used| *used.as_ref().unwrap())
+        .count();
+    assert_eq!(first, 1, "exactly one use of a single-use link succeeds");
+    assert!(!store.use_link_once(&link, expires).await.unwrap());
+    assert!(store.use_link_once(&other, expires).await.unwrap());
 }
 
 async fn links_are_counted_since(store: &dyn Store, tag: &str) {
@@ -462,6 +482,9 @@ async fn purging_removes_only_expired_rows(store: &dyn Store, tag: &str) {
     );
     store.create_sign_in_session(&expired).await.unwrap();
     store.create_sign_in_session(&live).await.unwrap();
+    let (spent, live_use) = (token(), token());
+    assert!(store.use_link_once(&spent, now - 1_000).await.unwrap());
+    assert!(store.use_link_once(&live_use, now + HOUR).await.unwrap());
     // An expired session is still found at a time before its expiry until it is purged.
     let before_expiry = now - 2_000;
     assert!(
@@ -474,8 +497,12 @@ async fn purging_removes_only_expired_rows(store: &dyn Store, tag: &str) {
 
     assert_eq!(
         store.purge_expired(now).await.unwrap(),
-        2,
-        "one link and one session"
+        3,
+        "one link, one session and one single-use link's use"
+    );
+    assert!(
+        !store.use_link_once(&live_use, now + HOUR).await.unwrap(),
+        "a live link's use outlives the purge"
     );
     assert_eq!(
         store.count_sign_in_links(&address, 0).await.unwrap(),

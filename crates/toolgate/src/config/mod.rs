@@ -332,6 +332,21 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_WORKSPACE_MIB", global = true)]
     pub sandbox_workspace_mib: Option<u64>,
 
+    /// Characters of a run's stream shown inline; a longer one comes back as its head and tail,
+    /// its whole kept as a workspace file with a signed download link. A client's `_meta`
+    /// `anthropic/maxResultSizeChars` raises it for its call [default: 20000; 1000 to 1048576]
+    #[arg(long, env = "TOOLGATE_INLINE_RESULT_CHARS", global = true)]
+    pub inline_result_chars: Option<u64>,
+
+    /// How long a signed download link works, in seconds [default: 3600; 60 to 604800]
+    #[arg(long, env = "TOOLGATE_DOWNLOAD_URL_TTL_S", global = true)]
+    pub download_url_ttl_s: Option<u64>,
+
+    /// How long a signed upload link works (until its one PUT), in seconds
+    /// [default: 3600; 60 to 604800]
+    #[arg(long, env = "TOOLGATE_UPLOAD_URL_TTL_S", global = true)]
+    pub upload_url_ttl_s: Option<u64>,
+
     /// Processes and threads of one session [default: 256]
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_PROCESSES", global = true)]
     pub sandbox_max_processes: Option<u32>,
@@ -544,6 +559,9 @@ impl Settings {
             sandbox_max_task_s,
             sandbox_memory_mib,
             sandbox_workspace_mib,
+            inline_result_chars,
+            download_url_ttl_s,
+            upload_url_ttl_s,
             sandbox_max_processes,
             sandbox_first_uid,
             sandbox_budget_memory_mib,

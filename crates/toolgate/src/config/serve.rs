@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use toolgate_app::capabilities::OperatorKeyLimits;
 use toolgate_app::owner::SignInLimits;
@@ -58,8 +59,63 @@ pub struct ServeConfig {
     pub sign_in_limits: SignInLimits,
     /// `task_after_s`, `task_ttl_s`, `task_max_running`: how MCP tasks are kept.
     pub tasks: TaskSettings,
+    /// `inline_result_chars`, `download_url_ttl_s`, `upload_url_ttl_s`
+    pub results: ResultsConfig,
     /// `log`, checked.
     pub log: String,
+}
+
+/// How long output is shown and how long signed links work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResultsConfig {
+    /// `inline_result_chars` [default: 20000]
+    pub inline_chars: usize,
+    /// `download_url_ttl_s` [default: 3600]
+    pub download_ttl: Duration,
+    /// `upload_url_ttl_s` [default: 3600]
+    pub upload_ttl: Duration,
+}
+
+impl ResultsConfig {
+    fn from_settings(settings: &Settings) -> Result<Self, ConfigError> {
+        let inline = within(
+            "inline_result_chars",
+            settings.inline_result_chars,
+            20_000,
+            1_000..=1 << 20,
+        )?;
+        let ttl = |setting, given| within(setting, given, 3600, 60..=7 * 24 * 3600);
+        Ok(Self {
+            inline_chars: usize::try_from(inline).unwrap_or(usize::MAX),
+            download_ttl: Duration::from_secs(ttl(
+                "download_url_ttl_s",
+                settings.download_url_ttl_s,
+            )?),
+            upload_ttl: Duration::from_secs(ttl("upload_url_ttl_s", settings.upload_url_ttl_s)?),
+        })
+    }
+}
+
+/// `given` (or `default`) if within `bounds`, else a refusal naming `setting`.
+fn within(
+    setting: &str,
+    given: Option<u64>,
+    default: u64,
+    bounds: std::ops::RangeInclusive<u64>,
+) -> Result<u64, ConfigError> {
+    let value = given.unwrap_or(default);
+    if bounds.contains(&value) {
+        Ok(value)
+    } else {
+        Err(ConfigError::new(
+            setting,
+            format!(
+                "{value} is out of bounds ({} to {})",
+                bounds.start(),
+                bounds.end()
+            ),
+        ))
+    }
 }
 
 /// Where sign-in mails go.
@@ -121,6 +177,7 @@ impl ServeConfig {
             payments: payments(settings)?,
             sign_in_limits: sign_in_limits(settings),
             tasks: settings.task_settings(sole_process)?,
+            results: ResultsConfig::from_settings(settings)?,
             log,
         })
     }

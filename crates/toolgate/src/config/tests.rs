@@ -193,6 +193,14 @@ fn a_good_configuration_is_read_whole() {
     ]))
     .unwrap();
     assert!(config.sandbox.is_none());
+    assert_eq!(
+        config.results,
+        super::serve::ResultsConfig {
+            inline_chars: 20_000,
+            download_ttl: std::time::Duration::from_secs(3600),
+            upload_ttl: std::time::Duration::from_secs(3600),
+        }
+    );
     assert!(matches!(config.vault, VaultKeys::Given(_)));
     assert!(matches!(config.store, StoreConfig::Sqlite { .. }));
     let bound: SocketAddr = "127.0.0.1:4321".parse().unwrap();

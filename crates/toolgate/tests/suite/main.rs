@@ -19,6 +19,7 @@ mod dashboard_sign_in;
 mod dashboard_wallet;
 mod front_door;
 mod hostile_bodies;
+mod links;
 mod mcp_sessions_shared;
 mod metering;
 mod module_circles;

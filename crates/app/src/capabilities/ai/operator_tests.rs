@@ -343,7 +343,6 @@ async fn a_cancelled_call_counts_as_unknown() {
     let ann = rig.account("cancelled@example.org").await;
     let cancel = tokio_util::sync::CancellationToken::new();
     let io = CallIo {
-        progress: None,
         cancel: Some(&cancel),
         ..CallIo::default()
     };

@@ -262,7 +262,7 @@ async fn answered(
         .iter()
         .find_map(|c| match c {
             ContentItem::Text(t) => Some(t.clone()),
-            ContentItem::Image { .. } => None,
+            ContentItem::Image { .. } | ContentItem::ResourceLink(_) => None,
         })
         .unwrap_or_default();
     let (linked, citations) = cite(&answer, &found.results);

@@ -7,11 +7,13 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
+mod keep;
 mod listing;
 mod read;
 mod render;
 mod run;
 mod secrets_given;
+mod upload_link;
 
 use std::sync::Arc;
 
@@ -27,6 +29,7 @@ use crate::schema::FieldKind;
 use crate::secrets::{OpenedSecrets, Secrets};
 use toolgate_domain::SecretName;
 
+pub use keep::DEFAULT_INLINE_CHARS;
 pub use read::ReadFile;
 pub use run::{Runner, Upload};
 
@@ -45,6 +48,10 @@ pub struct Sandbox {
     secrets: Option<Arc<Secrets>>,
     /// Which secrets each session was given, for reads of its files.
     secrets_given: secrets_given::SecretsGiven,
+    /// Characters of a stream shown inline; a longer one is shown as a preview (see [`keep`]).
+    inline_chars: usize,
+    /// Signed links to workspace files, when the service makes them.
+    links: Option<Arc<crate::links::Links>>,
 }
 
 impl Sandbox {
@@ -64,7 +71,27 @@ impl Sandbox {
             session_id,
             secrets: None,
             secrets_given: secrets_given::SecretsGiven::default(),
+            inline_chars: DEFAULT_INLINE_CHARS,
+            links: None,
         }
+    }
+
+    /// Shows at most `chars` characters of a stream inline (the operator's
+    /// `inline_result_chars`); a longer one comes back as a preview.
+    pub fn with_inline_chars(mut self, chars: usize) -> Self {
+        self.inline_chars = chars.max(1);
+        self
+    }
+
+    /// The operator's limits.
+    pub fn limits(&self) -> &LimitSettings {
+        &self.limits
+    }
+
+    /// Keeps long output as workspace files with signed `links`, and offers upload links.
+    pub(crate) fn with_links(mut self, links: Arc<crate::links::Links>) -> Self {
+        self.links = Some(links);
+        self
     }
 
     /// The sandbox as its capabilities (and `sql` on `sqlite:` files) share it; `secrets` on
@@ -75,17 +102,21 @@ impl Sandbox {
     }
 
     /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
-    /// close_session.
+    /// upload_url (when it makes links), close_session.
     pub fn capabilities(shared: &Arc<Self>) -> Vec<Arc<dyn Capability>> {
         let shared = Arc::clone(shared);
-        vec![
+        let mut capabilities: Vec<Arc<dyn Capability>> = vec![
             Arc::new(Upload::new(Arc::clone(&shared))),
             Arc::new(Runner::python(Arc::clone(&shared))),
             Arc::new(Runner::bash(Arc::clone(&shared))),
             Arc::new(ReadFile::new(Arc::clone(&shared))),
             Arc::new(listing::ListSessions::new(Arc::clone(&shared))),
-            Arc::new(listing::CloseSession::new(shared)),
-        ]
+        ];
+        if let Some(upload_link) = upload_link::UploadLink::of(&shared) {
+            capabilities.push(Arc::new(upload_link));
+        }
+        capabilities.push(Arc::new(listing::CloseSession::new(shared)));
+        capabilities
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toolgate_sandbox::{ExecOutcome, Interruption, RequestKind, RunOutcome};
 
+use super::keep::{Kept, Shown};
 use crate::capability::{ContentItem, Output};
 
 /// JSON Schema of the `python` and `bash` slots of `structuredContent`.
@@ -13,6 +14,9 @@ pub(super) fn output_schema() -> Value {
     let text = json!({"type": "string"});
     let flag = json!({"type": "boolean"});
     let int = json!({"type": "integer"});
+    let kept_file = json!({"type": "object", "properties": {
+        "path": text, "uri": text, "bytes": int,
+    }});
     json!({
         "type": "object",
         "properties": {
@@ -21,6 +25,8 @@ pub(super) fn output_schema() -> Value {
             "stdout_bytes": int, "stderr_bytes": int,
             "result": {"type": ["object", "null"], "properties": {"text": text, "html": text}},
             "images": int, "images_truncated": flag,
+            "stdout_file": kept_file, "stderr_file": kept_file, "value_file": kept_file,
+            "figure_links": {"type": "array", "items": text},
             "error": {"type": ["object", "null"], "properties": {"type": text, "message": text, "traceback": text}},
             "exit_status": {"type": ["integer", "null"]},
             "signal": {"type": ["string", "null"]},
@@ -43,8 +49,13 @@ pub(super) fn output_schema() -> Value {
     })
 }
 
-/// The content and structured record of one run.
-pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duration) -> Output {
+/// The content and structured record of one run; its long parts as `kept` shows them.
+pub(super) fn render(
+    call: &RunOutcome,
+    session_id: Option<&str>,
+    limit: Duration,
+    kept: Kept,
+) -> Output {
     let outcome = &call.outcome;
     let mut content = Vec::new();
     if let Some(note) = session_note(call, session_id) {
@@ -56,6 +67,7 @@ pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duratio
         &outcome.stdout,
         outcome.stdout_truncated,
         outcome.stdout_bytes,
+        kept.stdout.as_ref(),
     );
     push_stream(
         &mut content,
@@ -63,14 +75,20 @@ pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duratio
         &outcome.stderr,
         outcome.stderr_truncated,
         outcome.stderr_bytes,
+        kept.stderr.as_ref(),
     );
     if let Some(result) = &outcome.result {
-        content.push(ContentItem::Text(result.text_plain.clone()));
+        match &kept.value {
+            Some(shown) => push_shown(&mut content, "", shown),
+            None => content.push(ContentItem::Text(result.text_plain.clone())),
+        }
         if let Some(png) = &result.image_png {
             content.push(png_item(png));
         }
     }
     content.extend(outcome.images.iter().map(|png| png_item(png)));
+    // after the images, so that a client that shows images shows them first
+    content.extend(kept.figures.iter().cloned().map(ContentItem::ResourceLink));
     if outcome.images_truncated {
         content.push(ContentItem::Text(
             "Note: some figures were left out (size limit).".to_owned(),
@@ -85,13 +103,24 @@ pub(super) fn render(call: &RunOutcome, session_id: Option<&str>, limit: Duratio
     }
     Output {
         content,
-        structured: structured(call, session_id),
+        structured: structured(call, session_id, &kept),
         is_error: failed,
         ..Output::default()
     }
 }
 
-fn push_stream(content: &mut Vec<ContentItem>, label: &str, text: &str, cut: bool, bytes: u64) {
+fn push_stream(
+    content: &mut Vec<ContentItem>,
+    label: &str,
+    text: &str,
+    cut: bool,
+    bytes: u64,
+    kept: Option<&Shown>,
+) {
+    if let Some(shown) = kept {
+        push_shown(content, label, shown);
+        return;
+    }
     if text.is_empty() && !cut {
         return;
     }
@@ -103,6 +132,14 @@ fn push_stream(content: &mut Vec<ContentItem>, label: &str, text: &str, cut: boo
         ));
     }
     content.push(ContentItem::Text(shown));
+}
+
+/// A long text's preview, and the link to its whole when it was kept.
+fn push_shown(content: &mut Vec<ContentItem>, label: &str, shown: &Shown) {
+    content.push(ContentItem::Text(format!("{label}{}", shown.preview)));
+    if let Some(link) = &shown.file {
+        content.push(ContentItem::ResourceLink(link.clone()));
+    }
 }
 
 fn png_item(data: &str) -> ContentItem {
@@ -156,10 +193,14 @@ fn push_failure(content: &mut Vec<ContentItem>, outcome: &ExecOutcome) -> bool {
     failed
 }
 
-fn structured(call: &RunOutcome, session_id: Option<&str>) -> Value {
+fn structured(call: &RunOutcome, session_id: Option<&str>, kept: &Kept) -> Value {
     let o = &call.outcome;
     let result = o.result.as_ref().map(|r| {
-        let mut value = json!({"text": r.text_plain});
+        let text = kept
+            .value
+            .as_ref()
+            .map_or(&r.text_plain, |shown| &shown.preview);
+        let mut value = json!({"text": text});
         if let Some(html) = &r.text_html {
             value["html"] = json!(html);
         }
@@ -174,16 +215,38 @@ fn structured(call: &RunOutcome, session_id: Option<&str>) -> Value {
         Interruption::Cancelled => "cancelled",
     });
     let images = o.images.len() + o.result.iter().filter(|r| r.image_png.is_some()).count();
-    json!({
-        "stdout": o.stdout, "stderr": o.stderr,
-        "stdout_truncated": o.stdout_truncated, "stderr_truncated": o.stderr_truncated,
+    let shown = |text: &str, kept: Option<&Shown>| {
+        kept.map_or_else(|| text.to_owned(), |shown| shown.preview.clone())
+    };
+    let mut record = json!({
+        "stdout": shown(&o.stdout, kept.stdout.as_ref()),
+        "stderr": shown(&o.stderr, kept.stderr.as_ref()),
+        // a preview is the stream cut, whatever the session kept
+        "stdout_truncated": o.stdout_truncated || kept.stdout.is_some(),
+        "stderr_truncated": o.stderr_truncated || kept.stderr.is_some(),
         "stdout_bytes": o.stdout_bytes, "stderr_bytes": o.stderr_bytes,
         "result": result, "images": images, "images_truncated": o.images_truncated,
         "error": error, "exit_status": o.exit_status, "signal": o.signal,
         "timed_out": o.timed_out, "interrupted": interrupted,
         "duration_ms": o.duration_ms,
         "session": session_record(call, session_id, Some(o.execution_count)),
-    })
+    });
+    for (key, kept) in [
+        ("stdout_file", &kept.stdout),
+        ("stderr_file", &kept.stderr),
+        ("value_file", &kept.value),
+    ] {
+        if let Some((link, path)) = kept
+            .as_ref()
+            .and_then(|shown| shown.file.as_ref().zip(shown.path.as_ref()))
+        {
+            record[key] = json!({"path": path, "uri": link.uri, "bytes": link.size});
+        }
+    }
+    if !kept.figures.is_empty() {
+        record["figure_links"] = kept.figures.iter().map(|link| json!(link.uri)).collect();
+    }
+    record
 }
 
 /// What a result says of its session: its id, whether it is new, expired or restored (and

@@ -199,6 +199,7 @@ impl Capability for Runner {
                 .collect(),
             cancel: ctx.cancel.cloned(),
             upcalls: Some(crate::upcalls::upcall_handler(ctx)),
+            spill: self.sandbox.keeps_files(scope.caller_id()),
             ..RunRequest::new(
                 account_key(ctx),
                 scope.id().map(str::to_owned),
@@ -230,7 +231,11 @@ impl Capability for Runner {
                 self.sandbox.register_given(ctx, session).await;
             }
         }
-        Ok(render(&call, scope.caller_id(), timeout))
+        let kept = self
+            .sandbox
+            .keep(ctx, scope.caller_id(), &call.outcome)
+            .await;
+        Ok(render(&call, scope.caller_id(), timeout, kept))
     }
 }
 
