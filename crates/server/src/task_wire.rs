@@ -173,7 +173,7 @@ mod tests {
         let v1 = v1_task(&erred, 1000);
         assert_eq!(v1["status"], "failed");
         assert_eq!(v1["ttl"], 3_600_000);
-        assert_eq!(v1["createdAt"], "2025-11-24T15:00:00Z");
+        assert_eq!(v1["createdAt"], "2025-11-24T16:00:00Z");
         assert_eq!(
             v1["statusMessage"], "boom",
             "the tool's error text is the message"
