@@ -582,3 +582,51 @@ async fn hostile_task_params_get_clear_errors() {
     ids.dedup();
     assert_eq!(ids.len(), made, "every task has its own id");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_ten_megabyte_result_reaches_a_client_through_a_task_and_a_link() {
+    let s = start(&[]).await;
+    let http = client();
+    let url = s.server.personal(&s.alice.key);
+    let session = open_session(&http, &url).await.unwrap();
+    let code = "import sys\nfor i in range(1_250_000):\n    sys.stdout.write(f'{i:07d}\\n')";
+    let expected: Vec<u8> = (0..1_250_000)
+        .flat_map(|i| format!("{i:07}\n").into_bytes())
+        .collect();
+    let mut call = tool_call(
+        "svc_write",
+        json!({"code": code, "session_id": "big", "timeout_s": 120}),
+    );
+    call["params"]["task"] = json!({"ttl": 600_000});
+    let created = in_session(&http, &url, &session, &call).await;
+    let id = created["result"]["task"]["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let result = in_session(&http, &url, &session, &task_request("tasks/result", &id)).await;
+    let result = &result["result"];
+    assert_eq!(result["isError"], false, "{result:.2000}");
+    assert!(
+        serde_json::to_string(result).unwrap().len() < 100_000,
+        "the kept result is a preview, not 10 MB"
+    );
+    let link = result["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|item| item["type"] == "resource_link")
+        .unwrap_or_else(|| panic!("no link in {result:.2000}"));
+    assert_eq!(link["size"], 10_000_000);
+    let download = http
+        .get(link["uri"].as_str().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(download.status(), 200);
+    let body = download.bytes().await.unwrap();
+    assert_eq!(body.len(), expected.len());
+    assert!(
+        body.as_ref() == expected.as_slice(),
+        "the download differs from what was printed"
+    );
+}
