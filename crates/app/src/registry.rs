@@ -312,7 +312,7 @@ fn describe(intro: &str, capabilities: &[&Arc<dyn Capability>]) -> String {
         text.push_str(" No capability of this tool is enabled on this server yet; calls are refused with a tool error.");
         return text;
     }
-    text.push_str(" Combine fields freely; every capability whose fields a call carries runs, and its output appears in structuredContent under its name. One call is metered once, whatever it combines.");
+    text.push_str(" Fields combine: every capability a call's fields ask for runs, its output in structuredContent under its name, and the call is metered once.");
     for cap in capabilities {
         text.push_str(&format!("\n- `{}`: {}", cap.key(), cap.summary()));
     }

@@ -57,10 +57,9 @@ impl Capability for SecretSet {
     }
 
     fn summary(&self) -> &'static str {
-        "`secret_set: {name, value}` stores a secret (an API key, a connection string) encrypted \
-         in your vault, creating or replacing it; its value is never shown again. Code uses it \
-         by name: `secrets: [\"NAME\"]` on `code` or `bash` sets it as an environment variable \
-         of that run, and wherever the run prints it the result shows [REDACTED:NAME]."
+        "`secret_set: {name, value}` stores a secret encrypted in your vault (never shown again); \
+         `secrets: [\"NAME\"]` on `code` or `bash` makes it an environment variable of that run, \
+         printed as [REDACTED:NAME]."
     }
 
     fn fields(&self) -> Vec<Field> {

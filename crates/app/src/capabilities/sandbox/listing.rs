@@ -35,11 +35,9 @@ impl Capability for ListSessions {
     }
 
     fn summary(&self) -> &'static str {
-        "`sessions: true` lists your sandbox sessions: id, age and idle time in seconds, \
-         memory in use, whether a call is running in it, and whether it is live or hibernated \
-         (written out after idle minutes; its next call restores it) or dropped (its checkpoint \
-         deleted to keep the account within its checkpoint quota), with its checkpoint's size \
-         and age."
+        "`sessions: true` lists your sandbox sessions: id, age, idle time, memory, whether a \
+         call runs in it, and whether it is live, hibernated (its next call restores it) or \
+         dropped (over the checkpoint quota), with its checkpoint's size and age."
     }
 
     fn fields(&self) -> Vec<Field> {

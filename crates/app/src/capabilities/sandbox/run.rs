@@ -88,19 +88,17 @@ impl Capability for Runner {
     fn summary(&self) -> &'static str {
         match self.language {
             Language::Python => {
-                "`code`: Python 3 source run in a sandbox with numpy, pandas and matplotlib, as a \
-                 notebook cell: stdout and stderr are captured, the value of a last bare \
-                 expression is shown, matplotlib figures come back as PNG images and DataFrames \
-                 as tables, an exception is an error with its traceback. No network, but the \
-                 code may `import toolgate` to ask this service: `toolgate.billing()` returns \
-                 your billing status (one metered call). With `session_id`, variables, imports \
+                "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
+                 sandbox: stdout and stderr captured, a last bare expression's value shown, figures \
+                 as PNG images, DataFrames as tables, an exception as an error with its \
+                 traceback. No network; `import toolgate` reaches this service \
+                 (`toolgate.billing()`, one metered call). With `session_id`, variables, imports \
                  and files persist."
             }
             Language::Bash => {
-                "`bash`: a command line run by /bin/bash in the same sandbox and workspace \
-                 directory as `code`; its output and exit status come back, and a non-zero \
-                 status is an error that still shows the output. With both `code` and `bash`, \
-                 Python runs first."
+                "`bash`: a command line run by /bin/bash in the sandbox and workspace of `code` (Python \
+                 runs first when both are given); a non-zero exit status is an error that still \
+                 shows the output."
             }
         }
     }
@@ -347,8 +345,8 @@ impl Capability for Upload {
     }
 
     fn summary(&self) -> &'static str {
-        "`files` with `session_id` and without `code` or `bash`: writes the files into the \
-         session's workspace (starting the session if needed), for later calls to use."
+        "`files` with `session_id` (no `code` or `bash`): writes the files into the session's \
+         workspace for later calls."
     }
 
     fn fields(&self) -> Vec<Field> {

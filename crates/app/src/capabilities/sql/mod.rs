@@ -194,19 +194,16 @@ impl Capability for Sql {
     fn summary(&self) -> &'static str {
         match self.tool {
             ToolKind::Write => {
-                "`sql` with `database` runs statements that change data (several, separated by \
-                 `;`, as one transaction: all or nothing) on your PostgreSQL or MySQL server \
-                 (`database`: the name of a secret holding postgres://… or mysql://…) or on a \
-                 SQLite file of a session's workspace (`database: \"sqlite:data.db\"` with \
-                 `session_id`; the file is created if missing)."
+                "`sql` with `database` runs statements that change data (several, `;`-separated, as \
+                 one transaction) on your PostgreSQL or MySQL server (`database`: a secret \
+                 holding its URL) or on a SQLite file of a session (`database: \"sqlite:data.db\"` \
+                 with `session_id`; created if missing)."
             }
             _ => {
-                "`sql` with `database` runs one statement read-only: on your PostgreSQL or MySQL \
-                 server (`database`: the name of a secret holding postgres://… or mysql://…) in \
-                 a read-only transaction with a time limit, or on a SQLite file of a session's \
-                 workspace (`database: \"sqlite:data.db\"` with `session_id`) opened read-only; \
-                 the database itself refuses a write. Rows come back as a Markdown table and \
-                 as typed rows in structuredContent."
+                "`sql` with `database` runs one statement read-only on your PostgreSQL or MySQL \
+                 server (`database`: a secret holding its URL) or on a SQLite file of a session \
+                 (`database: \"sqlite:data.db\"` with `session_id`); the database itself refuses \
+                 writes. Rows come back as a Markdown table and typed in structuredContent."
             }
         }
     }
