@@ -154,8 +154,7 @@ impl Capability for CloseSession {
     }
 
     fn summary(&self) -> &'static str {
-        "`close_session: \"ID\"` ends one of your sessions now, with its variables and files \
-         (a running call in it is stopped)."
+        "`close_session: \"ID\"` ends one of your sessions now, with its variables and files."
     }
 
     fn fields(&self) -> Vec<Field> {
