@@ -139,10 +139,30 @@ mod tests {
             settings.for_call(Some(300)).unwrap().timeout,
             Duration::from_secs(300)
         );
+        // past a waiting call's ceiling, only a call that may run as a task, up to its own
         assert_eq!(
             settings.for_call(Some(301)),
-            Err(LimitsError::Timeout {
+            Err(LimitsError::NeedsTask {
                 given: 301,
+                max: 300,
+                task_max: 3600
+            })
+        );
+        assert_eq!(
+            settings.for_call_as(Some(3600), true).unwrap().timeout,
+            Duration::from_secs(3600)
+        );
+        assert_eq!(
+            settings.for_call_as(Some(3601), true),
+            Err(LimitsError::Timeout {
+                given: 3601,
+                max: 3600
+            })
+        );
+        assert_eq!(
+            settings.for_call(Some(3601)),
+            Err(LimitsError::Timeout {
+                given: 3601,
                 max: 300
             })
         );
