@@ -160,13 +160,16 @@ fn write(id: &Value, answered: Result<Answered, McpError>, generation: Generatio
     let answered = match answered {
         Ok(answered) => answered,
         Err(error) => {
-            let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
-            return serde_json::to_vec(&body).unwrap_or_default();
+            let mut out = Vec::new();
+            push_envelope(&mut out, id);
+            out.extend_from_slice(b",\"error\":");
+            push_json(&mut out, &error);
+            out.push(b'}');
+            return out;
         }
     };
     let mut out = Vec::with_capacity(room_for(&answered) + ROOM_AROUND);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    push_json(&mut out, id);
+    push_envelope(&mut out, id);
     out.extend_from_slice(match generation {
         Generation::Legacy => b",\"result\":{\"content\":[".as_slice(),
         Generation::Stateless => b",\"result\":{\"resultType\":\"complete\",\"content\":[",
@@ -189,6 +192,12 @@ fn write(id: &Value, answered: Result<Answered, McpError>, generation: Generatio
         b",\"isError\":false}}"
     });
     out
+}
+
+/// The start of a JSON-RPC response, as rmcp orders its members.
+fn push_envelope(out: &mut Vec<u8>, id: &Value) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    push_json(out, id);
 }
 
 /// Bytes for what surrounds the content: the envelope, the id, `resultType` and `isError`.
@@ -255,6 +264,7 @@ fn room_for(answered: &Answered) -> usize {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use rmcp::model::{NumberOrString, ServerJsonRpcMessage, ServerResult};
 
     fn answered(is_error: bool, structured: Option<Value>) -> Answered {
         Answered {
@@ -273,7 +283,6 @@ mod tests {
     /// What rmcp writes for the same answer to a peer of `generation`: its own message type,
     /// with the result shaped as its handler shapes it for that generation.
     fn as_rmcp_writes(id: &Value, answered: Answered, generation: Generation) -> String {
-        use rmcp::model::{NumberOrString, ServerJsonRpcMessage, ServerResult};
         let id = match id {
             Value::String(text) => NumberOrString::String(text.as_str().into()),
             number => NumberOrString::Number(number.as_i64().unwrap()),
@@ -303,12 +312,15 @@ mod tests {
                     "{id} {generation:?}"
                 );
             }
-            let error = McpError::new(rmcp::model::ErrorCode(-32002), "top up", None);
-            let written = write(&Value::from(3), Err(error), generation);
-            let written: Value = serde_json::from_slice(&written).unwrap();
-            assert_eq!(written["error"]["code"], -32002);
-            assert_eq!(written["error"]["message"], "top up");
-            assert_eq!(written["id"], 3);
+            for data in [None, Some(serde_json::json!({"left": 0}))] {
+                let error = McpError::new(ErrorCode(-32002), "top up", data);
+                let written = write(&Value::from(3), Err(error.clone()), generation);
+                let rmcp = ServerJsonRpcMessage::error(error, Some(NumberOrString::Number(3)));
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    serde_json::to_string(&rmcp).unwrap()
+                );
+            }
         }
     }
 

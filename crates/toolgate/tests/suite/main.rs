@@ -35,6 +35,7 @@ mod sandbox_faults;
 mod sessions_durable;
 mod sql;
 mod sql_hostile;
+mod stateless;
 mod tenant_fetches;
 mod turns;
 mod vault;
