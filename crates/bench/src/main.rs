@@ -337,7 +337,7 @@ fn run(args: &Args) -> Result<()> {
             TOOLS_LIST,
             vec![b"\"svc_read\""],
         )?);
-        let name = ("bare axum fixed body (floor)", "-");
+        let name = (report::FLOOR_PHASE, "-");
         let floors = (
             std::slice::from_mut(&mut floor),
             std::slice::from_ref(&endpoint),

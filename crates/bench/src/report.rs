@@ -13,6 +13,8 @@ const IDLE_RSS_TARGET_MIB: f64 = 30.0;
 /// Reference points measured elsewhere on the same kind of machine, for context.
 const FLOOR_BARE_AXUM: f64 = 90_000.0;
 const FLOOR_TS_SDK: f64 = 4_300.0;
+/// The name of the floor's figure (a bare axum server with a fixed body, same generator).
+pub const FLOOR_PHASE: &str = "bare axum fixed body (floor)";
 
 /// One measured load phase.
 #[derive(Debug)]
@@ -128,6 +130,9 @@ impl Report {
                 target
             );
         }
+        if let Some(line) = self.against_floor() {
+            let _ = writeln!(out, "{line}");
+        }
         let _ = writeln!(
             out,
             "(CPU: cores busy in the measured window for the server, this generator and everything else; the machine has {} cores)",
@@ -188,6 +193,37 @@ impl Report {
             }
         }
         out
+    }
+
+    /// Each loaded `tools/list` figure as a multiple of the floor measured in the same run (the
+    /// goal for every client path is half of it), when the floor was measured.
+    fn against_floor(&self) -> Option<String> {
+        let floor = self
+            .phases
+            .iter()
+            .find(|p| p.name == FLOOR_PHASE)?
+            .outcome
+            .per_second();
+        let ratios: Vec<String> = self
+            .phases
+            .iter()
+            .filter(|p| p.name.starts_with("tools/list [") && p.outcome.clients > 1)
+            .filter(|p| floor > 0.0 && p.log == "warn")
+            .map(|p| {
+                let path = p
+                    .name
+                    .trim_start_matches("tools/list [")
+                    .trim_end_matches(']');
+                format!("{path} {:.2}×", p.outcome.per_second() / floor)
+            })
+            .collect();
+        (!ratios.is_empty()).then(|| {
+            format!(
+                "tools/list against the floor of this run ({}/s): {}",
+                thousands(floor),
+                ratios.join(", ")
+            )
+        })
     }
 
     /// The same figures as JSON.
@@ -260,5 +296,59 @@ mod tests {
         assert_eq!(thousands(999.4), "999");
         assert_eq!(thousands(4_300.0), "4,300");
         assert_eq!(thousands(1_234_567.0), "1,234,567");
+    }
+
+    fn phase(name: &'static str, log: &'static str, clients: usize, measured: u64) -> Phase {
+        Phase {
+            name,
+            log,
+            outcome: Outcome {
+                clients,
+                measured,
+                answered: measured,
+                elapsed: std::time::Duration::from_secs(1),
+                latencies: Vec::new(),
+                errors: Default::default(),
+                server_cores: 0.0,
+                bench_cores: 0.0,
+                other_cores: 0.0,
+            },
+            target: None,
+        }
+    }
+
+    fn report(phases: Vec<Phase>) -> Report {
+        Report {
+            backend: "sqlite",
+            binary: String::new(),
+            seconds: 1,
+            warmup_ms: 0,
+            client_threads: 1,
+            paid_call_cost_usd: String::new(),
+            sqlite_synchronous: None,
+            phases,
+            memory: None,
+            default_log_bytes_per_request: None,
+        }
+    }
+
+    #[test]
+    fn loaded_tools_list_figures_are_set_against_the_floor_of_the_run() {
+        let phases = vec![
+            phase("tools/list [2026-07-28]", "warn", 1, 10_000),
+            phase("tools/list [2026-07-28]", "warn", 16, 30_000),
+            phase("tools/list [bare POST]", "warn", 16, 20_000),
+            phase("tools/list [bare POST]", "default", 16, 10_000),
+            phase("svc_read billing [2026-07-28]", "warn", 16, 9_000),
+            phase(FLOOR_PHASE, "-", 16, 40_000),
+        ];
+        assert_eq!(
+            report(phases).against_floor().as_deref(),
+            Some(
+                "tools/list against the floor of this run (40,000/s): 2026-07-28 0.75×, bare POST 0.50×"
+            )
+        );
+        let without_floor = vec![phase("tools/list [2026-07-28]", "warn", 16, 30_000)];
+        assert_eq!(report(without_floor).against_floor(), None);
     }
 }

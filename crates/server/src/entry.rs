@@ -124,6 +124,11 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     {
         return answer;
     }
+    if session.is_none()
+        && let Some(answer) = crate::stateless::answer(state, &account, &parts, &bytes, &info).await
+    {
+        return answer;
+    }
     match session {
         Some(id) => {
             mcp_session_requests::post(state, &account, &id, parts, bytes, &info, accepts).await

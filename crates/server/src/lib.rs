@@ -22,6 +22,7 @@ mod proxies;
 mod rmcp_forward;
 mod routes;
 mod sse;
+mod stateless;
 mod task_calls;
 mod task_wire;
 mod tasks_v1;
@@ -74,6 +75,8 @@ pub(crate) struct ServerState {
     sessions: Arc<mcp_sessions::McpSessions>,
     /// A plain legacy `tools/list`, answered without rmcp.
     tools_list: Option<tools_list::ToolsList>,
+    /// A plain 2026-07-28 `tools/list` or `tools/call`, answered without rmcp.
+    stateless: Option<stateless::Stateless>,
     /// The handler rmcp calls, also for plain legacy `tools/call`s answered without rmcp.
     handler: McpHandler,
     /// rmcp in stateless mode answers every request; legacy sessions are ours (see `mcp_session_requests`).
@@ -100,6 +103,7 @@ pub fn router(
     let handler = McpHandler::new(app.clone(), metrics.clone());
     let config = rmcp_config(settings, &origins, shutdown);
     let tools_list = tools_list::ToolsList::new(&handler, &config.allowed_hosts);
+    let stateless = stateless::Stateless::new(handler.tool_list());
     let config = config
         .with_legacy_session_mode(false)
         .with_json_response(true);
@@ -124,6 +128,7 @@ pub fn router(
         max_body: settings.max_request_bytes,
         sessions,
         tools_list,
+        stateless,
         handler,
         mcp,
     }));

@@ -11,9 +11,10 @@ use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::request::Parts;
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use rmcp::ErrorData as McpError;
+use rmcp::model::ErrorCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
@@ -63,6 +64,40 @@ pub async fn answer(
     {
         return None;
     }
+    Some(
+        run(
+            state,
+            account,
+            parts,
+            &id,
+            call.name,
+            call.arguments,
+            Generation::Legacy,
+        )
+        .await,
+    )
+}
+
+/// Which generation's result shape an answer takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Generation {
+    /// 2025-11-25 and earlier: the result as it always was.
+    Legacy,
+    /// 2026-07-28: every result says `resultType: "complete"` (rmcp adds it for these peers).
+    Stateless,
+}
+
+/// Runs a call of one of the tools, already found to be one this server answers itself, and
+/// writes its JSON answer for `generation`.
+pub(crate) async fn run(
+    state: &Shared,
+    account: &Arc<Account>,
+    parts: &Parts,
+    id: &Value,
+    name: String,
+    arguments: Option<Map<String, Value>>,
+    generation: Generation,
+) -> Response {
     // in a legacy session, `notifications/cancelled` cancels the call through this token;
     // a client that goes away drops this future, and the guard cancels it then
     let cancel = parts
@@ -79,9 +114,7 @@ pub async fn answer(
             cancel: Some(&token),
             ..CallIo::default()
         };
-        handler
-            .answer(&caller, &call.name, call.arguments, io, started)
-            .await
+        handler.answer(&caller, &name, arguments, io, started).await
     });
     // the call ran (or began): from here on it is answered here, never handed to rmcp again
     let answered = match task.await {
@@ -92,7 +125,25 @@ pub async fn answer(
         )),
     };
     drop(gone.disarm());
-    Some(json_response(write(&id, answered)))
+    let status = match (&answered, generation) {
+        (Err(error), Generation::Stateless) => stateless_error_status(error),
+        _ => StatusCode::OK,
+    };
+    let mut response = json_response(write(id, answered, generation));
+    *response.status_mut() = status;
+    response
+}
+
+/// The HTTP status rmcp gives a 2026-07-28 request's JSON-RPC error (a legacy one is always
+/// 200): the refusals of the protocol itself 400, an unknown method or tool 404.
+fn stateless_error_status(error: &McpError) -> StatusCode {
+    match error.code {
+        ErrorCode::UNSUPPORTED_PROTOCOL_VERSION
+        | ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY
+        | ErrorCode::HEADER_MISMATCH => StatusCode::BAD_REQUEST,
+        ErrorCode::METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        _ => StatusCode::OK,
+    }
 }
 
 fn json_response(body: Vec<u8>) -> Response {
@@ -104,25 +155,31 @@ fn json_response(body: Vec<u8>) -> Response {
     response
 }
 
-/// The JSON-RPC response, as rmcp writes it for the older generation.
-fn write(id: &Value, answered: Result<Answered, McpError>) -> Vec<u8> {
+/// The JSON-RPC response, as rmcp writes it for a peer of `generation`.
+fn write(id: &Value, answered: Result<Answered, McpError>, generation: Generation) -> Vec<u8> {
     let answered = match answered {
         Ok(answered) => answered,
         Err(error) => {
-            let body = serde_json::json!({"jsonrpc": "2.0", "id": id, "error": error});
-            return serde_json::to_vec(&body).unwrap_or_default();
+            let mut out = Vec::new();
+            push_envelope(&mut out, id);
+            out.extend_from_slice(b",\"error\":");
+            push_json(&mut out, &error);
+            out.push(b'}');
+            return out;
         }
     };
-    let mut out = Vec::with_capacity(room_for(&answered) + 256);
-    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    push_json(&mut out, id);
-    out.extend_from_slice(b",\"result\":{\"content\":[");
+    let mut out = Vec::with_capacity(room_for(&answered) + ROOM_AROUND);
+    push_envelope(&mut out, id);
+    out.extend_from_slice(match generation {
+        Generation::Legacy => b",\"result\":{\"content\":[".as_slice(),
+        Generation::Stateless => b",\"result\":{\"resultType\":\"complete\",\"content\":[",
+    });
     for (n, item) in answered.content.into_iter().enumerate() {
         if n > 0 {
             out.push(b',');
         }
         // written, then dropped: a large file is never held twice
-        push_json(&mut out, &item_json(item));
+        push_item(&mut out, &item);
     }
     out.push(b']');
     if let Some(structured) = answered.structured {
@@ -137,35 +194,47 @@ fn write(id: &Value, answered: Result<Answered, McpError>) -> Vec<u8> {
     out
 }
 
-/// Appends `value` as JSON (which cannot fail for a `Value` written into memory).
-fn push_json(out: &mut Vec<u8>, value: &Value) {
+/// The start of a JSON-RPC response, as rmcp orders its members.
+fn push_envelope(out: &mut Vec<u8>, id: &Value) {
+    out.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    push_json(out, id);
+}
+
+/// Bytes for what surrounds the content: the envelope, the id, `resultType` and `isError`.
+const ROOM_AROUND: usize = 256;
+
+/// Appends `value` as JSON (which cannot fail for a string or a `Value` written into memory).
+fn push_json(out: &mut Vec<u8>, value: &(impl serde::Serialize + ?Sized)) {
     let _ = serde_json::to_writer(&mut *out, value);
 }
 
-/// A content item as MCP writes it; its strings are moved, not copied (`json!` would copy
-/// them).
-fn item_json(item: ContentItem) -> Value {
-    let mut fields = Map::new();
+/// Writes a content item as rmcp does, its members in rmcp's order.
+fn push_item(out: &mut Vec<u8>, item: &ContentItem) {
     match item {
         ContentItem::Text(text) => {
-            fields.insert("type".to_owned(), Value::from("text"));
-            fields.insert("text".to_owned(), Value::String(text));
+            out.extend_from_slice(br#"{"type":"text","text":"#);
+            push_json(out, text);
         }
         ContentItem::Image { data, mime_type } => {
-            fields.insert("type".to_owned(), Value::from("image"));
-            fields.insert("data".to_owned(), Value::String(data));
-            fields.insert("mimeType".to_owned(), Value::String(mime_type));
+            out.extend_from_slice(br#"{"type":"image","data":"#);
+            push_json(out, data);
+            out.extend_from_slice(br#","mimeType":"#);
+            push_json(out, mime_type);
         }
         ContentItem::ResourceLink(link) => {
-            fields.insert("type".to_owned(), Value::from("resource_link"));
-            fields.insert("uri".to_owned(), Value::String(link.uri));
-            fields.insert("name".to_owned(), Value::String(link.name));
-            fields.insert("mimeType".to_owned(), Value::String(link.mime_type));
-            fields.insert("size".to_owned(), Value::from(link.size));
-            fields.insert("description".to_owned(), Value::String(link.description));
+            out.extend_from_slice(br#"{"type":"resource_link","uri":"#);
+            push_json(out, &link.uri);
+            out.extend_from_slice(br#","name":"#);
+            push_json(out, &link.name);
+            out.extend_from_slice(br#","description":"#);
+            push_json(out, &link.description);
+            out.extend_from_slice(br#","mimeType":"#);
+            push_json(out, &link.mime_type);
+            out.extend_from_slice(br#","size":"#);
+            push_json(out, &link.size);
         }
     }
-    Value::Object(fields)
+    out.push(b'}');
 }
 
 /// Bytes the answer's strings take, and a little for everything around them: the buffer is
@@ -210,6 +279,7 @@ fn room_for(answered: &Answered) -> usize {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use rmcp::model::{NumberOrString, ServerJsonRpcMessage, ServerResult};
 
     fn answered(is_error: bool, structured: Option<Value>) -> Answered {
         Answered {
@@ -232,35 +302,64 @@ mod tests {
         }
     }
 
-    /// What rmcp writes for the same answer, for a peer of the older generation.
-    fn as_rmcp_writes(id: &Value, answered: Answered) -> Value {
-        let mut result = serde_json::to_value(answered.into_rmcp()).unwrap();
-        result.as_object_mut().unwrap().remove("resultType");
-        serde_json::json!({"jsonrpc": "2.0", "id": id, "result": result})
+    /// What rmcp writes for the same answer to a peer of `generation`: its own message type,
+    /// with the result shaped as its handler shapes it for that generation.
+    fn as_rmcp_writes(id: &Value, answered: Answered, generation: Generation) -> String {
+        let id = match id {
+            Value::String(text) => NumberOrString::String(text.as_str().into()),
+            number => NumberOrString::Number(number.as_i64().unwrap()),
+        };
+        let mut result = ServerResult::CallToolResult(answered.into_rmcp());
+        match generation {
+            Generation::Legacy => result.strip_result_type_for_legacy_peer(),
+            Generation::Stateless => result.fill_missing_cache_hints(),
+        }
+        serde_json::to_string(&ServerJsonRpcMessage::response(result, id)).unwrap()
     }
 
     #[test]
     fn the_answer_is_what_rmcp_would_write() {
         let structured = serde_json::json!({"python": {"stdout": "x", "rows": [[1, "a"], {"deep": [null, true, 2.5]}]}});
-        for (id, is_error, structured) in [
-            (Value::from(7), false, Some(structured.clone())),
-            (Value::from("call-1"), true, Some(structured)),
-            (Value::from(0), true, None),
-        ] {
-            let written: Value =
-                serde_json::from_slice(&write(&id, Ok(answered(is_error, structured.clone()))))
-                    .unwrap();
-            assert_eq!(
-                written,
-                as_rmcp_writes(&id, answered(is_error, structured)),
-                "{id}"
-            );
+        for generation in [Generation::Legacy, Generation::Stateless] {
+            for (id, is_error, structured) in [
+                (Value::from(7), false, Some(structured.clone())),
+                (Value::from("call-1"), true, Some(structured.clone())),
+                (Value::from(0), true, None),
+            ] {
+                let written = write(&id, Ok(answered(is_error, structured.clone())), generation);
+                // byte for byte, the members in rmcp's order
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    as_rmcp_writes(&id, answered(is_error, structured), generation),
+                    "{id} {generation:?}"
+                );
+            }
+            for data in [None, Some(serde_json::json!({"left": 0}))] {
+                let error = McpError::new(ErrorCode(-32002), "top up", data);
+                let written = write(&Value::from(3), Err(error.clone()), generation);
+                let rmcp = ServerJsonRpcMessage::error(error, Some(NumberOrString::Number(3)));
+                assert_eq!(
+                    String::from_utf8(written).unwrap(),
+                    serde_json::to_string(&rmcp).unwrap()
+                );
+            }
         }
-        let error = McpError::new(rmcp::model::ErrorCode(-32002), "top up", None);
-        let written: Value = serde_json::from_slice(&write(&Value::from(3), Err(error))).unwrap();
-        assert_eq!(written["error"]["code"], -32002);
-        assert_eq!(written["error"]["message"], "top up");
-        assert_eq!(written["id"], 3);
+    }
+
+    #[test]
+    fn a_stateless_error_has_the_status_rmcp_gives_it() {
+        for (code, status) in [
+            (-32002, 200),
+            (-32603, 200),
+            (-32602, 200),
+            (-32601, 404),
+            (-32020, 400),
+            (-32021, 400),
+            (-32022, 400),
+        ] {
+            let error = McpError::new(ErrorCode(code), "x", None);
+            assert_eq!(stateless_error_status(&error).as_u16(), status, "{code}");
+        }
     }
 
     #[test]
@@ -279,8 +378,8 @@ mod tests {
             ),
             is_error: false,
         };
-        let room = room_for(&answered) + 256;
-        let out = write(&Value::from(1), Ok(answered));
+        let room = room_for(&answered) + ROOM_AROUND;
+        let out = write(&Value::from(1), Ok(answered), Generation::Stateless);
         assert!(
             out.len() <= room && out.capacity() == room,
             "{} of {room}",

@@ -82,7 +82,8 @@ impl ToolsList {
         version_ok && self.host_allowed(parts)
     }
 
-    fn host_allowed(&self, parts: &Parts) -> bool {
+    /// Whether rmcp would accept this request's Host.
+    pub(crate) fn host_allowed(&self, parts: &Parts) -> bool {
         let Some((host, port)) = parts
             .headers
             .get(header::HOST)

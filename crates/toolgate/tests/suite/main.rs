@@ -36,6 +36,7 @@ mod sandbox_faults;
 mod sessions_durable;
 mod sql;
 mod sql_hostile;
+mod stateless;
 mod tasks;
 mod tasks_shared;
 mod tenant_fetches;
