@@ -175,6 +175,11 @@ impl Tasks {
         &self.settings
     }
 
+    /// How often clients are asked to poll, in ms, as both wire generations write it.
+    pub fn poll_interval_ms(&self) -> u64 {
+        u64::try_from(self.settings.poll_interval.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The keep of a task whose client asked for `asked` (none: the longest).
     pub fn ttl_for(&self, asked: Option<Duration>) -> Duration {
         asked.map_or(self.settings.ttl, |asked| {

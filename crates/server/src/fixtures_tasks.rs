@@ -222,7 +222,7 @@ where
     };
     let future = work(task.id.clone(), cancel.clone(), receiver);
     tasks.run(&task, cancel, None, sender, future);
-    let poll = u64::try_from(tasks.settings().poll_interval.as_millis()).unwrap_or(1000);
+    let poll = tasks.poll_interval_ms();
     Ok(CallToolResponse::Task(CreateTaskResult::new(
         task_wire::v2_task(&task, poll),
     )))

@@ -30,6 +30,8 @@ pub struct MessageInfo {
     pub cancels: Option<Value>,
     /// `params` is absent or holds nothing but `_meta` (no cursor, no arguments).
     pub plain_params: bool,
+    /// `params` has a `task` member (2025-11-25's ask to run a `tools/call` as a task).
+    pub asks_task: bool,
 }
 
 impl MessageInfo {
@@ -103,6 +105,7 @@ pub fn check_message(body: &[u8]) -> Result<MessageInfo, Rejection> {
                     .is_some(),
                 cancels: params.get("requestId").cloned().filter(|_| id.is_none()),
                 plain_params: params.keys().all(|key| key == "_meta"),
+                asks_task: params.contains_key("task"),
                 id,
             }),
             Some(_) => Err(Rejection::NotJsonRpc("`params` must be an object", id)),

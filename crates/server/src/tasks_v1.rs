@@ -28,9 +28,6 @@ use crate::task_wire;
 /// Tasks per `tasks/list` page.
 const PAGE: u32 = 50;
 
-/// The member a 2025-11-25 `tools/call` asks for a task with.
-const TASK_MEMBER: &[u8] = b"\"task\"";
-
 #[derive(Deserialize)]
 struct Envelope<P> {
     params: P,
@@ -79,7 +76,7 @@ pub async fn claims(
     }
     let id = info.id.as_ref()?;
     let answer = match info.method.as_deref()? {
-        "tools/call" => call(state, account, body).await?,
+        "tools/call" if info.asks_task => call(state, account, body).await?,
         "tasks/get" => match params::<TaskIdParams>(body) {
             Ok(p) => get(state, account, &p.task_id).await,
             Err(e) => Err(e),
@@ -110,22 +107,15 @@ fn params<P: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<P, McpError> {
 }
 
 fn poll_ms(state: &Shared) -> u64 {
-    u64::try_from(state.app.tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
+    state.app.tasks().poll_interval_ms()
 }
 
-/// A `tools/call`: claimed when it asks for a task.
+/// A `tools/call` that asks for a task (`MessageInfo::asks_task`, read by the body's one parse).
 async fn call(
     state: &Shared,
     account: &Arc<Account>,
     body: &[u8],
 ) -> Option<Result<Value, McpError>> {
-    // most calls ask for no task: they are not parsed a second time on their way
-    if !body
-        .windows(TASK_MEMBER.len())
-        .any(|window| window == TASK_MEMBER)
-    {
-        return None;
-    }
     let call = serde_json::from_slice::<Envelope<CallParams>>(body)
         .ok()?
         .params;

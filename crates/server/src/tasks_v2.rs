@@ -23,7 +23,7 @@ use crate::task_wire;
 
 /// The poll interval clients are asked to keep, in ms.
 fn poll_ms(answerer: &Answerer) -> u64 {
-    u64::try_from(answerer.app().tasks().settings().poll_interval.as_millis()).unwrap_or(1000)
+    answerer.app().tasks().poll_interval_ms()
 }
 
 /// A call from a client that declared the extension, of a tool that may run long; `request` is
