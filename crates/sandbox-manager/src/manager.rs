@@ -228,6 +228,7 @@ impl SandboxManager {
             cancel,
             existing_only,
             spill,
+            egress: _egress,
         } = request;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
@@ -448,6 +449,7 @@ impl SandboxManager {
             restored,
             lost_checkpoint,
             node_lost: false,
+            egress: Vec::new(),
         })
     }
 

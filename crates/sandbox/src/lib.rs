@@ -14,6 +14,7 @@
 //! - [`protocol`] and [`frame`]: the typed frames of `runtime/PROTOCOL.md` and their framing.
 
 pub mod checkpoints;
+pub mod egress;
 pub mod frame;
 pub mod policy;
 pub mod protocol;
@@ -25,6 +26,7 @@ pub use checkpoints::{
     CheckpointError, CheckpointInfo, CheckpointKey, CheckpointStore, LoadedCheckpoint,
     account_dir_name,
 };
+pub use egress::{Destination, EdgeSecret, EgressGrant, EgressLimits};
 pub use frame::{FrameError, MAX_FRAME_BYTES};
 pub use policy::{LimitSettings, Limits, LimitsError};
 pub use protocol::{

@@ -163,6 +163,9 @@ pub struct RunRequest {
     /// Keep the whole of a stream that passes its inline limit in a file of the workspace (the
     /// outcome names it): for a session that outlives the run, whose files can be linked.
     pub spill: bool,
+    /// What the session's code may reach through the egress proxy during this run; `None`:
+    /// nothing (every connection refused).
+    pub egress: Option<crate::EgressGrant>,
 }
 
 impl RunRequest {
@@ -186,6 +189,7 @@ impl RunRequest {
             cancel: None,
             existing_only: false,
             spill: false,
+            egress: None,
         }
     }
 }
@@ -205,6 +209,7 @@ impl fmt::Debug for RunRequest {
             .field("cancel", &self.cancel.is_some())
             .field("existing_only", &self.existing_only)
             .field("spill", &self.spill)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -235,6 +240,9 @@ pub struct RunOutcome {
     /// is on another node, restored from the session's checkpoint if it had one, else fresh.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub node_lost: bool,
+    /// Where the run's code went through the egress proxy, in order (refused attempts too).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<crate::Destination>,
 }
 
 /// What a run found when it restored its session from a checkpoint.

@@ -83,6 +83,7 @@ pub fn outcome(stdout: String) -> RunOutcome {
         restored: None,
         lost_checkpoint: None,
         node_lost: false,
+        egress: Vec::new(),
     }
 }
 
