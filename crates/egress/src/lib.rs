@@ -4,6 +4,9 @@
 //! `[::ffff:127.0.0.1]` are all 127.0.0.1), names are checked after resolution (every resolved
 //! address, so DNS rebinding gains nothing), and every redirect is checked again.
 
+mod hosts;
+pub use hosts::{HostPattern, MAX_HOST_PATTERN_CHARS, PatternError, any_matches};
+
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use ipnet::IpNet;

@@ -1,0 +1,476 @@
+//! One session's gate: its listener, accepted on by the server, and the grant of the run it is
+//! in (if any). Every connection is served by a task of its own, which ends with the run.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use toolgate_egress::{HostPattern, any_matches};
+use toolgate_sandbox::{Destination, EgressGrant};
+
+use crate::connect::{self, ConnectError};
+use crate::head::{self, Head};
+use crate::pump::{self, Budget};
+use crate::{SESSION_PROXY_PORT, Shared};
+
+/// Most destinations one run records; later ones are counted in the last record's place only
+/// by their traffic in the run's totals.
+pub(crate) const MAX_RECORDS: usize = 256;
+
+/// A session's way out. Dropping it stops accepting and ends every connection.
+#[derive(Debug)]
+pub struct SessionGate {
+    shared: Arc<Shared>,
+    state: Arc<GateState>,
+    stop: CancellationToken,
+    address: Option<SocketAddr>,
+}
+
+#[derive(Debug, Default)]
+struct GateState {
+    run: Mutex<Option<Arc<Run>>>,
+}
+
+/// The run a session is in, as the proxy sees it.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) grant: EgressGrant,
+    allow: Vec<HostPattern>,
+    deny: Vec<HostPattern>,
+    pub(crate) budget: Budget,
+    open: AtomicU32,
+    records: Mutex<Vec<Destination>>,
+    ended: CancellationToken,
+}
+
+/// The proxy's side of one run: ends the run's connections when finished or dropped.
+#[derive(Debug)]
+pub struct RunEgress {
+    state: Arc<GateState>,
+    run: Arc<Run>,
+}
+
+impl SessionGate {
+    pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        Self {
+            shared,
+            state: Arc::default(),
+            stop: CancellationToken::new(),
+            address: None,
+        }
+    }
+
+    /// Accepts on `listener` (see [`crate::listen_in_netns`]) until the gate is dropped.
+    /// Must be called within a tokio runtime.
+    pub fn serve(&mut self, listener: std::net::TcpListener) -> std::io::Result<()> {
+        let listener = TcpListener::from_std(listener)?;
+        self.address = listener.local_addr().ok();
+        let (shared, state, stop) = (
+            Arc::clone(&self.shared),
+            Arc::clone(&self.state),
+            self.stop.clone(),
+        );
+        tokio::spawn(async move {
+            loop {
+                let accepted = tokio::select! {
+                    () = stop.cancelled() => return,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((stream, _)) = accepted else {
+                    // out of descriptors, say: the session's code gets a refused connection
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                    continue;
+                };
+                let run = state.current();
+                let shared = Arc::clone(&shared);
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    tokio::select! {
+                        () = stop.cancelled() => {}
+                        () = serve_connection(stream, run, &shared) => {}
+                    }
+                });
+            }
+        });
+        Ok(())
+    }
+
+    /// The variables that send a session's HTTP clients through the proxy: `HTTP_PROXY` and
+    /// `HTTPS_PROXY` (upper and lower case, as clients read either) and an empty `NO_PROXY`.
+    pub fn env(&self) -> BTreeMap<String, String> {
+        let address = self.address.map_or_else(
+            || format!("127.0.0.1:{SESSION_PROXY_PORT}"),
+            |a| a.to_string(),
+        );
+        let url = format!("http://{address}");
+        let mut env = BTreeMap::new();
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "ALL_PROXY",
+        ] {
+            env.insert(name.to_owned(), url.clone());
+        }
+        env.insert("NO_PROXY".to_owned(), String::new());
+        env.insert("no_proxy".to_owned(), String::new());
+        env
+    }
+
+    /// Opens the session's network for a run under `grant` (`None`: every connection of the
+    /// run is refused). A run already open is ended first.
+    pub fn begin(&self, grant: Option<EgressGrant>) -> Option<RunEgress> {
+        let grant = grant?;
+        let run = Arc::new(Run::new(grant));
+        let previous = self.state.set(Some(Arc::clone(&run)));
+        if let Some(previous) = previous {
+            previous.ended.cancel();
+        }
+        Some(RunEgress {
+            state: Arc::clone(&self.state),
+            run,
+        })
+    }
+}
+
+impl Drop for SessionGate {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        if let Some(run) = self.state.set(None) {
+            run.ended.cancel();
+        }
+    }
+}
+
+impl GateState {
+    fn current(&self) -> Option<Arc<Run>> {
+        self.run
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set(&self, run: Option<Arc<Run>>) -> Option<Arc<Run>> {
+        std::mem::replace(
+            &mut *self.run.lock().unwrap_or_else(PoisonError::into_inner),
+            run,
+        )
+    }
+}
+
+impl RunEgress {
+    /// Ends the run's network: no new connection, every open one closed; what it reached.
+    pub fn finish(self) -> Vec<Destination> {
+        self.end();
+        std::mem::take(&mut *self.run.lock_records())
+    }
+
+    fn end(&self) {
+        self.run.ended.cancel();
+        let mut current = self
+            .state
+            .run
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current
+            .as_ref()
+            .is_some_and(|run| Arc::ptr_eq(run, &self.run))
+        {
+            *current = None;
+        }
+    }
+}
+
+impl Drop for RunEgress {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+impl Run {
+    fn new(grant: EgressGrant) -> Self {
+        let parse = |patterns: &[String]| {
+            patterns
+                .iter()
+                .filter_map(|p| HostPattern::parse(p).ok())
+                .collect::<Vec<_>>()
+        };
+        Self {
+            allow: parse(&grant.allow),
+            deny: parse(&grant.deny),
+            budget: Budget::new(grant.limits.max_bytes, grant.limits.bytes_per_second),
+            open: AtomicU32::new(0),
+            records: Mutex::new(Vec::new()),
+            ended: CancellationToken::new(),
+            grant,
+        }
+    }
+
+    fn lock_records(&self) -> std::sync::MutexGuard<'_, Vec<Destination>> {
+        self.records.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses a host the run's lists keep out.
+    pub(crate) fn check_host(&self, host: &str) -> Result<(), String> {
+        if !self.allow.is_empty() && !any_matches(&self.allow, host) {
+            return Err(format!(
+                "{host} is not on this account's list of hosts code may reach"
+            ));
+        }
+        if any_matches(&self.deny, host) {
+            return Err(format!(
+                "{host} is on this account's list of hosts code may not reach"
+            ));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn record(&self, destination: Destination) {
+        let mut records = self.lock_records();
+        if records.len() < MAX_RECORDS {
+            records.push(destination);
+        }
+    }
+}
+
+/// One connection's record, filled in as it goes.
+pub(crate) struct Traffic {
+    pub(crate) host: String,
+    pub(crate) port: u16,
+    pub(crate) kind: &'static str,
+    pub(crate) sent: AtomicU64,
+    pub(crate) received: AtomicU64,
+    started: Instant,
+}
+
+impl Traffic {
+    pub(crate) fn new(host: &str, port: u16, kind: &'static str) -> Self {
+        Self {
+            host: host.chars().take(253).collect(),
+            port,
+            kind,
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+            started: Instant::now(),
+        }
+    }
+
+    pub(crate) fn into_destination(self, refused: Option<String>) -> Destination {
+        Destination {
+            host: self.host,
+            port: self.port,
+            kind: self.kind.to_owned(),
+            bytes_sent: self.sent.into_inner(),
+            bytes_received: self.received.into_inner(),
+            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            refused,
+        }
+    }
+}
+
+/// A connection slot of the run, given back on drop.
+struct Slot<'a>(&'a Run);
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Answers an error to the session's code: a status line and a one-line text body.
+pub(crate) async fn refuse(client: &mut (impl AsyncWrite + Unpin), status: &str, message: &str) {
+    let body = format!("toolgate network proxy: {message}\n");
+    let answer = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
+         Connection: close\r\nX-Toolgate-Refused: 1\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(answer.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+async fn serve_connection(mut client: TcpStream, run: Option<Arc<Run>>, shared: &Shared) {
+    let _ = client.set_nodelay(true);
+    let Some(run) = run else {
+        refuse(
+            &mut client,
+            "403 Forbidden",
+            "no call of the service is running in this session; the network is open only \
+             while a call runs",
+        )
+        .await;
+        return;
+    };
+    tokio::select! {
+        () = run.ended.cancelled() => {}
+        () = serve_in_run(client, &run, shared) => {}
+    }
+}
+
+async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
+    let (head, rest) = match head::read_head(&mut client).await {
+        Ok(read) => read,
+        Err(e) => {
+            refuse(&mut client, "400 Bad Request", &e.to_string()).await;
+            return;
+        }
+    };
+    let (host, port, kind, path) = match target(&head) {
+        Ok(target) => target,
+        Err(message) => {
+            refuse(&mut client, "400 Bad Request", &message).await;
+            return;
+        }
+    };
+    let traffic = Traffic::new(&host, port, kind);
+    let max = run.grant.limits.max_connections;
+    if run.open.fetch_add(1, Ordering::AcqRel) >= max {
+        run.open.fetch_sub(1, Ordering::AcqRel);
+        let message = format!("this run already has {max} connections open, the most it may");
+        refuse(&mut client, "429 Too Many Requests", &message).await;
+        run.record(traffic.into_destination(Some(message)));
+        return;
+    }
+    let _slot = Slot(run);
+    let refused = forward(client, head, rest, path, run, shared, &traffic)
+        .await
+        .err();
+    run.record(traffic.into_destination(refused));
+}
+
+/// Where a request goes: host, port, kind (`connect` or `http`), and the origin-form path of
+/// a plain request.
+fn target(head: &Head) -> Result<(String, u16, &'static str, Option<String>), String> {
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        let (host, port) = head::host_port(&head.target, 443).ok_or_else(|| {
+            format!(
+                "CONNECT needs host:port, not {:?}",
+                head.target.chars().take(100).collect::<String>()
+            )
+        })?;
+        return Ok((host, port, "connect", None));
+    }
+    match head::absolute_http(&head.target) {
+        Some((host, port, path)) => Ok((host, port, "http", Some(path))),
+        None => Err(
+            "this is the session's network proxy: send CONNECT host:port, or a request with an \
+             absolute http:// URL (HTTP clients do this when HTTP_PROXY and HTTPS_PROXY are set, \
+             as they are in every session)"
+                .to_owned(),
+        ),
+    }
+}
+
+/// Checks, connects and moves the bytes; `Err` is the refusal the code got.
+async fn forward(
+    mut client: TcpStream,
+    head: Head,
+    rest: Vec<u8>,
+    path: Option<String>,
+    run: &Run,
+    shared: &Shared,
+    traffic: &Traffic,
+) -> Result<(), String> {
+    if let Err(message) = run.check_host(&traffic.host) {
+        refuse(&mut client, "403 Forbidden", &message).await;
+        return Err(message);
+    }
+    let upstream = match connect::open(&shared.settings.policy, &traffic.host, traffic.port).await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            let status = match e {
+                ConnectError::Refused(_) => "403 Forbidden",
+                ConnectError::Unreachable(_) => "502 Bad Gateway",
+            };
+            let message = e.to_string();
+            refuse(&mut client, status, &message).await;
+            return Err(message);
+        }
+    };
+    let mut upstream = upstream;
+    match path {
+        None => {
+            client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .map_err(|e| e.to_string())?;
+            if !rest.is_empty() {
+                run.budget
+                    .charge(rest.len())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                upstream.write_all(&rest).await.map_err(|e| e.to_string())?;
+                traffic.sent.fetch_add(rest.len() as u64, Ordering::Relaxed);
+            }
+        }
+        Some(path) => {
+            let mut request = origin_form(&head, &path);
+            request.extend_from_slice(&rest);
+            run.budget
+                .charge(request.len())
+                .await
+                .map_err(|e| e.to_string())?;
+            upstream
+                .write_all(&request)
+                .await
+                .map_err(|e| e.to_string())?;
+            traffic
+                .sent
+                .fetch_add(request.len() as u64, Ordering::Relaxed);
+        }
+    }
+    match pump::both_ways(
+        client,
+        upstream,
+        &run.budget,
+        &traffic.sent,
+        &traffic.received,
+    )
+    .await
+    {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.get_ref()
+                .is_some_and(|inner| inner.is::<pump::OverLimit>()) =>
+        {
+            Err(e.to_string())
+        }
+        // a peer closing abruptly is how many connections end: not a refusal
+        Err(_) => Ok(()),
+    }
+}
+
+/// The head of a plain request as the origin server wants it: origin-form target, the
+/// proxy's own headers dropped, one request per connection.
+fn origin_form(head: &Head, path: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(head.method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    for (name, value) in &head.headers {
+        let hop = [
+            "proxy-connection",
+            "proxy-authorization",
+            "connection",
+            "keep-alive",
+        ]
+        .iter()
+        .any(|h| name.eq_ignore_ascii_case(h));
+        if hop {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}

@@ -1,0 +1,80 @@
+//! # toolgate-egress-proxy
+//!
+//! The only way out of a session. A confined session's network namespace has one interface,
+//! loopback, and on it one listener, `127.0.0.1:3128` ([`SESSION_PROXY_PORT`]), which is not the
+//! session's: the server made it inside that namespace ([`listen_in_netns`]) and accepts on it
+//! itself, so every connection the session's code opens arrives here, in the server, and goes
+//! on (if at all) from the host's network. There is no other route: raw sockets, UDP and DNS
+//! are refused by the session's seccomp filter, and there is nothing else to reach on loopback.
+//!
+//! What arrives is spoken to as an HTTP proxy (`HTTP_PROXY`/`HTTPS_PROXY` point at it, see
+//! [`SessionGate::env`]): `CONNECT host:port` opens a tunnel, an absolute-form request
+//! (`GET http://host/path`) is forwarded. Before anything leaves:
+//!
+//! - the session must be running a call whose grant allows network ([`SessionGate::begin`]);
+//!   between calls every connection is refused, and the run's connections end with it;
+//! - the host must pass the run's allow- and deny-lists of host patterns;
+//! - the name is resolved here, never by the session, and every address it resolves to must
+//!   pass the egress guard (no loopback, private, link-local or metadata address unless the
+//!   operator's `egress_allow_private` allows it);
+//! - the run's limits hold: connections at once, bytes in all, bytes per second.
+//!
+//! Each connection (and each refusal) is recorded as a [`Destination`] for the run's result.
+
+mod connect;
+mod gate;
+mod head;
+mod netns;
+mod pump;
+
+pub use gate::{RunEgress, SessionGate};
+pub use netns::{listen_in_netns, listen_on_loopback};
+
+use std::sync::Arc;
+
+use toolgate_egress::EgressPolicy;
+pub use toolgate_sandbox::{Destination, EgressGrant, EgressLimits};
+
+/// The port the proxy listens on inside every confined session's network namespace.
+pub const SESSION_PROXY_PORT: u16 = 3128;
+
+/// What the proxy of every session of this process shares.
+#[derive(Debug, Clone)]
+pub struct ProxySettings {
+    /// The egress guard (the operator's `egress_allow_private`).
+    pub policy: Arc<EgressPolicy>,
+}
+
+/// The proxy service of one process: makes a [`SessionGate`] per session.
+#[derive(Debug, Clone)]
+pub struct EgressProxy {
+    shared: Arc<Shared>,
+}
+
+/// What every gate of a process reads.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) settings: ProxySettings,
+}
+
+/// Why the proxy could not be set up for a session.
+#[derive(Debug, thiserror::Error)]
+pub enum ProxyError {
+    /// The listener could not be made or served.
+    #[error("the session's network proxy could not be set up: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl EgressProxy {
+    /// The proxy service with `settings`.
+    pub fn new(settings: ProxySettings) -> Self {
+        Self {
+            shared: Arc::new(Shared { settings }),
+        }
+    }
+
+    /// A new session's gate, not yet listening (see [`SessionGate::serve`]).
+    pub fn gate(&self) -> SessionGate {
+        SessionGate::new(Arc::clone(&self.shared))
+    }
+}
