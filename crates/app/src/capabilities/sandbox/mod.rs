@@ -7,6 +7,7 @@
 //! combines `code` and `bash` (or `files` with either) without an id, they share one such
 //! call-scoped session, so bash sees what Python wrote; it closes when the call ends.
 
+mod egress;
 mod keep;
 mod listing;
 mod read;
@@ -52,6 +53,9 @@ pub struct Sandbox {
     inline_chars: usize,
     /// Signed links to workspace files, when the service makes them.
     links: Option<Arc<crate::links::Links>>,
+    /// The limits of a run's traffic through the network proxy; `None`: sessions have no
+    /// network.
+    network: Option<toolgate_sandbox::EgressLimits>,
 }
 
 impl Sandbox {
@@ -73,6 +77,7 @@ impl Sandbox {
             secrets_given: secrets_given::SecretsGiven::default(),
             inline_chars: DEFAULT_INLINE_CHARS,
             links: None,
+            network: None,
         }
     }
 

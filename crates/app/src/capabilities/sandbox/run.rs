@@ -189,7 +189,9 @@ impl Capability for Runner {
         };
         let timeout = limits.timeout;
         let opened = self.open_secrets(ctx, args).await?;
+        let egress = self.sandbox.egress_grant(ctx).await?;
         let request = RunRequest {
+            egress,
             files,
             env: opened
                 .iter()
