@@ -195,9 +195,12 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-sandbox-manager",
             "toolgate-checkpoints",
             "toolgate-vault",
+            "toolgate-egress-proxy",
+            "toolgate-egress",
         ],
         "the benchmark drives the binary over HTTP, and the session manager in process for the \
-         sandbox's figures (with the checkpoint store, sealed by a vault, for the durable ones)",
+         sandbox's figures (with the checkpoint store, sealed by a vault, for the durable ones, \
+         and the sessions' proxy for the egress ones)",
     ),
 ];
 
