@@ -87,6 +87,14 @@ impl Capability for Runner {
 
     fn summary(&self) -> &'static str {
         match self.language {
+            Language::Python if self.sandbox.has_network() => {
+                "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
+                 sandbox: stdout and stderr captured, a last bare expression's value shown, figures \
+                 as PNG images, DataFrames as tables, an exception as an error with its \
+                 traceback. Web through a proxy (requests, httpx, curl); `import toolgate` \
+                 reaches this service (`toolgate.billing()`, one metered call). With \
+                 `session_id`, variables, imports and files persist."
+            }
             Language::Python => {
                 "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
                  sandbox: stdout and stderr captured, a last bare expression's value shown, figures \
