@@ -13,8 +13,11 @@ use tokio_util::sync::CancellationToken;
 use toolgate_egress::{HostPattern, any_matches};
 use toolgate_sandbox::{Destination, EgressGrant};
 
+use crate::ca::SessionCa;
 use crate::connect::{self, ConnectError};
 use crate::head::{self, Head};
+use crate::intercept::{self, Edge};
+use crate::placeholder::{self, BoundSecret};
 use crate::pump::{self, Budget};
 use crate::{SESSION_PROXY_PORT, Shared};
 
@@ -29,6 +32,8 @@ pub struct SessionGate {
     state: Arc<GateState>,
     stop: CancellationToken,
     address: Option<SocketAddr>,
+    /// The session's CA, for runs with bound secrets; `None` only if it could not be made.
+    ca: Option<Arc<SessionCa>>,
 }
 
 #[derive(Debug, Default)]
@@ -43,6 +48,8 @@ pub(crate) struct Run {
     allow: Vec<HostPattern>,
     deny: Vec<HostPattern>,
     pub(crate) budget: Budget,
+    /// Bound secrets and the CA to see them with; `None`: tunnels stay raw.
+    edge: Option<Edge>,
     open: AtomicU32,
     records: Mutex<Vec<Destination>>,
     ended: CancellationToken,
@@ -57,12 +64,26 @@ pub struct RunEgress {
 
 impl SessionGate {
     pub(crate) fn new(shared: Arc<Shared>) -> Self {
+        let ca = match SessionCa::new() {
+            Ok(ca) => Some(Arc::new(ca)),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot make a session's egress CA");
+                None
+            }
+        };
         Self {
             shared,
             state: Arc::default(),
             stop: CancellationToken::new(),
             address: None,
+            ca,
         }
+    }
+
+    /// The session's CA certificate (PEM), trusted inside the session only; its key never
+    /// leaves this process.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.ca.as_deref().map(SessionCa::pem)
     }
 
     /// Accepts on `listener` (see [`crate::listen_in_netns`]) until the gate is dropped.
@@ -101,7 +122,9 @@ impl SessionGate {
     }
 
     /// The variables that send a session's HTTP clients through the proxy: `HTTP_PROXY` and
-    /// `HTTPS_PROXY` (upper and lower case, as clients read either) and an empty `NO_PROXY`.
+    /// `HTTPS_PROXY` (upper and lower case, as clients read either), an empty `NO_PROXY`, and
+    /// `TOOLGATE_EGRESS_CA`, the session's CA (PEM), which the runtime adds to the session's
+    /// CA bundle and then drops from the environment.
     pub fn env(&self) -> BTreeMap<String, String> {
         let address = self.address.map_or_else(
             || format!("127.0.0.1:{SESSION_PROXY_PORT}"),
@@ -120,6 +143,9 @@ impl SessionGate {
         }
         env.insert("NO_PROXY".to_owned(), String::new());
         env.insert("no_proxy".to_owned(), String::new());
+        if let Some(pem) = self.ca_pem() {
+            env.insert("TOOLGATE_EGRESS_CA".to_owned(), pem.to_owned());
+        }
         env
     }
 
@@ -127,7 +153,7 @@ impl SessionGate {
     /// run is refused). A run already open is ended first.
     pub fn begin(&self, grant: Option<EgressGrant>) -> Option<RunEgress> {
         let grant = grant?;
-        let run = Arc::new(Run::new(grant));
+        let run = Arc::new(Run::new(grant, self.ca.clone()));
         let previous = self.state.set(Some(Arc::clone(&run)));
         if let Some(previous) = previous {
             previous.ended.cancel();
@@ -171,6 +197,12 @@ impl RunEgress {
         std::mem::take(&mut *self.run.lock_records())
     }
 
+    /// How many connections the run has recorded so far (tests wait for a connection's end).
+    #[cfg(test)]
+    pub(crate) fn recorded(&self) -> usize {
+        self.run.lock_records().len()
+    }
+
     fn end(&self) {
         self.run.ended.cancel();
         let mut current = self
@@ -194,14 +226,20 @@ impl Drop for RunEgress {
 }
 
 impl Run {
-    fn new(grant: EgressGrant) -> Self {
+    fn new(mut grant: EgressGrant, ca: Option<Arc<SessionCa>>) -> Self {
         let parse = |patterns: &[String]| {
             patterns
                 .iter()
                 .filter_map(|p| HostPattern::parse(p).ok())
                 .collect::<Vec<_>>()
         };
+        let secrets = std::mem::take(&mut grant.secrets);
+        let edge = (!secrets.is_empty()).then(|| Edge {
+            ca,
+            secrets: BoundSecret::from_grant(secrets),
+        });
         Self {
+            edge,
             allow: parse(&grant.allow),
             deny: parse(&grant.deny),
             budget: Budget::new(grant.limits.max_bytes, grant.limits.bytes_per_second),
@@ -328,6 +366,12 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
             return;
         }
     };
+    // a run with bound secrets has its tunnels terminated: they are HTTPS requests to it
+    let kind = if kind == "connect" && run.edge.is_some() {
+        "https"
+    } else {
+        kind
+    };
     let traffic = Traffic::new(&host, port, kind);
     let max = run.grant.limits.max_connections;
     if run.open.fetch_add(1, Ordering::AcqRel) >= max {
@@ -370,7 +414,7 @@ fn target(head: &Head) -> Result<(String, u16, &'static str, Option<String>), St
 /// Checks, connects and moves the bytes; `Err` is the refusal the code got.
 async fn forward(
     mut client: TcpStream,
-    head: Head,
+    mut head: Head,
     rest: Vec<u8>,
     path: Option<String>,
     run: &Run,
@@ -380,6 +424,14 @@ async fn forward(
     if let Err(message) = run.check_host(&traffic.host) {
         refuse(&mut client, "403 Forbidden", &message).await;
         return Err(message);
+    }
+    if path.is_some() {
+        let secrets = run.edge.as_ref().map_or(&[][..], |edge| &edge.secrets);
+        if let Err(e) = placeholder::substitute(&mut head.headers, &traffic.host, secrets) {
+            let message = e.to_string();
+            refuse(&mut client, "403 Forbidden", &message).await;
+            return Err(message);
+        }
     }
     let upstream = match connect::open(&shared.settings.policy, &traffic.host, traffic.port).await {
         Ok(upstream) => upstream,
@@ -400,6 +452,10 @@ async fn forward(
                 .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 .await
                 .map_err(|e| e.to_string())?;
+            if let Some(edge) = &run.edge {
+                let tls = &shared.upstream_tls;
+                return intercept::tunnel(client, rest, upstream, run, edge, tls, traffic).await;
+            }
             if !rest.is_empty() {
                 run.budget
                     .charge(rest.len())

@@ -20,15 +20,26 @@
 //! - the run's limits hold: connections at once, bytes in all, bytes per second.
 //!
 //! Each connection (and each refusal) is recorded as a [`Destination`] for the run's result.
+//!
+//! A run holding secrets bound to hosts ([`EgressGrant::secrets`]) has every HTTPS tunnel
+//! terminated with a CA made for the session (its certificate is in [`SessionGate::env`] as
+//! `TOOLGATE_EGRESS_CA`), so that `{{secret:NAME}}` in a request's headers is replaced on the
+//! way out to NAME's hosts and refused anywhere else; plain HTTP requests get the same.
 
+mod ca;
 mod connect;
 mod gate;
 mod head;
+mod http1;
+mod intercept;
 mod netns;
+mod placeholder;
 mod pump;
 
+pub use ca::{TlsSetupError, extra_roots_from_pem};
 pub use gate::{RunEgress, SessionGate};
 pub use netns::{listen_in_netns, listen_on_loopback};
+pub use rustls::pki_types::CertificateDer;
 
 use std::sync::Arc;
 
@@ -43,6 +54,9 @@ pub const SESSION_PROXY_PORT: u16 = 3128;
 pub struct ProxySettings {
     /// The egress guard (the operator's `egress_allow_private`).
     pub policy: Arc<EgressPolicy>,
+    /// CAs the proxy trusts besides the public roots when it terminates a tunnel (the
+    /// operator's `egress_extra_ca_file`, see [`extra_roots_from_pem`]).
+    pub extra_roots: Vec<CertificateDer<'static>>,
 }
 
 /// The proxy service of one process: makes a [`SessionGate`] per session.
@@ -55,6 +69,8 @@ pub struct EgressProxy {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) settings: ProxySettings,
+    /// The TLS client of terminated tunnels.
+    pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
 }
 
 /// Why the proxy could not be set up for a session.
@@ -68,12 +84,17 @@ pub enum ProxyError {
 impl EgressProxy {
     /// The proxy service with `settings`.
     pub fn new(settings: ProxySettings) -> Self {
+        let upstream_tls = ca::upstream_config(&settings.extra_roots);
         Self {
-            shared: Arc::new(Shared { settings }),
+            shared: Arc::new(Shared {
+                settings,
+                upstream_tls,
+            }),
         }
     }
 
-    /// A new session's gate, not yet listening (see [`SessionGate::serve`]).
+    /// A new session's gate, not yet listening (see [`SessionGate::serve`]), with the
+    /// session's own CA.
     pub fn gate(&self) -> SessionGate {
         SessionGate::new(Arc::clone(&self.shared))
     }
