@@ -86,7 +86,8 @@ impl fmt::Debug for SealedSecret {
     }
 }
 
-/// What may be shown of a secret: its name and when it was created and last replaced.
+/// What may be shown of a secret: its name, when it was created and last replaced, and the
+/// hosts it is bound to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SecretInfo {
     /// Its name.
@@ -95,6 +96,8 @@ pub struct SecretInfo {
     pub created_ms: i64,
     /// Last replaced (or created), Unix milliseconds.
     pub updated_ms: i64,
+    /// The host patterns the sessions' network proxy may send it to (empty: none).
+    pub hosts: Vec<String>,
 }
 
 #[cfg(test)]

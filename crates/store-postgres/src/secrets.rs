@@ -4,7 +4,8 @@
 use async_trait::async_trait;
 use toolgate_domain::{AccountId, SealedSecret, SecretInfo, SecretName};
 use toolgate_store::{
-    Secrets, StoreError, StoredSecret, now_millis, sealed_from_columns, secret_name_from_column,
+    BoundSecret, Secrets, StoreError, StoredSecret, hosts_from_column, hosts_to_column, now_millis,
+    sealed_from_columns, secret_name_from_column,
 };
 
 use crate::PgStore;
@@ -20,19 +21,23 @@ impl Secrets for PgStore {
         account: &AccountId,
         name: &SecretName,
         sealed: &SealedSecret,
+        hosts: Option<&[String]>,
     ) -> Result<bool, StoreError> {
+        let hosts = hosts.map(hosts_to_column).transpose()?;
         // xmax is 0 only on a row version this statement inserted; an updated row carries the
         // updating transaction's id. GREATEST: a clock that stood still or stepped back never
         // dates a replacement before the creation or the previous replacement.
         let created: bool = sqlx::query_scalar(
             "INSERT INTO secrets
-                 (account_id, name, key_version, wrapped_key, ciphertext, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $6)
+                 (account_id, name, key_version, wrapped_key, ciphertext, created_at, updated_at,
+                  hosts)
+             VALUES ($1, $2, $3, $4, $5, $6, $6, COALESCE($7, ''))
              ON CONFLICT (account_id, name) DO UPDATE
              SET key_version = EXCLUDED.key_version,
                  wrapped_key = EXCLUDED.wrapped_key,
                  ciphertext = EXCLUDED.ciphertext,
-                 updated_at = GREATEST(EXCLUDED.updated_at, secrets.updated_at)
+                 updated_at = GREATEST(EXCLUDED.updated_at, secrets.updated_at),
+                 hosts = COALESCE($7, secrets.hosts)
              RETURNING (xmax = 0)",
         )
         .bind(account.as_str())
@@ -41,6 +46,7 @@ impl Secrets for PgStore {
         .bind(sealed.wrapped_key.as_slice())
         .bind(sealed.ciphertext.as_slice())
         .bind(now_millis())
+        .bind(hosts.as_deref())
         .fetch_one(&self.pool)
         .await
         .map_err(map_write_error)?;
@@ -62,8 +68,8 @@ impl Secrets for PgStore {
     }
 
     async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError> {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT name, created_at, updated_at FROM secrets WHERE account_id = $1
+        let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+            "SELECT name, created_at, updated_at, hosts FROM secrets WHERE account_id = $1
              ORDER BY name",
         )
         .bind(account.as_str())
@@ -71,11 +77,32 @@ impl Secrets for PgStore {
         .await
         .map_err(map_error)?;
         rows.into_iter()
-            .map(|(name, created_ms, updated_ms)| {
+            .map(|(name, created_ms, updated_ms, hosts)| {
                 Ok(SecretInfo {
                     name: secret_name_from_column(&name)?,
                     created_ms,
                     updated_ms,
+                    hosts: hosts_from_column(&hosts),
+                })
+            })
+            .collect()
+    }
+
+    async fn bound_secrets(&self, account: &AccountId) -> Result<Vec<BoundSecret>, StoreError> {
+        let rows: Vec<(String, i32, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
+            "SELECT name, key_version, wrapped_key, ciphertext, hosts FROM secrets
+             WHERE account_id = $1 AND hosts <> '' ORDER BY name",
+        )
+        .bind(account.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(map_error)?;
+        rows.into_iter()
+            .map(|(name, version, wrapped_key, ciphertext, hosts)| {
+                Ok(BoundSecret {
+                    name: secret_name_from_column(&name)?,
+                    sealed: sealed_from_columns(i64::from(version), wrapped_key, ciphertext)?,
+                    hosts: hosts_from_column(&hosts),
                 })
             })
             .collect()
@@ -262,7 +289,12 @@ mod tests {
                 wrapped_key: vec![byte; 60],
                 ciphertext: vec![byte; 40],
             };
-            assert!(store.put_secret(&account, &name, &sealed(1)).await.unwrap());
+            assert!(
+                store
+                    .put_secret(&account, &name, &sealed(1), None)
+                    .await
+                    .unwrap()
+            );
             // As if the clock had stepped back since the secret was created.
             let future = now_millis() + 3_600_000;
             sqlx::query("UPDATE secrets SET created_at = $1, updated_at = $1")
@@ -270,7 +302,12 @@ mod tests {
                 .execute(&store.pool)
                 .await
                 .unwrap();
-            assert!(!store.put_secret(&account, &name, &sealed(2)).await.unwrap());
+            assert!(
+                !store
+                    .put_secret(&account, &name, &sealed(2), None)
+                    .await
+                    .unwrap()
+            );
             let listed = store.list_secrets(&account).await.unwrap();
             assert_eq!(
                 (listed[0].created_ms, listed[0].updated_ms),
@@ -281,7 +318,7 @@ mod tests {
                 ..sealed(3)
             };
             assert!(matches!(
-                store.put_secret(&account, &name, &too_new).await,
+                store.put_secret(&account, &name, &too_new, None).await,
                 Err(StoreError::Unavailable(_))
             ));
             store.close().await;

@@ -8,7 +8,8 @@ use async_trait::async_trait;
 use sqlx::{QueryBuilder, Sqlite};
 use toolgate_domain::{AccountId, SealedSecret, SecretInfo, SecretName};
 use toolgate_store::{
-    Secrets, StoreError, StoredSecret, now_millis, sealed_from_columns, secret_name_from_column,
+    BoundSecret, Secrets, StoreError, StoredSecret, hosts_from_column, hosts_to_column, now_millis,
+    sealed_from_columns, secret_name_from_column,
 };
 
 use crate::SqliteStore;
@@ -27,8 +28,10 @@ impl Secrets for SqliteStore {
         account: &AccountId,
         name: &SecretName,
         sealed: &SealedSecret,
+        hosts: Option<&[String]>,
     ) -> Result<bool, StoreError> {
         let now = now_millis();
+        let hosts = hosts.map(hosts_to_column).transpose()?;
         // IMMEDIATE, as for credits: the admissions thread writes through its own connection.
         let mut tx = self
             .writer
@@ -39,8 +42,9 @@ impl Secrets for SqliteStore {
         // row exists, whose account therefore does too.
         let inserted = sqlx::query(
             "INSERT INTO secrets
-                 (account_id, name, key_version, wrapped_key, ciphertext, created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6)
+                 (account_id, name, key_version, wrapped_key, ciphertext, created_at, updated_at,
+                  hosts)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, COALESCE(?7, ''))
              ON CONFLICT (account_id, name) DO NOTHING",
         )
         .bind(account.as_str())
@@ -49,6 +53,7 @@ impl Secrets for SqliteStore {
         .bind(sealed.wrapped_key.as_slice())
         .bind(sealed.ciphertext.as_slice())
         .bind(now)
+        .bind(hosts.as_deref())
         .execute(&mut *tx)
         .await
         .map_err(map_write_error)?;
@@ -59,7 +64,7 @@ impl Secrets for SqliteStore {
             sqlx::query(
                 "UPDATE secrets
                  SET key_version = ?3, wrapped_key = ?4, ciphertext = ?5,
-                     updated_at = MAX(?6, updated_at)
+                     updated_at = MAX(?6, updated_at), hosts = COALESCE(?7, hosts)
                  WHERE account_id = ?1 AND name = ?2",
             )
             .bind(account.as_str())
@@ -68,6 +73,7 @@ impl Secrets for SqliteStore {
             .bind(sealed.wrapped_key.as_slice())
             .bind(sealed.ciphertext.as_slice())
             .bind(now)
+            .bind(hosts.as_deref())
             .execute(&mut *tx)
             .await
             .map_err(map_write_error)?;
@@ -91,8 +97,8 @@ impl Secrets for SqliteStore {
     }
 
     async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError> {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT name, created_at, updated_at FROM secrets WHERE account_id = ?1
+        let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+            "SELECT name, created_at, updated_at, hosts FROM secrets WHERE account_id = ?1
              ORDER BY name",
         )
         .bind(account.as_str())
@@ -100,11 +106,32 @@ impl Secrets for SqliteStore {
         .await
         .map_err(map_error)?;
         rows.into_iter()
-            .map(|(name, created_ms, updated_ms)| {
+            .map(|(name, created_ms, updated_ms, hosts)| {
                 Ok(SecretInfo {
                     name: secret_name_from_column(&name)?,
                     created_ms,
                     updated_ms,
+                    hosts: hosts_from_column(&hosts),
+                })
+            })
+            .collect()
+    }
+
+    async fn bound_secrets(&self, account: &AccountId) -> Result<Vec<BoundSecret>, StoreError> {
+        let rows: Vec<(String, i64, Vec<u8>, Vec<u8>, String)> = sqlx::query_as(
+            "SELECT name, key_version, wrapped_key, ciphertext, hosts FROM secrets
+             WHERE account_id = ?1 AND hosts <> '' ORDER BY name",
+        )
+        .bind(account.as_str())
+        .fetch_all(&self.reader)
+        .await
+        .map_err(map_error)?;
+        rows.into_iter()
+            .map(|(name, version, wrapped_key, ciphertext, hosts)| {
+                Ok(BoundSecret {
+                    name: secret_name_from_column(&name)?,
+                    sealed: sealed_from_columns(version, wrapped_key, ciphertext)?,
+                    hosts: hosts_from_column(&hosts),
                 })
             })
             .collect()
@@ -265,7 +292,7 @@ mod tests {
     async fn a_malformed_stored_name_is_reported_as_corrupt() {
         let dir = tempfile::tempdir().unwrap();
         let (store, account) = store_with_account(&dir).await;
-        sqlx::query("INSERT INTO secrets VALUES (?1, '1-not a name', 1, x'00', x'00', 0, 0)")
+        sqlx::query("INSERT INTO secrets VALUES (?1, '1-not a name', 1, x'00', x'00', 0, 0, '')")
             .bind(account.as_str())
             .execute(&store.writer)
             .await
@@ -284,7 +311,7 @@ mod tests {
             .execute(&mut *conn)
             .await
             .unwrap();
-        sqlx::query("INSERT INTO secrets VALUES (?1, 'TOKEN', -1, x'AB', x'CD', 0, 0)")
+        sqlx::query("INSERT INTO secrets VALUES (?1, 'TOKEN', -1, x'AB', x'CD', 0, 0, '')")
             .bind(account.as_str())
             .execute(&mut *conn)
             .await
@@ -307,7 +334,7 @@ mod tests {
         let (store, account) = store_with_account(&dir).await;
         assert!(
             store
-                .put_secret(&account, &name("K"), &sealed(1, 1))
+                .put_secret(&account, &name("K"), &sealed(1, 1), None)
                 .await
                 .unwrap()
         );
@@ -320,7 +347,7 @@ mod tests {
             .unwrap();
         assert!(
             !store
-                .put_secret(&account, &name("K"), &sealed(1, 2))
+                .put_secret(&account, &name("K"), &sealed(1, 2), None)
                 .await
                 .unwrap()
         );
@@ -338,7 +365,7 @@ mod tests {
         let names: Vec<SecretName> = (0..1200).map(|n| name(&format!("N{n:04}"))).collect();
         for wanted in names.iter().step_by(100) {
             store
-                .put_secret(&account, wanted, &sealed(1, 9))
+                .put_secret(&account, wanted, &sealed(1, 9), None)
                 .await
                 .unwrap();
         }

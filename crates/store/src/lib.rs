@@ -240,17 +240,31 @@ pub struct StoredSecret {
     pub sealed: SealedSecret,
 }
 
+/// A secret bound to hosts, as the sessions' network proxy is given it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoundSecret {
+    /// Its name within the account.
+    pub name: SecretName,
+    /// Its sealed value.
+    pub sealed: SealedSecret,
+    /// The host patterns it may be sent to (never empty).
+    pub hosts: Vec<String>,
+}
+
 /// The vault's sealed secrets. Values arrive sealed and leave sealed: storage never sees
 /// plaintext, and nothing here decrypts.
 #[async_trait]
 pub trait Secrets: Send + Sync {
     /// Creates the secret or replaces its value (keeping its creation time); `true` when it
-    /// was created. `Err(NotFound)` when the account does not exist.
+    /// was created. `hosts`: the host patterns it is bound to (`Some(&[])`: none); `None`
+    /// keeps a replaced secret's hosts (a new one has none). `Err(NotFound)` when the account
+    /// does not exist.
     async fn put_secret(
         &self,
         account: &AccountId,
         name: &SecretName,
         sealed: &SealedSecret,
+        hosts: Option<&[String]>,
     ) -> Result<bool, StoreError>;
 
     /// Deletes the secret; `false` when there was none of that name.
@@ -260,7 +274,7 @@ pub trait Secrets: Send + Sync {
         name: &SecretName,
     ) -> Result<bool, StoreError>;
 
-    /// The account's secrets' names and dates, ordered by name.
+    /// The account's secrets' names, dates and hosts, ordered by name.
     async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError>;
 
     /// The named secrets of the account that exist, sealed; names without a secret are left out.
@@ -269,6 +283,9 @@ pub trait Secrets: Send + Sync {
         account: &AccountId,
         names: &[SecretName],
     ) -> Result<Vec<(SecretName, SealedSecret)>, StoreError>;
+
+    /// The account's secrets bound to at least one host, sealed, with their hosts, by name.
+    async fn bound_secrets(&self, account: &AccountId) -> Result<Vec<BoundSecret>, StoreError>;
 
     /// Up to `limit` secrets of any account whose data key is wrapped by a master key older
     /// than `version`, ordered by (account id, name) and strictly after `after` in that order.
@@ -340,6 +357,28 @@ pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Acc
 /// Rebuilds a secret's name from its stored column; a malformed one means corrupt storage.
 pub fn secret_name_from_column(raw: &str) -> Result<SecretName, StoreError> {
     SecretName::parse(raw).map_err(|_| corrupt_secret("name"))
+}
+
+/// A secret's host patterns as stored: one a line. `Err` for a pattern that is empty or holds
+/// a line break (the app refuses those before; storage must not mistake one for two).
+pub fn hosts_to_column(hosts: &[String]) -> Result<String, StoreError> {
+    if hosts
+        .iter()
+        .any(|h| h.is_empty() || h.contains(['\n', '\r']))
+    {
+        return Err(StoreError::Unavailable(
+            "a secret's host pattern is empty or holds a line break".to_owned(),
+        ));
+    }
+    Ok(hosts.join("\n"))
+}
+
+/// A secret's host patterns from their stored column.
+pub fn hosts_from_column(raw: &str) -> Vec<String> {
+    raw.lines()
+        .filter(|h| !h.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Rebuilds a sealed value from its stored columns.

@@ -31,7 +31,7 @@ async fn created_account(store: &dyn Store, label: &str, tag: &str) -> AccountId
 
 async fn put(store: &dyn Store, account: &AccountId, name: &str, value: &SealedSecret) -> bool {
     let name = secret_name(name);
-    store.put_secret(account, &name, value).await.unwrap()
+    store.put_secret(account, &name, value, None).await.unwrap()
 }
 
 /// The account's sealed value under `name`, as `sealed_secrets` returns it.
@@ -78,7 +78,85 @@ pub(super) async fn secrets_story(store: Arc<dyn Store>, tag: &str) {
     secrets_are_put_listed_and_deleted_per_account(&*store, tag).await;
     secrets_are_walked_for_rotation(&*store, tag).await;
     rewraps_only_change_the_value_they_read(&*store, tag).await;
-    concurrent_puts_leave_one_secret(store, tag).await;
+    concurrent_puts_leave_one_secret(Arc::clone(&store), tag).await;
+    secrets_are_bound_to_hosts(&*store, tag).await;
+}
+
+/// A secret's hosts: stored with it, listed, kept by a replacement that does not name them,
+/// cleared by one that names none, and only bound secrets given to the proxy.
+async fn secrets_are_bound_to_hosts(store: &dyn Store, tag: &str) {
+    let (a, b) = (
+        created_account(store, "bound-a", tag).await,
+        created_account(store, "bound-b", tag).await,
+    );
+    let hosts = vec!["api.github.com".to_owned(), "*.openai.com".to_owned()];
+    let (gh, plain) = (secret_name("GH_TOKEN"), secret_name("PLAIN"));
+    assert!(
+        store
+            .put_secret(&a, &gh, &sealed(1, 0x51), Some(&hosts))
+            .await
+            .unwrap()
+    );
+    assert!(put(store, &a, "PLAIN", &sealed(1, 0x52)).await);
+    assert!(put(store, &b, "OTHER", &sealed(1, 0x53)).await);
+    let listed = store.list_secrets(&a).await.unwrap();
+    let shown: Vec<(&str, &[String])> = listed
+        .iter()
+        .map(|s| (s.name.as_str(), s.hosts.as_slice()))
+        .collect();
+    assert_eq!(shown, [("GH_TOKEN", &hosts[..]), ("PLAIN", &[][..])]);
+    let bound = store.bound_secrets(&a).await.unwrap();
+    assert_eq!(
+        bound,
+        [crate::BoundSecret {
+            name: gh.clone(),
+            sealed: sealed(1, 0x51),
+            hosts: hosts.clone(),
+        }],
+        "only the bound one, with its value and hosts"
+    );
+    assert!(
+        store.bound_secrets(&b).await.unwrap().is_empty(),
+        "per account"
+    );
+
+    // a new value without hosts keeps them; hosts on a plain secret bind it
+    assert!(!put(store, &a, "GH_TOKEN", &sealed(1, 0x61)).await);
+    let bound = store.bound_secrets(&a).await.unwrap();
+    assert_eq!(
+        (bound[0].hosts.clone(), bound[0].sealed.clone()),
+        (hosts.clone(), sealed(1, 0x61))
+    );
+    let one = vec!["example.org".to_owned()];
+    store
+        .put_secret(&a, &plain, &sealed(1, 0x62), Some(&one))
+        .await
+        .unwrap();
+    let names: Vec<String> = store
+        .bound_secrets(&a)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name.as_str().to_owned())
+        .collect();
+    assert_eq!(names, ["GH_TOKEN", "PLAIN"]);
+    // no hosts unbinds; deleting forgets
+    store
+        .put_secret(&a, &gh, &sealed(1, 0x63), Some(&[]))
+        .await
+        .unwrap();
+    assert!(delete(store, &a, "PLAIN").await);
+    assert!(store.bound_secrets(&a).await.unwrap().is_empty());
+    assert!(store.list_secrets(&a).await.unwrap()[0].hosts.is_empty());
+    // a pattern storage could split is refused, and the secret is left as it was
+    let split = vec!["a.org\nb.org".to_owned()];
+    assert!(
+        store
+            .put_secret(&a, &gh, &sealed(1, 0x64), Some(&split))
+            .await
+            .is_err()
+    );
+    assert_eq!(value_of(store, &a, "GH_TOKEN").await, Some(sealed(1, 0x63)));
 }
 
 async fn secrets_are_put_listed_and_deleted_per_account(store: &dyn Store, tag: &str) {
@@ -187,7 +265,7 @@ async fn secrets_are_put_listed_and_deleted_per_account(store: &dyn Store, tag: 
     assert!(
         matches!(
             store
-                .put_secret(&stranger, &secret_name("X"), &sealed(1, 0))
+                .put_secret(&stranger, &secret_name("X"), &sealed(1, 0), None)
                 .await,
             Err(StoreError::NotFound)
         ),
