@@ -35,7 +35,7 @@ async fn main() {
         .collect();
     for name in &names {
         secrets
-            .set(&id, name, &format!("{name}-{}", "k".repeat(36)))
+            .set(&id, name, &format!("{name}-{}", "k".repeat(36)), None)
             .await
             .unwrap();
     }

@@ -123,8 +123,9 @@ impl Secrets for GatedStore {
         account: &AccountId,
         name: &SecretName,
         sealed: &SealedSecret,
+        hosts: Option<&[String]>,
     ) -> Result<bool, StoreError> {
-        self.inner.put_secret(account, name, sealed).await
+        self.inner.put_secret(account, name, sealed, hosts).await
     }
     async fn delete_secret(
         &self,
@@ -135,6 +136,12 @@ impl Secrets for GatedStore {
     }
     async fn list_secrets(&self, account: &AccountId) -> Result<Vec<SecretInfo>, StoreError> {
         self.inner.list_secrets(account).await
+    }
+    async fn bound_secrets(
+        &self,
+        account: &AccountId,
+    ) -> Result<Vec<toolgate_store::BoundSecret>, StoreError> {
+        self.inner.bound_secrets(account).await
     }
     async fn sealed_secrets(
         &self,

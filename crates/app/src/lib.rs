@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod auth;
+mod bound_cache;
 mod call_secrets;
 pub mod calls;
 pub mod capabilities;

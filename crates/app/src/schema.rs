@@ -47,7 +47,8 @@ pub enum FieldKind {
         /// most entries
         max_items: usize,
     },
-    /// A `{name, value}` object: a secret to store (the value is never echoed by an error).
+    /// A `{name, value, hosts?}` object: a secret to store (the value is never echoed by an
+    /// error).
     SecretEntry,
     /// `{method, url, headers?, body?, max_bytes?}`: a request that changes something elsewhere.
     HttpCall {
@@ -105,6 +106,13 @@ impl FieldKind {
                              "description": "the secret's name, e.g. OPENAI_API_KEY"},
                     "value": {"type": "string", "maxLength": MAX_SECRET_BYTES,
                               "description": "the value, stored encrypted; never shown again"},
+                    "hosts": {"type": "array", "maxItems": crate::secrets::MAX_SECRET_HOSTS,
+                              "items": {"type": "string",
+                                        "maxLength": toolgate_egress::MAX_HOST_PATTERN_CHARS},
+                              "description": "host patterns (api.github.com, *.openai.com) the \
+                                  sessions' network proxy may send it to, in place of \
+                                  {{secret:NAME}} in a request's headers; [] unbinds; \
+                                  left out, a replaced secret keeps its hosts"},
                 },
                 "required": ["name", "value"],
                 "additionalProperties": false,
@@ -265,11 +273,18 @@ fn check_secret_names(field: &str, value: &Value, max_items: usize) -> Result<()
 fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
     let Some(object) = value.as_object() else {
         return Err(format!(
-            "field `{field}` must be an object {{name, value}}, got {}",
+            "field `{field}` must be an object {{name, value, hosts?}}, got {}",
             type_of(value)
         ));
     };
-    only_keys(&format!("field `{field}`"), object, &["name", "value"])?;
+    only_keys(
+        &format!("field `{field}`"),
+        object,
+        &["name", "value", "hosts"],
+    )?;
+    if let Some(hosts) = object.get("hosts") {
+        secret_entry_hosts(field, hosts)?;
+    }
     match object.get("name").and_then(Value::as_str) {
         Some(text) => check_secret_name(&format!("{field}.name"), text)?,
         None => return Err(format!("`{field}.name` must be a string")),
@@ -283,6 +298,29 @@ fn check_secret_entry(field: &str, value: &Value) -> Result<(), String> {
         )),
         None => Err(format!("`{field}.value` must be a string")),
     }
+}
+
+/// `hosts` of a secret entry: an array of host patterns, by the vault's one rule.
+fn secret_entry_hosts(field: &str, hosts: &Value) -> Result<Vec<String>, String> {
+    let Some(items) = hosts.as_array() else {
+        return Err(format!(
+            "`{field}.hosts` must be an array of host patterns, got {}",
+            type_of(hosts)
+        ));
+    };
+    let mut texts = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match item.as_str() {
+            Some(text) => texts.push(text),
+            None => {
+                return Err(format!(
+                    "`{field}.hosts[{i}]` must be a string, got {}",
+                    type_of(item)
+                ));
+            }
+        }
+    }
+    crate::secrets::secret_hosts(texts).map_err(|e| format!("`{field}.hosts`: {e}"))
 }
 
 /// Headers that frame the request or steer the connection: a caller who set them could make

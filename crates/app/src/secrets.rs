@@ -5,10 +5,43 @@
 use std::sync::Arc;
 
 use toolgate_domain::{AccountId, SecretInfo, SecretName};
+use toolgate_egress::HostPattern;
+use toolgate_sandbox::EdgeSecret;
 use toolgate_store::{Store, StoreError};
 use toolgate_vault::{Redactor, Vault, VaultError, Zeroizing};
 
+use crate::bound_cache::BoundCache;
 use crate::sealed_cache::SealedCache;
+
+/// Most host patterns one secret may be bound to.
+pub const MAX_SECRET_HOSTS: usize = 32;
+
+/// A secret's `hosts` checked, without repeats and written as the proxy matches them
+/// (`API.Example.org.` → `api.example.org`); `Err` is a sentence for the caller. `*` alone is
+/// refused: a secret sent to every host is no longer kept from anyone.
+pub fn secret_hosts<'a>(raw: impl IntoIterator<Item = &'a str>) -> Result<Vec<String>, String> {
+    let mut hosts: Vec<String> = Vec::new();
+    for (i, text) in raw.into_iter().enumerate() {
+        if i >= MAX_SECRET_HOSTS {
+            return Err(format!(
+                "a secret may be bound to at most {MAX_SECRET_HOSTS} host patterns"
+            ));
+        }
+        let pattern = HostPattern::parse(text).map_err(|e| e.to_string())?;
+        let written = pattern.to_string();
+        if written == "*" {
+            return Err(
+                "a secret cannot be bound to every host (*): name the hosts it is \
+                        for, such as api.github.com or *.openai.com"
+                    .to_owned(),
+            );
+        }
+        if !hosts.contains(&written) {
+            hosts.push(written);
+        }
+    }
+    Ok(hosts)
+}
 
 /// Why a vault use case failed; messages are safe to show the caller.
 #[derive(Debug, thiserror::Error)]
@@ -70,6 +103,7 @@ pub struct Secrets {
     store: Arc<dyn Store>,
     vault: Arc<Vault>,
     sealed: SealedCache,
+    bound: BoundCache,
 }
 
 impl Secrets {
@@ -79,16 +113,31 @@ impl Secrets {
             store,
             vault,
             sealed: SealedCache::default(),
+            bound: BoundCache::default(),
         }
     }
 
-    /// Creates or replaces `name`; `true` when it was created.
+    /// Creates or replaces `name`; `true` when it was created. `hosts` binds it to those host
+    /// patterns (`Some(&[])`: to none); `None` keeps a replaced secret's hosts.
     pub async fn set(
         &self,
         account: &AccountId,
         name: &SecretName,
         value: &str,
+        hosts: Option<&[String]>,
     ) -> Result<bool, SecretsError> {
+        let hosts = hosts
+            .map(|hosts| secret_hosts(hosts.iter().map(String::as_str)))
+            .transpose()
+            .map_err(SecretsError::Refused)?;
+        let in_headers = hosts.as_ref().is_some_and(|h| !h.is_empty());
+        if in_headers && value.bytes().any(|b| b.is_ascii_control() && b != b'\t') {
+            return Err(SecretsError::Refused(
+                "a secret bound to hosts is written into request headers: its value may not \
+                 hold line breaks or other control characters"
+                    .to_owned(),
+            ));
+        }
         let sealed = self
             .vault
             .seal(account, name, value.as_bytes())
@@ -101,10 +150,11 @@ impl Secrets {
             })?;
         let created = self
             .store
-            .put_secret(account, name, &sealed)
+            .put_secret(account, name, &sealed, hosts.as_deref())
             .await
             .map_err(unavailable);
         self.sealed.forget(account, name);
+        self.bound.forget(account);
         created
     }
 
@@ -120,6 +170,7 @@ impl Secrets {
             .await
             .map_err(unavailable);
         self.sealed.forget(account, name);
+        self.bound.forget(account);
         deleted
     }
 
@@ -165,6 +216,44 @@ impl Secrets {
         Ok(opened)
     }
 
+    /// The account's secrets bound to hosts, opened, for the sessions' network proxy. An
+    /// account without any costs neither a vault open nor (once cached) a database read. A
+    /// secret that cannot be opened is left out and logged: the proxy then refuses requests
+    /// naming it, and the account's other runs go on.
+    pub async fn open_bound(&self, account: &AccountId) -> Result<Vec<EdgeSecret>, SecretsError> {
+        let list = match self.bound.get(account) {
+            Ok(list) => list,
+            Err(changes) => {
+                let read = Arc::new(
+                    self.store
+                        .bound_secrets(account)
+                        .await
+                        .map_err(unavailable)?,
+                );
+                self.bound.keep(account, &read, changes);
+                read
+            }
+        };
+        let mut opened = Vec::with_capacity(list.len());
+        for secret in list.iter() {
+            let text = self
+                .vault
+                .open(account, &secret.name, &secret.sealed)
+                .ok()
+                .and_then(|plain| String::from_utf8(plain.to_vec()).ok());
+            let Some(value) = text else {
+                tracing::error!(secret = %secret.name, "cannot open a secret bound to hosts");
+                continue;
+            };
+            opened.push(EdgeSecret {
+                name: secret.name.to_string(),
+                value,
+                hosts: secret.hosts.clone(),
+            });
+        }
+        Ok(opened)
+    }
+
     /// Wraps every data key older than the newest master key again, while the service runs.
     /// A secret replaced meanwhile is already current; passes repeat until none is left behind.
     pub async fn rewrap_all(&self) -> Result<Rewrapped, SecretsError> {
@@ -173,6 +262,7 @@ impl Secrets {
             .map_err(|err| SecretsError::Refused(err.to_string()))?;
         let version = self.vault.newest_version();
         self.sealed.clear();
+        self.bound.clear();
         let mut done = Rewrapped::default();
         // a secret sealed by a server that had not yet seen the new key file can appear behind
         // the walk; a few passes catch those

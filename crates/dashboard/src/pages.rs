@@ -155,6 +155,28 @@ pub struct SecretForm {
     name: String,
     #[serde(default)]
     value: String,
+    /// Host patterns, separated by commas, spaces or lines; empty keeps a replaced secret's.
+    #[serde(default)]
+    hosts: String,
+    /// `on`: bind the secret to no host.
+    #[serde(default)]
+    unbind: Option<String>,
+}
+
+impl SecretForm {
+    /// The hosts to store, as `secret_set`'s `hosts`: `None` keeps them.
+    fn hosts(&self) -> Option<Vec<String>> {
+        if self.unbind.is_some() {
+            return Some(Vec::new());
+        }
+        let hosts: Vec<String> = self
+            .hosts
+            .split([',', ' ', '\n', '\r', '\t'])
+            .filter(|h| !h.is_empty())
+            .map(str::to_owned)
+            .collect();
+        (!hosts.is_empty()).then_some(hosts)
+    }
 }
 
 /// `POST /dashboard/secrets/set`: add or replace.
@@ -184,7 +206,11 @@ pub async fn set_secret(
     let Some(vault) = state.app.secrets() else {
         return guard::unavailable();
     };
-    match vault.set(&signed.account.id, &name, &form.value).await {
+    let hosts = form.hosts();
+    match vault
+        .set(&signed.account.id, &name, &form.value, hosts.as_deref())
+        .await
+    {
         Ok(_) => guard::see_other("/dashboard/secrets?notice=secret-saved"),
         Err(SecretsError::Refused(message)) => {
             secrets_page(

@@ -57,24 +57,28 @@ impl Capability for SecretSet {
     }
 
     fn summary(&self) -> &'static str {
-        "`secret_set: {name, value}` stores a secret encrypted in your vault (never shown again); \
-         `secrets: [\"NAME\"]` on `code` or `bash` makes it an environment variable of that run, \
-         printed as [REDACTED:NAME]."
+        "`secret_set: {name, value, hosts?}` stores a secret encrypted in your vault (never shown \
+         again); `secrets: [\"NAME\"]` on `code` or `bash` makes it an environment variable of \
+         that run, printed as [REDACTED:NAME]. With `hosts` (e.g. [\"api.github.com\"]) code \
+         never holds it: it writes `{{secret:NAME}}` in a request header and the network proxy \
+         puts the value in on the way to those hosts only."
     }
 
     fn fields(&self) -> Vec<Field> {
         vec![Field {
             name: "secret_set",
             kind: FieldKind::SecretEntry,
-            description: "{name, value}: store a secret (create or replace); the name is \
-                          letters, digits and _, not starting with a digit (e.g. \
-                          OPENAI_API_KEY); the value at most 64 KiB",
+            description: "{name, value, hosts?}: store a secret (create or replace); the name \
+                          is letters, digits and _, not starting with a digit (e.g. \
+                          OPENAI_API_KEY); the value at most 64 KiB; hosts: the host patterns \
+                          code's requests may carry it to as {{secret:NAME}} in a header",
         }]
     }
 
     fn output_schema(&self) -> Value {
         json!({"type": "object", "properties": {
-            "name": {"type": "string"}, "created": {"type": "boolean"}},
+            "name": {"type": "string"}, "created": {"type": "boolean"},
+            "hosts": {"type": "array", "items": {"type": "string"}}},
             "required": ["name", "created"]})
     }
 
@@ -89,15 +93,42 @@ impl Capability for SecretSet {
             .and_then(|v| v.get("value"))
             .and_then(Value::as_str)
             .ok_or_else(|| Failure::new("`secret_set.value` must be a string"))?;
+        let hosts: Option<Vec<String>> = match args.get("secret_set").and_then(|v| v.get("hosts")) {
+            None => None,
+            Some(Value::Array(items)) => Some(
+                items
+                    .iter()
+                    .map(|h| h.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()
+                    .ok_or_else(|| Failure::new("`secret_set.hosts` must be strings"))?,
+            ),
+            Some(_) => return Err(Failure::new("`secret_set.hosts` must be an array")),
+        };
         let created = self
             .0
-            .set(&ctx.account.id, &name, value)
+            .set(&ctx.account.id, &name, value, hosts.as_deref())
             .await
             .map_err(|e| Failure::new(e.to_string()))?;
         let what = if created { "stored" } else { "replaced" };
+        let Some(hosts) = hosts else {
+            return Ok(text(
+                format!("{what} the secret {name}"),
+                json!({"name": name.as_str(), "created": created}),
+            ));
+        };
+        let hosts =
+            crate::secrets::secret_hosts(hosts.iter().map(String::as_str)).map_err(Failure::new)?;
+        let bound = if hosts.is_empty() {
+            "; it is bound to no host".to_owned()
+        } else {
+            format!(
+                "; code's requests to {} may carry it as {{{{secret:{name}}}}} in a header",
+                hosts.join(", ")
+            )
+        };
         Ok(text(
-            format!("{what} the secret {name}"),
-            json!({"name": name.as_str(), "created": created}),
+            format!("{what} the secret {name}{bound}"),
+            json!({"name": name.as_str(), "created": created, "hosts": hosts}),
         ))
     }
 }
@@ -169,14 +200,14 @@ impl Capability for ListSecrets {
 
     fn summary(&self) -> &'static str {
         "`list_secrets: true` lists the names of your vault's secrets with when each was \
-         created and last replaced (never their values)."
+         created and last replaced and the hosts it is bound to (never their values)."
     }
 
     fn fields(&self) -> Vec<Field> {
         vec![Field {
             name: "list_secrets",
             kind: FieldKind::Boolean,
-            description: "true: list your secrets' names and dates",
+            description: "true: list your secrets' names, dates and hosts",
         }]
     }
 
@@ -184,8 +215,9 @@ impl Capability for ListSecrets {
         let text = json!({"type": "string"});
         json!({"type": "object", "properties": {"secrets": {"type": "array", "items": {
             "type": "object",
-            "properties": {"name": text, "created_at": text, "updated_at": text},
-            "required": ["name", "created_at", "updated_at"]}}},
+            "properties": {"name": text, "created_at": text, "updated_at": text,
+                           "hosts": {"type": "array", "items": text}},
+            "required": ["name", "created_at", "updated_at", "hosts"]}}},
             "required": ["secrets"]})
     }
 
@@ -203,7 +235,7 @@ impl Capability for ListSecrets {
             .iter()
             .map(|s| {
                 json!({"name": s.name.as_str(), "created_at": rfc3339(s.created_ms),
-                       "updated_at": rfc3339(s.updated_ms)})
+                       "updated_at": rfc3339(s.updated_ms), "hosts": s.hosts})
             })
             .collect();
         let message = if listed.is_empty() {
@@ -211,7 +243,14 @@ impl Capability for ListSecrets {
         } else {
             let lines: Vec<String> = listed
                 .iter()
-                .map(|s| format!("{} (updated {})", s.name, rfc3339(s.updated_ms)))
+                .map(|s| {
+                    let bound = if s.hosts.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; bound to {}", s.hosts.join(", "))
+                    };
+                    format!("{} (updated {}{bound})", s.name, rfc3339(s.updated_ms))
+                })
                 .collect();
             format!("{} secret(s):\n{}", listed.len(), lines.join("\n"))
         };
@@ -248,3 +287,7 @@ mod tests {
         assert!(rfc3339(1_000_100) < rfc3339(1_000_120));
     }
 }
+
+#[cfg(test)]
+#[path = "secrets_tests.rs"]
+mod hosts_tests;

@@ -13,7 +13,8 @@ pub fn page(chrome: &Chrome<'_>, list: Option<&[SecretInfo]>) -> Markup {
         html! {
             p.muted { "Code you run can use these as environment variables (the "
                 code { "secrets" } " field) and requests can name them as "
-                code { "{{secret:NAME}}" } ". Nobody can read a value back: not here, not over MCP." }
+                code { "{{secret:NAME}}" } ". A secret bound to hosts never enters a session: code writes "
+                code { "{{secret:NAME}}" } " in a request header and the network proxy puts the value in on the way to those hosts only. Nobody can read a value back: not here, not over MCP." }
             @if let Some(list) = list {
                 section.card aria-labelledby="list-title" {
                     h2 #list-title { "Stored secrets" }
@@ -21,11 +22,15 @@ pub fn page(chrome: &Chrome<'_>, list: Option<&[SecretInfo]>) -> Markup {
                         p.muted { "No secrets yet." }
                     }
                     div.table-scroll { table #secrets {
-                        thead { tr { th scope="col" { "Name" } th scope="col" { "Created" } th scope="col" { "Updated" } th { span.skip { "Actions" } } } }
+                        thead { tr { th scope="col" { "Name" } th scope="col" { "Hosts" } th scope="col" { "Created" } th scope="col" { "Updated" } th { span.skip { "Actions" } } } }
                         tbody {
                             @for secret in list {
                                 tr data-name=(secret.name.as_str()) {
                                     td.mono { (secret.name.as_str()) }
+                                    td.mono.hosts {
+                                        @if secret.hosts.is_empty() { span.muted { "—" } }
+                                        @else { (secret.hosts.join(", ")) }
+                                    }
                                     td { (date_time(secret.created_ms)) }
                                     td { (date_time(secret.updated_ms)) }
                                     td {
@@ -49,7 +54,14 @@ pub fn page(chrome: &Chrome<'_>, list: Option<&[SecretInfo]>) -> Markup {
                             pattern="[A-Za-z_][A-Za-z0-9_]*" placeholder="OPENAI_API_KEY" spellcheck="false";
                         label for="secret-value" { "Value" }
                         textarea #secret-value name="value" rows="3" required spellcheck="false" {}
-                        p.muted { "Saving under an existing name replaces its value." }
+                        label for="secret-hosts" { "Hosts (optional)" }
+                        input #secret-hosts type="text" name="hosts" maxlength="4096"
+                            placeholder="api.github.com, *.openai.com" spellcheck="false";
+                        label.check for="secret-unbind" {
+                            input #secret-unbind type="checkbox" name="unbind";
+                            " Bind to no host"
+                        }
+                        p.muted { "Saving under an existing name replaces its value; with the hosts left empty it keeps the hosts it had." }
                         button type="submit" { "Save secret" }
                     }
                 }

@@ -264,6 +264,7 @@ async fn a_callers_own_key_and_a_keyless_endpoint_are_not_limited() {
             &ann.id,
             &SecretName::parse("OPENAI_API_KEY").unwrap(),
             "sk-own-0123456789abcdef",
+            None,
         )
         .await
         .unwrap();

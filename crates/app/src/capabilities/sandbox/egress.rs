@@ -2,6 +2,7 @@
 //! proxy applies (see `toolgate-egress-proxy`). Built per run from the operator's settings,
 //! the account's host lists and its secrets bound to hosts.
 
+use toolgate_domain::SecretName;
 use toolgate_sandbox::{EgressGrant, EgressLimits};
 
 use crate::capability::{CallContext, Failure};
@@ -21,16 +22,31 @@ impl Sandbox {
         self.network.is_some()
     }
 
-    /// The grant of a run of `ctx`'s account; `None` when sessions have no network.
+    /// The grant of a run of `ctx`'s account; `None` when sessions have no network. It holds
+    /// the account's secrets bound to hosts, whose values are registered with the call so that
+    /// an answer echoing one (a site that reflects its headers) is redacted like any other.
     pub(super) async fn egress_grant(
         &self,
-        _ctx: &CallContext<'_>,
+        ctx: &CallContext<'_>,
     ) -> Result<Option<EgressGrant>, Failure> {
         let Some(limits) = self.network else {
             return Ok(None);
         };
+        let secrets = match &self.secrets {
+            Some(vault) => vault
+                .open_bound(&ctx.account.id)
+                .await
+                .map_err(|e| Failure::new(e.to_string()))?,
+            None => Vec::new(),
+        };
+        let named: Vec<(SecretName, &[u8])> = secrets
+            .iter()
+            .filter_map(|s| Some((SecretName::parse(&s.name).ok()?, s.value.as_bytes())))
+            .collect();
+        ctx.secrets.add(named.iter().map(|(n, v)| (n, *v)));
         Ok(Some(EgressGrant {
             limits,
+            secrets,
             ..EgressGrant::default()
         }))
     }

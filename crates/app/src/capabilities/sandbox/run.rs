@@ -198,6 +198,19 @@ impl Capability for Runner {
         let timeout = limits.timeout;
         let opened = self.open_secrets(ctx, args).await?;
         let egress = self.sandbox.egress_grant(ctx).await?;
+        if let (Some(session), Some(grant)) = (scope.caller_id(), &egress) {
+            // answers the proxy passed in may echo a bound secret into the session's files
+            let bound: Vec<SecretName> = grant
+                .secrets
+                .iter()
+                .filter_map(|s| SecretName::parse(&s.name).ok())
+                .collect();
+            if !bound.is_empty() {
+                self.sandbox
+                    .expose(&account_key(ctx), session, &bound)
+                    .await;
+            }
+        }
         let request = RunRequest {
             egress,
             files,
