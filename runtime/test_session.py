@@ -363,3 +363,39 @@ def test_the_executor_stays_out_of_the_users_namespace(zygote):
         assert s.value("len([m for m in sys.modules if m.startswith('toolgate')]) > 1") == "True"
     finally:
         s.close()
+
+
+def test_the_network_proxys_ca_is_trusted_in_the_session_only_through_its_bundle(zygote, tmp_path):
+    """TOOLGATE_EGRESS_CA (the session's CA, for secrets added at the edge) becomes a bundle of
+    the public roots and that CA in the session's tmp dir, named by the variables clients read,
+    and leaves the environment."""
+    import certifi
+    import subprocess
+    roots = Path(certifi.where()).read_text()
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+                    "-nodes", "-keyout", str(tmp_path / "ca.key"), "-out", str(tmp_path / "ca.pem"),
+                    "-days", "1", "-subj", "/CN=toolgate test session CA"],
+                   check=True, capture_output=True)
+    ca = (tmp_path / "ca.pem").read_text().strip()
+    s = zygote.fork("edge-ca", tmpdir=str(tmp_path), env={"TOOLGATE_EGRESS_CA": ca})
+    try:
+        env = json.loads(s.value("import os, json\njson.dumps(dict(os.environ))")[1:-1])
+        assert "TOOLGATE_EGRESS_CA" not in env
+        bundle = str(tmp_path / "toolgate-ca-bundle.pem")
+        for name in ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT"):
+            assert env[name] == bundle, (name, env)
+        text = Path(bundle).read_text()
+        assert text.startswith(roots.rstrip("\n")) and text.rstrip("\n").endswith(ca)
+        subjects = s.value("import ssl\nstr([c['subject'] for c in "
+                           "ssl.create_default_context().get_ca_certs()])")
+        assert "toolgate test session CA" in subjects, "the default context trusts it"
+        shown = s.bash("env | cut -d= -f1 | sort | tr '\\n' ' '")["stdout"]
+        assert "SSL_CERT_FILE" in shown and "TOOLGATE_EGRESS_CA" not in shown, shown
+    finally:
+        s.close()
+    plain = zygote.fork("edge-no-ca", tmpdir=str(tmp_path / "none"))
+    try:
+        env = json.loads(plain.value("import os, json\njson.dumps(dict(os.environ))")[1:-1])
+        assert "SSL_CERT_FILE" not in env, "no CA, no bundle"
+    finally:
+        plain.close()

@@ -23,6 +23,51 @@ from toolgate import _checkpoint, _sqlite
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# The network proxy's CA for this session (secrets added at the edge: the proxy terminates the
+# session's HTTPS to put a secret's value into a request). It comes at fork in this variable,
+# is added to a CA bundle of the session's own and leaves the environment; the bundle is named
+# by the variables Python's ssl, requests, httpx, curl and pip read.
+_EGRESS_CA = "TOOLGATE_EGRESS_CA"
+_BUNDLE_VARIABLES = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PIP_CERT")
+
+
+def _public_roots():
+    """The public roots every bundle starts with, read once in the zygote (shared by every
+    child): certifi's, else the system's."""
+    try:
+        import certifi
+        path = certifi.where()
+    except ImportError:
+        path = "/etc/ssl/certs/ca-certificates.crt"
+    try:
+        with open(path, "rb") as f:
+            return f.read().rstrip(b"\n") + b"\n"
+    except OSError:
+        return b""
+
+
+_PUBLIC_ROOTS = _public_roots()
+
+
+def trust_session_ca(extra_env, tmpdir):
+    """Takes the session's CA out of `extra_env` and, if there was one, writes the session's
+    bundle (the public roots and that CA) into `tmpdir` and names it in `extra_env`."""
+    pem = extra_env.pop(_EGRESS_CA, None)
+    if not pem:
+        return
+    path = os.path.join(tmpdir or "/tmp", "toolgate-ca-bundle.pem")
+    # one writev without joining the ~230 KB of roots to the CA first: 0.12 ms on tmpfs, where
+    # a joined write took 0.4 (measured on the CI machine, 2026-11-27)
+    parts = [_PUBLIC_ROOTS, pem.encode(), b"\n"]
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        if os.writev(fd, parts) != sum(map(len, parts)):
+            raise OSError("the session's CA bundle was written short")
+    finally:
+        os.close(fd)
+    for name in _BUNDLE_VARIABLES:
+        extra_env[name] = path
+
 
 class _State:
     running = False       # a request is executing: SIGINT raises KeyboardInterrupt
@@ -63,6 +108,8 @@ class Session:
             env["MPLCONFIGDIR"] = os.environ["MPLCONFIGDIR"]
         if tmpdir:
             env["TMPDIR"] = tmpdir
+        extra_env = dict(extra_env)
+        trust_session_ca(extra_env, tmpdir)
         env.update(extra_env)
         # the fork's variables are the session's whole life's (its network proxy among them):
         # bash commands get them too, though nothing else of Python's environment

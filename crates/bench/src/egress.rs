@@ -41,6 +41,7 @@ async fn measure() -> Result<()> {
     let policy = EgressPolicy::new(&["127.0.0.1".to_owned()]).map_err(anyhow::Error::msg)?;
     let proxy = EgressProxy::new(ProxySettings {
         policy: Arc::new(policy),
+        extra_roots: Vec::new(),
     });
     let mut gate = proxy.gate();
     gate.serve(toolgate_egress_proxy::listen_on_loopback()?)?;

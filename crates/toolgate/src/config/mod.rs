@@ -400,6 +400,11 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_EGRESS_RATE_MIB_S", global = true)]
     pub egress_rate_mib_s: Option<u64>,
 
+    /// A PEM file of CA certificates the proxy trusts, besides the public roots, when it
+    /// terminates a session's HTTPS to add a secret bound to hosts (an internal CA, a test's)
+    #[arg(long, env = "TOOLGATE_EGRESS_EXTRA_CA_FILE", global = true)]
+    pub egress_extra_ca_file: Option<PathBuf>,
+
     /// The vault's master keys themselves, as `v1 <base64 of 32 bytes>` entries separated by
     /// newlines or `;` (instead of a key file; rotation then is the operator's: add a version)
     #[arg(
@@ -592,6 +597,7 @@ impl Settings {
             egress_max_connections,
             egress_max_mib,
             egress_rate_mib_s,
+            egress_extra_ca_file,
             ai_endpoints,
             ai_endpoint_keys,
             ai_timeout_s,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use toolgate_egress::EgressPolicy;
-use toolgate_egress_proxy::{EgressLimits, ProxySettings};
+use toolgate_egress_proxy::{EgressLimits, ProxySettings, extra_roots_from_pem};
 
 use super::{ConfigError, Settings};
 
@@ -55,8 +55,22 @@ impl Settings {
         }
         let policy = EgressPolicy::new(self.egress_allow_private.as_deref().unwrap_or_default())
             .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?;
+        let extra_roots = match &self.egress_extra_ca_file {
+            None => Vec::new(),
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|err| {
+                    ConfigError::new(
+                        "egress_extra_ca_file",
+                        format!("cannot read {}: {err}", path.display()),
+                    )
+                })?;
+                extra_roots_from_pem(&pem)
+                    .map_err(|err| ConfigError::worded("egress_extra_ca_file", err))?
+            }
+        };
         Ok(Some(ProxySettings {
             policy: Arc::new(policy),
+            extra_roots,
         }))
     }
 }
@@ -86,6 +100,36 @@ mod tests {
         assert_eq!(limits.max_connections, 4);
         assert_eq!(limits.max_bytes, 10 << 20);
         assert_eq!(limits.bytes_per_second, 0);
+    }
+
+    #[test]
+    fn the_extra_ca_file_is_read_and_checked_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |path: &std::path::Path| Settings {
+            egress_extra_ca_file: Some(path.to_owned()),
+            ..Settings::default()
+        };
+        let missing = with(&dir.path().join("missing.pem"))
+            .proxy_settings()
+            .unwrap_err();
+        assert_eq!(missing.setting(), "egress_extra_ca_file", "{missing}");
+        let junk = dir.path().join("junk.pem");
+        std::fs::write(&junk, "not a certificate").unwrap();
+        let err = with(&junk).proxy_settings().unwrap_err();
+        assert_eq!(err.setting(), "egress_extra_ca_file", "{err}");
+        let ca = rcgen::CertifiedIssuer::self_signed(
+            {
+                let mut params = rcgen::CertificateParams::default();
+                params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+                params
+            },
+            rcgen::KeyPair::generate().unwrap(),
+        )
+        .unwrap();
+        let good = dir.path().join("ca.pem");
+        std::fs::write(&good, ca.pem()).unwrap();
+        let settings = with(&good).proxy_settings().unwrap().unwrap();
+        assert_eq!(settings.extra_roots.len(), 1);
     }
 
     #[test]
