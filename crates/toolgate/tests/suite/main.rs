@@ -18,6 +18,7 @@ mod dashboard_refunds;
 mod dashboard_sign_in;
 mod dashboard_wallet;
 mod egress;
+mod egress_secrets;
 mod front_door;
 mod hostile_bodies;
 mod links;
