@@ -15,6 +15,7 @@ mod cli_serve;
 mod dashboard;
 mod dashboard_owner;
 mod dashboard_refunds;
+mod dashboard_secret_hosts;
 mod dashboard_sign_in;
 mod dashboard_wallet;
 mod egress;
