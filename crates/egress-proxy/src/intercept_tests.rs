@@ -337,3 +337,59 @@ async fn plain_http_requests_get_the_same_substitution() {
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert!(seen[0].contains(&format!("X-Key: {VALUE}")), "{seen:?}");
 }
+
+#[tokio::test]
+async fn framing_that_could_smuggle_a_request_is_refused_inside_a_tunnel() {
+    let (test_ca, site_tls) = test_pki();
+    let (site, seen) = site(Some(site_tls)).await;
+    let (gate, proxy) = gate(&test_ca);
+    let _run = gate
+        .begin(Some(grant_binding_token_to("localhost")))
+        .unwrap();
+    let session_ca = gate.ca_pem().unwrap().to_owned();
+    for head in [
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\n\
+         Transfer-Encoding: chunked\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 4\r\nContent-Length: 5\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: +4\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip\r\n\r\n",
+    ] {
+        let mut tls = tunnel(proxy, "localhost", site.port(), &session_ca).await;
+        tls.write_all(head.as_bytes()).await.unwrap();
+        // bounded, so that a proxy that passed the head on fails here instead of hanging
+        let answer = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            response(&mut tls, "\r\n\r\n"),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{head:?}: no answer"));
+        assert!(answer.starts_with("HTTP/1.1 400"), "{head:?}: {answer}");
+    }
+    assert!(seen.lock().unwrap().is_empty(), "nothing was sent");
+}
+
+#[tokio::test]
+async fn the_runs_byte_limit_holds_inside_a_terminated_tunnel() {
+    let (test_ca, site_tls) = test_pki();
+    let (site, seen) = site(Some(site_tls)).await;
+    let (gate, proxy) = gate(&test_ca);
+    let mut grant = grant_binding_token_to("localhost");
+    grant.limits.max_bytes = 120;
+    let run = gate.begin(Some(grant)).unwrap();
+    let session_ca = gate.ca_pem().unwrap().to_owned();
+    let mut tls = tunnel(proxy, "localhost", site.port(), &session_ca).await;
+    let get = "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    for _ in 0..4 {
+        if tls.write_all(get.as_bytes()).await.is_err() {
+            break;
+        }
+        if response(&mut tls, "hello").await.is_empty() {
+            break;
+        }
+    }
+    wait_recorded(&run, 1).await;
+    let reached = run.finish();
+    let refused = reached[0].refused.as_deref().unwrap_or_default();
+    assert!(refused.contains("limit of 120 bytes"), "{reached:?}");
+    assert!(seen.lock().unwrap().len() < 4, "the limit cut the tunnel");
+}
