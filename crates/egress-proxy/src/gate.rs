@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
-use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 use toolgate_egress::{HostPattern, any_matches};
@@ -19,6 +18,7 @@ use crate::head::{self, Head};
 use crate::intercept::{self, Edge};
 use crate::placeholder::{self, BoundSecret};
 use crate::pump::{self, Budget};
+use crate::traffic::{Traffic, refuse};
 use crate::{SESSION_PROXY_PORT, Shared};
 
 /// Most destinations one run records; later ones are counted in the last record's place only
@@ -277,41 +277,6 @@ impl Run {
     }
 }
 
-/// One connection's record, filled in as it goes.
-pub(crate) struct Traffic {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    pub(crate) kind: &'static str,
-    pub(crate) sent: AtomicU64,
-    pub(crate) received: AtomicU64,
-    started: Instant,
-}
-
-impl Traffic {
-    pub(crate) fn new(host: &str, port: u16, kind: &'static str) -> Self {
-        Self {
-            host: host.chars().take(253).collect(),
-            port,
-            kind,
-            sent: AtomicU64::new(0),
-            received: AtomicU64::new(0),
-            started: Instant::now(),
-        }
-    }
-
-    pub(crate) fn into_destination(self, refused: Option<String>) -> Destination {
-        Destination {
-            host: self.host,
-            port: self.port,
-            kind: self.kind.to_owned(),
-            bytes_sent: self.sent.into_inner(),
-            bytes_received: self.received.into_inner(),
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            refused,
-        }
-    }
-}
-
 /// A connection slot of the run, given back on drop.
 struct Slot<'a>(&'a Run);
 
@@ -319,18 +284,6 @@ impl Drop for Slot<'_> {
     fn drop(&mut self) {
         self.0.open.fetch_sub(1, Ordering::AcqRel);
     }
-}
-
-/// Answers an error to the session's code: a status line and a one-line text body.
-pub(crate) async fn refuse(client: &mut (impl AsyncWrite + Unpin), status: &str, message: &str) {
-    let body = format!("toolgate network proxy: {message}\n");
-    let answer = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
-         Connection: close\r\nX-Toolgate-Refused: 1\r\n\r\n{body}",
-        body.len()
-    );
-    let _ = client.write_all(answer.as_bytes()).await;
-    let _ = client.shutdown().await;
 }
 
 async fn serve_connection(mut client: TcpStream, run: Option<Arc<Run>>, shared: &Shared) {
@@ -454,7 +407,8 @@ async fn forward(
                 .map_err(|e| e.to_string())?;
             if let Some(edge) = &run.edge {
                 let tls = &shared.upstream_tls;
-                return intercept::tunnel(client, rest, upstream, run, edge, tls, traffic).await;
+                let budget = &run.budget;
+                return intercept::tunnel(client, rest, upstream, budget, edge, tls, traffic).await;
             }
             if !rest.is_empty() {
                 run.budget

@@ -17,11 +17,11 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use zeroize::Zeroize;
 
 use crate::ca::SessionCa;
-use crate::gate::{Run, Traffic, refuse};
 use crate::head::HEAD_TIMEOUT;
 use crate::http1::{self, Body, Buffered};
 use crate::placeholder::{self, BoundSecret};
 use crate::pump::{self, Budget};
+use crate::traffic::{Traffic, refuse};
 
 /// What a run with bound secrets needs to see inside its tunnels.
 #[derive(Debug)]
@@ -44,7 +44,7 @@ pub(crate) async fn tunnel(
     client: TcpStream,
     early: Vec<u8>,
     upstream: TcpStream,
-    run: &Run,
+    budget: &Budget,
     edge: &Edge,
     upstream_tls: &Arc<rustls::ClientConfig>,
     traffic: &Traffic,
@@ -115,20 +115,20 @@ pub(crate) async fn tunnel(
         for (_, value) in &mut head.headers {
             value.zeroize();
         }
-        let sent = send_head(&request, &mut upstream_write, &run.budget, traffic).await;
+        let sent = send_head(&request, &mut upstream_write, budget, traffic).await;
         request.zeroize();
         ended(sent)?;
 
         let send_body = async {
             client_read
-                .copy_body(body, &mut upstream_write, &run.budget, &traffic.sent)
+                .copy_body(body, &mut upstream_write, budget, &traffic.sent)
                 .await
         };
         let answer = relay_response(
             &mut upstream_read,
             &mut client_write,
             &method,
-            &run.budget,
+            budget,
             traffic,
         );
         let next = match tokio::try_join!(send_body, answer) {
@@ -142,9 +142,8 @@ pub(crate) async fn tunnel(
                 return Ok(());
             }
             Next::Upgrade => {
-                let up = client_read.copy_rest(&mut upstream_write, &run.budget, &traffic.sent);
-                let down =
-                    upstream_read.copy_rest(&mut client_write, &run.budget, &traffic.received);
+                let up = client_read.copy_rest(&mut upstream_write, budget, &traffic.sent);
+                let down = upstream_read.copy_rest(&mut client_write, budget, &traffic.received);
                 return ended(tokio::try_join!(up, down).map(|_| ()));
             }
         }

@@ -35,6 +35,7 @@ mod intercept;
 mod netns;
 mod placeholder;
 mod pump;
+mod traffic;
 
 pub use ca::{TlsSetupError, extra_roots_from_pem};
 pub use gate::{RunEgress, SessionGate};
