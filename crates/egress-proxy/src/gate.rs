@@ -15,6 +15,7 @@ use toolgate_sandbox::{Destination, EgressGrant};
 
 use crate::connect::{self, ConnectError};
 use crate::head::{self, Head};
+use crate::index::{self, INDEX_HOST};
 use crate::pump::{self, Budget};
 use crate::{SESSION_PROXY_PORT, Shared};
 
@@ -101,7 +102,8 @@ impl SessionGate {
     }
 
     /// The variables that send a session's HTTP clients through the proxy: `HTTP_PROXY` and
-    /// `HTTPS_PROXY` (upper and lower case, as clients read either) and an empty `NO_PROXY`.
+    /// `HTTPS_PROXY` (upper and lower case, as clients read either) and an empty `NO_PROXY`;
+    /// with a package index, `PIP_INDEX_URL` and `PIP_TRUSTED_HOST` pointing pip at it.
     pub fn env(&self) -> BTreeMap<String, String> {
         let address = self.address.map_or_else(
             || format!("127.0.0.1:{SESSION_PROXY_PORT}"),
@@ -120,6 +122,14 @@ impl SessionGate {
         }
         env.insert("NO_PROXY".to_owned(), String::new());
         env.insert("no_proxy".to_owned(), String::new());
+        if self.shared.index.is_some() {
+            // plain HTTP to a name only the proxy answers: the hop never leaves the host
+            env.insert(
+                "PIP_INDEX_URL".to_owned(),
+                format!("http://{INDEX_HOST}/simple/"),
+            );
+            env.insert("PIP_TRUSTED_HOST".to_owned(), INDEX_HOST.to_owned());
+        }
         env
     }
 
@@ -338,6 +348,22 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
         return;
     }
     let _slot = Slot(run);
+    if let ("index", Some(path)) = (traffic.kind, &path) {
+        // the service's own package index, whatever the run's host lists say; recorded before
+        // the connection closes, so a run that ends when its code saw the answer has the record
+        let refused = index::serve(
+            shared.index.as_ref(),
+            &mut client,
+            &head,
+            path,
+            run,
+            &traffic,
+        )
+        .await
+        .err();
+        run.record(traffic.into_destination(refused));
+        return;
+    }
     let refused = forward(client, head, rest, path, run, shared, &traffic)
         .await
         .err();
@@ -357,6 +383,9 @@ fn target(head: &Head) -> Result<(String, u16, &'static str, Option<String>), St
         return Ok((host, port, "connect", None));
     }
     match head::absolute_http(&head.target) {
+        Some((host, port, path)) if host.eq_ignore_ascii_case(INDEX_HOST) => {
+            Ok((host, port, "index", Some(path)))
+        }
         Some((host, port, path)) => Ok((host, port, "http", Some(path))),
         None => Err(
             "this is the session's network proxy: send CONNECT host:port, or a request with an \

@@ -20,14 +20,19 @@
 //! - the run's limits hold: connections at once, bytes in all, bytes per second.
 //!
 //! Each connection (and each refusal) is recorded as a [`Destination`] for the run's result.
+//!
+//! One host is answered by the proxy itself: [`INDEX_HOST`], the package index `pip install`
+//! uses in sessions, a caching mirror of the operator's index (see `index`).
 
 mod connect;
 mod gate;
 mod head;
+mod index;
 mod netns;
 mod pump;
 
 pub use gate::{RunEgress, SessionGate};
+pub use index::{INDEX_HOST, IndexSettings};
 pub use netns::{listen_in_netns, listen_on_loopback};
 
 use std::sync::Arc;
@@ -39,10 +44,12 @@ pub use toolgate_sandbox::{Destination, EgressGrant, EgressLimits};
 pub const SESSION_PROXY_PORT: u16 = 3128;
 
 /// What the proxy of every session of this process shares.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ProxySettings {
     /// The egress guard (the operator's `egress_allow_private`).
     pub policy: Arc<EgressPolicy>,
+    /// The package index sessions install from (`None`: `pip install` finds no index).
+    pub index: Option<IndexSettings>,
 }
 
 /// The proxy service of one process: makes a [`SessionGate`] per session.
@@ -55,6 +62,7 @@ pub struct EgressProxy {
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) settings: ProxySettings,
+    pub(crate) index: Option<index::Index>,
 }
 
 /// Why the proxy could not be set up for a session.
@@ -68,8 +76,12 @@ pub enum ProxyError {
 impl EgressProxy {
     /// The proxy service with `settings`.
     pub fn new(settings: ProxySettings) -> Self {
+        let index = settings
+            .index
+            .clone()
+            .map(|index| index::Index::new(index, &settings.policy));
         Self {
-            shared: Arc::new(Shared { settings }),
+            shared: Arc::new(Shared { settings, index }),
         }
     }
 
