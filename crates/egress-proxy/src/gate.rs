@@ -295,14 +295,18 @@ impl Drop for Slot<'_> {
 
 /// Answers an error to the session's code: a status line and a one-line text body.
 pub(crate) async fn refuse(client: &mut (impl AsyncWrite + Unpin), status: &str, message: &str) {
+    let _ = client.write_all(refusal(status, message).as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// The answer [`refuse`] writes.
+pub(crate) fn refusal(status: &str, message: &str) -> String {
     let body = format!("toolgate network proxy: {message}\n");
-    let answer = format!(
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
          Connection: close\r\nX-Toolgate-Refused: 1\r\n\r\n{body}",
         body.len()
-    );
-    let _ = client.write_all(answer.as_bytes()).await;
-    let _ = client.shutdown().await;
+    )
 }
 
 async fn serve_connection(mut client: TcpStream, run: Option<Arc<Run>>, shared: &Shared) {
@@ -362,6 +366,7 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
         .await
         .err();
         run.record(traffic.into_destination(refused));
+        let _ = client.shutdown().await;
         return;
     }
     let refused = forward(client, head, rest, path, run, shared, &traffic)

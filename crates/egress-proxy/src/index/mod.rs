@@ -21,7 +21,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use toolgate_egress::EgressPolicy;
 
-use crate::gate::{Run, Traffic, refuse};
+use crate::gate::{Run, Traffic, refusal};
 use crate::head::Head;
 use page::FileLink;
 use store::FileStore;
@@ -471,15 +471,13 @@ pub(crate) async fn serve(
         Some(index) => index.answer(client, head, path, run, traffic).await,
         None => Err(no_index()),
     };
+    // the caller closes the connection once it has recorded it
     match answer {
-        Ok(()) => {
-            let _ = client.shutdown().await;
-            Ok(())
-        }
+        Ok(()) => Ok(()),
         // the answer had begun: the session sees it cut short
         Err(Refusal("", message)) => Err(message),
         Err(Refusal(status, message)) => {
-            refuse(client, status, &message).await;
+            let _ = client.write_all(refusal(status, &message).as_bytes()).await;
             Err(message)
         }
     }
