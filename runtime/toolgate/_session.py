@@ -18,7 +18,7 @@ from toolgate._protocol import (MAX_FRAME, SPILL_DIR, TEXT_LIMIT, BadRequest, ch
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._upcalls import UPCALLS
-from toolgate import _checkpoint, _sqlite
+from toolgate import _checkpoint, _packages, _sqlite
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,6 +63,8 @@ class Session:
             env["MPLCONFIGDIR"] = os.environ["MPLCONFIGDIR"]
         if tmpdir:
             env["TMPDIR"] = tmpdir
+        if "HTTP_PROXY" in extra_env:            # a session with network can pip install
+            extra_env = {**_packages.pip_env(workspace), **extra_env}
         env.update(extra_env)
         # the fork's variables are the session's whole life's (its network proxy among them):
         # bash commands get them too, though nothing else of Python's environment
@@ -80,6 +82,8 @@ class Session:
         self.ns = main.__dict__
         sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _RUNTIME_DIR]
         sys.path.insert(0, "")
+        self.site_dirs = _packages.site_dirs(workspace)
+        _packages.add_site_dirs(self.site_dirs)
         sys.argv = [""]
         capture.start()
 
@@ -236,6 +240,7 @@ class Session:
         if _signal.getsignal(signal.SIGINT) is not on_sigint:
             signal.signal(signal.SIGINT, on_sigint)   # a cell may have replaced it
         UPCALLS.rid = rid                             # upcalls may be made from here ...
+        _packages.forget_missing(self.site_dirs)
         try:
             try:
                 STATE.running = True
