@@ -26,15 +26,16 @@ def site_dirs(workspace):
     return [os.path.join(workspace, PREFIX, d) for d in _SITE_DIRS]
 
 
-def pip_env(workspace):
+def pip_env(workspace, path):
     """The variables that make pip (and what it installs) work in a session with network: installs
-    into the workspace's prefix, its scripts on PATH, no prompt, no version check, and no cache of
-    pip's own (the service caches files on the host; one in the workspace would only fill it)."""
+    into the workspace's prefix, its scripts on PATH (before `path`), no prompt, no version check,
+    and no cache of pip's own (the service caches files on the host; one in the workspace would
+    only fill it)."""
     prefix = os.path.join(workspace, PREFIX)
     return {
         "PIP_PREFIX": prefix,
         "PYTHONPATH": os.pathsep.join(site_dirs(workspace)),
-        "PATH": f"{prefix}/bin:{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin",
+        "PATH": f"{prefix}/bin:{path}",
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
         "PIP_NO_INPUT": "1",
         "PIP_NO_CACHE_DIR": "1",

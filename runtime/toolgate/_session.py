@@ -22,6 +22,8 @@ from toolgate import _checkpoint, _packages, _sqlite
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a session's PATH: the runtime's programs first
+_PATH = f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin"
 
 
 class _State:
@@ -57,14 +59,14 @@ class Session:
         self.pid = os.getpid()
         UPCALLS.chan, UPCALLS.pid = chan, self.pid
         # the environment, from scratch
-        env = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": workspace,
+        env = {"PATH": _PATH, "HOME": workspace,
                "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1"}
         if os.environ.get("MPLCONFIGDIR"):
             env["MPLCONFIGDIR"] = os.environ["MPLCONFIGDIR"]
         if tmpdir:
             env["TMPDIR"] = tmpdir
         if "HTTP_PROXY" in extra_env:            # a session with network can pip install
-            extra_env = {**_packages.pip_env(workspace), **extra_env}
+            extra_env = {**_packages.pip_env(workspace, _PATH), **extra_env}
         env.update(extra_env)
         # the fork's variables are the session's whole life's (its network proxy among them):
         # bash commands get them too, though nothing else of Python's environment
@@ -370,7 +372,7 @@ class Session:
     def run_bash(self, rid, command, timeout, stream, env, spill=None):
         t0 = time.perf_counter()
         self.count += 1
-        benv = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": self.workspace,
+        benv = {"PATH": _PATH, "HOME": self.workspace,
                 "LANG": "C.UTF-8"}
         if self.tmpdir:
             benv["TMPDIR"] = self.tmpdir

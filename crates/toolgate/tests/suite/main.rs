@@ -30,6 +30,7 @@ mod oauth;
 mod oauth_edges;
 mod oauth_more;
 mod operations;
+mod pip;
 mod protocol;
 mod reads;
 mod sandbox;
