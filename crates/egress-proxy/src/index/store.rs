@@ -6,6 +6,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
@@ -50,7 +51,11 @@ impl FileStore {
     /// The cache in `dir` (made when missing), at most `max_bytes`; stale temporary files of an
     /// earlier process are removed.
     pub(crate) fn new(dir: PathBuf, max_bytes: u64) -> Self {
-        let _ = std::fs::create_dir_all(&dir);
+        // the service's alone: no session's uid may list or read it on the host
+        let _ = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir);
         if let Ok(entries) = std::fs::read_dir(&dir) {
             for entry in entries.flatten() {
                 if entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {

@@ -190,6 +190,13 @@ async fn a_project_is_mirrored_and_its_file_served_from_the_cache() {
     assert_eq!(body, wheel);
     assert_eq!(cached(&s), vec![sha.clone()]);
     assert_eq!(s.upstream.hits(&format!("/packages/{WHEEL}")), 1);
+    let mode = std::fs::metadata(s.cache.path().join("wheels"))
+        .unwrap()
+        .permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
 
     // the page from memory, the file from the cache: upstream is not asked again
     let (_, again) = get(&s.proxy, "/simple/demo-pkg").await;
