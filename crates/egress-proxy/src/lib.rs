@@ -27,6 +27,9 @@ mod head;
 mod netns;
 mod pump;
 
+#[cfg(test)]
+mod tests;
+
 pub use gate::{RunEgress, SessionGate};
 pub use netns::{listen_in_netns, listen_on_loopback};
 
