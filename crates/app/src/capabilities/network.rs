@@ -134,7 +134,8 @@ impl Capability for SetNetwork {
     }
 
     fn summary(&self) -> &'static str {
-        "`network: {allow, deny}` sets the hosts sessions' code may reach."
+        // short: this tool's description is at the 2 KB clients read (the field says the rest)
+        "`{allow, deny}`: hosts code may reach."
     }
 
     fn fields(&self) -> Vec<Field> {

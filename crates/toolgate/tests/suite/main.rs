@@ -18,6 +18,7 @@ mod dashboard_refunds;
 mod dashboard_sign_in;
 mod dashboard_wallet;
 mod front_door;
+mod host_lists;
 mod hostile_bodies;
 mod links;
 mod mcp_sessions_shared;
