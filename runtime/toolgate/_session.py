@@ -64,6 +64,9 @@ class Session:
         if tmpdir:
             env["TMPDIR"] = tmpdir
         env.update(extra_env)
+        # the fork's variables are the session's whole life's (its network proxy among them):
+        # bash commands get them too, though nothing else of Python's environment
+        self.session_env = dict(extra_env)
         os.environ.clear()
         os.environ.update(env)
         tf = sys.modules.get("tempfile")
@@ -366,6 +369,7 @@ class Session:
                 "LANG": "C.UTF-8"}
         if self.tmpdir:
             benv["TMPDIR"] = self.tmpdir
+        benv.update(self.session_env)
         benv.update(env)
         self.capture.begin(rid, stream, spill)
         proc = error = None

@@ -118,6 +118,7 @@ async fn run(
     request.env = header.env;
     request.existing_only = header.existing_only;
     request.spill = header.spill;
+    request.egress = header.egress;
     request.output = output;
     request.upcalls = upcalls.map(|u| u as Arc<dyn UpcallHandler>);
     request.cancel = Some(cancel);

@@ -63,6 +63,7 @@ pub(crate) async fn run(
         upcalls: request.upcalls.is_some(),
         existing_only: request.existing_only,
         spill: request.spill,
+        egress: request.egress.clone(),
         incarnation,
     };
     let (mut sink, body) = Channel::<Bytes, std::convert::Infallible>::new(8);

@@ -13,7 +13,7 @@ use http_body_util::BodyExt;
 use serde::{Deserialize, Serialize};
 use toolgate_sandbox::upcall::{Upcall, UpcallAnswer};
 use toolgate_sandbox::{
-    Interruption, Limits, MAX_FRAME_BYTES, RunOutcome, SandboxSessionsError, Work,
+    EgressGrant, Interruption, Limits, MAX_FRAME_BYTES, RunOutcome, SandboxSessionsError, Work,
 };
 
 /// The path prefix of every request a node serves.
@@ -88,6 +88,9 @@ pub struct RunHeader {
     /// an older front end's header: no)
     #[serde(default)]
     pub spill: bool,
+    /// what the run's code may reach through the node's egress proxy (absent: nothing)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress: Option<EgressGrant>,
     /// the node's incarnation the front end placed the run on: a node that is no longer it
     /// refuses the run as [`ErrorKind::Stale`], running nothing
     pub incarnation: i64,
@@ -480,6 +483,14 @@ mod tests {
             upcalls: false,
             existing_only: false,
             spill: false,
+            egress: Some(EgressGrant {
+                secrets: vec![toolgate_sandbox::EdgeSecret {
+                    name: "EDGE".into(),
+                    value: "edge-s3cret".into(),
+                    hosts: vec!["api.example.org".into()],
+                }],
+                ..EgressGrant::default()
+            }),
             incarnation: 1,
         };
         let shown = format!("{header:?}");
@@ -487,5 +498,10 @@ mod tests {
             shown.contains("API_KEY") && !shown.contains("s3cret-value"),
             "{shown}"
         );
+        assert!(!format!("{:?}", header.egress).contains("edge-s3cret"));
+        // the grant travels whole, value included, to the node that needs it
+        let bytes = serde_json::to_vec(&header).unwrap();
+        let back: RunHeader = parse(Tag::Start, &bytes).unwrap();
+        assert_eq!(back.egress, header.egress);
     }
 }

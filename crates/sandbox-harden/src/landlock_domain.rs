@@ -11,7 +11,7 @@
 use std::path::Path;
 
 use landlock::{
-    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus,
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort,
     PathBeneath, PathFd, PathFdError, Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr,
     RulesetStatus, Scope,
 };
@@ -47,6 +47,10 @@ pub(crate) fn restrict_self(
     if !spec.network {
         ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
     }
+    let proxy_port = match spec.net() {
+        crate::spec::Net::Proxy(port) => Some(port),
+        _ => None,
+    };
     // no_new_privs is step (f)'s own call; not repeated here.
     let mut created = ruleset.create()?.no_new_privs(false);
     for path in &spec.read_only {
@@ -67,6 +71,10 @@ pub(crate) fn restrict_self(
         if path.exists() {
             created = add_path(created, path, access.iter().copied().collect())?;
         }
+    }
+
+    if let Some(port) = proxy_port {
+        created = created.add_rule(NetPort::new(port, AccessNet::ConnectTcp))?;
     }
 
     let status = created.restrict_self()?;

@@ -226,6 +226,10 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
     // (a) Private network, IPC, host name and mount table. NEWNET only without network; nothing
     // is brought up in a new network namespace.
     sys::unshare(namespace_flags(spec.network)).map_err(HardenError::Unshare)?;
+    if let spec::Net::Proxy(_) = spec.net() {
+        // the proxy's listener, made by the server, needs 127.0.0.1 to exist
+        sys::loopback_up().map_err(HardenError::Unshare)?;
+    }
     steps.lap("unshare");
 
     // (b) Private propagation; the session's own root: read-only paths, workspace, /proc, /tmp,
@@ -257,7 +261,7 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
 
     // (h) The seccomp allow-list; refusals answer EPERM, EOPNOTSUPP or ENOSYS. Last, because the steps
     // above use syscalls it refuses.
-    let seccomp_denied_syscalls = seccomp_filter::install(spec.network)?;
+    let seccomp_denied_syscalls = seccomp_filter::install(spec.net())?;
     steps.lap("seccomp");
 
     Ok(HardenReport {

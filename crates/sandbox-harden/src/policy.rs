@@ -320,6 +320,18 @@ const PRCTL_OPTIONS: &[u32] = &[
     #[cfg(target_arch = "aarch64")] 56,
 ];
 
+/// What `socket` also allows for a session whose only way out is the proxy: TCP streams over
+/// IPv4 and IPv6 (Landlock then lets them connect to the proxy's port only). Never UDP, so no
+/// DNS: names are resolved by the proxy.
+#[rustfmt::skip]
+pub(crate) const TCP_SOCKETS: (i64, ArgRule) = (
+    sys!(SYS_socket).number,
+    ArgRule::Alternatives(&[
+        &[(0, ALL, libc::AF_INET as u32), (1, SOCK_TYPE_MASK, libc::SOCK_STREAM as u32)],
+        &[(0, ALL, libc::AF_INET6 as u32), (1, SOCK_TYPE_MASK, libc::SOCK_STREAM as u32)],
+    ]),
+);
+
 /// Syscalls allowed only for some arguments.
 #[rustfmt::skip]
 pub(crate) const FILTERED: &[Filtered] = &[

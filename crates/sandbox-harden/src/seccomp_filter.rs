@@ -32,42 +32,48 @@ use seccompiler::{
 };
 
 use crate::error::HardenError;
-use crate::policy::{ALLOWED, ANSWERED_ENOSYS, ANSWERED_EOPNOTSUPP, ArgRule, DENIED, FILTERED};
+use crate::policy::{
+    ALLOWED, ANSWERED_ENOSYS, ANSWERED_EOPNOTSUPP, ArgRule, DENIED, FILTERED, TCP_SOCKETS,
+};
+use crate::spec::Net;
 
-/// The programs compiled by [`prepare`], without and with network (index 0 and 1). Compiling
+/// The programs compiled by [`prepare`], per network ([`Net::index`]: closed, host, proxy). Compiling
 /// takes about 1.5 ms, a tenth of a new session's start: the zygote does it once, and every
 /// child it forks afterwards inherits the result in its (copy-on-write) memory and only installs
 /// it. A child's own copy cannot change the zygote's.
-static PREPARED: [OnceLock<Programs>; 2] = [const { OnceLock::new() }, const { OnceLock::new() }];
+static PREPARED: [OnceLock<Programs>; 3] = [const { OnceLock::new() }; 3];
+
+/// The variants compiled, one per [`Net::index`] (the proxy's port does not change them).
+const VARIANTS: [Net; 3] = [Net::Closed, Net::Host, Net::Proxy(1)];
 
 /// Compiles both variants of the programs once, for [`install`] in the children forked later.
 /// Idempotent.
 pub(crate) fn prepare() -> Result<(), HardenError> {
-    for network in [false, true] {
-        let slot = &PREPARED[usize::from(network)];
+    for net in VARIANTS {
+        let slot = &PREPARED[net.index()];
         if slot.get().is_none() {
             // a concurrent first call may have won; both compiled the same programs
-            let _ = slot.set(build(network)?);
+            let _ = slot.set(build(net)?);
         }
     }
     Ok(())
 }
 
-/// The programs [`prepare`] compiled for `network`, if it ran.
-pub(crate) fn prepared(network: bool) -> Option<&'static Programs> {
-    PREPARED[usize::from(network)].get()
+/// The programs [`prepare`] compiled for `net`, if it ran.
+pub(crate) fn prepared(net: Net) -> Option<&'static Programs> {
+    PREPARED[net.index()].get()
 }
 
 /// Installs the programs ([`prepare`]d ones when there are, else compiled now). Returns how many
 /// syscalls the policy refuses by name: the [`DENIED`] table, the argument-filtered ones (refused
 /// for some arguments), [`ANSWERED_EOPNOTSUPP`] and [`ANSWERED_ENOSYS`]. (Every syscall on no
 /// list is refused too.)
-pub(crate) fn install(network: bool) -> Result<usize, HardenError> {
+pub(crate) fn install(net: Net) -> Result<usize, HardenError> {
     let compiled;
-    let programs = match prepared(network) {
+    let programs = match prepared(net) {
         Some(prepared) => prepared,
         None => {
-            compiled = build(network)?;
+            compiled = build(net)?;
             &compiled
         }
     };
@@ -88,7 +94,7 @@ pub(crate) struct Programs {
 }
 
 /// Compiles the programs without installing them.
-pub(crate) fn build(network: bool) -> Result<Programs, HardenError> {
+pub(crate) fn build(net: Net) -> Result<Programs, HardenError> {
     let arch = target_arch()?;
 
     let mut allowed: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED
@@ -98,8 +104,12 @@ pub(crate) fn build(network: bool) -> Result<Programs, HardenError> {
         .collect();
     for filtered in FILTERED {
         let mut rules = seccomp_rules(&filtered.allow)?;
-        if let (true, Some(extra)) = (network, &filtered.with_network) {
-            rules.extend(seccomp_rules(extra)?);
+        match (net, &filtered.with_network) {
+            (Net::Host, Some(extra)) => rules.extend(seccomp_rules(extra)?),
+            (Net::Proxy(_), Some(_)) if filtered.syscall.number == TCP_SOCKETS.0 => {
+                rules.extend(seccomp_rules(&TCP_SOCKETS.1)?);
+            }
+            _ => {}
         }
         allowed.insert(filtered.syscall.number, rules);
     }

@@ -53,6 +53,12 @@ pub struct HardenSpec {
     /// `false`: a new, empty network namespace, no socket but `AF_UNIX`, no TCP bind or connect.
     /// `true`: the caller's network namespace and sockets.
     pub network: bool,
+    /// Without `network` only: the port of the server's proxy inside the new network namespace.
+    /// Loopback is brought up, TCP sockets (IPv4 and IPv6 streams, never UDP or raw) are allowed,
+    /// and Landlock lets them connect to this port of loopback only and bind nothing: the one way
+    /// out is the proxy's listener, which the server makes in the namespace and serves itself.
+    #[serde(default)]
+    pub proxy_port: Option<u16>,
     /// The unprivileged host user id the session runs as, also its group id: user and group
     /// [`SESSION_ID_INSIDE`] of its own user namespace map to it. Never 0.
     pub uid: u32,
@@ -76,6 +82,11 @@ impl HardenSpec {
             if !path.is_absolute() {
                 return invalid(format!("{field} path {} is not absolute", path.display()));
             }
+        }
+        if self.proxy_port == Some(0) || (self.network && self.proxy_port.is_some()) {
+            return invalid(
+                "proxy_port must be a port (1 to 65535), and only without network".to_owned(),
+            );
         }
         if self.hostname.is_empty() || self.hostname.len() > HOST_NAME_MAX {
             return invalid(format!("hostname must have 1 to {HOST_NAME_MAX} bytes"));
@@ -211,5 +222,38 @@ impl fmt::Display for HardenReport {
             write!(f, "{lead}{step}:{}", took.as_micros())?;
         }
         Ok(())
+    }
+}
+
+/// What network a session has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Net {
+    /// A new network namespace with nothing up: no socket but `AF_UNIX`.
+    Closed,
+    /// A new network namespace with loopback up; TCP connects to this port only.
+    Proxy(u16),
+    /// The caller's network namespace and sockets.
+    Host,
+}
+
+impl Net {
+    /// The index of its seccomp programs.
+    pub(crate) fn index(self) -> usize {
+        match self {
+            Self::Closed => 0,
+            Self::Host => 1,
+            Self::Proxy(_) => 2,
+        }
+    }
+}
+
+impl HardenSpec {
+    /// The session's network, as the spec asks.
+    pub(crate) fn net(&self) -> Net {
+        match (self.network, self.proxy_port) {
+            (true, _) => Net::Host,
+            (false, Some(port)) => Net::Proxy(port),
+            (false, None) => Net::Closed,
+        }
     }
 }

@@ -40,6 +40,31 @@ pub(crate) fn setns(fd: BorrowedFd<'_>, nstype: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::setns(fd.as_raw_fd(), nstype) })
 }
 
+/// Brings the loopback interface of the caller's (new) network namespace up, as `ip link set lo
+/// up` does: `SIOCGIFFLAGS`, then `SIOCSIFFLAGS` with `IFF_UP`. The kernel then gives it
+/// `127.0.0.1` and `::1`.
+pub(crate) fn loopback_up() -> io::Result<()> {
+    // SAFETY: socket(2) reads no memory; the returned descriptor is owned at once.
+    let rc = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    check(rc)?;
+    // SAFETY: `rc` is a descriptor just made and owned by nothing else.
+    let socket = unsafe { OwnedFd::from_raw_fd(rc) };
+    // SAFETY: ifreq is plain old data; all zeroes is a valid value (an empty name, no flags).
+    let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (slot, byte) in request.ifr_name.iter_mut().zip(b"lo\0") {
+        *slot = *byte as libc::c_char;
+    }
+    // SAFETY: `request` is a valid ifreq that lives across the call; SIOCGIFFLAGS writes only
+    // its flags member.
+    check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCGIFFLAGS, &mut request) })?;
+    // SAFETY: reading and writing the flags member of the union SIOCGIFFLAGS just filled.
+    unsafe {
+        request.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+    }
+    // SAFETY: as above; SIOCSIFFLAGS only reads `request`.
+    check(unsafe { libc::ioctl(socket.as_raw_fd(), libc::SIOCSIFFLAGS, &request) })
+}
+
 /// `mount(2)`. `None` passes a null pointer, which the kernel accepts for the arguments it
 /// ignores (the source and type of a propagation change or a remount, the data of a bind).
 pub(crate) fn mount(

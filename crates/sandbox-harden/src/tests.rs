@@ -46,7 +46,28 @@ fn the_servers_golden_spec_parses_whole() {
     );
     assert_eq!((spec.uid, spec.tmp_bytes), (1_000_000_000, 256 << 20));
     assert_eq!(spec.cgroups.len(), 1);
+    assert_eq!(spec.net(), crate::spec::Net::Proxy(3128));
     spec.validate().unwrap();
+}
+
+#[test]
+fn a_proxy_port_is_a_port_and_only_without_network() {
+    let with = |network: bool, port: u16| {
+        spec_json("").replace(
+            r#""network":false"#,
+            &format!(r#""network":{network},"proxy_port":{port}"#),
+        )
+    };
+    let spec: HardenSpec = serde_json::from_str(&with(false, 3128)).unwrap();
+    assert_eq!(spec.net(), crate::spec::Net::Proxy(3128));
+    spec.validate().unwrap();
+    for bad in [with(false, 0), with(true, 3128)] {
+        let spec: HardenSpec = serde_json::from_str(&bad).unwrap();
+        let error = spec.validate().unwrap_err().to_string();
+        assert!(error.contains("proxy_port"), "{error}");
+    }
+    let closed: HardenSpec = serde_json::from_str(&spec_json("")).unwrap();
+    assert_eq!(closed.net(), crate::spec::Net::Closed);
 }
 
 #[test]

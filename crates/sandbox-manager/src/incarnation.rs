@@ -14,6 +14,10 @@ use crate::manager_types::ManagerError;
 use crate::session::SandboxSession;
 use crate::workspace::{QuotaMounts, prepare_workspace};
 use crate::zygote::{DEFAULT_MAX_FILE_BYTES, ForkOptions, Zygote, ZygoteError};
+use toolgate_egress_proxy::{
+    EgressGrant, EgressProxy, RunEgress, SESSION_PROXY_PORT, SessionGate, listen_in_netns,
+    listen_on_loopback,
+};
 use toolgate_sandbox::policy::Limits;
 
 /// Where a session lives and who it is: what its incarnations share.
@@ -39,6 +43,8 @@ pub(super) struct Live {
     mounts: Option<QuotaMounts>,
     /// The zygote it was forked from (a warm session whose zygote died is of no use).
     pub(super) zygote: Zygote,
+    /// Its way out (with network): the proxy's listener in its namespace, served here.
+    gate: Option<SessionGate>,
 }
 
 /// What opening a session needs of the manager: how workspaces are made, its cgroups, and a
@@ -54,6 +60,8 @@ pub(super) trait Host: Send + Sync + 'static {
     fn running_zygote(
         &self,
     ) -> impl std::future::Future<Output = Result<Zygote, ManagerError>> + Send;
+    /// Sessions' way out, if they have network.
+    fn egress(&self) -> Option<&EgressProxy>;
 }
 
 /// Runs blocking work off the async threads; a runtime shutting down reads as the manager's.
@@ -142,10 +150,21 @@ impl Live {
             }
         };
         let prepared = started.elapsed();
+        let hardened = inner.running_zygote().await?.is_hardened();
+        let mut gate = inner.egress().map(EgressProxy::gate);
+        if let Some(gate) = gate.as_mut()
+            && !hardened
+        {
+            // an unconfined session shares the host's network: its proxy listens there
+            gate.serve(listen_on_loopback().map_err(ManagerError::Egress)?)
+                .map_err(ManagerError::Egress)?;
+        }
         let options = ForkOptions {
             max_file_bytes: size,
             cgroups: cgroup.as_ref().map(SessionCgroup::dirs).unwrap_or_default(),
             uid: place.uid,
+            proxy_port: (hardened && gate.is_some()).then_some(SESSION_PROXY_PORT),
+            env: gate.as_ref().map(SessionGate::env).unwrap_or_default(),
         };
         let fork = |zygote: Zygote| {
             let options = &options;
@@ -161,6 +180,20 @@ impl Live {
             Err(ZygoteError::Gone { .. }) => fork(inner.running_zygote().await?).await?,
             other => other?,
         };
+        if let Some(gate) = gate.as_mut()
+            && zygote.is_hardened()
+        {
+            // the proxy's listener, in the session's own network namespace (its loopback was
+            // brought up before it was announced)
+            let pid = session.pid();
+            match blocking(move || listen_in_netns(pid)).await? {
+                Ok(listener) => gate.serve(listener).map_err(ManagerError::Egress)?,
+                Err(e) => {
+                    session.close().await;
+                    return Err(ManagerError::Egress(e));
+                }
+            }
+        }
         let forked = started.elapsed();
         // A hardened child joined its groups before it was announced (the zygote moves it in
         // right after the fork); a plain one is moved here. It runs nothing before its first
@@ -188,7 +221,14 @@ impl Live {
             cgroup,
             mounts,
             zygote,
+            gate,
         })
+    }
+
+    /// Opens the session's network for one run under `grant` (nothing without a gate or a
+    /// grant); the run's connections end when the returned value is finished or dropped.
+    pub(super) fn begin_egress(&self, grant: Option<EgressGrant>) -> Option<RunEgress> {
+        self.gate.as_ref()?.begin(grant)
     }
 
     /// The memory group's OOM evidence so far (zeros without cgroups).
@@ -207,6 +247,7 @@ impl Live {
     /// Closes the session, kills whatever it left running (daemons, the rest of a fork bomb),
     /// removes its cgroups and detaches its mounts.
     pub(super) async fn close(mut self) {
+        drop(self.gate.take());
         let session = self.session;
         session.close().await;
         if let Some(mut group) = self.cgroup.take() {

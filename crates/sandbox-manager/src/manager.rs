@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{Notify, OwnedMutexGuard};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use toolgate_egress_proxy::{EgressGrant, RunEgress};
 use toolgate_sandbox::policy::Limits;
 use toolgate_sandbox::upcall::UpcallOrigin;
 use toolgate_sandbox::{
@@ -228,7 +229,7 @@ impl SandboxManager {
             cancel,
             existing_only,
             spill,
-            egress: _egress,
+            egress,
         } = request;
         if account.is_empty() {
             return Err(ManagerError::InvalidAccount);
@@ -264,7 +265,7 @@ impl SandboxManager {
         };
         let account = account.as_str();
         let limits = &limits;
-        let mut call = Some((call, files));
+        let mut call = Some((call, files, egress));
         let Some(id) = session_id.as_deref() else {
             if existing_only {
                 return Err(ManagerError::NoSuchSession);
@@ -340,9 +341,10 @@ impl SandboxManager {
         mut slot: OwnedMutexGuard<Slot>,
         created: bool,
         expired: bool,
-        (mut call, files): (Call, Vec<WorkspaceFile>),
+        (mut call, files, egress): (Call, Vec<WorkspaceFile>, Option<EgressGrant>),
         limits: &Limits,
     ) -> Result<RunOutcome, ManagerError> {
+        let mut reached = Vec::new();
         entry.given_env(call.env.keys());
         let mut fresh = created;
         // a new entry with a session already: it took a warm one
@@ -393,7 +395,9 @@ impl SandboxManager {
                     .await??;
             }
             let before = live.memory_events();
+            let run_egress = live.begin_egress(egress.clone());
             let result = self.run_in(live, call.clone()).await;
+            reached.extend(run_egress.map(RunEgress::finish).unwrap_or_default());
             if matches!(result, Err(SessionError::Ended(_))) && attempts == 1 {
                 // It had died unnoticed (idle, or in the pool) and nothing of this call reached
                 // it: the call runs in a new interpreter instead, as after a death we knew of.
@@ -449,7 +453,7 @@ impl SandboxManager {
             restored,
             lost_checkpoint,
             node_lost: false,
-            egress: Vec::new(),
+            egress: reached,
         })
     }
 

@@ -100,6 +100,9 @@ pub struct ManagerConfig {
     /// Where and when sessions are checkpointed, so that they outlive their process
     /// (hibernation, restarts, crashes); `None`: a session lives only as long as its process.
     pub keeping: Option<Keeping>,
+    /// Sessions' way out: each session reaches the network only through this proxy, under the
+    /// grant of the run it is in; `None`: sessions have no network at all.
+    pub egress: Option<toolgate_egress_proxy::EgressProxy>,
 }
 
 impl ManagerConfig {
@@ -127,6 +130,7 @@ impl ManagerConfig {
                 workspace_bytes: defaults.workspace_bytes,
             },
             keeping: None,
+            egress: None,
         }
     }
 }
@@ -251,6 +255,9 @@ pub enum ManagerError {
     /// the zygote could not be started or could not fork
     #[error(transparent)]
     Zygote(#[from] ZygoteError),
+    /// the session's network proxy could not be set up (nothing of the call ran)
+    #[error("the session's network proxy could not be set up: {0}")]
+    Egress(#[source] io::Error),
     /// the workspace directory could not be prepared
     #[error("could not prepare the session workspace {path}: {source}")]
     Workspace {

@@ -62,6 +62,7 @@ impl From<ManagerError> for SandboxSessionsError {
             // the sandbox's own trouble: internals (host paths, errno) go to the log only
             ManagerError::Cgroup(_)
             | ManagerError::Zygote(_)
+            | ManagerError::Egress(_)
             | ManagerError::Workspace { .. }
             | ManagerError::ShutDown => Self::Unavailable(Box::new(error)),
         }

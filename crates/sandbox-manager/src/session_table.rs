@@ -540,6 +540,10 @@ impl Host for ManagerState {
     async fn running_zygote(&self) -> Result<Zygote, ManagerError> {
         self.zygote().await
     }
+
+    fn egress(&self) -> Option<&toolgate_egress_proxy::EgressProxy> {
+        self.config.egress.as_ref()
+    }
 }
 
 impl ManagerState {

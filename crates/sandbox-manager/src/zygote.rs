@@ -191,6 +191,11 @@ pub struct ForkOptions {
     /// The unprivileged host user (and group) id a hardened session runs as, through its own
     /// user namespace; the manager gives each live session its own.
     pub uid: u32,
+    /// A hardened session's network: loopback up and TCP connects to this port only (the
+    /// server's proxy listens there); `None`: no network at all.
+    pub proxy_port: Option<u16>,
+    /// Variables of the session's environment for its whole life (its proxy's).
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// The host user id of a hardened session when the caller names none.
@@ -202,6 +207,8 @@ impl Default for ForkOptions {
             max_file_bytes: DEFAULT_MAX_FILE_BYTES,
             cgroups: Vec::new(),
             uid: DEFAULT_SANDBOX_UID,
+            proxy_port: None,
+            env: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -463,6 +470,7 @@ impl Zygote {
             tmpdir: tmp_text,
             fd: theirs.as_raw_fd(),
             harden,
+            env: (!options.env.is_empty()).then_some(&options.env),
         });
         let bytes = frame::encode(&request).map_err(|e| io::Error::other(e.to_string()))?;
         let message = Outgoing {

@@ -40,6 +40,9 @@ pub struct ForkRequest<'a> {
     /// loaded the confinement library.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub harden: Option<HardenSpec>,
+    /// Variables of the session's environment for its whole life (its network proxy's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<&'a std::collections::BTreeMap<String, String>>,
 }
 
 /// The confinement of one session child, as `toolgate-sandbox-harden` reads it (its own
@@ -63,6 +66,9 @@ pub struct HardenSpec {
     pub hostname: String,
     /// `false`: an empty network namespace.
     pub network: bool,
+    /// Without network: loopback up and TCP connects to this port only (the server's proxy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proxy_port: Option<u16>,
     /// The unprivileged host uid (and gid) the session runs as.
     pub uid: u32,
     /// cgroup directories the child joins before it runs anything.

@@ -43,6 +43,7 @@ fn control_frames_the_server_sends() {
         tmpdir: Some("/var/lib/toolgate/sessions/acct-1/3f2a.tmp"),
         fd: 9,
         harden: None,
+        env: None,
     });
     assert_eq!(sent(&fork), golden("control/fork.json"));
     let read_only = [
@@ -54,6 +55,10 @@ fn control_frames_the_server_sends() {
         "/etc/ld.so.cache",
         "/etc/alternatives",
     ];
+    let proxy_env = std::collections::BTreeMap::from(
+        ["HTTP_PROXY", "HTTPS_PROXY"]
+            .map(|name| (name.to_owned(), "http://127.0.0.1:3128".to_owned())),
+    );
     let hardened = ControlRequest::Fork(ForkRequest {
         session: "acct-1/3f2a#4",
         cwd: "/workspace",
@@ -67,10 +72,12 @@ fn control_frames_the_server_sends() {
             max_file_bytes: 512 << 20,
             hostname: "sandbox".into(),
             network: false,
+            proxy_port: Some(3128),
             uid: 1_000_000_000,
             cgroups: vec!["/sys/fs/cgroup/memory/toolgate/s-4".into()],
             tmp_bytes: 256 << 20,
         }),
+        env: Some(&proxy_env),
     });
     assert_eq!(sent(&hardened), golden("control/fork_hardened.json"));
 }

@@ -63,6 +63,7 @@ pub async fn start_manager(
     config.max_sessions_per_account = sandbox.max_sessions_per_account;
     config.budget = sandbox.budget;
     config.uid_base = sandbox.first_uid;
+    config.egress = sandbox.network.map(toolgate_egress_proxy::EgressProxy::new);
     if let Some(checkpoints) = sandbox.checkpoints {
         config.keeping = Some(keeping(checkpoints, vault).await?);
     }

@@ -106,8 +106,13 @@ pub async fn run(config: ServeConfig) -> Result<()> {
         Services {
             vault: Some(vault),
             fetcher: Some(fetcher),
-            sandbox: capabilities
-                .map(|sandbox| sandbox.with_inline_chars(config.results.inline_chars)),
+            sandbox: capabilities.map(|sandbox| {
+                let sandbox = sandbox.with_inline_chars(config.results.inline_chars);
+                match config.network {
+                    Some(limits) => sandbox.with_network(limits),
+                    None => sandbox,
+                }
+            }),
             databases: Some(databases),
             models: Some(models),
             searches: Some(searches),

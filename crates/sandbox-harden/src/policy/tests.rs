@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::seccomp_filter;
+use crate::spec::Net;
 
 /// Every syscall the tables name, with the list it is on.
 fn every_entry() -> Vec<(libc::c_long, &'static str, &'static str)> {
@@ -192,7 +193,7 @@ fn only_socket_depends_on_network() {
 
 #[test]
 fn programs_fit_the_kernel_limits() {
-    for network in [false, true] {
+    for network in [Net::Closed, Net::Host, Net::Proxy(3128)] {
         let programs = seccomp_filter::build(network).unwrap();
         assert_eq!(programs.programs.len(), 3);
         let mut total = 0;
@@ -205,7 +206,7 @@ fn programs_fit_the_kernel_limits() {
         // MAX_INSNS_PER_PATH, shared with any filter the session stacks later: keep headroom.
         assert!(total <= 32768 / 4, "{total} instructions in all");
         eprintln!(
-            "network={network}: {} allowed, {} argument-filtered, {} EPERM, {total} instructions",
+            "network={network:?}: {} allowed, {} argument-filtered, {} EPERM, {total} instructions",
             ALLOWED
                 .iter()
                 .map(|group| group.syscalls.len())
@@ -220,14 +221,14 @@ fn programs_fit_the_kernel_limits() {
 fn prepared_programs_are_those_compiled_on_the_spot() {
     crate::prepare_seccomp().unwrap();
     crate::prepare_seccomp().unwrap(); // idempotent
-    for network in [false, true] {
+    for network in [Net::Closed, Net::Host, Net::Proxy(3128)] {
         let prepared = seccomp_filter::prepared(network).unwrap();
         let fresh = seccomp_filter::build(network).unwrap();
-        assert_eq!(prepared.programs, fresh.programs, "network={network}");
+        assert_eq!(prepared.programs, fresh.programs, "network={network:?}");
         assert_eq!(prepared.denied_syscalls, fresh.denied_syscalls);
     }
-    assert_ne!(
-        seccomp_filter::prepared(false).unwrap().programs,
-        seccomp_filter::prepared(true).unwrap().programs
-    );
+    let programs = |net| &seccomp_filter::prepared(net).unwrap().programs;
+    assert_ne!(programs(Net::Closed), programs(Net::Host));
+    assert_ne!(programs(Net::Closed), programs(Net::Proxy(1)));
+    assert_ne!(programs(Net::Proxy(1)), programs(Net::Host));
 }

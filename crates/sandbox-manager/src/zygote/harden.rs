@@ -90,6 +90,7 @@ impl HardenBase {
             max_file_bytes: options.max_file_bytes.max(1),
             hostname: HARDEN_HOSTNAME.to_owned(),
             network: false,
+            proxy_port: options.proxy_port,
             uid: options.uid,
             cgroups,
             tmp_bytes: HARDEN_TMP_BYTES,

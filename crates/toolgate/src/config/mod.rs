@@ -382,6 +382,24 @@ pub struct Settings {
     )]
     pub egress_allow_private: Option<Vec<String>>,
 
+    /// Sessions' network: `proxy` (through the service's egress proxy, under the account's
+    /// rules) or `off` (none at all) [default: proxy]
+    #[arg(long, env = "TOOLGATE_SANDBOX_NETWORK", global = true)]
+    pub sandbox_network: Option<String>,
+
+    /// Connections one run's code may have open at once through the proxy [default: 16]
+    #[arg(long, env = "TOOLGATE_EGRESS_MAX_CONNECTIONS", global = true)]
+    pub egress_max_connections: Option<u32>,
+
+    /// MiB one run's code may send and receive through the proxy, together; 0: no limit
+    /// [default: 1024]
+    #[arg(long, env = "TOOLGATE_EGRESS_MAX_MIB", global = true)]
+    pub egress_max_mib: Option<u64>,
+
+    /// MiB per second one run's traffic through the proxy may reach; 0: no limit [default: 100]
+    #[arg(long, env = "TOOLGATE_EGRESS_RATE_MIB_S", global = true)]
+    pub egress_rate_mib_s: Option<u64>,
+
     /// The vault's master keys themselves, as `v1 <base64 of 32 bytes>` entries separated by
     /// newlines or `;` (instead of a key file; rotation then is the operator's: add a version)
     #[arg(
@@ -570,6 +588,10 @@ impl Settings {
             vault_master_key,
             vault_key_file,
             egress_allow_private,
+            sandbox_network,
+            egress_max_connections,
+            egress_max_mib,
+            egress_rate_mib_s,
             ai_endpoints,
             ai_endpoint_keys,
             ai_timeout_s,
@@ -591,6 +613,7 @@ impl Settings {
 
 mod checkpoints;
 mod derived;
+mod network;
 mod node;
 mod providers;
 mod sandbox;

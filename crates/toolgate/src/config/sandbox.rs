@@ -36,6 +36,8 @@ pub struct SandboxConfig {
     pub first_uid: u32,
     /// Where and when sessions are checkpointed; `None`: they live only as long as the process.
     pub checkpoints: Option<super::checkpoints::CheckpointsConfig>,
+    /// Sessions' way out; `None`: they have no network.
+    pub network: Option<toolgate_egress_proxy::ProxySettings>,
 }
 
 impl SandboxConfig {
@@ -105,6 +107,7 @@ impl SandboxConfig {
             budget: budget(settings),
             first_uid,
             checkpoints,
+            network: settings.proxy_settings()?,
         }))
     }
 }

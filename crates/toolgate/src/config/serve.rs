@@ -43,6 +43,8 @@ pub struct ServeConfig {
     pub store: StoreConfig,
     /// The vault's master keys.
     pub vault: VaultKeys,
+    /// The limits of a run's traffic through sessions' proxy; `None`: sessions have no network.
+    pub network: Option<toolgate_egress_proxy::EgressLimits>,
     /// The sandbox in this process; `None`: off, or on the nodes.
     pub sandbox: Option<SandboxConfig>,
     /// `nodes`: sessions run on these execution nodes instead of in this process.
@@ -163,6 +165,7 @@ impl ServeConfig {
             egress: EgressPolicy::new(settings.egress_allow_private.as_deref().unwrap_or_default())
                 .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?,
             store,
+            network: settings.egress_limits()?,
             vault: VaultKeys::from_settings(settings)?,
             nodes: super::NodesConfig::from_settings(settings)?,
             // with nodes, this process runs no session: no runtime, no root, no cgroups

@@ -59,9 +59,16 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
         "the sandbox seam is values and a trait: no implementation, no service",
     ),
     (
+        "toolgate-egress-proxy",
+        &["toolgate-sandbox", "toolgate-egress"],
+        "the sessions' way out applies a run's grant (the seam's values) under the egress guard, \
+         and knows nothing of accounts, storage or the service around it",
+    ),
+    (
         "toolgate-sandbox-manager",
-        &["toolgate-sandbox"],
-        "the in-process sandbox serves the seam, and knows nothing of the service around it",
+        &["toolgate-sandbox", "toolgate-egress-proxy"],
+        "the in-process sandbox serves the seam, each session's network through its proxy, and \
+         knows nothing of the service around it",
     ),
     (
         "toolgate-checkpoints",
@@ -176,6 +183,7 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-payments",
             "toolgate-sandbox",
             "toolgate-sandbox-manager",
+            "toolgate-egress-proxy",
             "toolgate-checkpoints",
             "toolgate-node",
         ],
@@ -251,6 +259,11 @@ const FORBIDDEN_EXTERNAL: &[(&str, &[&str], &str)] = &[
         "toolgate-sandbox",
         &["rustix", "axum", "rmcp", "sqlx"],
         "the sandbox seam is values and a trait: no implementation, no service",
+    ),
+    (
+        "toolgate-egress-proxy",
+        &["axum", "rmcp", "sqlx", "rusqlite"],
+        "the proxy speaks HTTP/1.1 heads and tunnels itself: no web framework, no database",
     ),
     (
         "toolgate-sandbox-manager",

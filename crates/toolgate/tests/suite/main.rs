@@ -17,6 +17,7 @@ mod dashboard_owner;
 mod dashboard_refunds;
 mod dashboard_sign_in;
 mod dashboard_wallet;
+mod egress;
 mod front_door;
 mod host_lists;
 mod hostile_bodies;

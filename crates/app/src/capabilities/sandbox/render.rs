@@ -33,6 +33,10 @@ pub(super) fn output_schema() -> Value {
             "timed_out": flag,
             "interrupted": {"type": ["string", "null"], "enum": ["timeout", "cancelled", null]},
             "duration_ms": {"type": "number"},
+            "network": {"type": "array", "items": {"type": "object", "properties": {
+                "host": text, "port": int, "kind": text, "bytes_sent": int,
+                "bytes_received": int, "duration_ms": int, "refused": text,
+            }}},
             "session": {"type": "object", "properties": {
                 "id": {"type": ["string", "null"]}, "fresh": flag, "expired": flag,
                 "restored": flag,
@@ -97,6 +101,9 @@ pub(super) fn render(
     if let Some(note) = interruption_note(outcome, limit) {
         content.push(ContentItem::Text(note));
     }
+    if let Some(note) = refused_note(&call.egress) {
+        content.push(ContentItem::Text(note));
+    }
     let failed = push_failure(&mut content, outcome);
     if content.is_empty() {
         content.push(ContentItem::Text("(no output)".to_owned()));
@@ -147,6 +154,31 @@ fn png_item(data: &str) -> ContentItem {
         data: data.to_owned(),
         mime_type: "image/png".to_owned(),
     }
+}
+
+/// Most refusals a note names; the structured record has them all.
+const REFUSALS_SHOWN: usize = 5;
+
+/// What the proxy refused the run's code, one line each, so the reader sees why a request
+/// failed without reading the structured record.
+fn refused_note(reached: &[toolgate_sandbox::Destination]) -> Option<String> {
+    let refused: Vec<String> = reached
+        .iter()
+        .filter_map(|d| {
+            d.refused
+                .as_ref()
+                .map(|why| format!("- {}:{}: {why}", d.host, d.port))
+        })
+        .collect();
+    if refused.is_empty() {
+        return None;
+    }
+    let mut note = format!("Network: the proxy refused {}:\n", refused.len());
+    note.push_str(&refused[..refused.len().min(REFUSALS_SHOWN)].join("\n"));
+    if refused.len() > REFUSALS_SHOWN {
+        note.push_str(&format!("\n… and {} more", refused.len() - REFUSALS_SHOWN));
+    }
+    Some(note)
 }
 
 fn interruption_note(outcome: &ExecOutcome, limit: Duration) -> Option<String> {
@@ -242,6 +274,9 @@ fn structured(call: &RunOutcome, session_id: Option<&str>, kept: &Kept) -> Value
         {
             record[key] = json!({"path": path, "uri": link.uri, "bytes": link.size});
         }
+    }
+    if !call.egress.is_empty() {
+        record["network"] = json!(call.egress);
     }
     if !kept.figures.is_empty() {
         record["figure_links"] = kept.figures.iter().map(|link| json!(link.uri)).collect();
