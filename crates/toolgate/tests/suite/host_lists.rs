@@ -218,3 +218,93 @@ async fn the_network_page_edits_the_lists_behind_its_checks() {
     let theirs = d.page("/dashboard/network", &bob).await;
     assert_eq!(text_of_id(&theirs, "allow").as_deref().unwrap_or(""), "");
 }
+
+/// A site on loopback answering `/hello`; how many requests reached it.
+async fn site() -> (u16, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let hits = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    let app = axum::Router::new().route(
+        "/hello",
+        axum::routing::get(move || {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async { "hello from the site" }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, hits)
+}
+
+/// Runs a GET of the site from a session of `who` (urllib, which takes the proxy from the
+/// environment as every client does): the status code, and why the proxy refused it, if it did.
+async fn fetch_from_a_session(f: &Fixture, who: &Account, port: u16) -> (String, Option<String>) {
+    let code = format!(
+        "import urllib.request, urllib.error\n\
+         def get():\n\
+         \x20   try:\n\
+         \x20       return urllib.request.urlopen('http://127.0.0.1:{port}/hello', timeout=20).status\n\
+         \x20   except urllib.error.HTTPError as e:\n\
+         \x20       return e.code\n\
+         get()"
+    );
+    let result = f.call(who, "svc_write", json!({"code": code})).await;
+    let status = result["structuredContent"]["python"]["result"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{result}"))
+        .to_owned();
+    let refused = result["structuredContent"]["python"]["network"][0]["refused"]
+        .as_str()
+        .map(str::to_owned);
+    (status, refused)
+}
+
+#[tokio::test]
+async fn a_session_reaches_only_what_the_lists_let_it_and_the_guard_still_holds() {
+    let (port, hits) = site().await;
+    let f = fixture_with(&["--egress-allow-private", "127.0.0.1"]).await;
+    assert_eq!(
+        fetch_from_a_session(&f, &f.alice, port).await.0,
+        "200",
+        "no lists: every host"
+    );
+
+    f.write(json!({"network": {"deny": ["127.0.0.1"]}})).await;
+    let (status, refused) = fetch_from_a_session(&f, &f.alice, port).await;
+    assert_eq!(status, "403");
+    assert!(refused.unwrap().contains("may not reach"), "denied");
+
+    f.write(json!({"network": {"allow": ["*.example.org"], "deny": []}}))
+        .await;
+    let (status, refused) = fetch_from_a_session(&f, &f.alice, port).await;
+    assert_eq!(status, "403");
+    assert!(
+        refused.unwrap().contains("is not on this account's list"),
+        "not allowed"
+    );
+
+    f.write(json!({"network": {"allow": ["example.org", "127.0.0.1"]}}))
+        .await;
+    assert_eq!(
+        fetch_from_a_session(&f, &f.alice, port).await,
+        ("200".to_owned(), None),
+        "allowed"
+    );
+    assert_eq!(
+        hits.load(std::sync::atomic::Ordering::SeqCst),
+        2,
+        "refused requests never reached the site"
+    );
+
+    // another account's lists are its own
+    assert_eq!(fetch_from_a_session(&f, &f.bob, port).await.0, "200");
+
+    // the lists never widen the guard: without egress_allow_private, loopback stays refused
+    drop(f);
+    let f = fixture().await;
+    f.write(json!({"network": {"allow": ["127.0.0.1"]}})).await;
+    let (status, refused) = fetch_from_a_session(&f, &f.alice, port).await;
+    assert_eq!(status, "403");
+    assert!(refused.unwrap().contains("address"), "the guard's refusal");
+}
