@@ -252,6 +252,16 @@ async fn written_lists_are_shown_and_reach_every_runs_grant() {
     rig.network("svc_write", json!({"network": {"allow": []}}))
         .await;
     assert!(rig.grant_of_a_run().await.unwrap().allow.is_empty());
+
+    // one call that sets the lists and runs code runs it under the new lists
+    let _ = rig
+        .call(
+            "svc_write",
+            json!({"code": "1+1", "network": {"allow": ["only.example.org"]}}),
+        )
+        .await;
+    let grant = rig.recorder.grants.lock().unwrap().pop().unwrap().unwrap();
+    assert_eq!(grant.allow, ["only.example.org"]);
 }
 
 #[tokio::test]
