@@ -97,9 +97,11 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-oauth",
             "toolgate-sandbox",
             "toolgate-vault",
+            "toolgate-egress",
         ],
         "the use cases know the store's traits, the ports, the OAuth protocol, the sandbox seam \
-         and the vault, never an adapter, a backend or what runs the sessions",
+         and the vault (and the egress policy's host patterns, pure), never an adapter, a \
+         backend or what runs the sessions",
     ),
     (
         "toolgate-fetch",

@@ -19,6 +19,7 @@ mod dashboard_sign_in;
 mod dashboard_wallet;
 mod egress;
 mod front_door;
+mod host_lists;
 mod hostile_bodies;
 mod links;
 mod mcp_sessions_shared;
