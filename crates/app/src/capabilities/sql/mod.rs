@@ -313,6 +313,6 @@ impl Capability for Sql {
         if let Some(redactor) = ctx.secrets.redactor() {
             render::redact(&mut table, &redactor);
         }
-        Ok(render::output(&table, kind, self.tool == ToolKind::Write))
+        Ok(render::output(table, kind, self.tool == ToolKind::Write))
     }
 }
