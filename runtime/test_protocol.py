@@ -210,7 +210,8 @@ def test_the_web_database_and_vault_upcall_frames(zygote):
         ("toolgate.http('POST', 'https://api.example.com/items', json={'name': 'pen'}, "
          "headers={'Authorization': 'Bearer {{secret:API_KEY}}'})",
          "session/upcall_http", "session/upcall_result_fetch"),
-        ("toolgate.sql('PG_URL', 'select id, name, tags from items', max_rows=100)",
+        ("toolgate.sql('PG_URL', 'select id, name, tags from items where name = $1', ['pen'], "
+         "max_rows=100)",
          "session/upcall_sql", "session/upcall_result_sql"),
         ("toolgate.secrets()", "session/upcall_secrets", "session/upcall_result_secrets"),
     )

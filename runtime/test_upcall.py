@@ -290,11 +290,12 @@ def test_fetch_http_sql_and_secrets_send_their_requests_and_return_typed_answers
         # a cut body is not parsed
         assert expect_result(s, rid)["result"]["text/plain"] == "(201, None)"
 
-        rid = start(s, "t = toolgate.sql('PG_URL', 'update t set a = 1', write=True, max_rows=5)\n"
+        rid = start(s, "t = toolgate.sql('PG_URL', 'update t set a = $1', (None,), write=True, "
+                       "max_rows=5)\n"
                        "(t['rows'], t['changes'])")
         f = s.recv()
-        assert f["request"] == {"kind": "sql", "database": "PG_URL", "query": "update t set a = 1",
-                                "write": True, "max_rows": 5}, f
+        assert f["request"] == {"kind": "sql", "database": "PG_URL", "query": "update t set a = $1",
+                                "params": [None], "write": True, "max_rows": 5}, f
         table = {"database": "postgres", "columns": [{"name": "a", "type": "int4"}],
                  "rows": [[1], [None]], "row_count": 2, "truncated": False, "changes": 2}
         s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"sql": table}})
@@ -335,6 +336,12 @@ def test_bad_arguments_raise_toolgate_error_before_anything_is_sent(zygote):
             "toolgate.sql('PG', 'select 1', write='yes')",
             "toolgate.sql(['PG'], 'select 1')",
             "toolgate.sql('PG', 'select 1', max_rows=-1)",
+            "toolgate.sql('PG', 'select $1', params='x')",
+            "toolgate.sql('PG', 'select $1', params=[{'a': 1}])",
+            "toolgate.sql('PG', 'select $1', params=[[1]])",
+            "toolgate.sql('PG', 'select $1', params=[1 << 64])",
+            "toolgate.sql('PG', 'select $1', params=[float('inf')])",
+            "toolgate.sql('PG', 'select $1', params=[b'bytes'])",
             "toolgate.invoke_llm('p/m', 'x' * (3 << 20))",
         ]
         for call in calls:

@@ -17,6 +17,7 @@ session and the service talk is described in runtime/PROTOCOL.md ("upcalls").
 """
 
 import json as _json
+import math
 
 __all__ = ["ToolgateError", "billing", "invoke_llm", "web_search", "fetch", "http", "sql",
            "secrets"]
@@ -169,12 +170,14 @@ def http(method: str, url: str, headers: dict = None, body: str = None, json=Non
     return _page(_upcall(request), "http")
 
 
-def sql(database: str, query: str, write: bool = False, max_rows: int = None) -> dict:
+def sql(database: str, query: str, params=None, write: bool = False, max_rows: int = None) -> dict:
     """QUERY on the database server DATABASE names (a vault secret holding postgres://... or
     mysql://...; the service connects, this session never holds the password), as the tools'
     "sql" field: read-only, as on the read tool (the database refuses a write), or with
     write=True as on the write tool (several ";"-separated statements, one transaction).
-    MAX_ROWS: most rows returned (default 1000, at most 10000).
+    PARAMS: a list of values (None, bool, int, float, str) for the placeholders ($1, $2, ... in
+    PostgreSQL, ? in MySQL), bound by the server and never spliced into the SQL; with PARAMS the
+    query is one statement. MAX_ROWS: most rows returned (default 1000, at most 10000).
 
     Returns {"database" ("postgres" or "mysql"), "columns": [{"name", "type"}], "rows": [[...]]
     (numbers and booleans as such, exact numerics, dates and binary (base64) as strings, JSON
@@ -186,6 +189,8 @@ def sql(database: str, query: str, write: bool = False, max_rows: int = None) ->
     "refused" when the allowance is used up and the wallet is empty."""
     request = {"kind": "sql", "database": _string("sql", "database", database),
                "query": _string("sql", "query", query)}
+    if params is not None:
+        request["params"] = _params(params)
     if not isinstance(write, bool):
         raise ToolgateError("bad_request", "sql(write=...): True or False")
     if write:
@@ -218,6 +223,20 @@ def _count(function, name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ToolgateError("bad_request", f"{function}({name}=...): a whole number")
     return {name: value}
+
+
+def _params(params):
+    """PARAMS as the request holds them: a list of JSON scalars."""
+    if not isinstance(params, (list, tuple)):
+        raise ToolgateError("bad_request", "sql(params=...): a list of values for the placeholders")
+    for n, value in enumerate(params):
+        ok = value is None or isinstance(value, (bool, str)) \
+            or (isinstance(value, int) and -(1 << 63) <= value < (1 << 63)) \
+            or (isinstance(value, float) and math.isfinite(value))
+        if not ok:
+            raise ToolgateError("bad_request", f"sql(params[{n}]): None, a bool, a 64-bit int, a "
+                                               f"finite float or a str, not {type(value).__name__}")
+    return list(params)
 
 
 def _sent_headers(function, headers):

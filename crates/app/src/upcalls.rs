@@ -187,9 +187,10 @@ fn tool_call(upcall: &Upcall) -> Result<(ToolKind, JsonObject), UpcallError> {
         Upcall::Sql {
             database,
             query,
+            params,
             write,
             max_rows,
-        } => sql_call(database, query, *write, *max_rows)?,
+        } => sql_call(database, (query, params), *write, *max_rows)?,
         Upcall::Secrets {} => (ToolKind::Read, json!({"list_secrets": true})),
     };
     let Value::Object(args) = args else {
@@ -246,7 +247,7 @@ fn http_call(
 /// Python's `sqlite3`, and an upcall that waited on its own session would wait for ever.
 fn sql_call(
     database: &str,
-    query: &str,
+    (query, params): (&str, &[SqlValue]),
     write: bool,
     max_rows: Option<u64>,
 ) -> Result<(ToolKind, Value), UpcallError> {
@@ -262,6 +263,10 @@ fn sql_call(
         ));
     }
     let mut args = json!({"sql": query, "database": database});
+    if !params.is_empty() {
+        let values: Vec<Value> = params.iter().cloned().map(Value::from).collect();
+        args["params"] = Value::Array(values);
+    }
     if let Some(n) = max_rows {
         args["max_rows"] = json!(n);
     }

@@ -308,7 +308,8 @@ impl toolgate_ports::database::Databases for EchoDatabase {
             columns: vec![column("n", "int8"), column("doc", "jsonb")],
             rows: vec![vec![
                 json!(7),
-                json!({"statement": query.statement, "dsn": [query.connection.as_str()]}),
+                json!({"statement": query.statement, "dsn": [query.connection.as_str()],
+                       "params": query.params.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>()}),
             ]],
             truncated: false,
             changes: 0,
@@ -492,6 +493,7 @@ async fn sql_and_secrets_upcalls_answer_typed_and_never_reach_a_session() {
     let sql = |database: &str, write: bool| Upcall::Sql {
         database: database.into(),
         query: "select 7".into(),
+        params: Vec::new(),
         write,
         max_rows: Some(5),
     };
@@ -512,15 +514,45 @@ async fn sql_and_secrets_upcalls_answer_typed_and_never_reach_a_session() {
     let doc: Value = serde_json::from_str(doc).unwrap();
     assert_eq!(
         doc,
-        json!({"statement": "select 7", "dsn": ["[REDACTED:PG_URL]"]})
+        json!({"statement": "select 7", "dsn": ["[REDACTED:PG_URL]"], "params": []})
     );
+    // values for the placeholders reach the server as bound values, in order
+    let bound = Upcall::Sql {
+        database: "PG_URL".into(),
+        query: "select $1, $2, $3".into(),
+        params: vec![
+            SqlValue::Integer(1),
+            SqlValue::Null,
+            SqlValue::Text("a'b".into()),
+        ],
+        write: false,
+        max_rows: None,
+    };
+    let UpcallValue::Sql(table) = upcalls.answer(origin(&account), bound).await.unwrap() else {
+        panic!("not a table")
+    };
+    let SqlValue::Json(doc) = &table.rows[0][1] else {
+        panic!("not JSON")
+    };
+    let doc: Value = serde_json::from_str(doc).unwrap();
+    assert_eq!(doc["params"], json!(["Int(1)", "Null", "Text(\"a'b\")"]));
+    // a JSON value is no parameter: refused before metering, as by the tool
+    let nested = Upcall::Sql {
+        database: "PG_URL".into(),
+        query: "select $1".into(),
+        params: vec![SqlValue::Json("[1]".into())],
+        write: false,
+        max_rows: None,
+    };
+    let error = upcalls.answer(origin(&account), nested).await.unwrap_err();
+    assert_eq!(error.code, UpcallErrorCode::BadRequest, "{error}");
     assert!(
         upcalls
             .answer(origin(&account), sql("PG_URL", true))
             .await
             .is_ok()
     );
-    assert_eq!(free_left(&app, &account).await, 8);
+    assert_eq!(free_left(&app, &account).await, 7);
     for own in [
         "sqlite:data.db",
         "sqlite:/workspace/x.db",
@@ -538,7 +570,7 @@ async fn sql_and_secrets_upcalls_answer_typed_and_never_reach_a_session() {
         .await
         .unwrap_err();
     assert_eq!(error.code, UpcallErrorCode::BadRequest);
-    assert_eq!(free_left(&app, &account).await, 8);
+    assert_eq!(free_left(&app, &account).await, 7);
 
     let names = upcalls
         .answer(origin(&account), Upcall::Secrets {})
@@ -548,5 +580,5 @@ async fn sql_and_secrets_upcalls_answer_typed_and_never_reach_a_session() {
         names,
         UpcallValue::Secrets(vec!["PG_URL".into(), "TOKEN".into()])
     );
-    assert_eq!(free_left(&app, &account).await, 7);
+    assert_eq!(free_left(&app, &account).await, 6);
 }

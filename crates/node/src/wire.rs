@@ -483,7 +483,12 @@ mod tests {
             },
             Upcall::Sql {
                 database: "PG".into(),
-                query: "select 1".into(),
+                query: "select $1".into(),
+                params: vec![
+                    SqlValue::Integer(1),
+                    SqlValue::Null,
+                    SqlValue::Text("a".into()),
+                ],
                 write: true,
                 max_rows: None,
             },

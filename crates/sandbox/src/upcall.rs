@@ -96,8 +96,11 @@ pub enum Upcall {
     Sql {
         /// the vault secret holding the connection string
         database: String,
-        /// the statement (with `write`, possibly several)
+        /// the statement (with `write` and no `params`, possibly several)
         query: String,
+        /// values for its placeholders, in order: bound by the server, never spliced in
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        params: Vec<SqlValue>,
         /// run it as the write tool does (one transaction that may change data)
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         write: bool,

@@ -212,7 +212,8 @@ fn fetch_http_sql_and_secrets_round_trip_with_the_protocols_keys() {
         },
         Upcall::Sql {
             database: "PG_URL".into(),
-            query: "select 1".into(),
+            query: "select $1, $2".into(),
+            params: vec![SqlValue::Float(0.5), SqlValue::Bool(false)],
             write: true,
             max_rows: Some(5),
         },
@@ -226,6 +227,7 @@ fn fetch_http_sql_and_secrets_round_trip_with_the_protocols_keys() {
         serde_json::to_value(Upcall::Sql {
             database: "PG_URL".into(),
             query: "select 1".into(),
+            params: Vec::new(),
             write: false,
             max_rows: None,
         })
@@ -311,7 +313,8 @@ fn hostile_fetch_http_sql_and_secrets_requests_are_refused_when_read() {
         json!({"kind": "http", "method": "POST", "url": "u", "body": {"a": 1}}),
         json!({"kind": "http", "method": "POST", "url": "u", "json": {"a": 1}}),
         json!({"kind": "sql", "database": "PG"}),
-        json!({"kind": "sql", "database": "PG", "query": "select 1", "params": [1]}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "params": 1}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "params": {"a": 1}}),
         json!({"kind": "sql", "database": "PG", "query": "select 1", "write": "yes"}),
         json!({"kind": "sql", "database": ["PG"], "query": "select 1"}),
         json!({"kind": "sql", "database": "PG", "query": "select 1", "session_id": "s"}),

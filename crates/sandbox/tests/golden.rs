@@ -254,7 +254,8 @@ fn the_web_database_and_vault_requests_decode() {
         request("session/upcall_sql.json"),
         Upcall::Sql {
             database: "PG_URL".into(),
-            query: "select id, name, tags from items".into(),
+            query: "select id, name, tags from items where name = $1".into(),
+            params: vec![SqlValue::Text("pen".into())],
             write: false,
             max_rows: Some(100),
         }

@@ -198,19 +198,23 @@ async fn code_queries_a_database_server_through_the_service() {
     let (rows, charged) = cell(
         &f,
         &format!(
-            "t = toolgate.sql('PG', 'SELECT * FROM {table} ORDER BY id', max_rows=10)\n\
+            "t = toolgate.sql('PG', 'SELECT * FROM {table} WHERE id >= $1 AND $2 ORDER BY id', \
+             [1, True], max_rows=10)\n\
+             q = toolgate.sql('PG', 'SELECT count(*) FROM {table} WHERE doc::text = $1', \
+             [\"x' OR '1'='1\"])\n\
              try:\n    toolgate.sql('PG', 'DELETE FROM {table}')\n    e = None\n\
              except toolgate.ToolgateError as error:\n    e = error.code\n\
-             print(json.dumps([t['columns'][1], t['rows'], t['row_count'], t['truncated'], e]))"
+             print(json.dumps([t['columns'][1], t['rows'], t['row_count'], t['truncated'], e, \
+             q['rows']]))"
         ),
     )
     .await;
     assert_eq!(
         rows,
         json!([{"name": "doc", "type": "jsonb"}, [[1, {"a": [1, true]}, "2.50"], [2, null, null]],
-               2, false, "failed"])
+               2, false, "failed", [[0]]])
     );
-    assert_eq!(charged, 3, "the cell, the read and the refused write");
+    assert_eq!(charged, 4, "the cell, the two reads and the refused write");
 
     let (own, charged) = cell(
         &f,
@@ -244,6 +248,11 @@ async fn hostile_arguments_are_refused_before_anything_is_charged_or_sent() {
         format!("toolgate.http('GET', 'http://{addr}/a', body='x')"),
         format!("toolgate.fetch('http://{addr}/a', max_bytes='many')"),
         "toolgate.sql('PG', 'SELECT 1', max_rows=[1])".to_owned(),
+        "toolgate.sql('PG', 'SELECT $1', params={'a': 1})".to_owned(),
+        "toolgate.sql('PG', 'SELECT $1', params=[[1, 2]])".to_owned(),
+        "toolgate._upcall({'kind': 'sql', 'database': 'PG', 'query': 'SELECT $1', 'params': [[1]]})"
+            .to_owned(),
+        "toolgate.sql('sqlite:data.db', 'SELECT $1', params=[1])".to_owned(),
         "toolgate.sql('not a name', 'SELECT 1')".to_owned(),
     ];
     let code = format!(
