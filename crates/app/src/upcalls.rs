@@ -370,3 +370,6 @@ fn text(content: &[ContentItem]) -> String {
 #[cfg(test)]
 #[path = "upcalls_tests.rs"]
 mod tests;
+#[cfg(test)]
+#[path = "upcalls_web_tests.rs"]
+mod web_tests;
