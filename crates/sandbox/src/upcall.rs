@@ -313,6 +313,19 @@ pub trait UpcallHandler: Send + Sync {
 }
 
 impl Upcall {
+    /// Its `kind`, as the wire names it (what a log line may show of it).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Billing {} => "billing",
+            Self::InvokeLlm { .. } => "invoke_llm",
+            Self::WebSearch { .. } => "web_search",
+            Self::Fetch { .. } => "fetch",
+            Self::Http { .. } => "http",
+            Self::Sql { .. } => "sql",
+            Self::Secrets {} => "secrets",
+        }
+    }
+
     /// Whether its answer streams in pieces before it comes whole.
     pub fn streams(&self) -> bool {
         matches!(self, Self::InvokeLlm { stream: true, .. })

@@ -221,6 +221,9 @@ fn fetch_http_sql_and_secrets_round_trip_with_the_protocols_keys() {
     ];
     for request in requests {
         assert_eq!(round_trip(&request), request);
+        // the name a log line shows is the one on the wire
+        let written = serde_json::to_value(&request).unwrap();
+        assert_eq!(written["kind"], request.kind());
     }
     // optional fields left out are not written
     assert_eq!(
