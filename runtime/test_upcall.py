@@ -343,6 +343,7 @@ def test_bad_arguments_raise_toolgate_error_before_anything_is_sent(zygote):
             "toolgate.sql('PG', 'select $1', params=[float('inf')])",
             "toolgate.sql('PG', 'select $1', params=[b'bytes'])",
             "toolgate.invoke_llm('p/m', 'x' * (3 << 20))",
+            "toolgate.invoke_llm('p/m', 'x', temperature=float('nan'))",
         ]
         for call in calls:
             code = (f"import toolgate\ntry:\n    {call}\nexcept toolgate.ToolgateError as e:\n"

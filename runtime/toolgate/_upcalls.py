@@ -9,6 +9,7 @@ in the channel's pending list for the executor's loop, which reads the socket on
 requests.
 """
 
+import json
 import os
 import threading
 
@@ -71,6 +72,8 @@ def upcall_stream(request):
         n = st.count
         frame = {"op": "upcall", "id": rid, "upcall": n, "request": request}
         try:
+            # strict JSON (no NaN or Infinity): the server ends a session whose frame it cannot read
+            json.dumps(request, allow_nan=False)
             size = len(encode_frame(frame)) - 4
         except (TypeError, ValueError) as e:
             raise ToolgateError("bad_request", f"the request is not JSON: {e}") from None
