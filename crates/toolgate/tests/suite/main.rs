@@ -43,5 +43,6 @@ mod tasks;
 mod tasks_shared;
 mod tenant_fetches;
 mod turns;
+mod upcalls_web;
 mod vault;
 mod web;
