@@ -4,6 +4,7 @@
 
 mod ai;
 mod dashboard;
+mod egress;
 mod fairness;
 mod floor;
 mod fronts;
@@ -107,6 +108,10 @@ struct Args {
     /// Measure a tools/call on /mcp with an OAuth access token against the personal URL
     #[arg(long)]
     oauth: bool,
+    /// Measure what the sessions' network proxy adds: a small GET and a large download through
+    /// it against the same made directly (in this process, on loopback)
+    #[arg(long)]
+    egress: bool,
     #[command(flatten)]
     sandbox: sandbox::SandboxArgs,
 }
@@ -142,6 +147,9 @@ fn default_binary() -> PathBuf {
 }
 
 fn run(args: &Args) -> Result<()> {
+    if args.egress {
+        return egress::run();
+    }
     if args.seconds == 0
         || args.clients == 0
         || args.client_threads == 0

@@ -45,7 +45,9 @@ pub(crate) struct Run {
     deny: Vec<HostPattern>,
     pub(crate) budget: Budget,
     open: AtomicU32,
-    records: Mutex<Vec<Destination>>,
+    /// Connections as they go (refusals too): a record is read whole when the run finishes,
+    /// also for a connection still open then.
+    records: Mutex<Vec<Arc<Traffic>>>,
     ended: CancellationToken,
 }
 
@@ -179,6 +181,9 @@ impl RunEgress {
     pub fn finish(self) -> Vec<Destination> {
         self.end();
         std::mem::take(&mut *self.run.lock_records())
+            .iter()
+            .map(|traffic| traffic.destination())
+            .collect()
     }
 
     fn end(&self) {
@@ -222,7 +227,7 @@ impl Run {
         }
     }
 
-    fn lock_records(&self) -> std::sync::MutexGuard<'_, Vec<Destination>> {
+    fn lock_records(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Traffic>>> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -241,15 +246,20 @@ impl Run {
         Ok(())
     }
 
-    pub(crate) fn record(&self, destination: Destination) {
+    /// A new connection's record, kept with the run's (past [`MAX_RECORDS`] it is counted
+    /// against the limits but not kept).
+    pub(crate) fn traffic(&self, host: &str, port: u16, kind: &'static str) -> Arc<Traffic> {
+        let traffic = Arc::new(Traffic::new(host, port, kind));
         let mut records = self.lock_records();
         if records.len() < MAX_RECORDS {
-            records.push(destination);
+            records.push(Arc::clone(&traffic));
         }
+        traffic
     }
 }
 
 /// One connection's record, filled in as it goes.
+#[derive(Debug)]
 pub(crate) struct Traffic {
     pub(crate) host: String,
     pub(crate) port: u16,
@@ -257,10 +267,13 @@ pub(crate) struct Traffic {
     pub(crate) sent: AtomicU64,
     pub(crate) received: AtomicU64,
     started: Instant,
+    /// Milliseconds from the start to the end; `u64::MAX` while it is open.
+    ended_ms: AtomicU64,
+    refused: Mutex<Option<String>>,
 }
 
 impl Traffic {
-    pub(crate) fn new(host: &str, port: u16, kind: &'static str) -> Self {
+    fn new(host: &str, port: u16, kind: &'static str) -> Self {
         Self {
             host: host.chars().take(253).collect(),
             port,
@@ -268,18 +281,40 @@ impl Traffic {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             started: Instant::now(),
+            ended_ms: AtomicU64::new(u64::MAX),
+            refused: Mutex::new(None),
         }
     }
 
-    pub(crate) fn into_destination(self, refused: Option<String>) -> Destination {
+    /// The connection ended, refused with `refused` if it was.
+    pub(crate) fn end(&self, refused: Option<String>) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = refused;
+        self.ended_ms.store(self.elapsed_ms(), Ordering::Release);
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// What the record says now (an open connection: its time so far).
+    fn destination(&self) -> Destination {
+        let ended = self.ended_ms.load(Ordering::Acquire);
         Destination {
-            host: self.host,
+            host: self.host.clone(),
             port: self.port,
             kind: self.kind.to_owned(),
-            bytes_sent: self.sent.into_inner(),
-            bytes_received: self.received.into_inner(),
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            refused,
+            bytes_sent: self.sent.load(Ordering::Relaxed),
+            bytes_received: self.received.load(Ordering::Relaxed),
+            duration_ms: if ended == u64::MAX {
+                self.elapsed_ms()
+            } else {
+                ended
+            },
+            refused: self
+                .refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 }
@@ -342,13 +377,13 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
             return;
         }
     };
-    let traffic = Traffic::new(&host, port, kind);
+    let traffic = run.traffic(&host, port, kind);
     let max = run.grant.limits.max_connections;
     if run.open.fetch_add(1, Ordering::AcqRel) >= max {
         run.open.fetch_sub(1, Ordering::AcqRel);
         let message = format!("this run already has {max} connections open, the most it may");
         refuse(&mut client, "429 Too Many Requests", &message).await;
-        run.record(traffic.into_destination(Some(message)));
+        traffic.end(Some(message));
         return;
     }
     let _slot = Slot(run);
@@ -365,14 +400,14 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
         )
         .await
         .err();
-        run.record(traffic.into_destination(refused));
+        traffic.end(refused);
         let _ = client.shutdown().await;
         return;
     }
     let refused = forward(client, head, rest, path, run, shared, &traffic)
         .await
         .err();
-    run.record(traffic.into_destination(refused));
+    traffic.end(refused);
 }
 
 /// Where a request goes: host, port, kind (`connect` or `http`), and the origin-form path of

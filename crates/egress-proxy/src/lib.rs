@@ -31,6 +31,9 @@ mod index;
 mod netns;
 mod pump;
 
+#[cfg(test)]
+mod tests;
+
 pub use gate::{RunEgress, SessionGate};
 pub use index::{INDEX_HOST, IndexSettings};
 pub use netns::{listen_in_netns, listen_on_loopback};

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bytes moved per read.
-const CHUNK: usize = 64 * 1024;
+const CHUNK: usize = 128 * 1024;
 
 /// The run's traffic budget.
 #[derive(Debug)]

@@ -97,9 +97,11 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-oauth",
             "toolgate-sandbox",
             "toolgate-vault",
+            "toolgate-egress",
         ],
         "the use cases know the store's traits, the ports, the OAuth protocol, the sandbox seam \
-         and the vault, never an adapter, a backend or what runs the sessions",
+         and the vault (and the egress policy's host patterns, pure), never an adapter, a \
+         backend or what runs the sessions",
     ),
     (
         "toolgate-fetch",
@@ -195,9 +197,12 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-sandbox-manager",
             "toolgate-checkpoints",
             "toolgate-vault",
+            "toolgate-egress-proxy",
+            "toolgate-egress",
         ],
         "the benchmark drives the binary over HTTP, and the session manager in process for the \
-         sandbox's figures (with the checkpoint store, sealed by a vault, for the durable ones)",
+         sandbox's figures (with the checkpoint store, sealed by a vault, for the durable ones, \
+         and the sessions' proxy for the egress ones)",
     ),
 ];
 
