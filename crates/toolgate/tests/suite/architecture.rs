@@ -60,9 +60,10 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-egress-proxy",
-        &["toolgate-sandbox", "toolgate-egress"],
+        &["toolgate-sandbox", "toolgate-egress", "toolgate-fetch"],
         "the sessions' way out applies a run's grant (the seam's values) under the egress guard, \
-         and knows nothing of accounts, storage or the service around it",
+         mirrors the operator's package index with the service's client of configured \
+         endpoints, and knows nothing of accounts, storage or the service around it",
     ),
     (
         "toolgate-sandbox-manager",
