@@ -17,11 +17,14 @@ from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, fork_refused, 
 SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "session/ping",
                  "session/exec", "session/bash", "session/sqlite", "session/upcall_result",
                  "session/upcall_error", "session/upcall_progress", "session/checkpoint",
-                 "session/restore"}
+                 "session/restore", "session/upcall_result_fetch", "session/upcall_result_sql",
+                 "session/upcall_result_secrets"}
 RUNTIME_FRAMES = {"control/hello", "control/pong", "control/forked", "control/forked_hardened",
                   "control/exited", "control/error", "session/pong", "session/output",
                   "session/result_exec", "session/result_bash", "session/result_sqlite",
-                  "session/error", "session/upcall", "session/checkpointed", "session/restored"}
+                  "session/error", "session/upcall", "session/checkpointed", "session/restored",
+                  "session/upcall_fetch", "session/upcall_http", "session/upcall_sql",
+                  "session/upcall_secrets"}
 
 
 def fork_as_is(z, name):
@@ -193,6 +196,44 @@ def test_upcall_frames(zygote):
             else:
                 err = golden(answer)["error"]
                 assert got == (err["code"], err["message"], f"{err['code']}: {err['message']}")
+        finally:
+            s.close()
+
+
+def test_the_web_database_and_vault_upcall_frames(zygote):
+    """toolgate.fetch, http, sql and secrets write exactly their golden requests and read the
+    golden answers into what they return."""
+    cases = (
+        ("toolgate.fetch('https://api.example.com/items/1', "
+         "headers={'Authorization': 'Bearer {{secret:API_KEY}}'}, max_bytes=65536)",
+         "session/upcall_fetch", "session/upcall_result_fetch"),
+        ("toolgate.http('POST', 'https://api.example.com/items', json={'name': 'pen'}, "
+         "headers={'Authorization': 'Bearer {{secret:API_KEY}}'})",
+         "session/upcall_http", "session/upcall_result_fetch"),
+        ("toolgate.sql('PG_URL', 'select id, name, tags from items where name = $1', ['pen'], "
+         "max_rows=100)",
+         "session/upcall_sql", "session/upcall_result_sql"),
+        ("toolgate.secrets()", "session/upcall_secrets", "session/upcall_result_secrets"),
+    )
+    for call, request, answer in cases:
+        s = zygote.fork("golden-upcall-web")
+        try:
+            s.send({"op": "exec", "id": 7, "code": "import toolgate\nr = " + call + "\nr"})
+            up = s.recv()
+            assert_shape(up, request)
+            assert up == golden(request), (up, golden(request))
+            value = golden(answer)["value"]
+            if request == "session/upcall_http":
+                value = {"http": value["fetch"]}
+            s.send(dict(golden(answer), value=value))
+            r = s.recv()
+            assert r["op"] == "result" and r["error"] is None, r
+            got = ast.literal_eval(r["result"]["text/plain"])
+            kind, expected = next(iter(value.items()))
+            if kind in ("fetch", "http"):
+                expected = dict(expected, headers=dict(expected["headers"]),
+                                json=json.loads(expected["text"]))
+            assert got == expected, (got, expected)
         finally:
             s.close()
 

@@ -254,3 +254,103 @@ def test_a_streamed_answer_comes_in_pieces_and_an_abandoned_one_is_dropped(zygot
         assert s.value("1 + 1") == "2"          # the late frames were ignored between requests
     finally:
         s.close()
+
+
+PAGE = {"status": 404, "url": "https://api.example/x", "content_type": "application/json",
+        "format": "json", "text": '{\n  "error": "gone"\n}', "bytes": 17, "truncated": False,
+        "headers": [["content-type", "application/json"], ["set-cookie", "a=1"],
+                    ["set-cookie", "b=2"]]}
+
+
+def test_fetch_http_sql_and_secrets_send_their_requests_and_return_typed_answers(zygote):
+    s = zygote.fork("upcall-web")
+    try:
+        code = ("import toolgate\n"
+                "p = toolgate.fetch('https://api.example/x', "
+                "headers={'Authorization': 'Bearer {{secret:K}}'}, max_bytes=100)\n"
+                "(p['status'], p['json'], p['headers']['set-cookie'], p['text'][:1])")
+        rid = start(s, code)
+        f = s.recv()
+        assert f["request"] == {"kind": "fetch", "url": "https://api.example/x",
+                                "headers": {"Authorization": "Bearer {{secret:K}}"},
+                                "max_bytes": 100}, f
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"fetch": PAGE}})
+        r = expect_result(s, rid)
+        assert r["error"] is None, r
+        assert r["result"]["text/plain"] == "(404, {'error': 'gone'}, 'a=1, b=2', '{')"
+
+        rid = start(s, "h = toolgate.http('post', 'https://api.example/hook', json={'a': [1]})\n"
+                       "(h['status'], h['json'])")
+        f = s.recv()
+        assert f["request"] == {"kind": "http", "method": "POST", "url": "https://api.example/hook",
+                                "body": '{"a": [1]}',
+                                "headers": {"Content-Type": "application/json"}}, f
+        page = dict(PAGE, status=201, truncated=True)
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"http": page}})
+        # a cut body is not parsed
+        assert expect_result(s, rid)["result"]["text/plain"] == "(201, None)"
+
+        rid = start(s, "t = toolgate.sql('PG_URL', 'update t set a = $1', (None,), write=True, "
+                       "max_rows=5)\n"
+                       "(t['rows'], t['changes'])")
+        f = s.recv()
+        assert f["request"] == {"kind": "sql", "database": "PG_URL", "query": "update t set a = $1",
+                                "params": [None], "write": True, "max_rows": 5}, f
+        table = {"database": "postgres", "columns": [{"name": "a", "type": "int4"}],
+                 "rows": [[1], [None]], "row_count": 2, "truncated": False, "changes": 2}
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"sql": table}})
+        assert expect_result(s, rid)["result"]["text/plain"] == "([[1], [None]], 2)"
+
+        rid = start(s, "toolgate.secrets()")
+        assert s.recv()["request"] == {"kind": "secrets"}
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"secrets": ["A", "B"]}})
+        assert expect_result(s, rid)["result"]["text/plain"] == "['A', 'B']"
+
+        # an answer of the wrong kind is not taken for a page
+        rid = start(s, "toolgate.fetch('https://x.example/')")
+        s.recv()
+        s.send({"op": "upcall_result", "id": rid, "upcall": 1, "value": {"http": PAGE}})
+        r = expect_result(s, rid)
+        assert r["error"]["type"] == "ToolgateError" and "bad_answer" in r["error"]["message"], r
+    finally:
+        s.close()
+
+
+def test_bad_arguments_raise_toolgate_error_before_anything_is_sent(zygote):
+    """Arguments of the wrong type, and a request over the server's 2 MiB limit of an upcall
+    frame (which would end the session), raise bad_request without writing a frame."""
+    s = zygote.fork("upcall-bad-arguments")
+    try:
+        calls = [
+            "toolgate.fetch(5)",
+            "toolgate.fetch('https://x.example/', headers='Authorization: x')",
+            "toolgate.fetch('https://x.example/', headers={'A': 1})",
+            "toolgate.fetch('https://x.example/', max_bytes='10')",
+            "toolgate.fetch('https://x.example/', max_bytes=True)",
+            "toolgate.fetch('https://x.example/' + 'x' * (10 << 20))",
+            "toolgate.http('TRACE', 'https://x.example/')",
+            "toolgate.http('POST', 'https://x.example/', body='a', json={})",
+            "toolgate.http('POST', 'https://x.example/', json=object())",
+            "toolgate.http('POST', 'https://x.example/', json=float('nan'))",
+            "toolgate.http('POST', 'https://x.example/', body=b'bytes')",
+            "toolgate.sql('PG', 'select 1', write='yes')",
+            "toolgate.sql(['PG'], 'select 1')",
+            "toolgate.sql('PG', 'select 1', max_rows=-1)",
+            "toolgate.sql('PG', 'select $1', params='x')",
+            "toolgate.sql('PG', 'select $1', params=[{'a': 1}])",
+            "toolgate.sql('PG', 'select $1', params=[[1]])",
+            "toolgate.sql('PG', 'select $1', params=[1 << 64])",
+            "toolgate.sql('PG', 'select $1', params=[float('inf')])",
+            "toolgate.sql('PG', 'select $1', params=[b'bytes'])",
+            "toolgate.invoke_llm('p/m', 'x' * (3 << 20))",
+            "toolgate.invoke_llm('p/m', 'x', temperature=float('nan'))",
+        ]
+        for call in calls:
+            code = (f"import toolgate\ntry:\n    {call}\nexcept toolgate.ToolgateError as e:\n"
+                    f"    print(e.code)\n")
+            rid = start(s, code)
+            r = expect_result(s, rid)
+            assert r["error"] is None and r["stdout"] == "bad_request\n", (call, r)
+        assert nothing_to_read(s.sock)
+    finally:
+        s.close()

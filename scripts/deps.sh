@@ -9,8 +9,9 @@ set -euo pipefail
 export npm_config_loglevel=error npm_config_fund=false npm_config_audit=false npm_config_update_notifier=false
 mkdir -p "$DEPS"
 
-# 1. Python venv with the official MCP SDK (no host site-packages).
-PY_PINS=(mcp==2.3.0 pytest==9.2.0 httpx==0.28.1)
+# 1. Python venv with the official MCP SDK (no host site-packages); pypiserver: the PEP 503
+#    index the suite's `pip install` tests mirror (tests/suite/pip.rs).
+PY_PINS=(mcp==2.3.0 pytest==9.2.0 httpx==0.28.1 pypiserver==2.4.2)
 stamp="$VENV/.toolgate-pins"
 if [[ ! -x "$VENV/bin/python" || "$(cat "$stamp" 2>/dev/null)" != "${PY_PINS[*]}" ]]; then
   [[ -x "$VENV/bin/python" ]] || quiet python3 -m venv "$VENV"

@@ -18,10 +18,12 @@ from toolgate._protocol import (MAX_FRAME, SPILL_DIR, TEXT_LIMIT, BadRequest, ch
                                 error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._upcalls import UPCALLS
-from toolgate import _checkpoint, _sqlite
+from toolgate import _checkpoint, _packages, _sqlite
 
 # the directory of the entry script (runtime/): never on a session's sys.path
 _RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# a session's PATH: the runtime's programs first
+_PATH = f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin"
 
 # The network proxy's CA for this session (secrets added at the edge: the proxy terminates the
 # session's HTTPS to put a secret's value into a request). It comes at fork in this variable,
@@ -102,12 +104,14 @@ class Session:
         self.pid = os.getpid()
         UPCALLS.chan, UPCALLS.pid = chan, self.pid
         # the environment, from scratch
-        env = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": workspace,
+        env = {"PATH": _PATH, "HOME": workspace,
                "LANG": "C.UTF-8", "MPLBACKEND": "Agg", "OPENBLAS_NUM_THREADS": "1"}
         if os.environ.get("MPLCONFIGDIR"):
             env["MPLCONFIGDIR"] = os.environ["MPLCONFIGDIR"]
         if tmpdir:
             env["TMPDIR"] = tmpdir
+        if "HTTP_PROXY" in extra_env:            # a session with network can pip install
+            extra_env = {**_packages.pip_env(workspace, _PATH), **extra_env}
         extra_env = dict(extra_env)
         trust_session_ca(extra_env, tmpdir)
         env.update(extra_env)
@@ -127,6 +131,8 @@ class Session:
         self.ns = main.__dict__
         sys.path[:] = [p for p in sys.path if p and os.path.abspath(p) != _RUNTIME_DIR]
         sys.path.insert(0, "")
+        self.site_dirs = _packages.site_dirs(workspace)
+        _packages.add_site_dirs(self.site_dirs)
         sys.argv = [""]
         capture.start()
 
@@ -283,6 +289,7 @@ class Session:
         if _signal.getsignal(signal.SIGINT) is not on_sigint:
             signal.signal(signal.SIGINT, on_sigint)   # a cell may have replaced it
         UPCALLS.rid = rid                             # upcalls may be made from here ...
+        _packages.forget_missing(self.site_dirs)
         try:
             try:
                 STATE.running = True
@@ -412,7 +419,7 @@ class Session:
     def run_bash(self, rid, command, timeout, stream, env, spill=None):
         t0 = time.perf_counter()
         self.count += 1
-        benv = {"PATH": f"{sys.prefix}/bin:/usr/local/bin:/usr/bin:/bin", "HOME": self.workspace,
+        benv = {"PATH": _PATH, "HOME": self.workspace,
                 "LANG": "C.UTF-8"}
         if self.tmpdir:
             benv["TMPDIR"] = self.tmpdir

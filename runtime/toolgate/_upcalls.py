@@ -9,11 +9,16 @@ in the channel's pending list for the executor's loop, which reads the socket on
 requests.
 """
 
+import json
 import os
 import threading
 
 from toolgate import ToolgateError
-from toolgate._protocol import BadRequest, MAX_FRAME, encode_frame, parse_request
+from toolgate._protocol import BadRequest, encode_frame, parse_request
+
+# The server's limit of an "upcall" frame (a larger one breaks the protocol and ends the session):
+# a request over it is refused here, before anything is written.
+MAX_UPCALL_FRAME = 2 << 20
 
 NOT_IN_CALL = ("the service can be reached only while a call runs, from the session's own "
                "process (this thread outlived its cell, or this is a forked process)")
@@ -66,8 +71,15 @@ def upcall_stream(request):
         st.count += 1
         n = st.count
         frame = {"op": "upcall", "id": rid, "upcall": n, "request": request}
-        if len(encode_frame(frame)) - 4 > MAX_FRAME:
-            raise ToolgateError("bad_request", f"the request exceeds {MAX_FRAME} bytes")
+        try:
+            # strict JSON (no NaN or Infinity): the server ends a session whose frame it cannot read
+            json.dumps(request, allow_nan=False)
+            size = len(encode_frame(frame)) - 4
+        except (TypeError, ValueError) as e:
+            raise ToolgateError("bad_request", f"the request is not JSON: {e}") from None
+        if size > MAX_UPCALL_FRAME:
+            raise ToolgateError("bad_request", f"the request is {size} bytes; an upcall is at "
+                                               f"most {MAX_UPCALL_FRAME} bytes")
         if main:
             _critical(st.chan.send, frame)
         else:

@@ -383,3 +383,17 @@ impl toolgate_store::TaskStore for GatedStore {
         self.inner.purge_tasks().await
     }
 }
+
+#[async_trait]
+impl toolgate_store::HostListStore for GatedStore {
+    async fn host_lists(&self, account: &AccountId) -> Result<HostLists, StoreError> {
+        self.inner.host_lists(account).await
+    }
+    async fn change_host_lists(
+        &self,
+        account: &AccountId,
+        change: HostListsChange<'_>,
+    ) -> Result<HostLists, StoreError> {
+        self.inner.change_host_lists(account, change).await
+    }
+}

@@ -8,6 +8,8 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use toolgate_domain::{Account, BillingStatus, LlmAnswer, SearchResult, UsageSnapshot};
+use toolgate_ports::database::Table;
+use toolgate_ports::fetch::FetchedPage;
 
 pub use crate::call_secrets::CallSecrets;
 use crate::metering::MeterError;
@@ -186,6 +188,12 @@ pub enum TypedOutput {
     Llm(LlmAnswer),
     /// `search`: the results, best first.
     Search(Vec<SearchResult>),
+    /// `url` and `http`: the answer, its body as the content renders it.
+    Page(FetchedPage),
+    /// `sql` on a database server: the kind of database and what the statement returned.
+    Table(&'static str, Table),
+    /// `list_secrets`: the secrets' names.
+    SecretNames(Vec<String>),
 }
 
 /// A tool-level failure: reported as a result with `isError: true`, never as a protocol error.

@@ -13,6 +13,7 @@ mod call_secrets;
 pub mod calls;
 pub mod capabilities;
 pub mod capability;
+pub mod egress_rules;
 mod limiter;
 pub mod links;
 pub mod mcp_sessions;
@@ -40,6 +41,7 @@ pub use capability::{
     CallContext, CallSecrets, Capability, ContentItem, Failure, MakeCall, Output, ProgressSink,
     ResourceLink, ToolKind, ToolOutcome, TypedOutput,
 };
+pub use egress_rules::{EgressRules, EgressRulesError};
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
@@ -89,6 +91,10 @@ pub struct App {
     mcp_sessions: Arc<McpSessionRecords>,
     tasks: Arc<tasks::Tasks>,
     links: Option<Arc<links::Links>>,
+    /// The accounts' host lists, when the service runs sessions.
+    egress_rules: Option<Arc<EgressRules>>,
+    /// Sessions reach the network (through the proxy).
+    sessions_have_network: bool,
 }
 
 impl App {
@@ -126,6 +132,14 @@ impl App {
                 None
             }
         };
+        let egress_rules = services
+            .sandbox
+            .as_ref()
+            .map(|_| Arc::new(EgressRules::new(store.clone())));
+        let sessions_have_network = services.sandbox.as_ref().is_some_and(|s| s.has_network());
+        if let (Some(sandbox), Some(rules)) = (services.sandbox.take(), &egress_rules) {
+            services.sandbox = Some(sandbox.with_host_lists(rules.clone()));
+        }
         let sandbox_sessions = services.sandbox.as_ref().map(|s| s.sessions());
         // client metadata documents are fetched through the same egress-guarded client as `url`
         let oauth_fetcher = services.fetcher.clone();
@@ -146,6 +160,8 @@ impl App {
         );
         app.secrets = secrets;
         app.links = links;
+        app.egress_rules = egress_rules;
+        app.sessions_have_network = sessions_have_network;
         app.sign_in = mailer.map(|mailer| {
             Arc::new(owner::SignIn::new(
                 store.clone(),
@@ -237,6 +253,8 @@ impl App {
             tasks: tasks::Tasks::new(store.clone(), tasks::TaskSettings::default()),
             mcp_sessions: Arc::new(McpSessionRecords::new(store)),
             links: None,
+            egress_rules: None,
+            sessions_have_network: false,
         }
     }
 
@@ -291,12 +309,22 @@ impl App {
         &self.oauth
     }
 
-    /// Legacy MCP sessions' records, shared by every front end on the store.
+    /// The accounts' host lists for their sessions' network, when the service runs sessions.
+    pub fn egress_rules(&self) -> Option<&EgressRules> {
+        self.egress_rules.as_deref()
+    }
+
+    /// Whether sessions reach the network (the operator's `sandbox_network`).
+    pub fn sessions_have_network(&self) -> bool {
+        self.sessions_have_network
+    }
+
     /// Signed links to workspace files, when the service makes them (a vault and a sandbox).
     pub fn links(&self) -> Option<&Arc<links::Links>> {
         self.links.as_ref()
     }
 
+    /// Legacy MCP sessions' records, shared by every front end on the store.
     pub fn mcp_sessions(&self) -> &McpSessionRecords {
         &self.mcp_sessions
     }

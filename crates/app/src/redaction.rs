@@ -10,6 +10,7 @@ use toolgate_vault::Redactor;
 
 use crate::capability::{CallSecrets, ContentItem, Output, ProgressSink, TypedOutput};
 use crate::registry::Ran;
+use toolgate_ports::fetch::PageContent;
 
 /// Redacts what one capability of a call did: its output (but bytes it shows verbatim) or its
 /// failure's message.
@@ -56,6 +57,13 @@ pub(crate) fn redact_value(value: &mut Value, redactor: &Redactor) {
 
 /// Every string of a typed result: an upcall's answer is redacted as the tool's is.
 fn redact_typed(typed: &mut TypedOutput, redactor: &Redactor) {
+    if let TypedOutput::Table(_, table) = typed {
+        // the cells are JSON values (a JSON column nests): every string in them
+        for cell in table.rows.iter_mut().flatten() {
+            redact_value(cell, redactor);
+        }
+        return;
+    }
     let texts: Vec<&mut String> = match typed {
         TypedOutput::Billing(status) => vec![
             &mut status.tier,
@@ -78,6 +86,21 @@ fn redact_typed(typed: &mut TypedOutput, redactor: &Redactor) {
                     .chain(r.date.as_mut())
             })
             .collect(),
+        TypedOutput::Page(page) => {
+            let body = match &mut page.content {
+                PageContent::Text { text, .. } => Some(text),
+                PageContent::Binary { summary } => Some(summary),
+                // base64 of an image, shown as it is (as the tool's image content)
+                PageContent::Image { .. } => None,
+            };
+            [&mut page.final_url, &mut page.content_type]
+                .into_iter()
+                .chain(body)
+                .chain(page.headers.iter_mut().map(|(_, value)| value))
+                .collect()
+        }
+        TypedOutput::SecretNames(names) => names.iter_mut().collect(),
+        TypedOutput::Table(..) => Vec::new(),
     };
     for text in texts {
         redactor.redact_in_place(text);

@@ -42,6 +42,7 @@ async fn measure() -> Result<()> {
     let proxy = EgressProxy::new(ProxySettings {
         policy: Arc::new(policy),
         extra_roots: Vec::new(),
+        index: None,
     });
     let mut gate = proxy.gate();
     gate.serve(toolgate_egress_proxy::listen_on_loopback()?)?;

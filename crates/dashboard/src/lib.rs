@@ -10,6 +10,7 @@ mod assets;
 mod consent;
 mod cookie;
 mod guard;
+mod network;
 mod pages;
 mod payment_status;
 mod sign_in;
@@ -95,6 +96,8 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         .route("/dashboard/wallet/top-up", post(pages::top_up))
         .route("/dashboard/sessions", get(pages::sessions))
         .route("/dashboard/sessions/end", post(pages::end_session))
+        .route("/dashboard/network", get(network::page))
+        .route("/dashboard/network/set", post(network::set))
         .route(
             "/dashboard/oauth/authorize",
             get(consent::page).post(consent::decide),

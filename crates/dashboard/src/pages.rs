@@ -20,7 +20,7 @@ pub struct NoticeQuery {
     paid: Option<String>,
 }
 
-fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
+pub(crate) fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
     if query.paid.is_some() {
         return Some(
             "Thank you: the payment is confirmed by the provider within a minute, then the balance below includes it.",
@@ -36,11 +36,12 @@ fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
         "secret-gone" => "There was no secret of that name.",
         "session-ended" => "Session ended.",
         "session-gone" => "That session had already ended.",
+        "network-saved" => "Host lists saved: runs from now on apply them.",
         _ => return None,
     })
 }
 
-fn chrome<'a>(signed: &'a Signed, tab: Tab, notice: Option<&'a str>) -> Chrome<'a> {
+pub(crate) fn chrome<'a>(signed: &'a Signed, tab: Tab, notice: Option<&'a str>) -> Chrome<'a> {
     Chrome {
         email: signed.account.email.as_str(),
         csrf: signed.csrf(),

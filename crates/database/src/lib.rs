@@ -164,14 +164,15 @@ impl Databases for DatabaseServers {
             max_bytes: query.max_bytes,
             timeout: query.timeout,
         };
+        let statement = (query.statement.as_str(), query.params.as_slice());
         match &pool {
             AnyPool::Postgres(pool) => {
                 let engine = (postgres::set_up as rows::SetUp<_>, &postgres::READER);
-                rows::run(pool, &query.statement, query.access, caps, engine).await
+                rows::run(pool, statement, query.access, caps, engine).await
             }
             AnyPool::Mysql(pool) => {
                 let engine = (mysql::set_up as rows::SetUp<_>, &mysql::READER);
-                rows::run(pool, &query.statement, query.access, caps, engine).await
+                rows::run(pool, statement, query.access, caps, engine).await
             }
         }
     }

@@ -10,7 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde_json::Value;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Database, Either, Pool};
-use toolgate_ports::database::{Access, Column, DatabaseError, Table};
+use toolgate_ports::database::{Access, Column, DatabaseError, DbParam, Table};
 
 /// Time to connect (or wait for a free connection).
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,23 +60,24 @@ pub fn pool_options<DB: Database>() -> sqlx::pool::PoolOptions<DB> {
 /// [`run_statement`], all within the time limit.
 pub async fn run<DB>(
     pool: &Pool<DB>,
-    statement: &str,
+    (statement, params): (&str, &[DbParam]),
     access: Access,
     caps: Caps,
     (set_up, reader): (SetUp<DB>, &'static Reader<DB>),
 ) -> Result<Table, DatabaseError>
 where
-    DB: Database + sqlx::database::HasStatementCache,
+    DB: Database + sqlx::database::HasStatementCache + Bindable,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
 {
     let statement = statement.to_owned();
+    let params = params.to_vec();
     with_connection(pool, caps, move |conn| {
         Box::pin(async move {
             if let Err(e) = set_up(conn, access, caps).await {
                 return (Err(failed("cannot start a transaction", &e)), false);
             }
-            run_statement(conn, statement, access, caps, reader).await
+            run_statement(conn, (statement, params), access, caps, reader).await
         })
     })
     .await
@@ -174,6 +175,38 @@ pub fn columns<R: sqlx::Row>(row: &R) -> Vec<Column> {
         .collect()
 }
 
+/// An engine whose statements take the values of [`DbParam`] (both do).
+pub trait Bindable: Database + Sized {
+    /// `query` with `param` bound to its next placeholder.
+    fn bind_param<'q>(
+        query: sqlx::query::Query<'q, Self, <Self as Database>::Arguments>,
+        param: DbParam,
+    ) -> sqlx::query::Query<'q, Self, <Self as Database>::Arguments>;
+}
+
+impl<DB> Bindable for DB
+where
+    DB: Database,
+    for<'t> bool: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> i64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> f64: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> String: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+    for<'t> Option<String>: sqlx::Encode<'t, DB> + sqlx::Type<DB>,
+{
+    fn bind_param<'q>(
+        query: sqlx::query::Query<'q, Self, <Self as Database>::Arguments>,
+        param: DbParam,
+    ) -> sqlx::query::Query<'q, Self, <Self as Database>::Arguments> {
+        match param {
+            DbParam::Null => query.bind(None::<String>),
+            DbParam::Bool(b) => query.bind(b),
+            DbParam::Int(n) => query.bind(n),
+            DbParam::Float(x) => query.bind(x),
+            DbParam::Text(text) => query.bind(text),
+        }
+    }
+}
+
 /// A write whose rows were cut short: nothing is committed.
 fn cut_write() -> DatabaseError {
     DatabaseError::Failed(
@@ -209,22 +242,31 @@ pub fn failed(what: &str, e: &sqlx::Error) -> DatabaseError {
     }
 }
 
-/// Runs `statement` in the transaction the engine has begun on `conn` (a read as one prepared
-/// statement, a write as a script), reads its answer within `caps` and ends the transaction:
-/// the result, and whether the connection is fit for reuse.
+/// Runs `statement` in the transaction the engine has begun on `conn` (a read, or anything with
+/// `params`, as one prepared statement with them bound; a write without as a script), reads
+/// its answer within `caps` and ends the transaction: the result, and whether the connection
+/// is fit for reuse.
 async fn run_statement<DB>(
     conn: &mut PoolConnection<DB>,
-    statement: String,
+    (statement, params): (String, Vec<DbParam>),
     access: Access,
     caps: Caps,
     reader: &Reader<DB>,
 ) -> (Result<Table, DatabaseError>, bool)
 where
-    DB: Database + sqlx::database::HasStatementCache,
+    DB: Database + sqlx::database::HasStatementCache + Bindable,
     for<'c> &'c mut DB::Connection: sqlx::Executor<'c, Database = DB>,
     DB::Arguments: sqlx::IntoArguments<DB>,
 {
     let result = match access {
+        _ if !params.is_empty() => {
+            let query = params.into_iter().fold(
+                sqlx::query::<DB>(AssertSqlSafe(statement)).persistent(false),
+                DB::bind_param,
+            );
+            let items = sqlx::Executor::fetch_many(&mut **conn, query);
+            collect(items, caps, reader).await
+        }
         Access::Read => {
             let items = sqlx::query::<DB>(AssertSqlSafe(statement))
                 .persistent(false)

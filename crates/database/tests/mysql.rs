@@ -194,3 +194,62 @@ async fn a_wrong_password_is_a_clear_error_that_does_not_repeat_it() {
     );
     assert!(!failed.contains("not-the-password-xyz"), "{failed}");
 }
+
+/// Values bound to `?` are data, never SQL, on MySQL's protocol too; a read with them is still
+/// read-only.
+#[tokio::test]
+async fn params_are_bound_never_spliced() {
+    use toolgate_ports::database::DbParam;
+    let db = db();
+    let table = unique("params");
+    db.write(&format!(
+        "CREATE TABLE {table}(id bigint, ok bool, x double, note text, n int)"
+    ))
+    .await
+    .unwrap();
+    let with = |statement: &str, access: Access, params: Vec<DbParam>| {
+        let mut query = db.query(statement, access);
+        query.params = params;
+        db.servers.query(query)
+    };
+    let hostile = format!("x'); DROP TABLE {table}; --");
+    let inserted = with(
+        &format!("INSERT INTO {table} VALUES (?, ?, ?, ?, ?)"),
+        Access::Write,
+        vec![
+            DbParam::Int(7),
+            DbParam::Bool(true),
+            DbParam::Float(0.5),
+            DbParam::Text(hostile.clone()),
+            DbParam::Null,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(inserted.changes, 1);
+    let read = with(
+        &format!("SELECT id, x, note, n FROM {table} WHERE id = ? AND note = ?"),
+        Access::Read,
+        vec![DbParam::Int(7), DbParam::Text(hostile.clone())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read.rows,
+        vec![vec![
+            json!(7),
+            json!(0.5),
+            json!(hostile),
+            serde_json::Value::Null
+        ]]
+    );
+    let refused = with(
+        &format!("DELETE FROM {table} WHERE id = ?"),
+        Access::Read,
+        vec![DbParam::Int(7)],
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("READ ONLY"), "{refused}");
+    db.write(&format!("DROP TABLE {table}")).await.unwrap();
+}

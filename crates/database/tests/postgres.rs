@@ -264,3 +264,76 @@ async fn pools_are_per_account_and_connection_string_and_bounded() {
         assert_eq!(result.unwrap().rows[0][0], json!(i));
     }
 }
+
+/// Values bound to `$1`, `$2`, … are data, never SQL: typed as given, a quote or a `;` in text
+/// stays text; a read with them is still read-only; a write with them is one statement.
+#[tokio::test]
+async fn params_are_bound_never_spliced() {
+    use toolgate_ports::database::DbParam;
+    let db = db();
+    let table = unique("params");
+    db.write(&format!(
+        "CREATE TABLE {table}(id int8, ok bool, x float8, note text, n int)"
+    ))
+    .await
+    .unwrap();
+    let with = |statement: &str, access: Access, params: Vec<DbParam>| {
+        let mut query = db.query(statement, access);
+        query.params = params;
+        db.servers.query(query)
+    };
+    let hostile = format!("x'); DROP TABLE {table}; --");
+    let inserted = with(
+        &format!("INSERT INTO {table} VALUES ($1, $2, $3, $4, $5::int)"),
+        Access::Write,
+        vec![
+            DbParam::Int(7),
+            DbParam::Bool(true),
+            DbParam::Float(0.5),
+            DbParam::Text(hostile.clone()),
+            DbParam::Null,
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(inserted.changes, 1);
+    let read = with(
+        &format!("SELECT id, ok, x, note, n FROM {table} WHERE id = $1 AND note = $2"),
+        Access::Read,
+        vec![DbParam::Int(7), DbParam::Text(hostile.clone())],
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        read.rows,
+        vec![vec![
+            json!(7),
+            json!(true),
+            json!(0.5),
+            json!(hostile),
+            Value::Null
+        ]]
+    );
+    let refused = with(
+        &format!("DELETE FROM {table} WHERE id = $1"),
+        Access::Read,
+        vec![DbParam::Int(7)],
+    )
+    .await
+    .unwrap_err();
+    assert!(refused.to_string().contains("read-only"), "{refused}");
+    let two = with(
+        &format!("DELETE FROM {table} WHERE id = $1; DROP TABLE {table}"),
+        Access::Write,
+        vec![DbParam::Int(7)],
+    )
+    .await
+    .unwrap_err();
+    assert!(two.to_string().contains("multiple commands"), "{two}");
+    let kept = db
+        .read(&format!("SELECT count(*) FROM {table}"))
+        .await
+        .unwrap();
+    assert_eq!(kept.rows, vec![vec![json!(1)]]);
+    db.write(&format!("DROP TABLE {table}")).await.unwrap();
+}

@@ -15,6 +15,7 @@ use toolgate_sandbox::{Destination, EgressGrant};
 use crate::ca::SessionCa;
 use crate::connect::{self, ConnectError};
 use crate::head::{self, Head};
+use crate::index::{self, INDEX_HOST};
 use crate::intercept::{self, Edge};
 use crate::placeholder::{self, BoundSecret};
 use crate::pump::{self, Budget};
@@ -51,7 +52,9 @@ pub(crate) struct Run {
     /// Bound secrets and the CA to see them with; `None`: tunnels stay raw.
     edge: Option<Edge>,
     open: AtomicU32,
-    records: Mutex<Vec<Destination>>,
+    /// Connections as they go (refusals too): a record is read whole when the run finishes,
+    /// also for a connection still open then.
+    records: Mutex<Vec<Arc<Traffic>>>,
     ended: CancellationToken,
 }
 
@@ -122,9 +125,10 @@ impl SessionGate {
     }
 
     /// The variables that send a session's HTTP clients through the proxy: `HTTP_PROXY` and
-    /// `HTTPS_PROXY` (upper and lower case, as clients read either), an empty `NO_PROXY`, and
+    /// `HTTPS_PROXY` (upper and lower case, as clients read either), an empty `NO_PROXY`,
     /// `TOOLGATE_EGRESS_CA`, the session's CA (PEM), which the runtime adds to the session's
-    /// CA bundle and then drops from the environment.
+    /// CA bundle and then drops from the environment, and with a package index,
+    /// `PIP_INDEX_URL` and `PIP_TRUSTED_HOST` pointing pip at it.
     pub fn env(&self) -> BTreeMap<String, String> {
         let address = self.address.map_or_else(
             || format!("127.0.0.1:{SESSION_PROXY_PORT}"),
@@ -145,6 +149,14 @@ impl SessionGate {
         env.insert("no_proxy".to_owned(), String::new());
         if let Some(pem) = self.ca_pem() {
             env.insert("TOOLGATE_EGRESS_CA".to_owned(), pem.to_owned());
+        }
+        if self.shared.index.is_some() {
+            // plain HTTP to a name only the proxy answers: the hop never leaves the host
+            env.insert(
+                "PIP_INDEX_URL".to_owned(),
+                format!("http://{INDEX_HOST}/simple/"),
+            );
+            env.insert("PIP_TRUSTED_HOST".to_owned(), INDEX_HOST.to_owned());
         }
         env
     }
@@ -195,6 +207,9 @@ impl RunEgress {
     pub fn finish(self) -> Vec<Destination> {
         self.end();
         std::mem::take(&mut *self.run.lock_records())
+            .iter()
+            .map(|traffic| traffic.destination())
+            .collect()
     }
 
     /// How many connections the run has recorded so far (tests wait for a connection's end).
@@ -250,7 +265,7 @@ impl Run {
         }
     }
 
-    fn lock_records(&self) -> std::sync::MutexGuard<'_, Vec<Destination>> {
+    fn lock_records(&self) -> std::sync::MutexGuard<'_, Vec<Arc<Traffic>>> {
         self.records.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -269,11 +284,15 @@ impl Run {
         Ok(())
     }
 
-    pub(crate) fn record(&self, destination: Destination) {
+    /// A new connection's record, kept with the run's (past [`MAX_RECORDS`] it is counted
+    /// against the limits but not kept).
+    pub(crate) fn traffic(&self, host: &str, port: u16, kind: &'static str) -> Arc<Traffic> {
+        let traffic = Arc::new(Traffic::new(host, port, kind));
         let mut records = self.lock_records();
         if records.len() < MAX_RECORDS {
-            records.push(destination);
+            records.push(Arc::clone(&traffic));
         }
+        traffic
     }
 }
 
@@ -325,20 +344,37 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
     } else {
         kind
     };
-    let traffic = Traffic::new(&host, port, kind);
+    let traffic = run.traffic(&host, port, kind);
     let max = run.grant.limits.max_connections;
     if run.open.fetch_add(1, Ordering::AcqRel) >= max {
         run.open.fetch_sub(1, Ordering::AcqRel);
         let message = format!("this run already has {max} connections open, the most it may");
         refuse(&mut client, "429 Too Many Requests", &message).await;
-        run.record(traffic.into_destination(Some(message)));
+        traffic.end(Some(message));
         return;
     }
     let _slot = Slot(run);
+    if let ("index", Some(path)) = (traffic.kind, &path) {
+        // the service's own package index, whatever the run's host lists say; recorded before
+        // the connection closes, so a run that ends when its code saw the answer has the record
+        let refused = index::serve(
+            shared.index.as_ref(),
+            &mut client,
+            &head,
+            path,
+            run,
+            &traffic,
+        )
+        .await
+        .err();
+        traffic.end(refused);
+        let _ = client.shutdown().await;
+        return;
+    }
     let refused = forward(client, head, rest, path, run, shared, &traffic)
         .await
         .err();
-    run.record(traffic.into_destination(refused));
+    traffic.end(refused);
 }
 
 /// Where a request goes: host, port, kind (`connect` or `http`), and the origin-form path of
@@ -354,6 +390,9 @@ fn target(head: &Head) -> Result<(String, u16, &'static str, Option<String>), St
         return Ok((host, port, "connect", None));
     }
     match head::absolute_http(&head.target) {
+        Some((host, port, path)) if host.eq_ignore_ascii_case(INDEX_HOST) => {
+            Ok((host, port, "index", Some(path)))
+        }
         Some((host, port, path)) => Ok((host, port, "http", Some(path))),
         None => Err(
             "this is the session's network proxy: send CONNECT host:port, or a request with an \

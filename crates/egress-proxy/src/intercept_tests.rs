@@ -127,6 +127,7 @@ fn gate(extra_ca: &str) -> (SessionGate, SocketAddr) {
     let proxy = EgressProxy::new(ProxySettings {
         policy: Arc::new(policy),
         extra_roots: crate::extra_roots_from_pem(extra_ca.as_bytes()).unwrap(),
+        index: None,
     });
     let mut gate = proxy.gate();
     gate.serve(listen_on_loopback().unwrap()).unwrap();

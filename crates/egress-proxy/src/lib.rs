@@ -25,20 +25,28 @@
 //! terminated with a CA made for the session (its certificate is in [`SessionGate::env`] as
 //! `TOOLGATE_EGRESS_CA`), so that `{{secret:NAME}}` in a request's headers is replaced on the
 //! way out to NAME's hosts and refused anywhere else; plain HTTP requests get the same.
+//!
+//! One host is answered by the proxy itself: [`INDEX_HOST`], the package index `pip install`
+//! uses in sessions, a caching mirror of the operator's index (see `index`).
 
 mod ca;
 mod connect;
 mod gate;
 mod head;
 mod http1;
+mod index;
 mod intercept;
 mod netns;
 mod placeholder;
 mod pump;
 mod traffic;
 
+#[cfg(test)]
+mod tests;
+
 pub use ca::{TlsSetupError, extra_roots_from_pem};
 pub use gate::{RunEgress, SessionGate};
+pub use index::{INDEX_HOST, IndexSettings};
 pub use netns::{listen_in_netns, listen_on_loopback};
 pub use rustls::pki_types::CertificateDer;
 
@@ -51,13 +59,15 @@ pub use toolgate_sandbox::{Destination, EgressGrant, EgressLimits};
 pub const SESSION_PROXY_PORT: u16 = 3128;
 
 /// What the proxy of every session of this process shares.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct ProxySettings {
     /// The egress guard (the operator's `egress_allow_private`).
     pub policy: Arc<EgressPolicy>,
     /// CAs the proxy trusts besides the public roots when it terminates a tunnel (the
     /// operator's `egress_extra_ca_file`, see [`extra_roots_from_pem`]).
     pub extra_roots: Vec<CertificateDer<'static>>,
+    /// The package index sessions install from (`None`: `pip install` finds no index).
+    pub index: Option<IndexSettings>,
 }
 
 /// The proxy service of one process: makes a [`SessionGate`] per session.
@@ -72,6 +82,7 @@ pub(crate) struct Shared {
     pub(crate) settings: ProxySettings,
     /// The TLS client of terminated tunnels.
     pub(crate) upstream_tls: Arc<rustls::ClientConfig>,
+    pub(crate) index: Option<index::Index>,
 }
 
 /// Why the proxy could not be set up for a session.
@@ -86,10 +97,15 @@ impl EgressProxy {
     /// The proxy service with `settings`.
     pub fn new(settings: ProxySettings) -> Self {
         let upstream_tls = ca::upstream_config(&settings.extra_roots);
+        let index = settings
+            .index
+            .clone()
+            .map(|index| index::Index::new(index, &settings.policy));
         Self {
             shared: Arc::new(Shared {
                 settings,
                 upstream_tls,
+                index,
             }),
         }
     }

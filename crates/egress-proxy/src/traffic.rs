@@ -1,13 +1,16 @@
-//! One connection as the proxy accounts for it: its record, filled in as it goes, and the
-//! answer the session's code gets when it is refused.
+//! One connection as the proxy accounts for it: its record, kept from its start (so that a run
+//! that ends with connections open still reports them), and the answer the session's code gets
+//! when it is refused.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use toolgate_sandbox::Destination;
 
 /// One connection's record, filled in as it goes.
+#[derive(Debug)]
 pub(crate) struct Traffic {
     pub(crate) host: String,
     pub(crate) port: u16,
@@ -15,6 +18,9 @@ pub(crate) struct Traffic {
     pub(crate) sent: AtomicU64,
     pub(crate) received: AtomicU64,
     started: Instant,
+    /// Milliseconds from the start to the end; `u64::MAX` while it is open.
+    ended_ms: AtomicU64,
+    refused: Mutex<Option<String>>,
 }
 
 impl Traffic {
@@ -26,30 +32,56 @@ impl Traffic {
             sent: AtomicU64::new(0),
             received: AtomicU64::new(0),
             started: Instant::now(),
+            ended_ms: AtomicU64::new(u64::MAX),
+            refused: Mutex::new(None),
         }
     }
 
-    pub(crate) fn into_destination(self, refused: Option<String>) -> Destination {
+    /// The connection ended, refused with `refused` if it was.
+    pub(crate) fn end(&self, refused: Option<String>) {
+        *self.refused.lock().unwrap_or_else(PoisonError::into_inner) = refused;
+        self.ended_ms.store(self.elapsed_ms(), Ordering::Release);
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX - 1)
+    }
+
+    /// What the record says now (an open connection: its time so far).
+    pub(crate) fn destination(&self) -> Destination {
+        let ended = self.ended_ms.load(Ordering::Acquire);
         Destination {
-            host: self.host,
+            host: self.host.clone(),
             port: self.port,
             kind: self.kind.to_owned(),
-            bytes_sent: self.sent.into_inner(),
-            bytes_received: self.received.into_inner(),
-            duration_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            refused,
+            bytes_sent: self.sent.load(Ordering::Relaxed),
+            bytes_received: self.received.load(Ordering::Relaxed),
+            duration_ms: if ended == u64::MAX {
+                self.elapsed_ms()
+            } else {
+                ended
+            },
+            refused: self
+                .refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
         }
     }
 }
 
 /// Answers an error to the session's code: a status line and a one-line text body.
 pub(crate) async fn refuse(client: &mut (impl AsyncWrite + Unpin), status: &str, message: &str) {
+    let _ = client.write_all(refusal(status, message).as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+/// The answer [`refuse`] writes.
+pub(crate) fn refusal(status: &str, message: &str) -> String {
     let body = format!("toolgate network proxy: {message}\n");
-    let answer = format!(
+    format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n\
          Connection: close\r\nX-Toolgate-Refused: 1\r\n\r\n{body}",
         body.len()
-    );
-    let _ = client.write_all(answer.as_bytes()).await;
-    let _ = client.shutdown().await;
+    )
 }

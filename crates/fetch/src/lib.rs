@@ -20,7 +20,9 @@ use reqwest::header::{
 use reqwest::redirect;
 use tokio::time::Instant;
 use toolgate_egress::EgressPolicy;
-use toolgate_ports::fetch::{FetchError, FetchRequest, FetchedPage, Fetcher};
+use toolgate_ports::fetch::{
+    FetchError, FetchRequest, FetchedPage, Fetcher, MAX_ANSWER_HEADER_CHARS, MAX_ANSWER_HEADERS,
+};
 use url::Url;
 
 /// Makes ring the process's TLS crypto provider, which every reqwest client of this build needs
@@ -174,6 +176,7 @@ impl FetchClient {
             .chars()
             .take(MAX_CONTENT_TYPE)
             .collect();
+        let answer_headers = answer_headers(response.headers());
         let (body, truncated) = read_bounded(response, request.max_bytes).await?;
         let bytes = body.len();
         // Markdown of megabytes of HTML takes a while: not on the threads that serve requests
@@ -188,8 +191,24 @@ impl FetchClient {
             truncated,
             content,
             content_type,
+            headers: answer_headers,
         })
     }
+}
+
+/// The answer's headers as the caller gets them: bounded in number and length, text only.
+fn answer_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .filter_map(|(name, value)| {
+            let value = value.to_str().ok()?;
+            Some((
+                name.as_str().to_owned(),
+                value.chars().take(MAX_ANSWER_HEADER_CHARS).collect(),
+            ))
+        })
+        .take(MAX_ANSWER_HEADERS)
+        .collect()
 }
 
 /// Where a redirect answer sends the request next, if it is one to follow.

@@ -59,6 +59,16 @@ async fn server() -> (SocketAddr, Arc<AtomicUsize>) {
         )
         .route("/huge", get(|| async { "x".repeat(3 * 1024 * 1024) }))
         .route(
+            "/many-headers",
+            get(|| async {
+                let mut answer = Response::builder().header("x-long", "v".repeat(5_000));
+                for n in 0..70 {
+                    answer = answer.header("x-n", n.to_string());
+                }
+                answer.body(axum::body::Body::from("ok")).unwrap()
+            }),
+        )
+        .route(
             "/gzip",
             get(|| async {
                 let mut encoder =
@@ -348,4 +358,37 @@ async fn writes_carry_their_method_and_body() {
             }
         );
     }
+}
+
+/// The answer's headers come back with the page, bounded: a site cannot send the caller more
+/// than [`MAX_ANSWER_HEADERS`] of them or values longer than [`MAX_ANSWER_HEADER_CHARS`].
+#[tokio::test]
+async fn an_answers_headers_come_back_bounded() {
+    let (addr, _) = server().await;
+    let web = allowing_loopback();
+    let json = web
+        .send(get_of(format!("http://{addr}/json")))
+        .await
+        .unwrap();
+    assert!(
+        json.headers
+            .contains(&("content-type".to_owned(), "application/json".to_owned())),
+        "{:?}",
+        json.headers
+    );
+    let many = web
+        .send(get_of(format!("http://{addr}/many-headers")))
+        .await
+        .unwrap();
+    assert_eq!(
+        many.headers.len(),
+        toolgate_ports::fetch::MAX_ANSWER_HEADERS
+    );
+    let long = many
+        .headers
+        .iter()
+        .find(|(name, _)| name == "x-long")
+        .unwrap();
+    assert_eq!(long.1.len(), toolgate_ports::fetch::MAX_ANSWER_HEADER_CHARS);
+    assert!(many.headers.contains(&("x-n".to_owned(), "0".to_owned())));
 }

@@ -466,6 +466,86 @@ mod tests {
         assert!(parse::<RunHeader>(Tag::Start, b"{\"account\":1}").is_err());
     }
 
+    /// The upcalls of the web, databases and the vault, and their typed answers, cross the
+    /// node channel as they left: what a node asks is what the front end answers.
+    #[test]
+    fn the_web_database_and_vault_upcalls_cross_the_channel_unchanged() {
+        use toolgate_sandbox::upcall::{HttpAnswer, SqlAnswer, SqlColumn, SqlValue, UpcallValue};
+        let calls = [
+            Upcall::Fetch {
+                url: "https://example.com/".into(),
+                headers: [("A".to_owned(), "{{secret:K}}".to_owned())].into(),
+                max_bytes: Some(9),
+            },
+            Upcall::Http {
+                method: "PUT".into(),
+                url: "https://example.com/x".into(),
+                headers: Default::default(),
+                body: Some("b".into()),
+                max_bytes: None,
+            },
+            Upcall::Sql {
+                database: "PG".into(),
+                query: "select $1".into(),
+                params: vec![
+                    SqlValue::Integer(1),
+                    SqlValue::Null,
+                    SqlValue::Text("a".into()),
+                ],
+                write: true,
+                max_rows: None,
+            },
+            Upcall::Secrets {},
+        ];
+        for (id, upcall) in (1..).zip(calls) {
+            let sent = json_frame(
+                Tag::Upcall,
+                &UpcallCall {
+                    id,
+                    upcall: upcall.clone(),
+                },
+            );
+            let read: UpcallCall = parse(Tag::Upcall, &sent[5..]).unwrap();
+            assert_eq!((read.id, read.upcall), (id, upcall));
+        }
+        let page = HttpAnswer {
+            status: 500,
+            url: "https://example.com/".into(),
+            content_type: "text/plain".into(),
+            format: "text".into(),
+            text: "oops".into(),
+            bytes: 4,
+            truncated: true,
+            headers: vec![("x".into(), "y".into())],
+        };
+        let table = SqlAnswer {
+            database: "mysql".into(),
+            columns: vec![SqlColumn {
+                name: "j".into(),
+                type_name: "json".into(),
+            }],
+            rows: vec![vec![SqlValue::Json(r#"{"a":[1,{"b":null}]}"#.into())]],
+            row_count: 1,
+            truncated: false,
+            changes: 0,
+        };
+        let values = [
+            UpcallValue::Fetch(page.clone()),
+            UpcallValue::Http(page),
+            UpcallValue::Sql(table),
+            UpcallValue::Secrets(vec!["PG".into()]),
+        ];
+        for value in values {
+            let reply = UpcallReply {
+                id: 1,
+                answer: UpcallAnswer::Value(value.clone()),
+            };
+            let sent = json_frame(Tag::UpcallAnswer, &reply);
+            let read: UpcallReply = parse(Tag::UpcallAnswer, &sent[5..]).unwrap();
+            assert_eq!(read.answer, UpcallAnswer::Value(value));
+        }
+    }
+
     #[test]
     fn a_headers_debug_never_shows_an_environment_value() {
         let header = RunHeader {

@@ -36,6 +36,24 @@ pub struct DbQuery {
     pub max_bytes: u64,
     /// The statement's time limit, enforced by the database.
     pub timeout: Duration,
+    /// Values bound to the statement's placeholders (`$1`, `$2`, … in PostgreSQL, `?` in
+    /// MySQL), in order; with any, the statement is one prepared statement, write or not.
+    pub params: Vec<DbParam>,
+}
+
+/// A value bound to a placeholder: never spliced into the statement's text.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DbParam {
+    /// NULL (bound as a text NULL: PostgreSQL may need a cast, `$1::int`)
+    Null,
+    /// a boolean
+    Bool(bool),
+    /// a whole number
+    Int(i64),
+    /// any other number
+    Float(f64),
+    /// text
+    Text(String),
 }
 
 impl std::fmt::Debug for DbQuery {
@@ -45,6 +63,7 @@ impl std::fmt::Debug for DbQuery {
             .field("account", &self.account)
             .field("secret", &self.secret)
             .field("access", &self.access)
+            .field("params", &self.params.len())
             .field("statement_bytes", &self.statement.len())
             .field("max_rows", &self.max_rows)
             .field("timeout", &self.timeout)

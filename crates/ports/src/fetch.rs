@@ -104,7 +104,7 @@ pub enum PageContent {
 }
 
 /// A fetched page.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct FetchedPage {
     /// The final response's status.
     pub status: u16,
@@ -118,7 +118,16 @@ pub struct FetchedPage {
     pub truncated: bool,
     /// The body, rendered.
     pub content: PageContent,
+    /// The final answer's headers, name (lower case) and value, in the order they came: at
+    /// most [`MAX_ANSWER_HEADERS`], values of text only, each cut to
+    /// [`MAX_ANSWER_HEADER_CHARS`] (the site chooses them).
+    pub headers: Vec<(String, String)>,
 }
+
+/// Headers of an answer kept at most.
+pub const MAX_ANSWER_HEADERS: usize = 64;
+/// Characters of an answer's header value kept at most.
+pub const MAX_ANSWER_HEADER_CHARS: usize = 4096;
 
 /// Why a fetch failed; messages are safe to show the caller (they may echo the URL, which the
 /// caller redacts).

@@ -21,6 +21,7 @@ pub mod protocol;
 mod run;
 mod sessions;
 pub mod upcall;
+mod upcall_values;
 
 pub use checkpoints::{
     CheckpointError, CheckpointInfo, CheckpointKey, CheckpointStore, LoadedCheckpoint,

@@ -8,9 +8,13 @@
 //! call use case), so code in a session can do nothing its account could not do through the
 //! tools. The Python side is the `toolgate` module of `runtime/` (see `runtime/PROTOCOL.md`).
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use toolgate_domain::{BillingStatus, LlmAnswer, SearchResult};
+
+pub use crate::upcall_values::{HttpAnswer, SqlAnswer, SqlColumn, SqlValue};
 
 /// Upcalls of one call that may wait for their answers at once; one more is answered `busy`
 /// (the runtime sends one at a time). The one bound for every party that reads upcalls: the
@@ -18,7 +22,8 @@ use toolgate_domain::{BillingStatus, LlmAnswer, SearchResult};
 pub const MAX_UPCALLS_IN_FLIGHT: usize = 4;
 
 /// What code in a session asks the service for: the billing status, a language model's
-/// answer, web search results. Each is one metered call, as the matching tool call.
+/// answer, web search results, a page, an HTTP request, a database statement, the vault's
+/// secret names. Each is one metered call, as the matching tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Upcall {
@@ -58,6 +63,54 @@ pub enum Upcall {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         max_results: Option<u64>,
     },
+    /// A page, by a GET through the service's fetcher (as `url` on the read tool).
+    Fetch {
+        /// an http:// or https:// URL; `{{secret:NAME}}` may stand in it
+        url: String,
+        /// request headers, name to value; a value may hold `{{secret:NAME}}`
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        /// most body bytes to read
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+    },
+    /// An HTTP request: a GET as [`Upcall::Fetch`], any other method as `http` on the write
+    /// tool.
+    Http {
+        /// `GET`, `POST`, `PUT`, `PATCH` or `DELETE`
+        method: String,
+        /// an http:// or https:// URL; `{{secret:NAME}}` may stand in it
+        url: String,
+        /// request headers, name to value; a value may hold `{{secret:NAME}}`
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        headers: BTreeMap<String, String>,
+        /// the request body (not with a GET); `{{secret:NAME}}` may stand in it
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        body: Option<String>,
+        /// most answer bytes to read
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_bytes: Option<u64>,
+    },
+    /// A statement on a database server named by a vault secret (as `sql` with `database`):
+    /// read-only as on the read tool, or with `write` as on the write tool.
+    Sql {
+        /// the vault secret holding the connection string
+        database: String,
+        /// the statement (with `write` and no `params`, possibly several)
+        query: String,
+        /// values for its placeholders, in order: bound by the server, never spliced in
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        params: Vec<SqlValue>,
+        /// run it as the write tool does (one transaction that may change data)
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        write: bool,
+        /// most rows returned
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_rows: Option<u64>,
+    },
+    /// The names of the account's vault secrets, never their values (as `list_secrets`).
+    /// It takes no fields.
+    Secrets {},
 }
 
 /// The form a model's answer must take: any JSON object, or one that follows a schema.
@@ -146,6 +199,14 @@ pub enum UpcallValue {
     Llm(LlmAnswer),
     /// The results, best first.
     WebSearch(Vec<SearchResult>),
+    /// The page a [`Upcall::Fetch`] got.
+    Fetch(HttpAnswer),
+    /// The answer to a [`Upcall::Http`].
+    Http(HttpAnswer),
+    /// What a [`Upcall::Sql`] statement returned.
+    Sql(SqlAnswer),
+    /// The vault's secret names, in the order the vault lists them.
+    Secrets(Vec<String>),
 }
 
 /// Why an upcall got no value. The message is for the code's author (it becomes the Python
@@ -252,6 +313,19 @@ pub trait UpcallHandler: Send + Sync {
 }
 
 impl Upcall {
+    /// Its `kind`, as the wire names it (what a log line may show of it).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Billing {} => "billing",
+            Self::InvokeLlm { .. } => "invoke_llm",
+            Self::WebSearch { .. } => "web_search",
+            Self::Fetch { .. } => "fetch",
+            Self::Http { .. } => "http",
+            Self::Sql { .. } => "sql",
+            Self::Secrets {} => "secrets",
+        }
+    }
+
     /// Whether its answer streams in pieces before it comes whole.
     pub fn streams(&self) -> bool {
         matches!(self, Self::InvokeLlm { stream: true, .. })

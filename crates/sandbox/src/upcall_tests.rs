@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
+use std::collections::BTreeMap;
+
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use toolgate_domain::{OperatorLoan, Usage};
@@ -166,4 +168,173 @@ fn a_response_format_is_the_word_json_or_a_schema_object() {
         assert!(read(bad.clone()).is_err(), "{bad}");
     }
     assert!(JsonSchema::parse("[1]").is_err());
+}
+
+fn page() -> HttpAnswer {
+    HttpAnswer {
+        status: 404,
+        url: "https://example.com/missing".into(),
+        content_type: "application/json".into(),
+        format: "json".into(),
+        text: "{\n  \"error\": \"gone\"\n}".into(),
+        bytes: 17,
+        truncated: false,
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("set-cookie".into(), "a=1".into()),
+            ("set-cookie".into(), "b=2".into()),
+        ],
+    }
+}
+
+/// The upcalls that reach the web, databases and the vault cross a wire unchanged, and are
+/// written with the keys runtime/PROTOCOL.md gives the Python side.
+#[test]
+fn fetch_http_sql_and_secrets_round_trip_with_the_protocols_keys() {
+    let headers = BTreeMap::from([("Authorization".to_owned(), "Bearer {{secret:K}}".to_owned())]);
+    let requests = [
+        Upcall::Fetch {
+            url: "https://example.com/".into(),
+            headers: headers.clone(),
+            max_bytes: Some(1024),
+        },
+        Upcall::Fetch {
+            url: "https://example.com/".into(),
+            headers: BTreeMap::new(),
+            max_bytes: None,
+        },
+        Upcall::Http {
+            method: "POST".into(),
+            url: "https://example.com/hook".into(),
+            headers,
+            body: Some("{\"a\": 1}".into()),
+            max_bytes: None,
+        },
+        Upcall::Sql {
+            database: "PG_URL".into(),
+            query: "select $1, $2".into(),
+            params: vec![SqlValue::Float(0.5), SqlValue::Bool(false)],
+            write: true,
+            max_rows: Some(5),
+        },
+        Upcall::Secrets {},
+    ];
+    for request in requests {
+        assert_eq!(round_trip(&request), request);
+        // the name a log line shows is the one on the wire
+        let written = serde_json::to_value(&request).unwrap();
+        assert_eq!(written["kind"], request.kind());
+    }
+    // optional fields left out are not written
+    assert_eq!(
+        serde_json::to_value(Upcall::Sql {
+            database: "PG_URL".into(),
+            query: "select 1".into(),
+            params: Vec::new(),
+            write: false,
+            max_rows: None,
+        })
+        .unwrap(),
+        json!({"kind": "sql", "database": "PG_URL", "query": "select 1"})
+    );
+    assert_eq!(
+        serde_json::from_value::<Upcall>(json!({"kind": "secrets"})).unwrap(),
+        Upcall::Secrets {}
+    );
+    let table = SqlAnswer {
+        database: "postgres".into(),
+        columns: vec![
+            SqlColumn {
+                name: "id".into(),
+                type_name: "int8".into(),
+            },
+            SqlColumn {
+                name: "doc".into(),
+                type_name: "jsonb".into(),
+            },
+        ],
+        rows: vec![
+            vec![
+                SqlValue::Integer(-1),
+                SqlValue::Json(r#"{"a":[1,2.5,null]}"#.into()),
+            ],
+            vec![SqlValue::Unsigned(u64::MAX), SqlValue::Null],
+            vec![SqlValue::Float(0.5), SqlValue::Text("x".into())],
+            vec![SqlValue::Bool(true), SqlValue::Json("[]".into())],
+        ],
+        row_count: 4,
+        truncated: false,
+        changes: 0,
+    };
+    let answers = [
+        UpcallValue::Fetch(page()),
+        UpcallValue::Http(page()),
+        UpcallValue::Sql(table.clone()),
+        UpcallValue::Secrets(vec!["GITHUB_TOKEN".into(), "PG_URL".into()]),
+    ];
+    for answer in answers {
+        assert_eq!(round_trip(&answer), answer);
+    }
+    assert_eq!(
+        serde_json::to_value(UpcallValue::Sql(table)).unwrap(),
+        json!({"sql": {"database": "postgres",
+            "columns": [{"name": "id", "type": "int8"}, {"name": "doc", "type": "jsonb"}],
+            "rows": [[-1, {"a": [1, 2.5, null]}], [u64::MAX, null], [0.5, "x"], [true, []]],
+            "row_count": 4, "truncated": false, "changes": 0}})
+    );
+    let written = serde_json::to_value(UpcallValue::Http(page())).unwrap();
+    assert_eq!(written["http"]["status"], 404);
+    assert_eq!(written["http"]["url"], "https://example.com/missing");
+    assert_eq!(written["http"]["headers"][2], json!(["set-cookie", "b=2"]));
+    assert_eq!(
+        serde_json::to_value(UpcallValue::Secrets(vec!["A".into()])).unwrap(),
+        json!({"secrets": ["A"]})
+    );
+    // a number that is not finite has no JSON form: it is written as null
+    assert_eq!(
+        serde_json::to_value(SqlValue::Float(f64::NAN)).unwrap(),
+        serde_json::Value::Null
+    );
+}
+
+/// What code sends is read strictly: an unknown field, a wrong type or a missing field is
+/// refused when the frame is read (the session gets `bad_request`, nothing is charged); a
+/// huge string is read as it is (the tool's own limits refuse it, before metering).
+#[test]
+fn hostile_fetch_http_sql_and_secrets_requests_are_refused_when_read() {
+    let bad = [
+        json!({"kind": "fetch"}),
+        json!({"kind": "fetch", "url": 5}),
+        json!({"kind": "fetch", "url": "u", "headers": "Authorization: x"}),
+        json!({"kind": "fetch", "url": "u", "headers": ["a", "b"]}),
+        json!({"kind": "fetch", "url": "u", "headers": {"a": 1}}),
+        json!({"kind": "fetch", "url": "u", "headers": {"a": null}}),
+        json!({"kind": "fetch", "url": "u", "max_bytes": -1}),
+        json!({"kind": "fetch", "url": "u", "max_bytes": "10"}),
+        json!({"kind": "fetch", "url": "u", "follow": false}),
+        json!({"kind": "http", "url": "u"}),
+        json!({"kind": "http", "method": "POST", "url": "u", "body": {"a": 1}}),
+        json!({"kind": "http", "method": "POST", "url": "u", "json": {"a": 1}}),
+        json!({"kind": "sql", "database": "PG"}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "params": 1}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "params": {"a": 1}}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "write": "yes"}),
+        json!({"kind": "sql", "database": ["PG"], "query": "select 1"}),
+        json!({"kind": "sql", "database": "PG", "query": "select 1", "session_id": "s"}),
+        json!({"kind": "secrets", "values": true}),
+        json!({"kind": "secret_values"}),
+    ];
+    for frame in bad {
+        assert!(
+            serde_json::from_value::<Upcall>(frame.clone()).is_err(),
+            "{frame}"
+        );
+    }
+    let huge = "x".repeat(10 << 20);
+    let Upcall::Fetch { url, .. } =
+        serde_json::from_value(json!({"kind": "fetch", "url": huge})).unwrap()
+    else {
+        panic!("not a fetch")
+    };
+    assert_eq!(url.len(), 10 << 20);
 }

@@ -13,7 +13,10 @@ use toolgate_sandbox::protocol::{
     Checkpointed, ControlEvent, ControlRequest, ForkRequest, HardenSpec, NotKept, Restored,
     SessionRequest,
 };
-use toolgate_sandbox::upcall::{Upcall, UpcallAnswer, UpcallError, UpcallErrorCode, UpcallValue};
+use toolgate_sandbox::upcall::{
+    HttpAnswer, SqlAnswer, SqlColumn, SqlValue, Upcall, UpcallAnswer, UpcallError, UpcallErrorCode,
+    UpcallValue,
+};
 use toolgate_sandbox::{ExecOutcome, RequestKind};
 
 fn golden(name: &str) -> Value {
@@ -221,6 +224,111 @@ fn an_upcalls_request_is_typed_and_closed() {
             "{unknown}"
         );
     }
+}
+
+/// The requests of `toolgate.fetch`, `toolgate.http`, `toolgate.sql` and `toolgate.secrets`
+/// decode into the values they hold.
+#[test]
+fn the_web_database_and_vault_requests_decode() {
+    let request =
+        |name: &str| -> Upcall { serde_json::from_value(golden(name)["request"].clone()).unwrap() };
+    let authorization = (
+        "Authorization".to_owned(),
+        "Bearer {{secret:API_KEY}}".to_owned(),
+    );
+    assert_eq!(
+        request("session/upcall_fetch.json"),
+        Upcall::Fetch {
+            url: "https://api.example.com/items/1".into(),
+            headers: BTreeMap::from([authorization.clone()]),
+            max_bytes: Some(65536),
+        }
+    );
+    assert_eq!(
+        request("session/upcall_http.json"),
+        Upcall::Http {
+            method: "POST".into(),
+            url: "https://api.example.com/items".into(),
+            headers: BTreeMap::from([
+                authorization,
+                ("Content-Type".to_owned(), "application/json".to_owned()),
+            ]),
+            body: Some("{\"name\": \"pen\"}".into()),
+            max_bytes: None,
+        }
+    );
+    assert_eq!(
+        request("session/upcall_sql.json"),
+        Upcall::Sql {
+            database: "PG_URL".into(),
+            query: "select id, name, tags from items where name = $1".into(),
+            params: vec![SqlValue::Text("pen".into())],
+            write: false,
+            max_rows: Some(100),
+        }
+    );
+    assert_eq!(request("session/upcall_secrets.json"), Upcall::Secrets {});
+}
+
+/// Their answers, as the server sends them.
+#[test]
+fn the_web_database_and_vault_answers_the_server_sends() {
+    let answer = |value: UpcallValue| SessionRequest::UpcallResult {
+        id: 7,
+        upcall: 1,
+        answer: UpcallAnswer::Value(value),
+    };
+    let page = HttpAnswer {
+        status: 200,
+        url: "https://api.example.com/items/1".into(),
+        content_type: "application/json".into(),
+        format: "json".into(),
+        text: "{\n  \"id\": 1,\n  \"name\": \"pen\"\n}".into(),
+        bytes: 22,
+        truncated: false,
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("x-request-id".into(), "r-42".into()),
+        ],
+    };
+    assert_eq!(
+        sent(&answer(UpcallValue::Fetch(page))),
+        golden("session/upcall_result_fetch.json")
+    );
+    let column = |name: &str, type_name: &str| SqlColumn {
+        name: name.into(),
+        type_name: type_name.into(),
+    };
+    let table = SqlAnswer {
+        database: "postgres".into(),
+        columns: vec![
+            column("id", "int8"),
+            column("name", "text"),
+            column("tags", "jsonb"),
+        ],
+        rows: vec![
+            vec![
+                SqlValue::Integer(1),
+                SqlValue::Text("pen".into()),
+                SqlValue::Json(r#"["blue",{"ink":0.5}]"#.into()),
+            ],
+            vec![SqlValue::Integer(2), SqlValue::Null, SqlValue::Null],
+        ],
+        row_count: 2,
+        truncated: false,
+        changes: 0,
+    };
+    assert_eq!(
+        sent(&answer(UpcallValue::Sql(table))),
+        golden("session/upcall_result_sql.json")
+    );
+    assert_eq!(
+        sent(&answer(UpcallValue::Secrets(vec![
+            "API_KEY".into(),
+            "PG_URL".into()
+        ]))),
+        golden("session/upcall_result_secrets.json")
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@
 mod admit;
 mod batch;
 mod dashboard;
+mod host_lists;
 mod job;
 mod key_epoch;
 mod known;

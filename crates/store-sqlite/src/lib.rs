@@ -10,6 +10,7 @@ mod admit;
 mod allowance;
 mod dashboard;
 mod file_modes;
+mod host_lists;
 mod jobs;
 mod key_epoch;
 mod mcp_sessions;

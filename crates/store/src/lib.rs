@@ -13,6 +13,7 @@ use toolgate_domain::{
 };
 
 mod dashboard;
+mod host_lists;
 mod mcp_sessions;
 mod money;
 mod oauth;
@@ -26,6 +27,9 @@ pub mod testkit;
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
     WalletCredit,
+};
+pub use host_lists::{
+    HostListStore, HostLists, HostListsChange, host_list_from_column, host_list_to_column,
 };
 pub use mcp_sessions::{McpSessionOpened, McpSessionStore, duration_millis};
 pub use money::{
@@ -322,6 +326,7 @@ pub trait Store:
     + Placement
     + McpSessionStore
     + TaskStore
+    + HostListStore
 {
 }
 
@@ -338,7 +343,8 @@ impl<
         + TakeBacks
         + Placement
         + McpSessionStore
-        + TaskStore,
+        + TaskStore
+        + HostListStore,
 > Store for T
 {
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod dashboard;
+mod host_lists;
 mod mcp_sessions;
 mod money;
 mod oauth;
@@ -52,7 +53,8 @@ pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
     dashboard::dashboard_story(store.clone(), tag).await;
     money::money_story(store.clone(), tag).await;
     oauth::oauth_story(store.clone(), tag).await;
-    secrets::secrets_story(store, tag).await;
+    secrets::secrets_story(store.clone(), tag).await;
+    host_lists::host_lists_story(store, tag).await;
 }
 
 async fn accounts_and_keys(store: &dyn Store, tag: &str) {

@@ -3,6 +3,7 @@
 mod ai;
 mod billing;
 mod fetch;
+mod network;
 pub mod sandbox;
 mod secrets;
 mod sql;

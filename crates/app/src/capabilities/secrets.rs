@@ -9,7 +9,7 @@ use toolgate_domain::SecretName;
 use toolgate_domain::time_reexport::OffsetDateTime;
 
 use crate::capability::{
-    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind,
+    CallContext, Capability, ContentItem, Failure, Field, JsonObject, Output, ToolKind, TypedOutput,
 };
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
@@ -254,7 +254,11 @@ impl Capability for ListSecrets {
                 .collect();
             format!("{} secret(s):\n{}", listed.len(), lines.join("\n"))
         };
-        Ok(text(message, json!({"secrets": rows})))
+        let names = listed.iter().map(|s| s.name.as_str().to_owned()).collect();
+        Ok(Output {
+            typed: Some(TypedOutput::SecretNames(names)),
+            ..text(message, json!({"secrets": rows}))
+        })
     }
 }
 

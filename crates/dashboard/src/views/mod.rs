@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod network;
 pub mod overview;
 pub mod secrets;
 pub mod sessions;
@@ -25,16 +26,19 @@ pub enum Tab {
     Wallet,
     /// Sandbox sessions.
     Sessions,
+    /// The sessions' host lists.
+    Network,
     /// Apps connected through OAuth.
     Apps,
 }
 
-const TABS: [(Tab, &str, &str); 6] = [
+const TABS: [(Tab, &str, &str); 7] = [
     (Tab::Overview, "/dashboard", "Overview"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
     (Tab::Sessions, "/dashboard/sessions", "Sessions"),
+    (Tab::Network, "/dashboard/network", "Network"),
     (Tab::Apps, "/dashboard/apps", "Connected apps"),
 ];
 

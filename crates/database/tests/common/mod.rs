@@ -43,6 +43,7 @@ impl Db {
             max_rows: 1000,
             max_bytes: 1 << 20,
             timeout: Duration::from_secs(10),
+            params: Vec::new(),
         }
     }
 

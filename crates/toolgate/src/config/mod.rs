@@ -404,6 +404,20 @@ pub struct Settings {
     /// terminates a session's HTTPS to add a secret bound to hosts (an internal CA, a test's)
     #[arg(long, env = "TOOLGATE_EGRESS_EXTRA_CA_FILE", global = true)]
     pub egress_extra_ca_file: Option<PathBuf>,
+    /// The package index `pip install` in sessions mirrors (a PEP 503/691 simple index; on a
+    /// private address too: it is the operator's) [default: https://pypi.org/simple/]
+    #[arg(long, env = "TOOLGATE_PIP_INDEX_URL", global = true)]
+    pub pip_index_url: Option<String>,
+
+    /// A second index pip in sessions also finds projects on (a file name the first index has
+    /// is taken from it) [default: none]
+    #[arg(long, env = "TOOLGATE_PIP_EXTRA_INDEX_URL", global = true)]
+    pub pip_extra_index_url: Option<String>,
+
+    /// MiB of the host's package file cache (<data_dir>/wheels); the least recently used files
+    /// are removed past it [default: 2048]
+    #[arg(long, env = "TOOLGATE_PIP_CACHE_MIB", global = true)]
+    pub pip_cache_mib: Option<u64>,
 
     /// The vault's master keys themselves, as `v1 <base64 of 32 bytes>` entries separated by
     /// newlines or `;` (instead of a key file; rotation then is the operator's: add a version)
@@ -598,6 +612,9 @@ impl Settings {
             egress_max_mib,
             egress_rate_mib_s,
             egress_extra_ca_file,
+            pip_index_url,
+            pip_extra_index_url,
+            pip_cache_mib,
             ai_endpoints,
             ai_endpoint_keys,
             ai_timeout_s,

@@ -1,10 +1,12 @@
 //! Sessions' network: whether code reaches it at all (`sandbox_network`: `proxy`, the default,
-//! or `off`) and the limits of one run's traffic through the proxy.
+//! or `off`), the limits of one run's traffic through the proxy, and the package index the
+//! proxy serves them (`pip_*`).
 
 use std::sync::Arc;
 
 use toolgate_egress::EgressPolicy;
-use toolgate_egress_proxy::{EgressLimits, ProxySettings, extra_roots_from_pem};
+use toolgate_egress_proxy::{EgressLimits, IndexSettings, ProxySettings, extra_roots_from_pem};
+use toolgate_sandbox::LimitSettings;
 
 use super::{ConfigError, Settings};
 
@@ -71,8 +73,57 @@ impl Settings {
         Ok(Some(ProxySettings {
             policy: Arc::new(policy),
             extra_roots,
+            index: self.package_index()?,
         }))
     }
+
+    /// The package index sessions install from (`pip_index_url` `off`: none).
+    fn package_index(&self) -> Result<Option<IndexSettings>, ConfigError> {
+        let main = self.pip_index_url.as_deref().unwrap_or(DEFAULT_PIP_INDEX);
+        if main.trim() == "off" {
+            return Ok(None);
+        }
+        let mut urls = vec![index_url("pip_index_url", main)?];
+        if let Some(extra) = &self.pip_extra_index_url {
+            urls.push(index_url("pip_extra_index_url", extra)?);
+        }
+        let cache_mib = self.pip_cache_mib.unwrap_or(2048);
+        let cache_bytes = cache_mib
+            .checked_mul(1 << 20)
+            .filter(|_| cache_mib >= 1)
+            .ok_or_else(|| ConfigError::new("pip_cache_mib", "must be at least 1, and sane"))?;
+        let workspace_bytes = self
+            .sandbox_workspace_mib
+            .map_or(LimitSettings::default().workspace_bytes, |mib| {
+                mib.saturating_mul(1 << 20)
+            });
+        Ok(Some(IndexSettings {
+            urls,
+            cache_dir: self.data_dir().join("wheels"),
+            cache_bytes,
+            // a session could not hold a larger file anyway
+            max_file_bytes: workspace_bytes,
+        }))
+    }
+}
+
+/// The index `pip install` mirrors unless the operator names another.
+const DEFAULT_PIP_INDEX: &str = "https://pypi.org/simple/";
+
+/// An index's URL, checked: http(s) with a host (reachable at its host and port whatever
+/// address that is, as the operator's own endpoint).
+fn index_url(setting: &str, url: &str) -> Result<String, ConfigError> {
+    let url = url.trim();
+    if !(url.starts_with("https://") || url.starts_with("http://")) {
+        return Err(ConfigError::new(
+            setting,
+            format!("must be an http:// or https:// URL, got {url:?}"),
+        ));
+    }
+    EgressPolicy::default()
+        .with_endpoints([url])
+        .map_err(|reason| ConfigError::new(setting, reason))?;
+    Ok(url.to_owned())
 }
 
 #[cfg(test)]
@@ -130,6 +181,68 @@ mod tests {
         std::fs::write(&good, ca.pem()).unwrap();
         let settings = with(&good).proxy_settings().unwrap().unwrap();
         assert_eq!(settings.extra_roots.len(), 1);
+    }
+
+    #[test]
+    fn sessions_install_packages_from_the_operators_index() {
+        let settings = Settings {
+            data_dir: Some("/srv/tg".into()),
+            ..Settings::default()
+        };
+        let index = settings.proxy_settings().unwrap().unwrap().index.unwrap();
+        assert_eq!(index.urls, vec!["https://pypi.org/simple/".to_owned()]);
+        assert_eq!(index.cache_dir, std::path::Path::new("/srv/tg/wheels"));
+        assert_eq!(index.cache_bytes, 2048 << 20);
+        assert_eq!(index.max_file_bytes, 512 << 20);
+        let set = Settings {
+            pip_index_url: Some("http://127.0.0.1:3141/simple".into()),
+            pip_extra_index_url: Some("https://extra.example/simple/".into()),
+            pip_cache_mib: Some(100),
+            sandbox_workspace_mib: Some(64),
+            ..Settings::default()
+        };
+        let index = set.proxy_settings().unwrap().unwrap().index.unwrap();
+        assert_eq!(
+            index.urls,
+            vec![
+                "http://127.0.0.1:3141/simple".to_owned(),
+                "https://extra.example/simple/".to_owned()
+            ]
+        );
+        assert_eq!(
+            (index.cache_bytes, index.max_file_bytes),
+            (100 << 20, 64 << 20)
+        );
+        let off = Settings {
+            pip_index_url: Some("off".into()),
+            ..Settings::default()
+        };
+        assert!(off.proxy_settings().unwrap().unwrap().index.is_none());
+        for (bad, setting) in [
+            (
+                Settings {
+                    pip_index_url: Some("ftp://x/simple/".into()),
+                    ..Settings::default()
+                },
+                "pip_index_url",
+            ),
+            (
+                Settings {
+                    pip_extra_index_url: Some("https://".into()),
+                    ..Settings::default()
+                },
+                "pip_extra_index_url",
+            ),
+            (
+                Settings {
+                    pip_cache_mib: Some(0),
+                    ..Settings::default()
+                },
+                "pip_cache_mib",
+            ),
+        ] {
+            assert_eq!(bad.proxy_settings().unwrap_err().setting(), setting);
+        }
     }
 
     #[test]

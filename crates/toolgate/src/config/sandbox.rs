@@ -75,6 +75,10 @@ impl SandboxConfig {
                 )
             },
         )?;
+        // a confined session holds the runtime at its real path (its mounts resolve links), so
+        // the zygote runs from there: then sys.path, sys.executable and the interpreter lines of
+        // the runtime's scripts (`pip`) name paths that exist in the session
+        let runtime = std::fs::canonicalize(&runtime).unwrap_or(runtime);
         let script = locate(
             settings.sandbox_zygote.as_deref(),
             "runtime/toolgate_zygote.py",

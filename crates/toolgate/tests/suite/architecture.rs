@@ -60,9 +60,10 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-egress-proxy",
-        &["toolgate-sandbox", "toolgate-egress"],
+        &["toolgate-sandbox", "toolgate-egress", "toolgate-fetch"],
         "the sessions' way out applies a run's grant (the seam's values) under the egress guard, \
-         and knows nothing of accounts, storage or the service around it",
+         mirrors the operator's package index with the service's client of configured \
+         endpoints, and knows nothing of accounts, storage or the service around it",
     ),
     (
         "toolgate-sandbox-manager",
@@ -99,9 +100,9 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-vault",
             "toolgate-egress",
         ],
-        "the use cases know the store's traits, the ports, the OAuth protocol, the sandbox seam, \
-         the vault and the egress rules (a secret's host patterns), never an adapter, a backend \
-         or what runs the sessions",
+        "the use cases know the store's traits, the ports, the OAuth protocol, the sandbox seam \
+         and the vault (and the egress policy's host patterns, pure), never an adapter, a \
+         backend or what runs the sessions",
     ),
     (
         "toolgate-fetch",

@@ -17,6 +17,7 @@ async fn pages_need_a_live_session() {
         "/dashboard/usage",
         "/dashboard/wallet",
         "/dashboard/sessions",
+        "/dashboard/network",
     ] {
         let none = d.get(path, None).await;
         assert_see_other(&none, "/dashboard/sign-in");
@@ -33,6 +34,7 @@ async fn pages_need_a_live_session() {
         "/dashboard/secrets/delete",
         "/dashboard/wallet/top-up",
         "/dashboard/sessions/end",
+        "/dashboard/network/set",
         "/dashboard/sign-out",
         "/dashboard/sign-out-everywhere",
     ] {

@@ -110,6 +110,20 @@ async fn sessions_run_on_nodes_behind_an_unprivileged_front_end() {
     .await;
     assert_eq!(value(&billing), "1000", "{billing}");
 
+    // code on a node reaches the network through the node's proxy, under the grant the front
+    // end sent with the run: the guard there refuses loopback, and the record comes back
+    let guarded = write(
+        &front,
+        &alice.key,
+        json!({"code": "import requests\nr = requests.get('http://127.0.0.1:9/', timeout=10)\n(r.status_code, 'loopback' in r.text)", "session_id": "s1"}),
+    )
+    .await;
+    assert_eq!(value(&guarded), "(403, True)", "{guarded}");
+    assert_eq!(
+        guarded["structuredContent"]["python"]["network"][0]["port"], 9,
+        "{guarded}"
+    );
+
     // a node killed mid-call ends the call with a clear error, in well under a minute
     let busy = tokio::spawn({
         let base = front.base.clone();

@@ -343,6 +343,18 @@ async fn bad_sql_input_gets_a_clear_error_before_anything_runs() {
             json!({"sql": "x".repeat(1024 * 1024 + 1), "database": "sqlite:x.db"}),
             "the limit is 1048576",
         ),
+        (
+            json!({"sql": "SELECT ?", "database": "sqlite:x.db", "params": [1], "session_id": "s"}),
+            "a sqlite: file takes none",
+        ),
+        (
+            json!({"sql": "SELECT $1", "database": "PG", "params": [{"a": 1}]}),
+            "pass JSON as a string",
+        ),
+        (
+            json!({"sql": "SELECT $1", "database": "PG", "params": "1"}),
+            "must be a list",
+        ),
     ] {
         let refused = read(&f, &f.alice, args.clone()).await;
         assert_eq!(refused["isError"], true, "{refused}");

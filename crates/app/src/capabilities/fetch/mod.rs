@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 use toolgate_domain::SecretName;
 
-use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output};
+use crate::capability::{CallContext, ContentItem, Failure, JsonObject, Output, TypedOutput};
 use crate::secrets::{OpenedSecrets, Secrets};
 use toolgate_ports::fetch::{FetchRequest, FetchedPage, Fetcher, Method, PageContent};
 
@@ -173,7 +173,7 @@ fn output_schema() -> Value {
 }
 
 fn rendered(page: FetchedPage) -> Output {
-    let (item, format) = match page.content {
+    let (item, format) = match page.content.clone() {
         PageContent::Text { text, format } => (ContentItem::Text(text), format),
         PageContent::Image { data, mime_type } => (ContentItem::Image { data, mime_type }, "image"),
         PageContent::Binary { summary } => (ContentItem::Text(summary), "binary"),
@@ -194,6 +194,7 @@ fn rendered(page: FetchedPage) -> Output {
         }),
         // the answer arrived, but it says the request failed
         is_error: page.status >= 400,
+        typed: Some(TypedOutput::Page(page)),
         ..Output::default()
     }
 }

@@ -2,10 +2,13 @@
 //! proxy applies (see `toolgate-egress-proxy`). Built per run from the operator's settings,
 //! the account's host lists and its secrets bound to hosts.
 
+use std::sync::Arc;
+
 use toolgate_domain::SecretName;
 use toolgate_sandbox::{EgressGrant, EgressLimits};
 
 use crate::capability::{CallContext, Failure};
+use crate::egress_rules::EgressRules;
 
 use super::Sandbox;
 
@@ -22,9 +25,16 @@ impl Sandbox {
         self.network.is_some()
     }
 
-    /// The grant of a run of `ctx`'s account; `None` when sessions have no network. It holds
-    /// the account's secrets bound to hosts, whose values are registered with the call so that
-    /// an answer echoing one (a site that reflects its headers) is redacted like any other.
+    /// Applies the accounts' host lists (`rules`) to runs and offers the `network` fields.
+    pub(crate) fn with_host_lists(mut self, rules: Arc<EgressRules>) -> Self {
+        self.host_lists = Some(rules);
+        self
+    }
+
+    /// The grant of a run of `ctx`'s account; `None` when sessions have no network. The
+    /// account's lists come from memory on a warm path (see [`EgressRules`]). It holds the
+    /// account's secrets bound to hosts, whose values are registered with the call so that an
+    /// answer echoing one (a site that reflects its headers) is redacted like any other.
     pub(super) async fn egress_grant(
         &self,
         ctx: &CallContext<'_>,
@@ -44,10 +54,19 @@ impl Sandbox {
             .filter_map(|s| Some((SecretName::parse(&s.name).ok()?, s.value.as_bytes())))
             .collect();
         ctx.secrets.add(named.iter().map(|(n, v)| (n, *v)));
-        Ok(Some(EgressGrant {
+        let mut grant = EgressGrant {
             limits,
             secrets,
             ..EgressGrant::default()
-        }))
+        };
+        if let Some(rules) = &self.host_lists {
+            let lists = rules.lists(&ctx.account.id).await.map_err(|err| {
+                tracing::error!(error = ?err, "a run's host lists could not be read");
+                Failure::new(err.to_string())
+            })?;
+            grant.allow.clone_from(&lists.allow);
+            grant.deny.clone_from(&lists.deny);
+        }
+        Ok(Some(grant))
     }
 }

@@ -56,6 +56,8 @@ pub struct Sandbox {
     /// The limits of a run's traffic through the network proxy; `None`: sessions have no
     /// network.
     network: Option<toolgate_sandbox::EgressLimits>,
+    /// The accounts' host lists, for each run's grant and the `network` fields.
+    host_lists: Option<Arc<crate::egress_rules::EgressRules>>,
 }
 
 impl Sandbox {
@@ -78,6 +80,7 @@ impl Sandbox {
             inline_chars: DEFAULT_INLINE_CHARS,
             links: None,
             network: None,
+            host_lists: None,
         }
     }
 
@@ -106,17 +109,22 @@ impl Sandbox {
         Arc::new(self)
     }
 
-    /// The capabilities, in the order a call runs them: upload, python, bash, file, sessions,
-    /// upload_url (when it makes links), close_session.
+    /// The capabilities, in the order a call runs them: network (with host lists), upload,
+    /// python, bash, file, sessions, upload_url (when it makes links), close_session.
     pub fn capabilities(shared: &Arc<Self>) -> Vec<Arc<dyn Capability>> {
         let shared = Arc::clone(shared);
-        let mut capabilities: Vec<Arc<dyn Capability>> = vec![
-            Arc::new(Upload::new(Arc::clone(&shared))),
+        let mut capabilities: Vec<Arc<dyn Capability>> = Vec::new();
+        // first: a call that sets the lists and runs code runs it under the new lists
+        if let Some(rules) = &shared.host_lists {
+            capabilities.extend(super::network::capabilities(rules, shared.has_network()));
+        }
+        capabilities.extend([
+            Arc::new(Upload::new(Arc::clone(&shared))) as Arc<dyn Capability>,
             Arc::new(Runner::python(Arc::clone(&shared))),
             Arc::new(Runner::bash(Arc::clone(&shared))),
             Arc::new(ReadFile::new(Arc::clone(&shared))),
             Arc::new(listing::ListSessions::new(Arc::clone(&shared))),
-        ];
+        ]);
         if let Some(upload_link) = upload_link::UploadLink::of(&shared) {
             capabilities.push(Arc::new(upload_link));
         }

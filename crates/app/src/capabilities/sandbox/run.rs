@@ -89,19 +89,17 @@ impl Capability for Runner {
         match self.language {
             Language::Python if self.sandbox.has_network() => {
                 "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
-                 sandbox: stdout and stderr captured, a last bare expression's value shown, figures \
-                 as PNG images, DataFrames as tables, an exception as an error with its \
-                 traceback. Web through a proxy (requests, httpx, curl); `import toolgate` \
-                 reaches this service (`toolgate.billing()`, one metered call). With \
-                 `session_id`, variables, imports and files persist."
+                 sandbox: output captured, the last expression's value shown, figures as PNG, \
+                 DataFrames as tables, an exception as an error with its traceback. Web through \
+                 a proxy (requests, httpx, pip); `import toolgate` calls this service (metered). \
+                 With `session_id`, variables, imports and files persist."
             }
             Language::Python => {
                 "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
-                 sandbox: stdout and stderr captured, a last bare expression's value shown, figures \
-                 as PNG images, DataFrames as tables, an exception as an error with its \
-                 traceback. No network; `import toolgate` reaches this service \
-                 (`toolgate.billing()`, one metered call). With `session_id`, variables, imports \
-                 and files persist."
+                 sandbox: output captured, the last expression's value shown, figures as PNG, \
+                 DataFrames as tables, an exception as an error with its traceback. No network; \
+                 `import toolgate` calls this service (metered). With `session_id`, variables, \
+                 imports and files persist."
             }
             Language::Bash => {
                 "`bash`: a command line run by /bin/bash in the sandbox and workspace of `code` (Python \

@@ -4,6 +4,7 @@
 //! session itself). On the read tool the statement runs read-only, so the database refuses a
 //! write; on the write tool the statements run as one transaction.
 
+mod params;
 mod render;
 mod session_table;
 
@@ -20,7 +21,7 @@ use super::sandbox::Sandbox;
 use crate::capability::{CallContext, Capability, Failure, Field, JsonObject, Output, ToolKind};
 use crate::schema::FieldKind;
 use crate::secrets::Secrets;
-use toolgate_ports::database::{Access, Databases, DbQuery, Table};
+use toolgate_ports::database::{Access, Databases, DbParam, DbQuery, Table};
 
 /// Longest statement, in bytes.
 const MAX_SQL_BYTES: usize = 1024 * 1024;
@@ -34,6 +35,9 @@ const MAX_VALUE_BYTES: u64 = 1024 * 1024;
 /// A statement's time limit when the call sets none, and the most it may set.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+const NO_SQLITE_PARAMS: &str = "`params` are bound by database servers; a sqlite: file takes none (code in the session \
+     binds values with Python's sqlite3)";
 
 /// `sql` on one tool.
 pub struct Sql {
@@ -108,7 +112,7 @@ impl Sql {
         ctx: &CallContext<'_>,
         secret: SecretName,
         connection: Zeroizing<String>,
-        statement: String,
+        (statement, params): (String, Vec<DbParam>),
         (max_rows, timeout): (u64, Duration),
     ) -> Result<(Table, &'static str), Failure> {
         // the call redacts it from the answer and from the errors of the server and the driver
@@ -133,6 +137,7 @@ impl Sql {
                 max_rows,
                 max_bytes: MAX_VALUE_BYTES,
                 timeout,
+                params,
             })
             .await
             .map_err(|e| Failure::new(e.to_string()))?;
@@ -227,6 +232,17 @@ impl Capability for Sql {
                               session's workspace; needs session_id)",
             },
             Field {
+                name: "params",
+                kind: FieldKind::Custom {
+                    schema: params::schema,
+                    check: params::check,
+                },
+                description: "values for the statement's placeholders ($1, $2, … in PostgreSQL, \
+                              ? in MySQL), in order: null, booleans, numbers, strings; bound by \
+                              the server, never spliced into the SQL (with `params` a statement \
+                              is one statement; not for sqlite: files)",
+            },
+            Field {
                 name: "max_rows",
                 kind: FieldKind::Integer {
                     min: 1,
@@ -272,6 +288,8 @@ impl Capability for Sql {
             .ok_or("`sql` needs `database`: a secret's name or sqlite:PATH")?;
         if !database.starts_with("sqlite:") {
             SecretName::parse(database).map_err(|e| format!("`database`: {e}"))?;
+        } else if args.contains_key("params") {
+            return Err(NO_SQLITE_PARAMS.to_owned());
         }
         Ok(())
     }
@@ -288,10 +306,12 @@ impl Capability for Sql {
             .and_then(Value::as_u64)
             .map_or(DEFAULT_TIMEOUT, |s| Duration::from_secs(s).min(MAX_TIMEOUT));
         let session_id = text("session_id");
+        let params = params::of(args);
         let (mut table, kind) = match self
             .target(ctx, text("database").unwrap_or_default())
             .await?
         {
+            Target::Sqlite(_) if !params.is_empty() => return Err(Failure::new(NO_SQLITE_PARAMS)),
             Target::Sqlite(path) => {
                 let table = self
                     .in_session(ctx, path, statement, session_id, (max_rows, timeout))
@@ -303,8 +323,14 @@ impl Capability for Sql {
                 (table, "sqlite")
             }
             Target::Server(name, connection) => {
-                self.on_server(ctx, name, connection, statement, (max_rows, timeout))
-                    .await?
+                self.on_server(
+                    ctx,
+                    name,
+                    connection,
+                    (statement, params),
+                    (max_rows, timeout),
+                )
+                .await?
             }
         };
         // The call redacts the answer where it finishes, but the Markdown escapes `|`, `\` and
@@ -313,6 +339,6 @@ impl Capability for Sql {
         if let Some(redactor) = ctx.secrets.redactor() {
             render::redact(&mut table, &redactor);
         }
-        Ok(render::output(&table, kind, self.tool == ToolKind::Write))
+        Ok(render::output(table, kind, self.tool == ToolKind::Write))
     }
 }

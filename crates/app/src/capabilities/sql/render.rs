@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 use toolgate_vault::Redactor;
 
-use crate::capability::{ContentItem, Output};
+use crate::capability::{ContentItem, Output, TypedOutput};
 use toolgate_ports::database::Table;
 
 /// `postgres`, `mysql` for a connection string of theirs; `None` for anything else.
@@ -33,7 +33,8 @@ pub(super) fn output_schema() -> Value {
 }
 
 /// The answer: the table as Markdown (or what the statement changed), and the typed rows.
-pub(super) fn output(table: &Table, database: &str, write: bool) -> Output {
+pub(super) fn output(owned: Table, database: &'static str, write: bool) -> Output {
+    let table = &owned;
     let mut text = String::new();
     if !table.columns.is_empty() {
         markdown(table, &mut text);
@@ -71,6 +72,7 @@ pub(super) fn output(table: &Table, database: &str, write: bool) -> Output {
             "truncated": table.truncated, "changes": table.changes,
         }),
         is_error: false,
+        typed: Some(TypedOutput::Table(database, owned)),
         ..Output::default()
     }
 }
@@ -149,7 +151,7 @@ mod tests {
     #[test]
     fn rows_become_a_markdown_table_that_cannot_be_broken_by_a_value() {
         let out = output(
-            &table(
+            table(
                 vec![
                     vec![json!(1), json!("a | b\nc")],
                     vec![json!(2), Value::Null],
@@ -177,7 +179,7 @@ mod tests {
     #[test]
     fn a_cut_table_and_a_write_say_so() {
         let out = output(
-            &table(vec![vec![json!(1), json!("x")]], true),
+            table(vec![vec![json!(1), json!("x")]], true),
             "sqlite",
             false,
         );
@@ -189,7 +191,7 @@ mod tests {
             changes: 3,
             ..Table::default()
         };
-        let out = output(&write, "mysql", true);
+        let out = output(write, "mysql", true);
         assert_eq!(
             out.content,
             vec![ContentItem::Text("3 rows changed.".into())]

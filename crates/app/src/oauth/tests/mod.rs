@@ -117,6 +117,7 @@ impl Fetcher for FakeFetcher {
             bytes: body.len(),
             truncated,
             content,
+            headers: Vec::new(),
         })
     }
 }
