@@ -173,10 +173,16 @@ async fn a_session_uses_a_secret_bound_to_a_host_without_ever_holding_it() {
         seen[0].starts_with("GET /user") && seen[0].contains(&format!("Bearer {VALUE}")),
         "{seen:?}"
     );
-    // (a tunnel still open when the run ends, as requests keeps the first one, is not recorded)
+    // both tunnels were terminated: one carried the secret, one was refused
     let reached = network(&result);
     assert!(
-        !reached.is_empty() && reached.iter().all(|r| r["kind"] == "https"),
+        reached.len() == 2 && reached.iter().all(|r| r["kind"] == "https"),
+        "{result}"
+    );
+    assert!(
+        reached
+            .iter()
+            .any(|r| r.get("refused").is_none() && r["bytes_received"].as_u64() > Some(0)),
         "{result}"
     );
     assert!(
