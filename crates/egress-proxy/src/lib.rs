@@ -39,6 +39,7 @@ mod intercept;
 mod netns;
 mod placeholder;
 mod pump;
+mod run;
 mod traffic;
 
 #[cfg(test)]

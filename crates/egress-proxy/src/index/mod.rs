@@ -21,8 +21,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use toolgate_egress::EgressPolicy;
 
-use crate::gate::Run;
 use crate::head::Head;
+use crate::run::Run;
 use crate::traffic::{Traffic, refusal};
 use page::FileLink;
 use store::FileStore;
