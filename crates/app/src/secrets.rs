@@ -221,19 +221,7 @@ impl Secrets {
     /// secret that cannot be opened is left out and logged: the proxy then refuses requests
     /// naming it, and the account's other runs go on.
     pub async fn open_bound(&self, account: &AccountId) -> Result<Vec<EdgeSecret>, SecretsError> {
-        let list = match self.bound.get(account) {
-            Ok(list) => list,
-            Err(changes) => {
-                let read = Arc::new(
-                    self.store
-                        .bound_secrets(account)
-                        .await
-                        .map_err(unavailable)?,
-                );
-                self.bound.keep(account, &read, changes);
-                read
-            }
-        };
+        let list = self.bound_list(account).await?;
         let mut opened = Vec::with_capacity(list.len());
         for secret in list.iter() {
             let text = self
@@ -252,6 +240,38 @@ impl Secrets {
             });
         }
         Ok(opened)
+    }
+
+    /// The names and hosts of the account's secrets bound to hosts (nothing opened).
+    pub async fn bound_hosts(
+        &self,
+        account: &AccountId,
+    ) -> Result<Vec<(SecretName, Vec<String>)>, SecretsError> {
+        let list = self.bound_list(account).await?;
+        Ok(list
+            .iter()
+            .map(|secret| (secret.name.clone(), secret.hosts.clone()))
+            .collect())
+    }
+
+    /// The account's bound secrets, sealed, from the cache or the store.
+    async fn bound_list(
+        &self,
+        account: &AccountId,
+    ) -> Result<Arc<Vec<toolgate_store::BoundSecret>>, SecretsError> {
+        match self.bound.get(account) {
+            Ok(list) => Ok(list),
+            Err(changes) => {
+                let read = Arc::new(
+                    self.store
+                        .bound_secrets(account)
+                        .await
+                        .map_err(unavailable)?,
+                );
+                self.bound.keep(account, &read, changes);
+                Ok(read)
+            }
+        }
     }
 
     /// Wraps every data key older than the newest master key again, while the service runs.

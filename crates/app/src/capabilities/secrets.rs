@@ -57,11 +57,10 @@ impl Capability for SecretSet {
     }
 
     fn summary(&self) -> &'static str {
-        "`secret_set: {name, value, hosts?}` stores a secret encrypted in your vault (never shown \
-         again); `secrets: [\"NAME\"]` on `code` or `bash` makes it an environment variable of \
-         that run, printed as [REDACTED:NAME]. With `hosts` (e.g. [\"api.github.com\"]) code \
-         never holds it: it writes `{{secret:NAME}}` in a request header and the network proxy \
-         puts the value in on the way to those hosts only."
+        "`secret_set: {name, value, hosts?}` stores a secret, encrypted, never shown again; \
+         `secrets: [\"NAME\"]` on `code`/`bash` sets it as a variable of that run (printed \
+         [REDACTED:NAME]). With `hosts`, code never holds it: the network proxy fills \
+         `{{secret:NAME}}` in request headers to those hosts."
     }
 
     fn fields(&self) -> Vec<Field> {

@@ -191,4 +191,13 @@ async fn a_session_uses_a_secret_bound_to_a_host_without_ever_holding_it() {
             .is_some_and(|m| m.contains("ELSEWHERE"))),
         "{result}"
     );
+    // a bound secret is never handed to code as a variable either
+    let asked = f
+        .write(json!({"code": "import os\nos.environ.get('GH_TOKEN')", "secrets": ["GH_TOKEN"]}))
+        .await;
+    assert!(is_error(&asked), "{asked}");
+    assert!(
+        text(&asked).contains("bound to hosts") && !text(&asked).contains(VALUE),
+        "{asked}"
+    );
 }

@@ -541,6 +541,7 @@ async fn tools_fit_clients_and_say_they_reach_outside() {
     for tool in tools {
         let name = tool["name"].as_str().unwrap();
         let description = tool["description"].as_str().unwrap();
+        eprintln!("{name}'s description: {} bytes", description.len());
         assert!(
             description.len() <= 2048,
             "{name}'s description is {} bytes: {description}",

@@ -46,9 +46,9 @@ impl Capability for SendHttp {
     }
 
     fn summary(&self) -> &'static str {
-        "`http: {method, url, headers?, body?, max_bytes?}` sends a POST, PUT, PATCH or DELETE \
-         to a public URL under the rules of the read tool's `url`; `{{secret:NAME}}` may stand \
-         in the URL, a header value or the body."
+        "`http: {method, url, headers?, body?, max_bytes?}`: a POST, PUT, PATCH or DELETE to a \
+         public URL, as the read tool's `url`; `{{secret:NAME}}` may stand in the URL, a header \
+         or the body."
     }
 
     fn fields(&self) -> Vec<Field> {

@@ -89,15 +89,15 @@ impl Capability for Runner {
         match self.language {
             Language::Python if self.sandbox.has_network() => {
                 "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
-                 sandbox: output captured, the last expression's value shown, figures as PNG, \
-                 DataFrames as tables, an exception as an error with its traceback. Web through \
-                 a proxy (requests, httpx, pip); `import toolgate` calls this service (metered). \
+                 sandbox: output, the last expression's value, figures (PNG), DataFrames as \
+                 tables, errors with tracebacks. Web via a proxy \
+                 (requests, httpx, pip); `import toolgate` calls this service (metered). \
                  With `session_id`, variables, imports and files persist."
             }
             Language::Python => {
                 "`code`: Python 3 with numpy, pandas and matplotlib, run as a notebook cell in a \
-                 sandbox: output captured, the last expression's value shown, figures as PNG, \
-                 DataFrames as tables, an exception as an error with its traceback. No network; \
+                 sandbox: output, the last expression's value, figures (PNG), DataFrames as \
+                 tables, errors with tracebacks. No network; \
                  `import toolgate` calls this service (metered). With `session_id`, variables, \
                  imports and files persist."
             }
@@ -277,6 +277,19 @@ impl Runner {
             .iter()
             .filter_map(|n| n.as_str().and_then(|n| SecretName::parse(n).ok()))
             .collect();
+        // a secret bound to hosts never enters a session: the proxy adds it at the edge
+        let bound = secrets
+            .bound_hosts(&ctx.account.id)
+            .await
+            .map_err(|e| Failure::new(e.to_string()))?;
+        if let Some((name, hosts)) = bound.iter().find(|(name, _)| names.contains(name)) {
+            return Err(Failure::new(format!(
+                "the secret {name} is bound to hosts ({}): it never enters a session; write \
+                 {{{{secret:{name}}}}} in a header of a request to one of them and the network \
+                 proxy adds it on the way out",
+                hosts.join(", ")
+            )));
+        }
         let opened = secrets
             .open(&ctx.account.id, &names)
             .await
@@ -366,8 +379,7 @@ impl Capability for Upload {
     }
 
     fn summary(&self) -> &'static str {
-        "`files` with `session_id` (no `code` or `bash`): writes the files into the session's \
-         workspace for later calls."
+        "`files` with `session_id` alone: writes files into the session's workspace."
     }
 
     fn fields(&self) -> Vec<Field> {
