@@ -19,6 +19,7 @@ mod durable_http;
 mod http;
 mod memory;
 mod nodes;
+mod pip;
 mod report;
 
 pub(crate) use http::{timed, timed_pair};
@@ -58,6 +59,10 @@ pub struct SandboxArgs {
     /// matplotlib figures timed through HTTP
     #[arg(long, default_value_t = 200)]
     pub sandbox_plots: usize,
+    /// Measure `pip install` in new sessions: from the operator's index, then from the host's
+    /// wheel cache (needs `.deps/venv/bin/pypi-server`, from scripts/deps.sh)
+    #[arg(long)]
+    pub sandbox_pip: bool,
     /// The Python runtime [default: .deps/python-runtime of the working directory, else of the
     /// checkout this program was built in]
     #[arg(long)]
@@ -110,6 +115,11 @@ pub(crate) struct Files {
 /// Runs the sandbox figures and prints them.
 pub fn run(args: &Args, binary: &Path) -> Result<()> {
     let sandbox = &args.sandbox;
+    if sandbox.sandbox_pip {
+        let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
+        let dir = scratch_dir()?;
+        return pip::run(&files, binary, dir.path());
+    }
     if sandbox.sandbox_sessions == 0 || sandbox.sandbox_calls == 0 || sandbox.sandbox_plots == 0 {
         bail!("--sandbox-sessions, --sandbox-calls and --sandbox-plots must be at least 1");
     }
