@@ -150,7 +150,9 @@ impl Live {
             }
         };
         let prepared = started.elapsed();
-        let hardened = inner.running_zygote().await?.is_hardened();
+        // one look-up of the zygote: it decides the session's network and forks it
+        let zygote = inner.running_zygote().await?;
+        let hardened = zygote.is_hardened();
         let mut gate = inner.egress().map(EgressProxy::gate);
         if let Some(gate) = gate.as_mut()
             && !hardened
@@ -175,7 +177,7 @@ impl Live {
                 Ok::<_, ZygoteError>((session, zygote))
             }
         };
-        let (session, zygote) = match fork(inner.running_zygote().await?).await {
+        let (session, zygote) = match fork(zygote).await {
             // it died since we looked: once more, with a new one
             Err(ZygoteError::Gone { .. }) => fork(inner.running_zygote().await?).await?,
             other => other?,
