@@ -84,8 +84,12 @@ impl ToolCalls {
             usage,
             recorded,
         } = decided;
-        if admission == Admission::Refused {
-            return Err(CallError::Refused(self.meter.refusal_message()));
+        match admission {
+            Admission::Refused => return Err(CallError::Refused(self.meter.refusal_message())),
+            Admission::Capped(room) => {
+                return Err(CallError::Refused(self.meter.cap_message(&room)));
+            }
+            Admission::Free { .. } | Admission::Paid { .. } => {}
         }
         if let Some(admitted) = io.admitted {
             admitted.notify_one();

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use toolgate_domain::{Account, BillingStatus, MonthKey, Pricing, UsageSnapshot};
+use toolgate_domain::{
+    Account, BillingStatus, CapPeriod, CapRoom, CapScope, MonthKey, Pricing, UsageSnapshot,
+};
 use toolgate_store::{CallCharge, Decided, Store, StoreError};
 
 /// Why metering could not answer.
@@ -53,6 +55,8 @@ impl Meter {
             tool,
             free_monthly_calls: self.pricing.free_monthly_calls,
             paid_call_cost: self.pricing.paid_call_cost,
+            key: account.via.named_key().map(|key| &key.id),
+            capped: account.capped(),
         };
         Ok(self.store.decide_call(&charge).await?)
     }
@@ -69,6 +73,27 @@ impl Meter {
             None => self.store.usage(&account.id, &MonthKey::now()).await?,
         };
         Ok(BillingStatus::new(&account.tier, usage, &self.pricing))
+    }
+
+    /// The message a caller refused by a spend cap reads: which cap, how much of it is spent,
+    /// and how to go on.
+    pub fn cap_message(&self, room: &CapRoom) -> String {
+        let whose = match room.scope {
+            CapScope::Account => "the account's",
+            CapScope::Key => "this key's",
+        };
+        let (period, spent_in, renews) = match room.period {
+            CapPeriod::Month => ("monthly", "this month", "on the 1st of next month (UTC)"),
+            CapPeriod::Day => ("daily", "today", "at 00:00 UTC"),
+        };
+        format!(
+            "This call would pass {whose} {period} spend cap of {} USD ({} USD spent {spent_in}, \
+             {} USD per call). The owner can raise or remove the cap in the dashboard; \
+             it renews {renews}. Free calls are not counted against it.",
+            room.cap.to_usd_price_string(),
+            room.spent.to_usd_price_string(),
+            self.pricing.paid_call_cost.to_usd_price_string(),
+        )
     }
 
     /// The message a refused caller reads: what happened and how to continue. (It names the

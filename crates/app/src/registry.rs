@@ -538,6 +538,8 @@ mod tests {
             id: AccountId::generate(),
             email: Email::parse("a@b.org").unwrap(),
             tier: "free".into(),
+            caps: Default::default(),
+            via: Default::default(),
         };
         let scratch = crate::capability::CallScratch::default();
         let secrets = crate::capability::CallSecrets::default();

@@ -4,6 +4,8 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use crate::controls::{SpendCaps, Via};
+
 /// An account's stable identifier (a UUID in its hyphenated text form).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -102,6 +104,18 @@ pub struct Account {
     pub email: Email,
     /// Billing tier; `free` is the only one offered today.
     pub tier: String,
+    /// The account's own spend caps, as read when it was authenticated (admission reads them
+    /// again, exactly; these only tell it that it must).
+    pub caps: SpendCaps,
+    /// How this request was authenticated.
+    pub via: Via,
+}
+
+impl Account {
+    /// Whether any spend cap (the account's or the named key's) applies to its calls.
+    pub fn capped(&self) -> bool {
+        self.caps.any() || self.via.named_key().is_some_and(|key| key.caps.any())
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! standing changed meanwhile), so no backend carries a rule of its own.
 
 use crate::billing::{Pricing, UsageSnapshot};
+use crate::controls::{CapRoom, first_cap_passed};
 use crate::money::Micros;
 
 /// What metering decided about one call.
@@ -17,12 +18,14 @@ pub enum Admission {
     Paid { balance_after: Micros },
     /// Neither the allowance nor the wallet can pay.
     Refused,
+    /// The wallet could pay, but the charge would pass this spend cap.
+    Capped(CapRoom),
 }
 
 impl Admission {
     /// Whether the call may run.
     pub fn admitted(self) -> bool {
-        !matches!(self, Self::Refused)
+        !matches!(self, Self::Refused | Self::Capped(_))
     }
 }
 
@@ -109,6 +112,22 @@ pub fn decide(standing: Standing, terms: Terms) -> Decision {
         admission: Admission::Refused,
         after: standing,
     }
+}
+
+/// Decides one call as [`decide`] does, then holds a paid call to the spend caps in `rooms`: a
+/// charge that would pass any of them is refused as [`Admission::Capped`], naming the first.
+/// Free calls never count against a cap.
+pub fn decide_capped(standing: Standing, terms: Terms, rooms: &[CapRoom]) -> Decision {
+    let decision = decide(standing, terms);
+    if let Admission::Paid { .. } = decision.admission
+        && let Some(room) = first_cap_passed(rooms, terms.paid_call_cost)
+    {
+        return Decision {
+            admission: Admission::Capped(room),
+            after: standing,
+        };
+    }
+    decision
 }
 
 #[cfg(test)]

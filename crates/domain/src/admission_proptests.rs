@@ -88,6 +88,7 @@ proptest! {
                 prop_assert!(!allowance_pays(before, terms) && !wallet_pays(before, terms));
                 prop_assert_eq!(decision.after, before, "a refusal changes nothing");
             }
+            Admission::Capped(_) => prop_assert!(false, "decide knows no caps"),
         }
     }
 
@@ -124,7 +125,7 @@ proptest! {
             match decision.admission {
                 Admission::Free { .. } => free += 1,
                 Admission::Paid { .. } => paid += 1,
-                Admission::Refused => break,
+                Admission::Refused | Admission::Capped(_) => break,
             }
             prop_assert!(holds(decision.after));
             standing = decision.after;

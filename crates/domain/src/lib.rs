@@ -8,6 +8,7 @@ pub mod account;
 pub mod admission;
 pub mod answers;
 pub mod billing;
+pub mod controls;
 pub mod key;
 pub mod money;
 pub mod origin;
@@ -16,9 +17,12 @@ pub mod secret;
 pub mod token;
 
 pub use account::{Account, AccountId, Email, EmailError};
-pub use admission::{Admission, Decision, Standing, Terms, decide};
+pub use admission::{Admission, Decision, Standing, Terms, decide, decide_capped};
 pub use answers::{LlmAnswer, OperatorLoan, SearchResult, Usage};
 pub use billing::{BillingStatus, DayKey, MonthKey, Pricing, UsageSnapshot};
+pub use controls::{
+    CapPeriod, CapRoom, CapScope, KeyId, KeyScope, NamedKey, SpendCaps, Via, first_cap_passed,
+};
 pub use key::{ApiKey, Brand, BrandError, KeyHash, KeyShapeError};
 pub use money::{Micros, MoneyError};
 pub use origin::Origin;

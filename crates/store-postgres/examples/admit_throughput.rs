@@ -88,6 +88,8 @@ async fn loaded(stores: &[Arc<PgStore>], accounts: &[AccountId], free: i64) -> f
                     tool: "svc_read",
                     free_monthly_calls: free,
                     paid_call_cost: PRICE,
+                    key: None,
+                    capped: false,
                 };
                 while start.elapsed() < MEASURED {
                     assert!(store.admit_call(&charge).await.unwrap().admitted());

@@ -154,7 +154,7 @@ impl<'a> Columns<'a> {
                     wallet = balance_after.0;
                     ("wallet", cost)
                 }
-                Admission::Refused => continue,
+                Admission::Refused | Admission::Capped(_) => continue,
             };
             self.row_run.push(index);
             self.row_tool.push(tool);

@@ -37,6 +37,8 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64, cost: i64)
         tool: "svc_read",
         free_monthly_calls: free,
         paid_call_cost: Micros(cost),
+        key: None,
+        capped: false,
     }
 }
 

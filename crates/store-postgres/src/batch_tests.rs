@@ -23,6 +23,8 @@ pub(crate) fn charge<'a>(account: &'a AccountId, month: &'a MonthKey) -> CallCha
         tool: "svc_read",
         free_monthly_calls: FREE,
         paid_call_cost: Micros(PRICE),
+        key: None,
+        capped: false,
     }
 }
 
@@ -57,7 +59,7 @@ fn assert_exact(admissions: &[Admission]) {
         match admission {
             Admission::Free { free_used } => free.push(*free_used),
             Admission::Paid { balance_after } => balances.push(balance_after.0),
-            Admission::Refused => {}
+            Admission::Refused | Admission::Capped(_) => {}
         }
     }
     free.sort_unstable();

@@ -106,8 +106,8 @@ impl SignIns for PgStore {
         token_hash: &TokenHash,
         now: i64,
     ) -> Result<Option<Account>, StoreError> {
-        let row: Option<(String, String, String)> = sqlx::query_as(
-            "SELECT a.id, a.email, a.tier FROM web_sessions s
+        let row: Option<(String, String, String, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT a.id, a.email, a.tier, a.cap_month_micros, a.cap_day_micros FROM web_sessions s
              JOIN accounts a ON a.id = s.account_id
              WHERE s.token_hash = $1 AND s.expires_at > $2",
         )
@@ -116,8 +116,10 @@ impl SignIns for PgStore {
         .fetch_optional(&self.pool)
         .await
         .map_err(map_error)?;
-        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
-            .transpose()
+        row.map(|(id, email, tier, month, day)| {
+            account_from_columns(id, &email, tier, (month, day))
+        })
+        .transpose()
     }
 
     async fn end_sign_in_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError> {

@@ -129,7 +129,7 @@ impl Known {
             match decision.admission {
                 Admission::Free { .. } => free = true,
                 Admission::Paid { .. } => paid = true,
-                Admission::Refused => return None,
+                Admission::Refused | Admission::Capped(_) => return None,
             }
             after = decision.after;
             decided.push((index, decision));

@@ -109,6 +109,8 @@ impl Accounts for PgStore {
             id: account.id.clone(),
             email: account.email.clone(),
             tier,
+            caps: Default::default(),
+            via: Default::default(),
         })
     }
 
@@ -116,15 +118,15 @@ impl Accounts for PgStore {
         &self,
         hash: &KeyHash,
     ) -> Result<Option<(Account, KeyHash)>, StoreError> {
-        let row: Option<(String, String, String, Vec<u8>)> =
-            sqlx::query_as("SELECT id, email, tier, key_hash FROM accounts WHERE key_hash = $1")
+        let row: Option<(String, String, String, Option<i64>, Option<i64>, Vec<u8>)> =
+            sqlx::query_as("SELECT id, email, tier, cap_month_micros, cap_day_micros, key_hash FROM accounts WHERE key_hash = $1")
                 .bind(&hash.as_bytes()[..])
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier, stored)| {
+        row.map(|(id, email, tier, month, day, stored)| {
             Ok((
-                account_from_columns(id, &email, tier)?,
+                account_from_columns(id, &email, tier, (month, day))?,
                 key_hash_from_column(&stored)?,
             ))
         })
@@ -132,14 +134,16 @@ impl Accounts for PgStore {
     }
 
     async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError> {
-        let row: Option<(String, String, String)> =
-            sqlx::query_as("SELECT id, email, tier FROM accounts WHERE email = $1")
+        let row: Option<(String, String, String, Option<i64>, Option<i64>)> =
+            sqlx::query_as("SELECT id, email, tier, cap_month_micros, cap_day_micros FROM accounts WHERE email = $1")
                 .bind(email.as_str())
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
-            .transpose()
+        row.map(|(id, email, tier, month, day)| {
+            account_from_columns(id, &email, tier, (month, day))
+        })
+        .transpose()
     }
 
     async fn replace_key(&self, account: &AccountId, new_hash: &KeyHash) -> Result<(), StoreError> {

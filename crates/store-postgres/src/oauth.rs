@@ -10,7 +10,7 @@
 
 use async_trait::async_trait;
 use sqlx::PgConnection;
-use toolgate_domain::AccountId;
+use toolgate_domain::{AccountId, Via};
 use toolgate_store::{
     AccessGrant, Advance, CodeColumns, ConnectedApp, Grant, LiveTokenGroup, NewCode, NewTokens,
     OAuthClient, OAuthStore, RefreshColumns, StoreError, StoredCode, StoredRefresh, TokenHash,
@@ -25,7 +25,17 @@ use crate::rows::{map_error, map_write_error};
 const LOCK_SPACE: i32 = 0x6f61_7574;
 
 /// A live access token joined with its account: id, email, tier, client, scope, resource, expiry.
-type AccessRow = (String, String, String, String, String, String, i64);
+type AccessRow = (
+    String,
+    String,
+    String,
+    Option<i64>,
+    Option<i64>,
+    String,
+    String,
+    String,
+    i64,
+);
 
 #[async_trait]
 impl OAuthStore for PgStore {
@@ -152,7 +162,7 @@ impl OAuthStore for PgStore {
         now: i64,
     ) -> Result<Option<AccessGrant>, StoreError> {
         let row: Option<AccessRow> = sqlx::query_as(
-            "SELECT a.id, a.email, a.tier, t.client_id, t.scope, t.resource, t.expires_at
+            "SELECT a.id, a.email, a.tier, a.cap_month_micros, a.cap_day_micros, t.client_id, t.scope, t.resource, t.expires_at
              FROM oauth_tokens t JOIN accounts a ON a.id = t.account_id
              WHERE t.token_hash = $1 AND t.kind = 'access' AND t.revoked_at IS NULL
                AND t.expires_at > $2",
@@ -163,8 +173,11 @@ impl OAuthStore for PgStore {
         .await
         .map_err(map_error)?;
         row.map(
-            |(id, email, tier, client_id, scope, resource, expires_at)| {
-                let account = account_from_columns(id, &email, tier)?;
+            |(id, email, tier, month, day, client_id, scope, resource, expires_at)| {
+                let mut account = account_from_columns(id, &email, tier, (month, day))?;
+                account.via = Via::OAuth {
+                    client_id: client_id.clone(),
+                };
                 Ok(AccessGrant {
                     grant: Grant {
                         account: account.id.clone(),

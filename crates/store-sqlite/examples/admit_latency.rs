@@ -86,6 +86,8 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64) -> CallCha
         tool: "svc_write",
         free_monthly_calls: free,
         paid_call_cost: PRICE,
+        key: None,
+        capped: false,
     }
 }
 

@@ -43,6 +43,8 @@ fn call(account: &AccountId, month: &MonthKey, free: i64) -> (WriterJob, Answers
         tool: "svc_write",
         free_monthly_calls: free,
         paid_call_cost: Micros(8),
+        key: None,
+        capped: false,
     };
     let (job, answers) = AdmitJob::new(&charge);
     (WriterJob::Admit(job), answers)

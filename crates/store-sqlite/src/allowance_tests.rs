@@ -46,6 +46,8 @@ impl Rig {
             tool: "svc_write",
             free_monthly_calls: 2,
             paid_call_cost: Micros(8),
+            key: None,
+            capped: false,
         };
         let (job, _answers) = AdmitJob::new(&charge);
         self.mirror.submit(job, &self.queue)
@@ -175,6 +177,8 @@ fn off_by_default_and_a_full_queue_sends_later_without_a_prediction() {
         tool: "svc_write",
         free_monthly_calls: 2,
         paid_call_cost: Micros(8),
+        key: None,
+        capped: false,
     };
     assert!(matches!(
         off.submit(AdmitJob::new(&charge).0, &queue),

@@ -107,8 +107,8 @@ impl SignIns for SqliteStore {
         token_hash: &TokenHash,
         now: i64,
     ) -> Result<Option<Account>, StoreError> {
-        let row: Option<(String, String, String)> = sqlx::query_as(
-            "SELECT a.id, a.email, a.tier FROM web_sessions s
+        let row: Option<(String, String, String, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT a.id, a.email, a.tier, a.cap_month_micros, a.cap_day_micros FROM web_sessions s
              JOIN accounts a ON a.id = s.account_id
              WHERE s.token_hash = ?1 AND s.expires_at > ?2",
         )
@@ -117,8 +117,10 @@ impl SignIns for SqliteStore {
         .fetch_optional(&self.reader)
         .await
         .map_err(map_error)?;
-        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
-            .transpose()
+        row.map(|(id, email, tier, month, day)| {
+            account_from_columns(id, &email, tier, (month, day))
+        })
+        .transpose()
     }
 
     async fn end_sign_in_session(&self, token_hash: &TokenHash) -> Result<bool, StoreError> {

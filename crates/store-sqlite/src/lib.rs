@@ -192,6 +192,8 @@ impl Accounts for SqliteStore {
             id: account.id.clone(),
             email: account.email.clone(),
             tier: "free".to_owned(),
+            caps: Default::default(),
+            via: Default::default(),
         })
     }
 
@@ -199,15 +201,15 @@ impl Accounts for SqliteStore {
         &self,
         hash: &KeyHash,
     ) -> Result<Option<(Account, KeyHash)>, StoreError> {
-        let row: Option<(String, String, String, Vec<u8>)> =
-            sqlx::query_as("SELECT id, email, tier, key_hash FROM accounts WHERE key_hash = ?1")
+        let row: Option<(String, String, String, Option<i64>, Option<i64>, Vec<u8>)> =
+            sqlx::query_as("SELECT id, email, tier, cap_month_micros, cap_day_micros, key_hash FROM accounts WHERE key_hash = ?1")
                 .bind(&hash.as_bytes()[..])
                 .fetch_optional(&self.reader)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier, stored)| {
+        row.map(|(id, email, tier, month, day, stored)| {
             Ok((
-                account_from_columns(id, &email, tier)?,
+                account_from_columns(id, &email, tier, (month, day))?,
                 key_hash_from_column(&stored)?,
             ))
         })
@@ -215,14 +217,16 @@ impl Accounts for SqliteStore {
     }
 
     async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError> {
-        let row: Option<(String, String, String)> =
-            sqlx::query_as("SELECT id, email, tier FROM accounts WHERE email = ?1")
+        let row: Option<(String, String, String, Option<i64>, Option<i64>)> =
+            sqlx::query_as("SELECT id, email, tier, cap_month_micros, cap_day_micros FROM accounts WHERE email = ?1")
                 .bind(email.as_str())
                 .fetch_optional(&self.reader)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier)| account_from_columns(id, &email, tier))
-            .transpose()
+        row.map(|(id, email, tier, month, day)| {
+            account_from_columns(id, &email, tier, (month, day))
+        })
+        .transpose()
     }
 
     fn key_epoch(&self) -> Option<u64> {

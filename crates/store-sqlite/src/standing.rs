@@ -63,7 +63,7 @@ pub(crate) fn apply(
     decision: &Decision,
 ) -> rusqlite::Result<bool> {
     let (paid_from, cost) = match decision.admission {
-        Admission::Refused => return Ok(true),
+        Admission::Refused | Admission::Capped(_) => return Ok(true),
         Admission::Free { free_used } => {
             let counted = conn
                 .prepare_cached(COUNT_IF_UNCHANGED)?

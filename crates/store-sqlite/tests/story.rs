@@ -99,6 +99,8 @@ async fn a_refused_prediction_is_reported_and_switches_the_mirror_off() {
         tool: "svc_write",
         free_monthly_calls: 2,
         paid_call_cost: Micros(8_000),
+        key: None,
+        capped: false,
     };
     assert_eq!(
         serving.admit_call(&charge).await.unwrap(),
@@ -154,6 +156,8 @@ async fn credits_and_admissions_at_once_both_succeed() {
                 tool: "svc_write",
                 free_monthly_calls: 0,
                 paid_call_cost: Micros(8_000),
+                key: None,
+                capped: false,
             };
             store.admit_call(&charge).await.unwrap().admitted()
         })

@@ -8,8 +8,8 @@ use std::pin::Pin;
 
 use async_trait::async_trait;
 use toolgate_domain::{
-    Account, AccountId, Admission, Email, KeyHash, Micros, MonthKey, SealedSecret, SecretInfo,
-    SecretName, UsageSnapshot,
+    Account, AccountId, Admission, Email, KeyHash, KeyId, Micros, MonthKey, SealedSecret,
+    SecretInfo, SecretName, SpendCaps, UsageSnapshot, Via,
 };
 
 mod dashboard;
@@ -90,6 +90,13 @@ pub struct CallCharge<'a> {
     pub free_monthly_calls: i64,
     /// Price if the allowance is used up.
     pub paid_call_cost: Micros,
+    /// The named key that made the call (`None`: the account's first key or an OAuth app),
+    /// recorded in the ledger, whose own caps apply.
+    pub key: Option<&'a KeyId>,
+    /// Whether a spend cap may apply (the account or the key had one when it was
+    /// authenticated): such a call is decided on the caps and the spend read exactly in its
+    /// admission, and never predicted.
+    pub capped: bool,
 }
 
 impl CallCharge<'_> {
@@ -350,13 +357,22 @@ impl<
 }
 
 /// Rebuilds an account from its stored columns; a malformed column means corrupt storage.
-pub fn account_from_columns(id: String, email: &str, tier: String) -> Result<Account, StoreError> {
+/// `caps` are its `cap_month_micros` and `cap_day_micros` columns; the account is as its first
+/// key presents it (`Via::PrimaryKey`), which a caller that authenticated otherwise replaces.
+pub fn account_from_columns(
+    id: String,
+    email: &str,
+    tier: String,
+    caps: (Option<i64>, Option<i64>),
+) -> Result<Account, StoreError> {
     let email = Email::parse(email)
         .map_err(|_| StoreError::Unavailable("corrupt accounts row: email".to_owned()))?;
     Ok(Account {
         id: AccountId::from_stored(id),
         email,
         tier,
+        caps: SpendCaps::from_columns(caps.0, caps.1),
+        via: Via::PrimaryKey,
     })
 }
 

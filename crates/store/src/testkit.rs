@@ -39,6 +39,8 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64) -> CallCha
         tool: "svc_read",
         free_monthly_calls: free,
         paid_call_cost: Micros(8_000),
+        key: None,
+        capped: false,
     }
 }
 

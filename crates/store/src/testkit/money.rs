@@ -139,6 +139,8 @@ async fn call(store: &dyn Store, account: &AccountId, price: i64) -> Admission {
         tool: "svc_ai",
         free_monthly_calls: 0,
         paid_call_cost: Micros(price),
+        key: None,
+        capped: false,
     };
     store.admit_call(&charge).await.unwrap()
 }
@@ -355,6 +357,8 @@ async fn take_backs_and_calls_at_once_add_up(store: Arc<dyn Store>, tag: &str) {
             tool: "svc_ai",
             free_monthly_calls: 0,
             paid_call_cost: Micros(8_000),
+            key: None,
+            capped: false,
         };
         let decided = store.decide_call(&charge).await.unwrap();
         decided.recorded.wait().await.map(|()| decided.admission)

@@ -1,0 +1,28 @@
+-- The owner's controls: spend caps per account and per named key, named keys, and which key
+-- made each call in the ledger (NULL: the account's first key, or an OAuth app). Money is
+-- integer micro-dollars; NULL caps are no cap. Times are Unix milliseconds (UTC).
+ALTER TABLE accounts ADD COLUMN cap_month_micros BIGINT CHECK (cap_month_micros >= 0);
+ALTER TABLE accounts ADD COLUMN cap_day_micros BIGINT CHECK (cap_day_micros >= 0);
+
+CREATE TABLE api_keys (
+    id TEXT PRIMARY KEY,
+    account_id TEXT NOT NULL REFERENCES accounts (id),
+    name TEXT NOT NULL,
+    key_hash BYTEA NOT NULL UNIQUE CHECK (octet_length(key_hash) = 32),
+    -- tool kinds (read, write, ai) and fields the key may use, one a line; empty: all
+    scope_tools TEXT NOT NULL DEFAULT '',
+    scope_fields TEXT NOT NULL DEFAULT '',
+    cap_month_micros BIGINT CHECK (cap_month_micros >= 0),
+    cap_day_micros BIGINT CHECK (cap_day_micros >= 0),
+    created_at BIGINT NOT NULL,
+    revoked_at BIGINT,
+    last_used_at BIGINT
+);
+
+-- a name is unique among the account's live keys; a revoked key's name may be used again
+CREATE UNIQUE INDEX api_keys_live_name ON api_keys (account_id, name) WHERE revoked_at IS NULL;
+CREATE INDEX api_keys_by_account ON api_keys (account_id);
+
+ALTER TABLE call_ledger ADD COLUMN key_id TEXT;
+-- a day's spend, against a daily cap, is summed from here
+CREATE INDEX call_ledger_by_account_time ON call_ledger (account_id, created_at);
