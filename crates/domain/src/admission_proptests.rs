@@ -137,3 +137,49 @@ proptest! {
         prop_assert_eq!(decide(standing, terms).after, standing, "refused stays refused");
     }
 }
+
+fn any_rooms() -> impl Strategy<Value = Vec<CapRoom>> {
+    use crate::controls::{CapPeriod, CapScope};
+    prop::collection::vec(
+        (edgy(), edgy(), any::<bool>(), any::<bool>()).prop_map(|(cap, spent, key, day)| CapRoom {
+            scope: if key {
+                CapScope::Key
+            } else {
+                CapScope::Account
+            },
+            period: if day {
+                CapPeriod::Day
+            } else {
+                CapPeriod::Month
+            },
+            cap: Micros(cap),
+            spent: Micros(spent),
+        }),
+        0..5,
+    )
+}
+
+proptest! {
+    #[test]
+    fn caps_only_ever_refuse_a_paid_call_that_would_pass_one(
+        before in any_standing(), terms in any_terms(), rooms in any_rooms(),
+    ) {
+        let plain = decide(before, terms);
+        let capped = decide_capped(before, terms, &rooms);
+        let price = i128::from(terms.paid_call_cost.0);
+        let passes = |room: &CapRoom| i128::from(room.spent.0) + price > i128::from(room.cap.0);
+        match (plain.admission, capped.admission) {
+            (Admission::Paid { .. }, Admission::Capped(room)) => {
+                prop_assert!(passes(&room), "the cap named is one the charge passes");
+                prop_assert!(rooms.contains(&room));
+                prop_assert_eq!(capped.after, before, "a capped call changes nothing");
+            }
+            (Admission::Paid { .. }, Admission::Paid { .. }) => {
+                prop_assert!(!rooms.iter().any(passes), "no cap is passed by a paid call");
+                prop_assert_eq!(capped, plain);
+            }
+            // free calls and refusals are never a cap's business
+            (_, _) => prop_assert_eq!(capped, plain),
+        }
+    }
+}

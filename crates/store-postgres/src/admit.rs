@@ -75,8 +75,9 @@ pub(crate) struct Run<'a> {
     pub before: Standing,
     /// The standing after the last call.
     pub after: Standing,
-    /// The admitted calls: (tool, decision), in order; refusals write nothing and are left out.
-    pub admitted: Vec<(&'a str, Admission)>,
+    /// The admitted calls: (tool, named key, decision), in order; refusals write nothing and
+    /// are left out.
+    pub admitted: Vec<(&'a str, Option<&'a str>, Admission)>,
 }
 
 impl<'a> Run<'a> {
@@ -91,9 +92,9 @@ impl<'a> Run<'a> {
     }
 
     /// Adds the next call's decision, made on `self.after`.
-    pub fn push(&mut self, tool: &'a str, decision: &Decision) {
+    pub fn push(&mut self, tool: &'a str, key: Option<&'a str>, decision: &Decision) {
         if decision.admission.admitted() {
-            self.admitted.push((tool, decision.admission));
+            self.admitted.push((tool, key, decision.admission));
         }
         self.after = decision.after;
     }
@@ -133,6 +134,7 @@ struct Columns<'a> {
     wallet_after: Vec<i64>,
     row_run: Vec<i32>,
     row_tool: Vec<&'a str>,
+    row_key: Vec<Option<&'a str>>,
     row_paid_from: Vec<&'static str>,
     row_cost: Vec<i64>,
 }
@@ -142,7 +144,7 @@ impl<'a> Columns<'a> {
         // each paid call's price is what its decision took from the wallet
         let mut wallet = run.before.wallet.0;
         let (mut has_free, mut has_paid) = (false, false);
-        for (tool, admission) in &run.admitted {
+        for (tool, key, admission) in &run.admitted {
             let (paid_from, cost) = match admission {
                 Admission::Free { .. } => {
                     has_free = true;
@@ -158,6 +160,7 @@ impl<'a> Columns<'a> {
             };
             self.row_run.push(index);
             self.row_tool.push(tool);
+            self.row_key.push(*key);
             self.row_paid_from.push(paid_from);
             self.row_cost.push(cost);
         }
@@ -226,10 +229,10 @@ pub(crate) async fn apply(
              WHERE NOT f.has_paid OR f.run IN (SELECT run FROM charged)),
          recorded AS (
              INSERT INTO call_ledger
-                 (account_id, month, tool, paid_from, cost_micros, created_at)
-             SELECT r.account_id, r.month, l.tool, l.paid_from, l.cost, $11
-             FROM unnest($12::int[], $13::text[], $14::text[], $15::bigint[])
-                 AS l (run, tool, paid_from, cost)
+                 (account_id, month, tool, paid_from, cost_micros, created_at, key_id)
+             SELECT r.account_id, r.month, l.tool, l.paid_from, l.cost, $11, l.key_id
+             FROM unnest($12::int[], $13::text[], $14::text[], $15::bigint[], $16::text[])
+                 AS l (run, tool, paid_from, cost, key_id)
              JOIN runs r ON r.run = l.run
              WHERE l.run IN (SELECT run FROM written)
              RETURNING 1)
@@ -254,6 +257,7 @@ pub(crate) async fn apply(
     .bind(&columns.row_tool)
     .bind(&columns.row_paid_from)
     .bind(&columns.row_cost)
+    .bind(&columns.row_key)
     .fetch_all(conn)
     .await?;
     let mut applied: Vec<(Applied, Option<Money>)> =

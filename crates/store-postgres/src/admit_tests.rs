@@ -83,7 +83,7 @@ fn run_of<'a>(key: &'a Key, before: Standing, call: &CallCharge<'_>, calls: usiz
     let mut run = Run::new(key, before);
     for _ in 0..calls {
         let decision = decide(run.after, terms(call));
-        run.push("svc_read", &decision);
+        run.push("svc_read", None, &decision);
     }
     run
 }
@@ -144,7 +144,7 @@ async fn a_paid_run_decided_on_a_stale_wallet_or_debt_writes_nothing() {
         let free_price = charge(&account, &month, 0, 0);
         let before = read_one(&mut conn, &key).await.unwrap();
         let run = run_of(&key, before, &free_price, 1);
-        assert!(matches!(run.admitted[..], [(_, Admission::Paid { .. })]));
+        assert!(matches!(run.admitted[..], [(_, _, Admission::Paid { .. })]));
         let owe = "UPDATE accounts SET owed_micros = 3 WHERE id = $1";
         execute(&mut conn, owe, &account).await;
         assert_eq!(apply_one(&mut conn, &run).await.unwrap(), Applied::Stale);
@@ -173,7 +173,10 @@ async fn a_run_whose_wallet_changed_under_a_fresh_count_is_torn() {
         let run = run_of(&key, before, &call, 2);
         assert!(matches!(
             run.admitted[..],
-            [(_, Admission::Free { .. }), (_, Admission::Paid { .. })]
+            [
+                (_, _, Admission::Free { .. }),
+                (_, _, Admission::Paid { .. })
+            ]
         ));
         let credit = "UPDATE accounts SET wallet_micros = wallet_micros + 5 WHERE id = $1";
         execute(&mut conn, credit, &account).await;

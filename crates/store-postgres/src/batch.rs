@@ -309,7 +309,11 @@ async fn decide_all(
                 .iter()
                 .map(|&index| {
                     let decision = decide(run.after, batch[index].terms);
-                    run.push(&batch[index].tool, &decision);
+                    run.push(
+                        &batch[index].tool,
+                        batch[index].key_id.as_deref(),
+                        &decision,
+                    );
                     // read under the account's lock: exact
                     (index, (decision.admission, Some(decision.after.usage())))
                 })

@@ -172,7 +172,7 @@ async fn a_batch_whose_compare_and_set_loses_for_one_account_answers_every_call_
             free_monthly_calls: FREE,
             paid_call_cost: Micros(PRICE),
         };
-        counted.push("svc_read", &decide(held, terms));
+        counted.push("svc_read", None, &decide(held, terms));
         assert_eq!(
             apply_one(&mut tx, &counted).await.unwrap(),
             Applied::Written

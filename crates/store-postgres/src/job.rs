@@ -14,6 +14,8 @@ pub(crate) type Verdict = (Admission, Option<UsageSnapshot>);
 pub(crate) struct Job {
     pub(crate) key: Key,
     pub(crate) tool: String,
+    /// The named key that made the call, for its ledger row.
+    pub(crate) key_id: Option<String>,
     pub(crate) terms: Terms,
     /// Taken when the decision goes out.
     decided: Option<oneshot::Sender<Result<Verdict, StoreError>>>,
@@ -48,6 +50,7 @@ impl Job {
         let job = Self {
             key: charge.account_month(),
             tool: charge.tool.to_owned(),
+            key_id: charge.key.map(|key| key.as_str().to_owned()),
             terms: charge.terms(),
             decided: Some(decided),
             recorded: Some(recorded),

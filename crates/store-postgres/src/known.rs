@@ -162,7 +162,11 @@ pub(crate) async fn write(
                 let key = &batch[planned.calls[0].0].key;
                 let mut run = Run::new(key, planned.before);
                 for (index, decision) in &planned.calls {
-                    run.push(&batch[*index].tool, decision);
+                    run.push(
+                        &batch[*index].tool,
+                        batch[*index].key_id.as_deref(),
+                        decision,
+                    );
                 }
                 run
             })

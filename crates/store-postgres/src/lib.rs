@@ -7,6 +7,7 @@
 
 mod admit;
 mod batch;
+mod capped;
 mod dashboard;
 mod host_lists;
 mod job;
@@ -177,12 +178,15 @@ impl Accounts for PgStore {
 #[async_trait]
 impl Metering for PgStore {
     async fn admit_call(&self, charge: &CallCharge<'_>) -> Result<Admission, StoreError> {
-        let decided = self.admissions.decide(charge).await?;
+        let decided = self.decide_call(charge).await?;
         decided.recorded.wait().await?;
         Ok(decided.admission)
     }
 
     async fn decide_call(&self, charge: &CallCharge<'_>) -> Result<Decided, StoreError> {
+        if charge.capped {
+            return capped::decide(&self.pool, charge).await;
+        }
         self.admissions.decide(charge).await
     }
 

@@ -123,3 +123,55 @@ fn migration_files() -> i64 {
     });
     i64::try_from(sql.count()).unwrap()
 }
+
+/// Spend caps on two pools of one database (two front ends), 32 calls at once per step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_caps_are_exact_under_concurrent_calls() {
+    with_fresh_database(|url| async move {
+        let first = PgStore::connect(&url).await.unwrap();
+        let second = PgStore::connect(&url).await.unwrap();
+        let setup_url = url.clone();
+        let setup: toolgate_store::testkit::CapsSetup =
+            Arc::new(move |account, key, month, day| {
+                let url = setup_url.clone();
+                Box::pin(async move {
+                    let mut conn = PgConnection::connect(&url).await.unwrap();
+                    match key {
+                    None => sqlx::query(
+                        "UPDATE accounts SET cap_month_micros = $2, cap_day_micros = $3
+                         WHERE id = $1",
+                    )
+                    .bind(account.as_str())
+                    .bind(month)
+                    .bind(day),
+                    Some(key) => sqlx::query(
+                        "INSERT INTO api_keys (id, account_id, name, key_hash, cap_month_micros,
+                                               cap_day_micros, created_at)
+                         VALUES ($1, $2, $1, sha256(convert_to($1, 'UTF8')), $3, $4, 0)
+                         ON CONFLICT (id) DO UPDATE SET
+                             cap_month_micros = excluded.cap_month_micros,
+                             cap_day_micros = excluded.cap_day_micros",
+                    )
+                    .bind(key.as_str().to_owned())
+                    .bind(account.as_str())
+                    .bind(month)
+                    .bind(day),
+                }
+                .execute(&mut conn)
+                .await
+                .unwrap();
+                    conn.close().await.unwrap();
+                })
+            });
+        toolgate_store::testkit::caps_story(
+            Arc::new(first.clone()),
+            Arc::new(second.clone()),
+            setup,
+            "pg",
+        )
+        .await;
+        first.close().await;
+        second.close().await;
+    })
+    .await;
+}

@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 use tokio::sync::mpsc;
-use toolgate_domain::{Admission, Standing, decide};
+use toolgate_domain::{Admission, Standing, decide, decide_capped};
 use toolgate_store::StoreError;
 
 use crate::Durability;
@@ -120,6 +120,7 @@ impl AdmitJob {
             account: &self.key.0,
             month: &self.key.1,
             tool: &self.tool,
+            key: self.key_id.as_deref(),
         };
         let mut remembered = known.get(&self.key).copied();
         for _ in 0..MAX_ATTEMPTS {
@@ -132,7 +133,12 @@ impl AdmitJob {
                     (standing, true)
                 }
             };
-            let decision = decide(before, self.terms);
+            let decision = if self.capped {
+                let rooms = standing::cap_rooms_of(conn, &call).map_err(unavailable)?;
+                decide_capped(before, self.terms, &rooms)
+            } else {
+                decide(before, self.terms)
+            };
             // a refusal writes nothing to guard, so it must rest on what the database holds
             let trusted = read || decision.admission.admitted();
             if trusted && standing::apply(conn, &call, before, &decision).map_err(unavailable)? {

@@ -68,9 +68,11 @@ impl Mirror {
         }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let entry = entries.entry(job.key().clone()).or_default();
-        // a refusal is never predicted: the database may be more generous (a credit meanwhile)
+        // a refusal is never predicted: the database may be more generous (a credit meanwhile);
+        // nor is a capped call: the mirror knows no spend
         let prediction = entry
             .known
+            .filter(|_| !job.capped)
             .map(|standing| decide(standing, job.terms()))
             .filter(|decision| decision.admission.admitted());
         job.predicted = prediction.map(|decision| decision.admission);

@@ -41,6 +41,10 @@ pub(crate) struct AdmitJob {
     /// The account and the month its allowance is counted in.
     pub(crate) key: Key,
     pub(crate) tool: String,
+    /// The named key that made the call, for its ledger row and its caps.
+    pub(crate) key_id: Option<String>,
+    /// Whether spend caps may apply: decided on caps read in the transaction, never predicted.
+    pub(crate) capped: bool,
     pub(crate) terms: Terms,
     pub(crate) decided: Option<oneshot::Sender<Result<Admission, StoreError>>>,
     pub(crate) recorded: oneshot::Sender<Result<(), StoreError>>,
@@ -87,6 +91,8 @@ impl AdmitJob {
         let job = Self {
             key: charge.account_month(),
             tool: charge.tool.to_owned(),
+            key_id: charge.key.map(|key| key.as_str().to_owned()),
+            capped: charge.capped,
             terms: charge.terms(),
             decided: Some(decided),
             recorded,

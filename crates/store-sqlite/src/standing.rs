@@ -8,8 +8,8 @@
 //! so the primitives stay right for a caller that reads and applies apart.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use toolgate_domain::{Admission, Decision, Micros, Standing};
-use toolgate_store::now_millis;
+use toolgate_domain::{Admission, CapRoom, Decision, Micros, Standing};
+use toolgate_store::{CapColumns, cap_rooms, day_start_millis, now_millis};
 
 /// The standing of an account in a month; no usage row yet means no free call used.
 const READ: &str = "SELECT coalesce((SELECT free_used FROM monthly_usage
@@ -26,15 +26,61 @@ const COUNT_IF_UNCHANGED: &str =
 /// The wallet, set only if it and what is owed are still what was read.
 const CHARGE_IF_UNCHANGED: &str = "UPDATE accounts SET wallet_micros = ?2
      WHERE id = ?1 AND wallet_micros = ?3 AND owed_micros = ?4 RETURNING wallet_micros";
-const LEDGER: &str =
-    "INSERT INTO call_ledger (account_id, month, tool, paid_from, cost_micros, created_at)
-     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const LEDGER: &str = "INSERT INTO call_ledger
+         (account_id, month, tool, paid_from, cost_micros, created_at, key_id)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+/// The caps that apply to a call and the wallet's spend in their periods (see `CapColumns`):
+/// the month's paid ledger rows of the account, today's among them, and the key's.
+const CAPS: &str = "SELECT a.cap_month_micros, a.cap_day_micros, k.cap_month_micros,
+            k.cap_day_micros, coalesce(s.month_all, 0), coalesce(s.day_all, 0),
+            coalesce(s.month_key, 0), coalesce(s.day_key, 0)
+     FROM accounts a
+     LEFT JOIN api_keys k ON k.id = ?3 AND k.account_id = a.id
+     LEFT JOIN (SELECT sum(cost_micros) AS month_all,
+                       sum(CASE WHEN created_at >= ?4 THEN cost_micros ELSE 0 END) AS day_all,
+                       sum(CASE WHEN key_id = ?3 THEN cost_micros ELSE 0 END) AS month_key,
+                       sum(CASE WHEN key_id = ?3 AND created_at >= ?4
+                                THEN cost_micros ELSE 0 END) AS day_key
+                FROM call_ledger
+                WHERE account_id = ?1 AND month = ?2 AND paid_from = 'wallet') s ON 1 = 1
+     WHERE a.id = ?1";
 
 /// One call as the ledger records it.
 pub(crate) struct Call<'a> {
     pub account: &'a str,
     pub month: &'a str,
     pub tool: &'a str,
+    /// The named key that made it, if one did.
+    pub key: Option<&'a str>,
+}
+
+/// The spend caps that apply to `call`, each with what the wallet paid in its period, as the
+/// open transaction sees them (its own earlier admissions included). Makes nothing durable.
+pub(crate) fn cap_rooms_of(conn: &Connection, call: &Call<'_>) -> rusqlite::Result<Vec<CapRoom>> {
+    let columns: Option<CapColumns> = conn
+        .prepare_cached(CAPS)?
+        .query_row(
+            params![
+                call.account,
+                call.month,
+                call.key,
+                day_start_millis(now_millis())
+            ],
+            |row| {
+                Ok((
+                    row.get(0)?,
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
+                    row.get(7)?,
+                ))
+            },
+        )
+        .optional()?;
+    Ok(columns.map(cap_rooms).unwrap_or_default())
 }
 
 /// The standing of `call`'s account in its month; `None` when there is no such account.
@@ -102,7 +148,8 @@ pub(crate) fn apply(
         call.tool,
         paid_from,
         cost,
-        now_millis()
+        now_millis(),
+        call.key
     ])?;
     Ok(true)
 }

@@ -35,6 +35,7 @@ fn call(account: &str) -> Call<'_> {
         account,
         month: "2026-11",
         tool: "svc_read",
+        key: None,
     }
 }
 

@@ -226,3 +226,59 @@ async fn sqlite_passes_the_tasks_story() {
     let second = SqliteStore::open(&path, Durability::Full).await.unwrap();
     toolgate_store::testkit::tasks_story(Arc::new(first), Arc::new(second), "sqlite").await;
 }
+
+/// Writes caps straight into the file, as the dashboard's stores would.
+fn sqlite_caps_setup(path: std::path::PathBuf) -> toolgate_store::testkit::CapsSetup {
+    Arc::new(move |account, key, month, day| {
+        let path = path.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let conn = rusqlite::Connection::open(&path).unwrap();
+                conn.busy_timeout(std::time::Duration::from_secs(10))
+                    .unwrap();
+                match key {
+                    None => conn.execute(
+                        "UPDATE accounts SET cap_month_micros = ?2, cap_day_micros = ?3
+                         WHERE id = ?1",
+                        rusqlite::params![account.as_str(), month, day],
+                    ),
+                    Some(key) => conn.execute(
+                        "INSERT INTO api_keys (id, account_id, name, key_hash, cap_month_micros,
+                                               cap_day_micros, created_at)
+                         VALUES (?1, ?2, ?1, randomblob(32), ?3, ?4, 0)
+                         ON CONFLICT (id) DO UPDATE SET
+                             cap_month_micros = excluded.cap_month_micros,
+                             cap_day_micros = excluded.cap_day_micros",
+                        rusqlite::params![key.as_str(), account.as_str(), month, day],
+                    ),
+                }
+                .unwrap();
+            })
+            .await
+            .unwrap();
+        })
+    })
+}
+
+/// Spend caps on two handles of one file (two processes' admissions).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_caps_are_exact_under_concurrent_calls() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.db");
+    let first = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    let second = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    let setup = sqlite_caps_setup(path);
+    toolgate_store::testkit::caps_story(Arc::new(first), Arc::new(second), setup, "sqlite").await;
+}
+
+/// Spend caps with the admission mirror of a serving process on, which must not predict them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_caps_are_exact_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("toolgate.db");
+    let store = SqliteStore::open(&path, Durability::Normal).await.unwrap();
+    store.serve_exclusively().unwrap();
+    let store: Arc<dyn toolgate_store::Store> = Arc::new(store);
+    let setup = sqlite_caps_setup(path);
+    toolgate_store::testkit::caps_story(store.clone(), store, setup, "sqlite-serving").await;
+}

@@ -12,6 +12,7 @@ use toolgate_domain::{
     SecretInfo, SecretName, SpendCaps, UsageSnapshot, Via,
 };
 
+mod caps;
 mod dashboard;
 mod host_lists;
 mod mcp_sessions;
@@ -24,6 +25,7 @@ mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use caps::{CapColumns, cap_rooms, day_start_millis};
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
     WalletCredit,

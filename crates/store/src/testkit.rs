@@ -2,6 +2,7 @@
 //! cannot drift apart. Each step panics with a message naming what broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod caps;
 mod dashboard;
 mod host_lists;
 mod mcp_sessions;
@@ -11,6 +12,7 @@ mod placement;
 mod secrets;
 mod tasks;
 
+pub use caps::{CapsSetup, caps_story};
 pub use mcp_sessions::mcp_sessions_story;
 pub use placement::placement_story;
 pub use tasks::tasks_story;

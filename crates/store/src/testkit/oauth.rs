@@ -10,7 +10,7 @@ mod spend;
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate_domain::{Account, AccountId, ApiKey, Brand};
+use toolgate_domain::{Account, AccountId, ApiKey, Brand, Via};
 
 use super::new_account;
 use crate::{
@@ -190,7 +190,13 @@ async fn access_tokens_are_found_until_they_expire(store: &dyn Store, tag: &str)
     };
     store.put_tokens(&pair).await.unwrap();
     let expected = AccessGrant {
-        account: account.clone(),
+        // the account as its token presents it: through the app it was granted to
+        account: Account {
+            via: Via::OAuth {
+                client_id: granted.client_id.clone(),
+            },
+            ..account.clone()
+        },
         grant: granted.clone(),
         expires_at: now + HOUR,
     };
