@@ -1,6 +1,8 @@
 //! The resource server's side: is this bearer token good for `/mcp`? Live grants are cached
 //! for at most a second, and every revocation made by this process empties what it touches at
-//! once (revocations made by another process are honoured within that second).
+//! once (revocations made by another process are honoured within that second). An entry is
+//! also tagged with the store's key epoch, so that an owner's change to the account (its spend
+//! caps, which the grant's account carries) is seen at once, as key changes are.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,20 +24,22 @@ const CACHE_MAX: usize = 100_000;
 /// Live access grants by token hash, with when each was read.
 #[derive(Default)]
 pub(super) struct Cache {
-    /// Grant and when it was read, by token hash.
-    entries: RwLock<HashMap<TokenHash, (AccessGrant, Instant)>>,
+    /// Grant, when it was read and the key epoch before the read, by token hash.
+    entries: RwLock<HashMap<TokenHash, (AccessGrant, Instant, Option<u64>)>>,
     /// Bumped by every revocation, so that a look-up that raced one is not cached.
     generation: AtomicU64,
 }
 
 impl Cache {
-    /// The grant of `hash` if read less than a second ago.
-    async fn get(&self, hash: &TokenHash) -> Option<AccessGrant> {
+    /// The grant of `hash` if read less than a second ago, at key epoch `epoch`.
+    async fn get(&self, hash: &TokenHash, epoch: Option<u64>) -> Option<AccessGrant> {
         let entries = self.entries.read().await;
         entries
             .get(hash)
-            .filter(|(_, read_at)| read_at.elapsed() < CACHE_FOR)
-            .map(|(grant, _)| grant.clone())
+            .filter(|(_, read_at, read_epoch)| {
+                read_at.elapsed() < CACHE_FOR && *read_epoch == epoch
+            })
+            .map(|(grant, _, _)| grant.clone())
     }
 
     /// How many revocations this process has made.
@@ -44,7 +48,7 @@ impl Cache {
     }
 
     /// Keeps `grant`, unless a revocation happened since `generation` was read.
-    async fn put(&self, hash: TokenHash, grant: AccessGrant, generation: u64) {
+    async fn put(&self, hash: TokenHash, grant: AccessGrant, generation: u64, epoch: Option<u64>) {
         let mut entries = self.entries.write().await;
         if self.generation() != generation {
             return;
@@ -52,7 +56,7 @@ impl Cache {
         if entries.len() >= CACHE_MAX {
             entries.clear();
         }
-        entries.insert(hash, (grant, Instant::now()));
+        entries.insert(hash, (grant, Instant::now(), epoch));
     }
 
     /// Forgets everything (a token's family was revoked: which entries it had is unknown).
@@ -64,7 +68,7 @@ impl Cache {
     /// Forgets the grants of one account to one client.
     pub(super) async fn forget_client(&self, account: &AccountId, client_id: &str) {
         self.generation.fetch_add(1, Ordering::SeqCst);
-        self.entries.write().await.retain(|_, (entry, _)| {
+        self.entries.write().await.retain(|_, (entry, _, _)| {
             entry.grant.account != *account || entry.grant.client_id != client_id
         });
     }
@@ -79,13 +83,15 @@ impl AuthServer {
         let token = SecretToken::parse(presented).ok_or(TokenError::Malformed)?;
         let hash = token.hash();
         let now = self.now();
-        let found = match self.cache.get(&hash).await {
+        // read before the look-up, as the key cache does: an entry is never newer than its tag
+        let epoch = self.store.key_epoch();
+        let found = match self.cache.get(&hash, epoch).await {
             Some(found) => found,
             None => {
                 let generation = self.cache.generation();
                 match self.store.find_access(&hash, now).await {
                     Ok(Some(found)) => {
-                        self.cache.put(hash, found.clone(), generation).await;
+                        self.cache.put(hash, found.clone(), generation, epoch).await;
                         found
                     }
                     Ok(None) => return Err(TokenError::Invalid),
