@@ -2,12 +2,15 @@
 //! `TOOLGATE_TEST_POSTGRES_URL` names (a fresh database, dropped afterwards): through one store
 //! and through two (two front ends, each its own pool and batchers, the callers split between
 //! them), on one account and on 16, from the allowance and from the wallet. The storage side of
-//! the HTTP bench's metered figure, without HTTP, key look-ups or the billing read.
+//! the HTTP bench's metered figure, without HTTP, key look-ups or the billing read. The same for
+//! an account with a spend cap none of the calls reaches (each decided alone under the lock).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+use sqlx::Connection;
 
 use toolgate_domain::{AccountId, ApiKey, Brand, Email, Micros, MonthKey};
 use toolgate_store::{Accounts, CallCharge, Metering, NewAccount};
@@ -35,13 +38,22 @@ async fn main() {
         for n in 1..=CALLERS {
             many.push(new_account(&stores[0], n).await);
         }
+        let capped = vec![new_account(&stores[0], CALLERS + 1).await; CALLERS];
+        let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+        sqlx::query("UPDATE accounts SET cap_month_micros = $2 WHERE id = $1")
+            .bind(capped[0].as_str())
+            .bind(i64::MAX / 2)
+            .execute(&mut conn)
+            .await
+            .unwrap();
         for fronts in [1, 2] {
-            for (label, accounts, free) in [
-                ("one account, free", &one, FREE),
-                ("one account, paid", &one, 0),
-                ("16 accounts, paid", &many, 0),
+            for (label, accounts, free, caps) in [
+                ("one account, free", &one, FREE, false),
+                ("one account, paid", &one, 0, false),
+                ("one account, paid, capped", &capped, 0, true),
+                ("16 accounts, paid", &many, 0, false),
             ] {
-                let rate = loaded(&stores[..fronts], accounts, free).await;
+                let rate = loaded(&stores[..fronts], accounts, free, caps).await;
                 println!(
                     "{fronts} front end(s), {CALLERS} callers, {label}: {rate:.0} admissions/s"
                 );
@@ -71,7 +83,7 @@ async fn new_account(store: &PgStore, n: usize) -> AccountId {
 
 /// Admissions per second of `CALLERS` callers, caller `n` charging `accounts[n]` through
 /// `stores[n % stores.len()]`.
-async fn loaded(stores: &[Arc<PgStore>], accounts: &[AccountId], free: i64) -> f64 {
+async fn loaded(stores: &[Arc<PgStore>], accounts: &[AccountId], free: i64, capped: bool) -> f64 {
     let admitted = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let callers: Vec<_> = accounts
@@ -89,7 +101,7 @@ async fn loaded(stores: &[Arc<PgStore>], accounts: &[AccountId], free: i64) -> f
                     free_monthly_calls: free,
                     paid_call_cost: PRICE,
                     key: None,
-                    capped: false,
+                    capped,
                 };
                 while start.elapsed() < MEASURED {
                     assert!(store.admit_call(&charge).await.unwrap().admitted());

@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 
 use sqlx::PgConnection;
-use toolgate_domain::{Admission, Decision, Micros, Standing};
+use toolgate_domain::{Admission, DayKey, Decision, Micros, Standing};
 use toolgate_store::now_millis;
 
 /// READ COMMITTED is named rather than inherited: each statement reads what is committed when it
@@ -235,6 +235,21 @@ pub(crate) async fn apply(
                  AS l (run, tool, paid_from, cost, key_id)
              JOIN runs r ON r.run = l.run
              WHERE l.run IN (SELECT run FROM written)
+             RETURNING 1),
+         spent AS (
+             INSERT INTO spend AS s (account_id, key_id, period, spent_micros)
+             SELECT r.account_id, p.key_id, p.period, sum(l.cost)
+             FROM unnest($12::int[], $14::text[], $15::bigint[], $16::text[])
+                 AS l (run, paid_from, cost, key_id)
+             JOIN runs r ON r.run = l.run
+             CROSS JOIN LATERAL (VALUES ('', r.month), ('', $17::text),
+                                        (l.key_id, r.month), (l.key_id, $17::text))
+                 AS p (key_id, period)
+             WHERE l.run IN (SELECT run FROM written) AND l.paid_from = 'wallet'
+                 AND l.cost > 0 AND p.key_id IS NOT NULL
+             GROUP BY r.account_id, p.key_id, p.period
+             ON CONFLICT (account_id, key_id, period)
+             DO UPDATE SET spent_micros = s.spent_micros + EXCLUDED.spent_micros
              RETURNING 1)
          SELECT r.run,
                 r.run IN (SELECT run FROM fresh) AND r.has_free,
@@ -258,6 +273,7 @@ pub(crate) async fn apply(
     .bind(&columns.row_paid_from)
     .bind(&columns.row_cost)
     .bind(&columns.row_key)
+    .bind(DayKey::now().as_str())
     .fetch_all(conn)
     .await?;
     let mut applied: Vec<(Applied, Option<Money>)> =

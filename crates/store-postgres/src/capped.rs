@@ -1,17 +1,16 @@
 //! Admissions of calls a spend cap may refuse. They leave the batcher: each is decided alone in
 //! a transaction of its own, with the account's row locked (`admit::read_standings`), so the
-//! caps and the wallet's spend it reads (`CAPS`) cannot change until it commits; spend is summed
-//! from the ledger, which every admission writes only with that lock held. A cap is thus exact
-//! across every front end of the database, at one transaction per capped call.
+//! caps and the wallet's spend it reads (`CAPS`) cannot change until it commits: the `spend`
+//! rows are written only by admissions, in the statement that charges the account's row, which
+//! waits for that lock. A cap is thus exact across every front end of the database, at one
+//! transaction per capped call.
 //!
 //! The batcher may remember a standing this path changed; its guarded writes then find the
 //! standing stale and take the locked way, as after any other writer.
 
 use sqlx::{Connection, PgConnection, PgPool};
-use toolgate_domain::{Admission, decide_capped};
-use toolgate_store::{
-    CallCharge, CapColumns, Decided, Recorded, StoreError, cap_rooms, day_start_millis, now_millis,
-};
+use toolgate_domain::{Admission, DayKey, decide_capped};
+use toolgate_store::{CallCharge, CapColumns, Decided, Recorded, StoreError, cap_rooms};
 
 use crate::admit::{Applied, BEGIN, Run, apply, read_standings};
 use crate::rows::map_error;
@@ -19,19 +18,20 @@ use crate::rows::map_error;
 /// Decisions a capped call may try: the second read is made with the lock held and holds.
 const MAX_ATTEMPTS: usize = 3;
 
-/// The caps that apply to a call and the wallet's spend in their periods (see `CapColumns`).
+/// The caps that apply to a call and the wallet's spend in their periods (see `CapColumns`)
+/// (the month `$2` and the day `$4`, of the account and of its key `$3`).
 const CAPS: &str = "SELECT a.cap_month_micros, a.cap_day_micros, k.cap_month_micros,
-            k.cap_day_micros, coalesce(s.month_all, 0)::bigint, coalesce(s.day_all, 0)::bigint,
-            coalesce(s.month_key, 0)::bigint, coalesce(s.day_key, 0)::bigint
+            k.cap_day_micros,
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = $1 AND key_id = '' AND period = $2), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = $1 AND key_id = '' AND period = $4), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = $1 AND key_id = $3::text AND period = $2), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = $1 AND key_id = $3::text AND period = $4), 0)
      FROM accounts a
      LEFT JOIN api_keys k ON k.id = $3::text AND k.account_id = a.id
-     LEFT JOIN (SELECT sum(cost_micros) AS month_all,
-                       sum(cost_micros) FILTER (WHERE created_at >= $4) AS day_all,
-                       sum(cost_micros) FILTER (WHERE key_id = $3::text) AS month_key,
-                       sum(cost_micros) FILTER (WHERE key_id = $3::text
-                                                    AND created_at >= $4) AS day_key
-                FROM call_ledger
-                WHERE account_id = $1 AND month = $2 AND paid_from = 'wallet') s ON true
      WHERE a.id = $1";
 
 /// Decides and records one capped call; durable when it returns.
@@ -71,7 +71,7 @@ async fn decide_in(
         .bind(&key.0)
         .bind(&key.1)
         .bind(key_id)
-        .bind(day_start_millis(now_millis()))
+        .bind(DayKey::now().as_str())
         .fetch_one(&mut *conn)
         .await
         .map_err(map_error)?;

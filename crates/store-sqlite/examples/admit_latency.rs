@@ -1,7 +1,8 @@
 //! Prints the latency of one call admission at a time (no concurrency), the metered path's floor,
 //! then the admissions per second of 16 callers at once, from the allowance and from the wallet,
 //! on one account and on 16, as `serve` runs them (the file claimed, so the mirror predicts), with
-//! the process's CPU time per admission (steadier than the rate on a busy machine).
+//! the process's CPU time per admission (steadier than the rate on a busy machine); and the same
+//! for an account with a spend cap (decided on caps in the writer, never predicted by the mirror).
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
@@ -23,12 +24,11 @@ const PRICE: Micros = Micros(8_000);
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
-    let store = SqliteStore::open(&dir.path().join("bench.db"), Durability::Full)
-        .await
-        .unwrap();
+    let path = dir.path().join("bench.db");
+    let store = SqliteStore::open(&path, Durability::Full).await.unwrap();
     let account = new_account(&store, 0).await;
     let month = MonthKey::now();
-    let charge = charge(&account, &month, FREE);
+    let charge = charge(&account, &month, FREE, false);
     let mut samples = Vec::new();
     for i in 0..3000 {
         let start = Instant::now();
@@ -48,13 +48,24 @@ async fn main() {
     for n in 1..=CALLERS {
         many.push(new_account(&store, n).await);
     }
-    for (label, accounts, free) in [
-        ("one account, free", &one, FREE),
-        ("one account, paid", &one, 0),
-        ("16 accounts, paid", &many, 0),
+    // a monthly cap no figure reaches: what deciding on caps costs, every call admitted
+    let capped = new_account(&store, CALLERS + 1).await;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE accounts SET cap_month_micros = ?2 WHERE id = ?1",
+            rusqlite::params![capped.as_str(), i64::MAX / 2],
+        )
+        .unwrap();
+    let one_capped = vec![capped; CALLERS];
+    for (label, accounts, free, caps) in [
+        ("one account, free", &one, FREE, false),
+        ("one account, paid", &one, 0, false),
+        ("one account, paid, capped", &one_capped, 0, true),
+        ("16 accounts, paid", &many, 0, false),
     ] {
         let cpu_before = cpu_seconds();
-        let rate = loaded(&store, accounts, free).await;
+        let rate = loaded(&store, accounts, free, caps).await;
         let cpu = (cpu_seconds() - cpu_before) / (CALLERS * CALLS_EACH) as f64;
         println!(
             "{CALLERS} callers, {label}: {rate:.0} admissions/s, {:.1} µs CPU each",
@@ -79,7 +90,12 @@ async fn new_account(store: &SqliteStore, n: usize) -> AccountId {
     account.id
 }
 
-fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64) -> CallCharge<'a> {
+fn charge<'a>(
+    account: &'a AccountId,
+    month: &'a MonthKey,
+    free: i64,
+    capped: bool,
+) -> CallCharge<'a> {
     CallCharge {
         account,
         month,
@@ -87,13 +103,13 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64) -> CallCha
         free_monthly_calls: free,
         paid_call_cost: PRICE,
         key: None,
-        capped: false,
+        capped,
     }
 }
 
 /// Admissions per second of one caller per account in `accounts`, all at once, at `free` calls
-/// a month.
-async fn loaded(store: &Arc<SqliteStore>, accounts: &[AccountId], free: i64) -> f64 {
+/// a month, decided on spend caps when `capped`.
+async fn loaded(store: &Arc<SqliteStore>, accounts: &[AccountId], free: i64, capped: bool) -> f64 {
     let start = Instant::now();
     let callers = accounts.iter().map(|account| {
         let (store, account) = (Arc::clone(store), account.clone());
@@ -101,7 +117,7 @@ async fn loaded(store: &Arc<SqliteStore>, accounts: &[AccountId], free: i64) -> 
             let month = MonthKey::now();
             for _ in 0..CALLS_EACH {
                 let decided = store
-                    .decide_call(&charge(&account, &month, free))
+                    .decide_call(&charge(&account, &month, free, capped))
                     .await
                     .unwrap();
                 assert!(decided.admission.admitted());

@@ -26,3 +26,24 @@ CREATE INDEX api_keys_by_account ON api_keys (account_id);
 ALTER TABLE call_ledger ADD COLUMN key_id TEXT;
 -- a day's spend, against a daily cap, is summed from here
 CREATE INDEX call_ledger_by_account_time ON call_ledger (account_id, created_at);
+
+-- What the wallet paid, per account (key_id '') and per named key, per month ('2026-11') and
+-- per UTC day ('2026-11-28'): what spend caps are checked against, in O(1). Every admission
+-- that charges the wallet adds to its rows in the same transaction as its ledger row. Filled
+-- here from the ledger so far (no named keys existed before).
+CREATE TABLE spend (
+    account_id TEXT NOT NULL REFERENCES accounts (id),
+    key_id TEXT NOT NULL,
+    period TEXT NOT NULL,
+    spent_micros INTEGER NOT NULL CHECK (spent_micros >= 0),
+    PRIMARY KEY (account_id, key_id, period)
+) STRICT, WITHOUT ROWID;
+
+INSERT INTO spend (account_id, key_id, period, spent_micros)
+SELECT account_id, '', month, sum(cost_micros) FROM call_ledger
+WHERE paid_from = 'wallet' GROUP BY account_id, month;
+
+INSERT INTO spend (account_id, key_id, period, spent_micros)
+SELECT account_id, '', strftime('%Y-%m-%d', created_at / 1000, 'unixepoch'), sum(cost_micros)
+FROM call_ledger WHERE paid_from = 'wallet'
+GROUP BY account_id, strftime('%Y-%m-%d', created_at / 1000, 'unixepoch');

@@ -8,8 +8,8 @@
 //! so the primitives stay right for a caller that reads and applies apart.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use toolgate_domain::{Admission, CapRoom, Decision, Micros, Standing};
-use toolgate_store::{CapColumns, cap_rooms, day_start_millis, now_millis};
+use toolgate_domain::{Admission, CapRoom, DayKey, Decision, Micros, Standing};
+use toolgate_store::{CapColumns, cap_rooms, now_millis, spend_rows};
 
 /// The standing of an account in a month; no usage row yet means no free call used.
 const READ: &str = "SELECT coalesce((SELECT free_used FROM monthly_usage
@@ -29,21 +29,26 @@ const CHARGE_IF_UNCHANGED: &str = "UPDATE accounts SET wallet_micros = ?2
 const LEDGER: &str = "INSERT INTO call_ledger
          (account_id, month, tool, paid_from, cost_micros, created_at, key_id)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
-/// The caps that apply to a call and the wallet's spend in their periods (see `CapColumns`):
-/// the month's paid ledger rows of the account, today's among them, and the key's.
+/// The caps that apply to a call and the wallet's spend in their periods (see `CapColumns`),
+/// the month `?2` and the day `?4`, of the account and of its key `?3`.
 const CAPS: &str = "SELECT a.cap_month_micros, a.cap_day_micros, k.cap_month_micros,
-            k.cap_day_micros, coalesce(s.month_all, 0), coalesce(s.day_all, 0),
-            coalesce(s.month_key, 0), coalesce(s.day_key, 0)
+            k.cap_day_micros,
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = ?1 AND key_id = '' AND period = ?2), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = ?1 AND key_id = '' AND period = ?4), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = ?1 AND key_id = ?3 AND period = ?2), 0),
+            coalesce((SELECT spent_micros FROM spend
+                      WHERE account_id = ?1 AND key_id = ?3 AND period = ?4), 0)
      FROM accounts a
      LEFT JOIN api_keys k ON k.id = ?3 AND k.account_id = a.id
-     LEFT JOIN (SELECT sum(cost_micros) AS month_all,
-                       sum(CASE WHEN created_at >= ?4 THEN cost_micros ELSE 0 END) AS day_all,
-                       sum(CASE WHEN key_id = ?3 THEN cost_micros ELSE 0 END) AS month_key,
-                       sum(CASE WHEN key_id = ?3 AND created_at >= ?4
-                                THEN cost_micros ELSE 0 END) AS day_key
-                FROM call_ledger
-                WHERE account_id = ?1 AND month = ?2 AND paid_from = 'wallet') s ON 1 = 1
      WHERE a.id = ?1";
+/// Adds a paid call's cost to one of its `spend` rows.
+const SPEND: &str = "INSERT INTO spend (account_id, key_id, period, spent_micros)
+     VALUES (?1, ?2, ?3, ?4)
+     ON CONFLICT (account_id, key_id, period)
+     DO UPDATE SET spent_micros = spent_micros + excluded.spent_micros";
 
 /// One call as the ledger records it.
 pub(crate) struct Call<'a> {
@@ -60,12 +65,7 @@ pub(crate) fn cap_rooms_of(conn: &Connection, call: &Call<'_>) -> rusqlite::Resu
     let columns: Option<CapColumns> = conn
         .prepare_cached(CAPS)?
         .query_row(
-            params![
-                call.account,
-                call.month,
-                call.key,
-                day_start_millis(now_millis())
-            ],
+            params![call.account, call.month, call.key, DayKey::now().as_str()],
             |row| {
                 Ok((
                     row.get(0)?,
@@ -151,6 +151,13 @@ pub(crate) fn apply(
         now_millis(),
         call.key
     ])?;
+    if cost > 0 {
+        let day = DayKey::now();
+        let mut spend = conn.prepare_cached(SPEND)?;
+        for (key, period) in spend_rows(call.month, day.as_str(), call.key) {
+            spend.execute(params![call.account, key, period, cost])?;
+        }
+    }
     Ok(true)
 }
 

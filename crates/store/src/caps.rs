@@ -1,7 +1,8 @@
 //! Spend caps as an admission reads them: the caps that apply to a call (the account's and its
 //! named key's) with what the wallet already paid in each cap's period. Written once; each
 //! backend reads the eight numbers in one statement inside the admission's transaction (see
-//! [`CapColumns`]) and turns them into rooms here.
+//! [`CapColumns`]; the spend from the `spend` table, which every paid admission adds to in its
+//! own transaction, by [`spend_rows`]) and turns them into rooms here.
 
 use toolgate_domain::{CapPeriod, CapRoom, CapScope, Micros};
 
@@ -18,6 +19,20 @@ pub type CapColumns = (
     i64,
     i64,
 );
+
+/// The `spend` rows a paid call of `cost` adds to, as `(key_id, period)`: the account's month
+/// and day (key `''`), and its named key's, if one made it.
+pub fn spend_rows<'a>(
+    month: &'a str,
+    day: &'a str,
+    key: Option<&'a str>,
+) -> Vec<(&'a str, &'a str)> {
+    let mut rows = vec![("", month), ("", day)];
+    if let Some(key) = key {
+        rows.extend([(key, month), (key, day)]);
+    }
+    rows
+}
 
 /// The rooms of every cap set in `columns`.
 pub fn cap_rooms(columns: CapColumns) -> Vec<CapRoom> {
@@ -54,12 +69,6 @@ pub fn cap_rooms(columns: CapColumns) -> Vec<CapRoom> {
     .collect()
 }
 
-/// The start of the UTC day holding `now` (Unix milliseconds), from which a daily cap counts.
-pub fn day_start_millis(now: i64) -> i64 {
-    const DAY: i64 = 86_400_000;
-    now - now.rem_euclid(DAY)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -73,12 +82,5 @@ mod tests {
         assert_eq!(rooms[0].spent, Micros(50));
         assert_eq!(rooms[1].period, CapPeriod::Day);
         assert_eq!(rooms[1].cap, Micros(7));
-    }
-
-    #[test]
-    fn a_day_starts_at_midnight_utc() {
-        // 2026-11-28T02:30:00Z
-        assert_eq!(day_start_millis(1_795_833_000_000), 1_795_824_000_000);
-        assert_eq!(day_start_millis(1_795_824_000_000), 1_795_824_000_000);
     }
 }

@@ -25,7 +25,7 @@ mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
-pub use caps::{CapColumns, cap_rooms, day_start_millis};
+pub use caps::{CapColumns, cap_rooms, spend_rows};
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
     WalletCredit,
