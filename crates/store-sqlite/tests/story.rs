@@ -226,3 +226,13 @@ async fn sqlite_passes_the_tasks_story() {
     let second = SqliteStore::open(&path, Durability::Full).await.unwrap();
     toolgate_store::testkit::tasks_story(Arc::new(first), Arc::new(second), "sqlite").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_spend_controls_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("toolgate.db"), Durability::Full)
+        .await
+        .unwrap();
+    store.serve_exclusively().unwrap();
+    toolgate_store::testkit::spend_story(Arc::new(store), "sqlite").await;
+}
