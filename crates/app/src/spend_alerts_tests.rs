@@ -48,8 +48,8 @@ fn a_keys_caps_alert_under_its_own_kind() {
             month: None,
             day: Some(Micros(10_000)),
         },
-        month: Micros(9_000),
-        day: Micros(9_000),
+        month: Micros(9_001),
+        day: Micros(9_001),
     });
     let alerts = cap_alerts(&seen, Micros(1_000));
     assert_eq!(alerts.len(), 1);
