@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 use crate::common::*;
+use toolgate_store_postgres::testkit::with_fresh_database;
 
 const EMAIL: &str = "limits@example.org";
 
@@ -52,13 +53,39 @@ async fn wait_alerts(d: &Dash, count: usize) -> Vec<(String, String)> {
     }
 }
 
-async fn paid_call(d: &Dash, key: &str) {
-    let _answered = post_personal(&client(), &d.server, key, &billing_call()).await;
-}
+const FREE_NONE: [(&str, &str); 1] = [("TOOLGATE_FREE_MONTHLY_CALLS", "0")];
 
 #[tokio::test]
 async fn caps_and_alerts_are_set_on_the_page_and_each_alert_is_mailed_once() {
-    let d = Dash::start(&[("TOOLGATE_FREE_MONTHLY_CALLS", "0")]).await;
+    caps_and_alerts_story(Dash::start(&FREE_NONE).await, None).await;
+}
+
+/// The same on PostgreSQL, with the calls made through two front ends in turn: each checks the
+/// alerts after its own calls, and still each alert is mailed once.
+#[tokio::test]
+async fn on_postgresql_two_front_ends_mail_each_alert_once() {
+    with_fresh_database(|url| async move {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::postgres(dir.path(), &url);
+        let d = Dash::start_on(dir, storage, &FREE_NONE).await;
+        let second = Server::start_with_env(&d.storage, &["--sandbox", "off"], &FREE_NONE).await;
+        caps_and_alerts_story(d, Some(second)).await;
+    })
+    .await;
+}
+
+/// `second`: another front end on the same storage, which takes every other call.
+async fn caps_and_alerts_story(d: Dash, second: Option<Server>) {
+    let turn = std::sync::atomic::AtomicUsize::new(0);
+    let paid_call = async |key: &str| {
+        let n = turn.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let server = match &second {
+            Some(other) if n % 2 == 1 => other,
+            _ => &d.server,
+        };
+        let answered = post_personal(&client(), server, key, &billing_call()).await;
+        assert_eq!(answered.status, 200, "{answered:?}");
+    };
     let owner = create_account(&d.storage, EMAIL);
     let s = d.sign_in(EMAIL).await;
     credit(&d.storage, EMAIL, "0.09");
@@ -117,7 +144,7 @@ async fn caps_and_alerts_are_set_on_the_page_and_each_alert_is_mailed_once() {
 
     // 0.008 a call: four calls are 64 % of the cap, the fifth 80 %
     for _ in 0..5 {
-        paid_call(&d, &owner.key).await;
+        paid_call(&owner.key).await;
     }
     let mails = wait_alerts(&d, 1).await;
     assert_eq!(mails.len(), 1, "{mails:?}");
@@ -135,7 +162,7 @@ async fn caps_and_alerts_are_set_on_the_page_and_each_alert_is_mailed_once() {
     assert!(!text.contains("svck_"), "no key in a mail: {text}");
 
     // the sixth: 0.048 spent, the next call would pass the cap; the wallet is 0.042 < 0.05
-    paid_call(&d, &owner.key).await;
+    paid_call(&owner.key).await;
     let mails = wait_alerts(&d, 3).await;
     assert_eq!(mails.len(), 3, "{mails:?}");
     let subjects: Vec<&str> = mails.iter().map(|(subject, _)| subject.as_str()).collect();
@@ -148,13 +175,13 @@ async fn caps_and_alerts_are_set_on_the_page_and_each_alert_is_mailed_once() {
     // more calls: refused by the cap or paid, no alert repeats; then a new wallet amount is a
     // new alert, mailed after every check before it, so the count is final
     for _ in 0..3 {
-        paid_call(&d, &owner.key).await;
+        paid_call(&owner.key).await;
     }
     assert_see_other(
         &set("0.05", "", "1.00").await,
         "/dashboard/limits?notice=limits-saved",
     );
-    paid_call(&d, &owner.key).await;
+    paid_call(&owner.key).await;
     let mails = wait_alerts(&d, 4).await;
     let subjects: Vec<&str> = mails.iter().map(|(subject, _)| subject.as_str()).collect();
     assert_eq!(mails.len(), 4, "{subjects:?}");
