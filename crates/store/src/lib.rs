@@ -27,7 +27,7 @@ pub mod testkit;
 
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
-    WalletCredit,
+    WalletCredit, WalletEntry,
 };
 pub use host_lists::{
     HostListStore, HostLists, HostListsChange, host_list_from_column, host_list_to_column,

@@ -16,7 +16,7 @@ use toolgate_vault::Vault;
 
 pub use limits::{LimitsError, LimitsInput, LimitsReport, SpendSplit};
 pub use sign_in::{SignIn, SignInError, SignInLimits, Started};
-pub use toolgate_store::SpendLine;
+pub use toolgate_store::{SpendLine, WalletEntry};
 pub use wallet::{TopUpError, WalletReport, Wallets, WebhookOutcome};
 
 /// Why an owner's action failed; the detail of `Unavailable` is for logs.
