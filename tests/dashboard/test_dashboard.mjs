@@ -2,7 +2,8 @@
 // sign-in by a link mailed to a real SMTP sink on loopback, the personal URL copied from the
 // page and used for real MCP calls (official TypeScript SDK), key rotation, a secret, usage,
 // a wallet top-up through a Stripe Checkout stand-in and a webhook this test signs itself, paid
-// calls and the usage page, the sessions page, another account's isolation, deleting the
+// calls and the usage page, a monthly cap set on the limits page and its 80 % alert mailed to the
+// sink, the sessions page, another account's isolation, deleting the
 // secret, sign-out and sign-out everywhere. Every page is photographed at desktop (1280×800)
 // and phone (390×844) width under $TOOLGATE_TEST_OUTPUT/dashboard (default
 // target/test-output/dashboard; emptied first). Run with Node 22: scripts/test-dashboard.sh.
@@ -419,6 +420,39 @@ describe('the dashboard in chromium', () => {
     assert.ok((await page.locator('table#wallet-history tr:has(td)').count()) >= 1);
     assert.match(await text(page.locator('table#wallet-history')), /10\.00/);
     await photo(page, '11-wallet');
+  });
+
+  step('the limits page sets a monthly cap; its 80 % alert comes by SMTP once', async () => {
+    await page.goto(`${base}/dashboard/limits`);
+    assert.match(await text(page.locator('#spent-month')), /\(no cap\)/);
+    // a refused amount: the error, the text as typed, nothing stored
+    await page.locator('#cap-month').fill('abc');
+    let resp = await submit(page, page.getByRole('button', { name: 'Save limits' }), onPath('/dashboard/limits/set'));
+    assert.equal(resp.status(), 400);
+    assert.match(await text(page.locator('#error')), /Monthly cap/);
+    assert.equal(await page.locator('#cap-month').inputValue(), 'abc');
+    // 0.04 USD: the paid calls so far are 60 % of it, one more is 80 %
+    const spent = metered.paid * PAID_CALL_MICROS;
+    assert.equal(spent, 24_000, 'the steps before made three paid calls');
+    await page.locator('#cap-month').fill('0.04');
+    resp = await submit(page, page.getByRole('button', { name: 'Save limits' }), onPath('/dashboard/limits'));
+    assert.equal(resp.status(), 200);
+    assert.match(await text(page.locator('#notice')), /saved/);
+    assert.equal(await text(page.locator('#spent-month')), '0.024 USD of 0.04 USD (60 %)');
+    await photo(page, '11a-limits');
+    await withMcp(rotatedUrl, async (c) => { await billing(c); metered.paid++; });
+    const mail = await sink.waitFor(EMAIL);
+    assert.match(mail.headers.subject ?? '', /monthly cap is 80 % used/);
+    assert.match(mail.text, /0\.032 USD paid from the wallet this month/);
+    assert.ok(mail.text.includes(`${base}/dashboard/limits`), mail.text);
+    assert.ok(!/svck_/.test(mail.text), 'no key in an alert');
+    await page.reload();
+    assert.equal(await text(page.locator('#spent-month')), '0.032 USD of 0.04 USD (80 %)');
+    // cleared again, so that the later steps' paid calls meet no cap
+    await page.locator('#cap-month').fill('');
+    resp = await submit(page, page.getByRole('button', { name: 'Save limits' }), onPath('/dashboard/limits'));
+    assert.match(await text(page.locator('#spent-month')), /\(no cap\)/);
+    assert.equal(sink.count(EMAIL), 2, 'the sign-in link and one alert');
   });
 
   step('the sessions page renders', async () => {

@@ -4,8 +4,8 @@
 //! after it otherwise), their output redacted of every secret they opened, and the answer held
 //! until the charge is durable.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use toolgate_domain::{Account, Admission};
@@ -19,6 +19,7 @@ use crate::capability::{
 use crate::metering::Meter;
 use crate::redaction::{RedactedProgress, redact_ran};
 use crate::registry::{Registry, merge};
+use crate::spend_alerts::SpendWatch;
 use crate::turns::Budgets;
 
 /// The tool-call use case over the registry and the meter.
@@ -29,6 +30,8 @@ pub struct ToolCalls {
     budgets: Arc<Budgets>,
     /// Numbers calls, so capabilities of one call can share state (a call-scoped session).
     next_call: AtomicU64,
+    /// Told of each paid or capped call, to check the account's spend alerts off the call's path.
+    spend_watch: OnceLock<SpendWatch>,
 }
 
 impl ToolCalls {
@@ -39,7 +42,22 @@ impl ToolCalls {
             registry,
             budgets,
             next_call: AtomicU64::new(1),
+            spend_watch: OnceLock::new(),
         })
+    }
+
+    /// From now on, paid and capped calls tell `watch` of their account (once; later calls of
+    /// this are ignored).
+    pub fn watch_spend(&self, watch: SpendWatch) {
+        let _first = self.spend_watch.set(watch);
+    }
+
+    /// Tells the spend watch, if any, that the account's spend moved or met a cap: a bounded
+    /// queue that never blocks the call.
+    fn spend_changed(&self, caller: &Account) {
+        if let Some(watch) = self.spend_watch.get() {
+            watch.notify(&caller.id);
+        }
     }
 
     /// The full name of the tool of `kind` (`svc_read`, …), if the registry has it.
@@ -87,10 +105,12 @@ impl ToolCalls {
         match admission {
             Admission::Refused => return Err(CallError::Refused(self.meter.refusal_message())),
             Admission::Capped(room) => {
+                self.spend_changed(caller);
                 return Err(CallError::Refused(self.meter.cap_message(&room)));
             }
             Admission::Free { .. } | Admission::Paid { .. } => {}
         }
+        let paid = matches!(admission, Admission::Paid { .. });
         if let Some(admitted) = io.admitted {
             admitted.notify_one();
         }
@@ -138,6 +158,10 @@ impl ToolCalls {
             && let Err(err) = recorded.wait().await
         {
             tracing::error!(error = %err, tool = %spec.name, "a call ran but its charge could not be recorded; it is free");
+        }
+        // after the commit, so that the check reads this call's charge
+        if paid {
+            self.spend_changed(caller);
         }
         Ok(Answer::Ran(outcome))
     }

@@ -397,3 +397,52 @@ impl toolgate_store::HostListStore for GatedStore {
         self.inner.change_host_lists(account, change).await
     }
 }
+
+#[async_trait]
+impl toolgate_store::SpendControls for GatedStore {
+    async fn set_spend_limits(
+        &self,
+        account: &AccountId,
+        limits: &toolgate_store::SpendLimits,
+    ) -> Result<(), StoreError> {
+        self.inner.set_spend_limits(account, limits).await
+    }
+    async fn spend_overview(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+        day_start: i64,
+    ) -> Result<toolgate_store::SpendOverview, StoreError> {
+        self.inner.spend_overview(account, month, day_start).await
+    }
+    async fn spend_by_key(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<Vec<toolgate_store::SpendLine>, StoreError> {
+        self.inner.spend_by_key(account, month).await
+    }
+    async fn spend_by_tool(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<Vec<toolgate_store::SpendLine>, StoreError> {
+        self.inner.spend_by_tool(account, month).await
+    }
+    async fn record_alert(
+        &self,
+        account: &AccountId,
+        kind: &str,
+        period: &str,
+    ) -> Result<bool, StoreError> {
+        self.inner.record_alert(account, kind, period).await
+    }
+    async fn forget_alerts(
+        &self,
+        account: &AccountId,
+        kind: &str,
+        period: Option<&str>,
+    ) -> Result<u64, StoreError> {
+        self.inner.forget_alerts(account, kind, period).await
+    }
+}

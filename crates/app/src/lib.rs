@@ -25,6 +25,7 @@ pub mod registry;
 mod schema;
 mod sealed_cache;
 pub mod secrets;
+pub mod spend_alerts;
 pub mod tasks;
 pub mod turns;
 mod upcalls;
@@ -162,6 +163,18 @@ impl App {
         app.links = links;
         app.egress_rules = egress_rules;
         app.sessions_have_network = sessions_have_network;
+        // alerts go by the sign-in links' mail; a runtime is there whenever the app serves
+        if let Some(mailer) = &mailer
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            let watch = spend_alerts::SpendWatch::start(
+                store.clone(),
+                mailer.clone(),
+                pricing.paid_call_cost,
+                public_url,
+            );
+            app.calls.watch_spend(watch);
+        }
         app.sign_in = mailer.map(|mailer| {
             Arc::new(owner::SignIn::new(
                 store.clone(),

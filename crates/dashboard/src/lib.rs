@@ -10,6 +10,7 @@ mod assets;
 mod consent;
 mod cookie;
 mod guard;
+mod limits;
 mod network;
 mod pages;
 mod payment_status;
@@ -94,6 +95,8 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         .route("/dashboard/usage", get(pages::usage))
         .route("/dashboard/wallet", get(pages::wallet))
         .route("/dashboard/wallet/top-up", post(pages::top_up))
+        .route("/dashboard/limits", get(limits::page))
+        .route("/dashboard/limits/set", post(limits::set))
         .route("/dashboard/sessions", get(pages::sessions))
         .route("/dashboard/sessions/end", post(pages::end_session))
         .route("/dashboard/network", get(network::page))

@@ -37,6 +37,7 @@ pub(crate) fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
         "session-ended" => "Session ended.",
         "session-gone" => "That session had already ended.",
         "network-saved" => "Host lists saved: runs from now on apply them.",
+        "limits-saved" => "Spend caps and alert saved: calls from now on are held to them.",
         _ => return None,
     })
 }
@@ -256,13 +257,16 @@ pub async fn delete_secret(
 
 /// `GET /dashboard/usage`.
 pub async fn usage(State(state): State<Dash>, signed: Signed) -> Response {
-    match state.app.owner().usage(&signed.account).await {
-        Ok(report) => {
-            let chrome = chrome(&signed, Tab::Usage, None);
-            guard::page(StatusCode::OK, views::usage::page(&chrome, &report))
-        }
-        Err(err) => guard::failed("cannot read usage", &err),
-    }
+    let owner = state.app.owner();
+    let (report, split) = match (
+        owner.usage(&signed.account).await,
+        owner.spend_split(&signed.account).await,
+    ) {
+        (Ok(report), Ok(split)) => (report, split),
+        (Err(err), _) | (_, Err(err)) => return guard::failed("cannot read usage", &err),
+    };
+    let chrome = chrome(&signed, Tab::Usage, None);
+    guard::page(StatusCode::OK, views::usage::page(&chrome, &report, &split))
 }
 
 /// `GET /dashboard/wallet`.

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
 use toolgate_store::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, StoreError,
-    TokenHash, WalletCredit, account_from_columns, now_millis, sealed_from_columns,
+    TokenHash, WalletCredit, WalletEntry, account_from_columns, now_millis, sealed_from_columns,
 };
 
 use crate::PgStore;
@@ -268,12 +268,15 @@ impl History for PgStore {
     ) -> Result<Vec<WalletCredit>, StoreError> {
         // Credits and take-backs (negative). COLLATE "C": ties in time break in byte order, as on
         // SQLite, whatever the locale.
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT reference, amount, created_at FROM (
-                 SELECT reference, amount_micros AS amount, created_at FROM wallet_credits
+        let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+            "SELECT reference, amount, created_at, kind FROM (
+                 SELECT reference, amount_micros AS amount, created_at, 'credit' AS kind
+                 FROM wallet_credits
                  WHERE account_id = $1
                  UNION ALL
-                 SELECT reference, -amount_micros, created_at FROM wallet_takebacks
+                 SELECT reference, -amount_micros, created_at,
+                        CASE WHEN dispute IS NULL THEN 'refund' ELSE 'dispute' END
+                 FROM wallet_takebacks
                  WHERE account_id = $1) AS history
              ORDER BY created_at DESC, reference COLLATE \"C\" DESC LIMIT $2",
         )
@@ -282,14 +285,16 @@ impl History for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(map_error)?;
-        Ok(rows
-            .into_iter()
-            .map(|(reference, amount, at)| WalletCredit {
-                reference,
-                amount: Micros(amount),
-                at,
+        rows.into_iter()
+            .map(|(reference, amount, at, kind)| {
+                Ok(WalletCredit {
+                    reference,
+                    amount: Micros(amount),
+                    at,
+                    kind: WalletEntry::from_column(&kind)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

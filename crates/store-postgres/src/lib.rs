@@ -19,6 +19,7 @@ mod oauth;
 mod placement;
 mod rows;
 mod secrets;
+mod spend;
 mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;

@@ -22,6 +22,16 @@ async fn postgres_passes_the_storage_story() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_spend_controls_story() {
+    with_fresh_database(|url| async move {
+        let store = PgStore::connect(&url).await.unwrap();
+        toolgate_store::testkit::spend_story(Arc::new(store.clone()), "pg").await;
+        store.close().await;
+    })
+    .await;
+}
+
 /// Placement's story on two pools of one database: two front ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_passes_the_placement_story() {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use toolgate_domain::{Account, AccountId, Email, KeyHash, Micros, MonthKey, SealedSecret};
 use toolgate_store::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, StoreError,
-    TokenHash, WalletCredit, account_from_columns, now_millis, sealed_from_columns,
+    TokenHash, WalletCredit, WalletEntry, account_from_columns, now_millis, sealed_from_columns,
 };
 
 use crate::SqliteStore;
@@ -273,11 +273,13 @@ impl History for SqliteStore {
         account: &AccountId,
         limit: u32,
     ) -> Result<Vec<WalletCredit>, StoreError> {
-        let rows: Vec<(String, i64, i64)> = sqlx::query_as(
-            "SELECT reference, amount_micros, created_at FROM wallet_credits
+        let rows: Vec<(String, i64, i64, String)> = sqlx::query_as(
+            "SELECT reference, amount_micros, created_at, 'credit' FROM wallet_credits
              WHERE account_id = ?1
              UNION ALL
-             SELECT reference, -amount_micros, created_at FROM wallet_takebacks
+             SELECT reference, -amount_micros, created_at,
+                        CASE WHEN dispute IS NULL THEN 'refund' ELSE 'dispute' END
+                 FROM wallet_takebacks
              WHERE account_id = ?1
              ORDER BY created_at DESC, reference DESC LIMIT ?2",
         )
@@ -286,14 +288,16 @@ impl History for SqliteStore {
         .fetch_all(&self.reader)
         .await
         .map_err(map_error)?;
-        Ok(rows
-            .into_iter()
-            .map(|(reference, amount, at)| WalletCredit {
-                reference,
-                amount: Micros(amount),
-                at,
+        rows.into_iter()
+            .map(|(reference, amount, at, kind)| {
+                Ok(WalletCredit {
+                    reference,
+                    amount: Micros(amount),
+                    at,
+                    kind: WalletEntry::from_column(&kind)?,
+                })
             })
-            .collect())
+            .collect()
     }
 }
 

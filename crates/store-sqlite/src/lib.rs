@@ -19,6 +19,7 @@ mod oauth;
 mod placement;
 mod rows;
 mod secrets;
+mod spend;
 mod standing;
 mod take_back;
 mod tasks;

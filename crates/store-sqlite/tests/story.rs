@@ -282,3 +282,13 @@ async fn sqlite_caps_are_exact_while_serving() {
     let setup = sqlite_caps_setup(path);
     toolgate_store::testkit::caps_story(store.clone(), store, setup, "sqlite-serving").await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_spend_controls_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("toolgate.db"), Durability::Full)
+        .await
+        .unwrap();
+    store.serve_exclusively().unwrap();
+    toolgate_store::testkit::spend_story(Arc::new(store), "sqlite").await;
+}

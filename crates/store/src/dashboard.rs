@@ -43,6 +43,33 @@ pub struct WalletCredit {
     pub amount: Micros,
     /// When, as Unix milliseconds.
     pub at: i64,
+    /// What it was.
+    pub kind: WalletEntry,
+}
+
+/// What moved money in or out of a wallet, as its history names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalletEntry {
+    /// A top-up or an operator's credit.
+    Credit,
+    /// A refund taken back.
+    Refund,
+    /// A dispute taken back.
+    Dispute,
+}
+
+impl WalletEntry {
+    /// From the history query's kind column (`credit`, `refund`, `dispute`).
+    pub fn from_column(raw: &str) -> Result<Self, crate::StoreError> {
+        match raw {
+            "credit" => Ok(Self::Credit),
+            "refund" => Ok(Self::Refund),
+            "dispute" => Ok(Self::Dispute),
+            _ => Err(crate::StoreError::Unavailable(
+                "corrupt wallet history: kind".to_owned(),
+            )),
+        }
+    }
 }
 
 /// Sign-in links and dashboard sessions; every token is stored as its SHA-256 only.

@@ -21,6 +21,7 @@ mod oauth;
 mod oauth_columns;
 mod oauth_spend;
 mod placement;
+mod spend;
 mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
@@ -28,7 +29,7 @@ pub mod testkit;
 pub use caps::{CapColumns, cap_rooms, spend_rows};
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
-    WalletCredit,
+    WalletCredit, WalletEntry,
 };
 pub use host_lists::{
     HostListStore, HostLists, HostListsChange, host_list_from_column, host_list_to_column,
@@ -46,6 +47,10 @@ pub use oauth_columns::{redirect_uris_from_column, redirect_uris_to_column};
 pub use placement::{
     ClaimView, NodeBeat, NodeLoad, NodeRecord, Placement, claim_view_from_columns, load_to_columns,
     node_from_columns, node_name_from_column, owner_from_columns, seen_columns,
+};
+pub use spend::{
+    KeySpend, KeySpendColumns, SpendControls, SpendLimits, SpendLine, SpendOverview,
+    key_spend_from_columns, owner_email_from_column, spend_line_from_columns,
 };
 pub use tasks::{
     NewTask, TaskCancel, TaskColumns, TaskRecord, TaskState, TaskStore, ended_task_state,
@@ -336,6 +341,7 @@ pub trait Store:
     + McpSessionStore
     + TaskStore
     + HostListStore
+    + SpendControls
 {
 }
 
@@ -353,7 +359,8 @@ impl<
         + Placement
         + McpSessionStore
         + TaskStore
-        + HostListStore,
+        + HostListStore
+        + SpendControls,
 > Store for T
 {
 }

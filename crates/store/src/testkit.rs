@@ -10,11 +10,13 @@ mod money;
 mod oauth;
 mod placement;
 mod secrets;
+mod spend;
 mod tasks;
 
 pub use caps::{CapsSetup, caps_story};
 pub use mcp_sessions::mcp_sessions_story;
 pub use placement::placement_story;
+pub use spend::spend_story;
 pub use tasks::tasks_story;
 
 use std::sync::Arc;

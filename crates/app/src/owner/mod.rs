@@ -2,6 +2,7 @@
 //! personal URL, read usage, fund the wallet ([`wallet`]) and end sandbox sessions. Everything
 //! takes the signed-in account; nothing here reaches another account's data.
 
+pub mod limits;
 pub mod sign_in;
 pub mod wallet;
 
@@ -13,7 +14,9 @@ pub use toolgate_sandbox::{SandboxSessionInfo, SessionState};
 use toolgate_store::{DailyCalls, Store, StoreError};
 use toolgate_vault::Vault;
 
+pub use limits::{LimitsError, LimitsInput, LimitsReport, SpendSplit};
 pub use sign_in::{SignIn, SignInError, SignInLimits, Started};
+pub use toolgate_store::{SpendLine, WalletEntry};
 pub use wallet::{TopUpError, WalletReport, Wallets, WebhookOutcome};
 
 /// Why an owner's action failed; the detail of `Unavailable` is for logs.

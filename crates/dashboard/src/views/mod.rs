@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod limits;
 pub mod network;
 pub mod overview;
 pub mod secrets;
@@ -24,6 +25,8 @@ pub enum Tab {
     Usage,
     /// Balance and top-ups.
     Wallet,
+    /// Spend caps and alerts.
+    Limits,
     /// Sandbox sessions.
     Sessions,
     /// The sessions' host lists.
@@ -32,11 +35,12 @@ pub enum Tab {
     Apps,
 }
 
-const TABS: [(Tab, &str, &str); 7] = [
+const TABS: [(Tab, &str, &str); 8] = [
     (Tab::Overview, "/dashboard", "Overview"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
+    (Tab::Limits, "/dashboard/limits", "Limits"),
     (Tab::Sessions, "/dashboard/sessions", "Sessions"),
     (Tab::Network, "/dashboard/network", "Network"),
     (Tab::Apps, "/dashboard/apps", "Connected apps"),

@@ -2,7 +2,7 @@
 //! status record.
 
 use maud::{Markup, PreEscaped, html};
-use toolgate_app::owner::UsageReport;
+use toolgate_app::owner::{SpendLine, SpendSplit, UsageReport};
 
 use super::{Chrome, layout};
 
@@ -13,7 +13,7 @@ const BOTTOM: u32 = 20;
 const TOP: u32 = 10;
 
 /// The page.
-pub fn page(chrome: &Chrome<'_>, report: &UsageReport) -> Markup {
+pub fn page(chrome: &Chrome<'_>, report: &UsageReport, split: &SpendSplit) -> Markup {
     let status = serde_json::to_string_pretty(&report.status).unwrap_or_default();
     layout(
         "Usage",
@@ -42,6 +42,7 @@ pub fn page(chrome: &Chrome<'_>, report: &UsageReport) -> Markup {
                     } }
                 }
             }
+            (spend_split(&report.month, split))
             section.card aria-labelledby="status-title" {
                 h2 #status-title { "Billing status" }
                 p.muted { "The same record " code { "GET /billing/status" } " and the read tool's "
@@ -50,6 +51,31 @@ pub fn page(chrome: &Chrome<'_>, report: &UsageReport) -> Markup {
             }
         },
     )
+}
+
+/// The month's calls and spend per key and per tool.
+fn spend_split(month: &str, split: &SpendSplit) -> Markup {
+    html! {
+        section.card aria-labelledby="split-title" {
+            h2 #split-title { "Spend per key and per tool, " (month) " (UTC)" }
+            p.muted { "Calls with the personal URL's first key and calls of connected apps (OAuth) are under "
+                code { "default" } "; paid calls are charged from the wallet." }
+            (split_table("spend-by-key", "Key", &split.by_key))
+            (split_table("spend-by-tool", "Tool", &split.by_tool))
+        }
+    }
+}
+
+fn split_table(id: &str, heading: &str, lines: &[SpendLine]) -> Markup {
+    html! {
+        div.table-scroll { table id=(id) {
+            thead { tr { th scope="col" { (heading) } th.num scope="col" { "Free calls" } th.num scope="col" { "Paid calls" } th.num scope="col" { "Charged (USD)" } } }
+            tbody { @for line in lines {
+                tr data-label=(line.label) { td { (line.label) } td.num { (line.free) } td.num { (line.paid) } td.num { (line.cost.to_usd_price_string()) } }
+            } }
+        } }
+        @if lines.is_empty() { p.muted { "No calls this month." } }
+    }
 }
 
 /// Stacked bars, one per day of the month; the scale's top is the busiest day.

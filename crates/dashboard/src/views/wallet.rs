@@ -2,6 +2,7 @@
 //! history of top-ups and charges.
 
 use maud::{Markup, html};
+use toolgate_app::owner::WalletEntry;
 use toolgate_app::owner::WalletReport;
 use toolgate_domain::Micros;
 
@@ -52,7 +53,7 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
                             } @else {
                                 tr.take-back {
                                     td { (date_time(credit.at)) }
-                                    td { "Refund or dispute taken back " span.mono.muted { (credit.reference) } }
+                                    td { (taken_back(credit.kind)) " " span.mono.muted { (credit.reference) } }
                                     td.num { "−" (Micros(-credit.amount.0).to_usd_cents_string()) }
                                 }
                             }
@@ -72,4 +73,12 @@ pub fn page(chrome: &Chrome<'_>, report: &WalletReport, payments: bool) -> Marku
             }
         },
     )
+}
+
+/// How the history names money taken back.
+fn taken_back(kind: WalletEntry) -> &'static str {
+    match kind {
+        WalletEntry::Dispute => "Dispute taken back",
+        WalletEntry::Refund | WalletEntry::Credit => "Refund taken back",
+    }
 }

@@ -246,6 +246,15 @@ async fn take_backs_go_below_zero_and_credits_repay(store: &dyn Store, tag: &str
         }
     );
     let history = store.wallet_credits(&id, 10).await.unwrap();
+    assert!(
+        history.iter().all(|c| c.kind
+            == if c.amount.0 < 0 {
+                crate::WalletEntry::Refund
+            } else {
+                crate::WalletEntry::Credit
+            }),
+        "each entry is named for what it was: {history:?}"
+    );
     let amounts: Vec<i64> = history.iter().map(|c| c.amount.0).collect();
     assert_eq!(
         amounts.iter().filter(|a| **a < 0).count(),

@@ -142,6 +142,8 @@ async fn a_refund_takes_money_back_once_and_partial_refunds_add_up() {
         2,
         "{history}"
     );
+    assert_eq!(history.matches("Refund taken back").count(), 2, "{history}");
+    assert!(!history.contains("Dispute"), "{history}");
     assert!(
         history.contains("−10.00") && history.contains("−5.00"),
         "{history}"
@@ -187,7 +189,13 @@ async fn a_dispute_below_zero_refuses_paid_calls_until_a_top_up() {
         balance_shown(&d, &s).await,
         ("-0.01 USD".to_owned(), "0".to_owned())
     );
-    assert!(has_id(&d.page("/dashboard/wallet", &s).await, "owed"));
+    let wallet = d.page("/dashboard/wallet", &s).await;
+    assert!(has_id(&wallet, "owed"));
+    assert_eq!(
+        wallet.matches("Dispute taken back").count(),
+        1,
+        "the dispute, once and named: {wallet}"
+    );
     let refused = post_personal(&http, &d.server, &owner.key, &billing_call()).await;
     refused.assert_error(200, -32002);
     // a refund of the disputed payment takes nothing more than it credited

@@ -13,6 +13,7 @@ mod carriers;
 mod cli;
 mod cli_serve;
 mod dashboard;
+mod dashboard_limits;
 mod dashboard_owner;
 mod dashboard_refunds;
 mod dashboard_secret_hosts;

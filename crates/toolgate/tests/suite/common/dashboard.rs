@@ -53,6 +53,11 @@ impl Dash {
     pub async fn start(env: &[(&str, &str)]) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let storage = Storage::sqlite(dir.path());
+        Self::start_on(dir, storage, env).await
+    }
+
+    /// The same on `storage`, whose data directory is `dir`.
+    pub async fn start_on(dir: tempfile::TempDir, storage: Storage, env: &[(&str, &str)]) -> Self {
         let server = Server::start_with_env(&storage, &["--sandbox", "off"], env).await;
         let public = env
             .iter()
