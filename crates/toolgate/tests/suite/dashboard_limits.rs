@@ -85,6 +85,7 @@ async fn caps_and_alerts_story(d: Dash, second: Option<Server>) {
         };
         let answered = post_personal(&client(), server, key, &billing_call()).await;
         assert_eq!(answered.status, 200, "{answered:?}");
+        answered
     };
     let owner = create_account(&d.storage, EMAIL);
     let s = d.sign_in(EMAIL).await;
@@ -172,10 +173,18 @@ async fn caps_and_alerts_story(d: Dash, second: Option<Server>) {
         "{subjects:?}"
     );
 
-    // more calls: refused by the cap or paid, no alert repeats; then a new wallet amount is a
-    // new alert, mailed after every check before it, so the count is final
+    // more calls: each refused by the cap before it runs (-32002 naming it), no alert repeats;
+    // then a new wallet amount is a new alert, mailed after every check before it, so the
+    // count is final
     for _ in 0..3 {
-        paid_call(&owner.key).await;
+        let refused = paid_call(&owner.key).await;
+        assert_eq!(refused.error_code(), Some(-32002), "{refused:?}");
+        assert!(
+            refused
+                .body
+                .contains("the account's monthly spend cap of 0.05 USD (0.048 USD spent"),
+            "{refused:?}"
+        );
     }
     assert_see_other(
         &set("0.05", "", "1.00").await,
@@ -197,7 +206,7 @@ async fn caps_and_alerts_story(d: Dash, second: Option<Server>) {
     let tool_row = row_of(&usage, "spend-by-tool", "svc_read");
     assert_eq!(key_row[1..], tool_row[1..], "one key, one tool: {usage}");
     let paid: i64 = key_row[2].parse().unwrap();
-    assert!(paid >= 6, "{key_row:?}");
+    assert_eq!(paid, 6, "the cap held the paid calls to six: {key_row:?}");
     assert_eq!(key_row[3], usd_price(paid * 8_000), "{key_row:?}");
 }
 
