@@ -6,12 +6,14 @@ mod dashboard;
 mod host_lists;
 mod mcp_sessions;
 mod money;
+mod named_keys;
 mod oauth;
 mod placement;
 mod secrets;
 mod tasks;
 
 pub use mcp_sessions::mcp_sessions_story;
+pub use named_keys::named_keys_story;
 pub use placement::placement_story;
 pub use tasks::tasks_story;
 
