@@ -37,6 +37,8 @@ pub(crate) fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
         "session-ended" => "Session ended.",
         "session-gone" => "That session had already ended.",
         "network-saved" => "Host lists saved: runs from now on apply them.",
+        "key-caps-saved" => "Caps saved: the key's next call is decided on them.",
+        "key-revoked" => "Key revoked: it stopped working and its MCP sessions were closed.",
         _ => return None,
     })
 }

@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod keys;
 pub mod network;
 pub mod overview;
 pub mod secrets;
@@ -18,6 +19,8 @@ use toolgate_domain::time_reexport::OffsetDateTime;
 pub enum Tab {
     /// The personal URL and setup.
     Overview,
+    /// Named keys.
+    Keys,
     /// The vault.
     Secrets,
     /// Calls per day.
@@ -32,8 +35,9 @@ pub enum Tab {
     Apps,
 }
 
-const TABS: [(Tab, &str, &str); 7] = [
+const TABS: [(Tab, &str, &str); 8] = [
     (Tab::Overview, "/dashboard", "Overview"),
+    (Tab::Keys, "/dashboard/keys", "Keys"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
