@@ -79,7 +79,10 @@ async fn a_read_only_key_reads_only(storage: Storage) {
         &http,
         &server,
         &reader,
-        &tool_call("svc_write", json!({"code": "print(1)"})),
+        &tool_call(
+            "svc_write",
+            json!({"secret_set": {"name": "K", "value": "v"}}),
+        ),
     )
     .await
     .result();
