@@ -239,3 +239,7 @@ fn error_text(message: String) -> ToolOutcome {
 #[cfg(test)]
 #[path = "calls_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "calls_scope_tests.rs"]
+mod scope_tests;
