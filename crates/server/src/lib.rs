@@ -226,7 +226,7 @@ fn key_rotated(
 fn key_revoked(
     sessions: &Arc<mcp_sessions::McpSessions>,
     app: &App,
-) -> Arc<dyn Fn(&toolgate_domain::AccountId, &toolgate_domain::KeyId) + Send + Sync> {
+) -> toolgate_dashboard::KeyRevoked {
     let sessions = Arc::clone(sessions);
     let app = app.clone();
     Arc::new(move |account, key| {
