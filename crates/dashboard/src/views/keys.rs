@@ -77,7 +77,7 @@ pub fn page(chrome: &Chrome<'_>, view: &KeysView<'_>) -> Markup {
                 section.card #created-key aria-labelledby="created-title" {
                     h2 #created-title { "New key: " (created.name) }
                     p { "Its personal URL, shown only now:" }
-                    p { code #created-url .mono { (created.personal_url) } }
+                    code #created-url .url { (created.personal_url) }
                 }
             }
             section.card aria-labelledby="keys-title" {
