@@ -288,3 +288,41 @@ async fn bad_key_commands_are_refused_and_change_nothing() {
     let others = list_keys(&storage, "other-keys@example.org");
     assert!(others[0]["revoked_at"].is_null(), "{others:?}");
 }
+
+/// Code run by a write-only key's call calls the read tool back as that key: refused, free,
+/// while the first key's code reaches it.
+#[tokio::test]
+async fn a_keys_scope_holds_for_calls_from_its_code() {
+    let f = fixture().await;
+    let storage = Storage::sqlite(f._dir.path());
+    let key = create_key(
+        &storage,
+        "alice@example.org",
+        "writer",
+        &["--tools", "write"],
+    );
+    let writer = key["api_key"].as_str().unwrap();
+    let code = "import json, toolgate\ntry:\n    toolgate.billing()\n    print('reached')\n\
+                except toolgate.ToolgateError as e:\n    print(e.code, e.message)";
+    let before = f.server.free_remaining(&f.alice.key).await;
+    let ran = crate::common::write(&f.server, writer, json!({"code": code})).await;
+    let printed = ran["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(printed.starts_with("refused"), "{ran}");
+    assert!(
+        printed.contains("svc_write"),
+        "it names what the key may call: {ran}"
+    );
+    let after = f.server.free_remaining(&f.alice.key).await;
+    assert_eq!(before - after, 1, "only the cell was charged");
+    let ran = f.write(json!({"code": code})).await;
+    let printed = ran["structuredContent"]["python"]["stdout"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        printed.starts_with("reached"),
+        "the first key's code reaches it: {ran}"
+    );
+}
