@@ -238,8 +238,7 @@ async fn bad_key_commands_are_refused_and_change_nothing() {
             email,
             "--name",
             "x",
-            "--month-cap-usd",
-            "-1",
+            "--month-cap-usd=-1",
         ],
         &[
             "key",
