@@ -3,7 +3,8 @@
 // page and used for real MCP calls (official TypeScript SDK), key rotation, a secret, usage,
 // a wallet top-up through a Stripe Checkout stand-in and a webhook this test signs itself, paid
 // calls and the usage page, a monthly cap set on the limits page and its 80 % alert mailed to the
-// sink, the sessions page, another account's isolation, deleting the
+// sink, a named key (created, used read-only by an SDK client, its last use shown, revoked),
+// the sessions page, another account's isolation, deleting the
 // secret, sign-out and sign-out everywhere. Every page is photographed at desktop (1280×800)
 // and phone (390×844) width under $TOOLGATE_TEST_OUTPUT/dashboard (default
 // target/test-output/dashboard; emptied first). Run with Node 22: scripts/test-dashboard.sh.
@@ -453,6 +454,65 @@ describe('the dashboard in chromium', () => {
     resp = await submit(page, page.getByRole('button', { name: 'Save limits' }), onPath('/dashboard/limits'));
     assert.match(await text(page.locator('#spent-month')), /\(no cap\)/);
     assert.equal(sink.count(EMAIL), 2, 'the sign-in link and one alert');
+  });
+
+  step('a named key made on the Keys page works read-only, shows its last use, and revoked is refused', async () => {
+    await page.goto(`${base}/dashboard/keys`);
+    await page.locator('table#keys').waitFor({ state: 'attached' });
+    assert.equal(await page.locator('table#keys tr[data-key]').count(), 0);
+    const form = page.locator('form#key-create');
+    await form.locator('input#key-name').fill('ci agent');
+    await form.locator('input#key-day').fill('1.00');
+    await form.locator('input#key-tool-read').check();
+    const resp = await submit(page, form.getByRole('button', { name: 'Create key' }), onPath('/dashboard/keys/create'));
+    assert.equal(resp.status(), 200);
+    const keyUrl = await text(page.locator('code#created-url'));
+    assert.ok(keyUrl.startsWith(`${base}/u/svck_`), keyUrl);
+    assert.notEqual(keyUrl, rotatedUrl);
+    await photo(page, '11a-keys-created');
+
+    // an SDK client on the key's URL sees the read tool only; a write call is a free tool error
+    await withMcp(keyUrl, async (c) => {
+      assert.deepEqual((await c.listTools()).tools.map((t) => t.name), ['svc_read']);
+      const refused = await c.callTool({ name: 'svc_write', arguments: { secret_set: { name: 'K', value: 'v' } } });
+      assert.ok(refused.isError, JSON.stringify(refused));
+      assert.match(refused.content[0].text, /svc_read/);
+      await billing(c);
+      metered.paid++;
+    });
+
+    // its last use shows once flushed (every 2 s)
+    const row = page.locator('table#keys tr[data-name="ci agent"]');
+    let lastUse = 'never';
+    for (let i = 0; i < 40 && lastUse === 'never'; i++) {
+      await page.goto(`${base}/dashboard/keys`);
+      lastUse = await text(row.locator('td.last-use'));
+      if (lastUse === 'never') await page.waitForTimeout(250);
+    }
+    assert.match(lastUse, /UTC$/, `no last use shown: ${lastUse}`);
+    assert.equal(await text(row.locator('td.tools')), 'read');
+    assert.equal(await text(row.locator('td.caps')), '$1.00 a day');
+    assert.ok(!(await page.content()).includes(keyUrl), 'the key is shown once only');
+    await photo(page, '11b-keys-last-use');
+
+    const stale = await mcpConnect(keyUrl);
+    try {
+      await stale.listTools();
+      const revoke = row.locator('form.key-revoke');
+      await revoke.locator('input[name=confirm]').check();
+      await submit(page, revoke.getByRole('button', { name: 'Revoke ci agent' }), onPath('/dashboard/keys'));
+      assert.match(await text(page.locator('#notice')), /Key revoked/);
+      assert.match(await text(row.locator('td.state')), /^revoked/);
+      await assert.rejects(stale.callTool({ name: 'svc_read', arguments: { billing: true } }), assertRevoked);
+    } finally {
+      await stale.close().catch(() => {});
+    }
+    const refused = await rawRpc(keyUrl, 'tools/list');
+    assert.equal(refused.status, 401, JSON.stringify(refused.body));
+    assert.equal(refused.body?.error?.code, -32001, JSON.stringify(refused.body));
+    const owner = await rawRpc(rotatedUrl, 'tools/list');
+    assert.equal(owner.status, 200, 'the first key still works');
+    await photo(page, '11c-keys-revoked');
   });
 
   step('the sessions page renders', async () => {

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use toolgate_domain::{Account, ApiKey, Brand, KeyHash};
 use toolgate_store::{Store, StoreError};
 
+use crate::named_keys::KeyUses;
+
 /// Why a caller was not authenticated. Messages never repeat the presented key.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
@@ -36,6 +38,8 @@ pub struct Authenticator {
     store: Arc<dyn Store>,
     brand: Brand,
     cache: RwLock<HashMap<[u8; 32], Cached>>,
+    /// Named keys' last uses, noted here and flushed in the background.
+    uses: Arc<KeyUses>,
 }
 
 struct Cached {
@@ -57,7 +61,18 @@ impl Authenticator {
             store,
             brand,
             cache: RwLock::new(HashMap::new()),
+            uses: Arc::default(),
         }
+    }
+
+    /// Named keys' last uses as authentication noted them.
+    pub fn key_uses(&self) -> &Arc<KeyUses> {
+        &self.uses
+    }
+
+    /// Writes the named keys' last uses noted since the last flush, in one statement.
+    pub async fn flush_key_uses(&self) -> Result<(), StoreError> {
+        self.uses.flush(&*self.store).await
     }
 
     /// The account that owns `presented`, checking the shape before touching storage.
@@ -69,6 +84,7 @@ impl Authenticator {
         // Read before the look-up: an entry is tagged with an epoch no newer than what it saw.
         let epoch = self.store.key_epoch();
         if let Some(account) = epoch.and_then(|epoch| self.cached(&hash, epoch)) {
+            self.note_use(&account);
             return Ok(account);
         }
         match self.store.find_by_key_hash(&hash).await {
@@ -78,10 +94,17 @@ impl Authenticator {
                 if let Some(epoch) = epoch {
                     self.remember(&hash, &account, epoch);
                 }
+                self.note_use(&account);
                 Ok(account)
             }
             Ok(_) => Err(AuthError::Rejected),
             Err(err) => Err(AuthError::Unavailable(err)),
+        }
+    }
+
+    fn note_use(&self, account: &Account) {
+        if let Some(key) = account.via.named_key() {
+            self.uses.note(&key.id);
         }
     }
 

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use toolgate_domain::{Account, Admission};
+use toolgate_domain::{Account, Admission, NamedKey};
 use toolgate_store::Decided;
 
 pub use crate::capability::{Answer, CallError, CallIo};
@@ -69,6 +69,68 @@ impl ToolCalls {
             .map(|spec| spec.name.as_str())
     }
 
+    /// Whether `caller`'s key may call the tool named `tool` (what `tools/list` shows it): a
+    /// tool outside the registry is open only to a key whose scope names no tools.
+    pub fn may_call(&self, caller: &Account, tool: &str) -> bool {
+        let Some(key) = caller.via.named_key() else {
+            return true;
+        };
+        match self.registry.tool(tool) {
+            Some(spec) => key.scope.allows_tool(spec.kind.suffix()),
+            None => key.scope.tools.is_empty(),
+        }
+    }
+
+    /// Whether `caller` may call every tool, so that the one `tools/list` answer rendered for
+    /// everybody is also its own.
+    pub fn may_call_all(&self, caller: &Account) -> bool {
+        caller
+            .via
+            .named_key()
+            .is_none_or(|key| key.scope.tools.is_empty())
+    }
+
+    /// Why `caller`'s key may not make this call, naming what it may use; `None`: it may.
+    fn scope_refusal(
+        &self,
+        caller: &Account,
+        kind: ToolKind,
+        args: Option<&JsonObject>,
+    ) -> Option<String> {
+        let key = caller.via.named_key()?;
+        if !key.scope.allows_tool(kind.suffix()) {
+            return Some(format!(
+                "The key \"{}\" may not call this tool; it may call only {}.",
+                key.name,
+                self.allowed_tools(key)
+            ));
+        }
+        let fields = args
+            .into_iter()
+            .flat_map(|args| args.keys().map(String::as_str));
+        let refused = key.scope.refused_field(fields)?;
+        Some(format!(
+            "The key \"{}\" may not use the field `{refused}`; it may use only the fields {}.",
+            key.name,
+            key.scope
+                .fields
+                .iter()
+                .map(|f| format!("`{f}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+
+    fn allowed_tools(&self, key: &NamedKey) -> String {
+        self.registry
+            .tools()
+            .iter()
+            .filter(|spec| key.scope.allows_tool(spec.kind.suffix()))
+            .map(|spec| format!("`{}`", spec.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
     /// Calls `tool` with `args` for `caller`. Work of the call that makes calls of its own (an
     /// upcall from code in a session) makes them through this same use case, held only while
     /// the call runs.
@@ -80,6 +142,10 @@ impl ToolCalls {
         io: CallIo<'_>,
     ) -> Result<Answer, CallError> {
         let spec = self.registry.tool(tool).ok_or(CallError::UnknownTool)?;
+        // before anything else: a key's scope is the same whoever calls with it, upcalls included
+        if let Some(refusal) = self.scope_refusal(caller, spec.kind, args.as_ref()) {
+            return Ok(Answer::NotAllowed(error_text(refusal)));
+        }
         let plan = match self.registry.plan_as(spec.kind, args, io.as_task) {
             Ok(plan) => plan,
             Err(failure) => return Ok(Answer::InvalidArguments(error_text(failure.message))),
@@ -197,3 +263,7 @@ fn error_text(message: String) -> ToolOutcome {
 #[cfg(test)]
 #[path = "calls_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "calls_scope_tests.rs"]
+mod scope_tests;

@@ -446,3 +446,30 @@ impl toolgate_store::SpendControls for GatedStore {
         self.inner.forget_alerts(account, kind, period).await
     }
 }
+#[async_trait]
+impl toolgate_store::NamedKeys for GatedStore {
+    async fn create_named_key(&self, key: &NewNamedKey<'_>) -> Result<KeyRecord, StoreError> {
+        self.inner.create_named_key(key).await
+    }
+    async fn named_keys(&self, account: &AccountId) -> Result<Vec<KeyRecord>, StoreError> {
+        self.inner.named_keys(account).await
+    }
+    async fn revoke_named_key(
+        &self,
+        account: &AccountId,
+        id: &KeyId,
+    ) -> Result<(KeyRecord, bool), StoreError> {
+        self.inner.revoke_named_key(account, id).await
+    }
+    async fn change_named_key(
+        &self,
+        account: &AccountId,
+        id: &KeyId,
+        change: KeyChange<'_>,
+    ) -> Result<KeyRecord, StoreError> {
+        self.inner.change_named_key(account, id, change).await
+    }
+    async fn record_key_uses(&self, uses: &[(KeyId, i64)]) -> Result<(), StoreError> {
+        self.inner.record_key_uses(uses).await
+    }
+}

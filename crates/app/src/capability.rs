@@ -307,6 +307,9 @@ pub enum Answer {
     /// No turn of the work it needs came in time (see [`crate::turns`]): nothing ran,
     /// nothing was charged; the outcome says to try again.
     Busy(ToolOutcome),
+    /// The named key used may not call this tool or use these fields (its scope): nothing
+    /// ran, nothing was charged; the outcome says what the key may use.
+    NotAllowed(ToolOutcome),
 }
 
 /// A call that got no answer from a tool.

@@ -18,6 +18,7 @@ mod limiter;
 pub mod links;
 pub mod mcp_sessions;
 pub mod metering;
+pub mod named_keys;
 pub mod oauth;
 pub mod owner;
 mod redaction;
@@ -45,6 +46,7 @@ pub use capability::{
 pub use egress_rules::{EgressRules, EgressRulesError};
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
+pub use named_keys::{CreatedKey, KeyError, KeyRequest, KeyView, NamedKeyAdmin};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
 
@@ -84,6 +86,7 @@ pub struct App {
     registry: Arc<Registry>,
     calls: Arc<ToolCalls>,
     admin: Arc<Admin>,
+    keys: Arc<NamedKeyAdmin>,
     secrets: Option<Arc<Secrets>>,
     sign_in: Option<Arc<owner::SignIn>>,
     owner: Arc<owner::Owner>,
@@ -255,6 +258,7 @@ impl App {
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
             calls: ToolCalls::new(meter.clone(), registry.clone(), budgets),
+            keys: Arc::new(NamedKeyAdmin::new(store.clone(), brand.clone(), public_url)),
             admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
@@ -294,6 +298,11 @@ impl App {
     /// Operator commands.
     pub fn admin(&self) -> &Admin {
         &self.admin
+    }
+
+    /// Accounts' named keys.
+    pub fn keys(&self) -> &NamedKeyAdmin {
+        &self.keys
     }
 
     /// The secrets vault, when the service has one.

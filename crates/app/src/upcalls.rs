@@ -115,6 +115,12 @@ impl SessionUpcalls {
                     text(&outcome.content),
                 ));
             }
+            Ok(Answer::NotAllowed(outcome)) => {
+                return Err(UpcallError::new(
+                    UpcallErrorCode::Refused,
+                    text(&outcome.content),
+                ));
+            }
             Err(CallError::Refused(message)) => {
                 return Err(UpcallError::new(UpcallErrorCode::Refused, message));
             }

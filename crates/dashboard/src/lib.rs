@@ -10,6 +10,7 @@ mod assets;
 mod consent;
 mod cookie;
 mod guard;
+mod keys;
 mod limits;
 mod network;
 mod pages;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::routing::{get, post};
 use toolgate_app::App;
-use toolgate_domain::{AccountId, Origin};
+use toolgate_domain::{AccountId, KeyId, Origin};
 
 /// What the dashboard needs from the server around it.
 #[derive(Clone)]
@@ -33,7 +34,12 @@ pub struct DashboardSettings {
     pub public_url: String,
     /// Called after an owner rotated the key: the server ends the old key's open MCP sessions.
     pub on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+    /// Called after an owner revoked a named key: the server ends that key's open MCP sessions.
+    pub on_key_revoked: KeyRevoked,
 }
+
+/// What the dashboard calls after revoking a named key.
+pub type KeyRevoked = Arc<dyn Fn(&AccountId, &KeyId) + Send + Sync>;
 
 impl std::fmt::Debug for DashboardSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -55,6 +61,7 @@ pub(crate) struct DashState {
     /// The session cookie's name and scope, chosen by the public URL's scheme.
     cookie: cookie::SignInCookie,
     on_key_rotated: Arc<dyn Fn(&AccountId) + Send + Sync>,
+    on_key_revoked: KeyRevoked,
 }
 
 impl std::ops::Deref for Dash {
@@ -72,6 +79,7 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         origin: Origin::parse(&public_url),
         cookie: cookie::SignInCookie::for_public_url(&public_url),
         on_key_rotated: settings.on_key_rotated,
+        on_key_revoked: settings.on_key_revoked,
     }));
     Router::new()
         .route("/magic-link", post(sign_in::request_link))
@@ -89,6 +97,10 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         .route("/dashboard", get(pages::overview))
         .route("/dashboard/", get(pages::overview))
         .route("/dashboard/key/rotate", post(pages::rotate_key))
+        .route("/dashboard/keys", get(keys::page))
+        .route("/dashboard/keys/create", post(keys::create))
+        .route("/dashboard/keys/caps", post(keys::caps))
+        .route("/dashboard/keys/revoke", post(keys::revoke))
         .route("/dashboard/secrets", get(pages::secrets))
         .route("/dashboard/secrets/set", post(pages::set_secret))
         .route("/dashboard/secrets/delete", post(pages::delete_secret))

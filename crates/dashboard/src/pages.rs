@@ -38,6 +38,8 @@ pub(crate) fn notice_text(query: &NoticeQuery) -> Option<&'static str> {
         "session-gone" => "That session had already ended.",
         "network-saved" => "Host lists saved: runs from now on apply them.",
         "limits-saved" => "Spend caps and alert saved: calls from now on are held to them.",
+        "key-caps-saved" => "Caps saved: the key's next call is decided on them.",
+        "key-revoked" => "Key revoked: it stopped working and its MCP sessions were closed.",
         _ => return None,
     })
 }

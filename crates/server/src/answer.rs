@@ -110,6 +110,7 @@ impl Answerer {
                 (Ok(Answered::refused(outcome)), CallLabel::InvalidArguments)
             }
             Ok(Answer::Busy(outcome)) => (Ok(Answered::refused(outcome)), CallLabel::Busy),
+            Ok(Answer::NotAllowed(outcome)) => (Ok(Answered::refused(outcome)), CallLabel::Refused),
             Err(err) => {
                 let label = match err {
                     CallError::Refused(_) => CallLabel::Refused,

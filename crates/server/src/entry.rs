@@ -117,9 +117,11 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
     if let Some(answer) = crate::tasks_v1::claims(state, &account, &bytes, &info).await {
         return answer;
     }
+    // the list rendered once is everybody's but a key's restricted to some tools (rmcp's)
     if let Some(answer) = state
         .tools_list
         .as_ref()
+        .filter(|_| state.app.calls().may_call_all(&account))
         .and_then(|l| l.answer(&parts, &info))
     {
         return answer;

@@ -114,6 +114,23 @@ impl McpHandler {
             .with_cache_scope(CacheScope::Private)
     }
 
+    /// The `tools/list` result for `caller`: the tools its key may call.
+    pub fn tool_list_for(&self, caller: &Account) -> ListToolsResult {
+        let calls = self.answerer.app().calls();
+        if calls.may_call_all(caller) {
+            return self.tool_list();
+        }
+        let tools = self
+            .tools
+            .iter()
+            .filter(|tool| calls.may_call(caller, &tool.name))
+            .cloned()
+            .collect();
+        ListToolsResult::with_all_items(tools)
+            .with_ttl_ms(TOOL_LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private)
+    }
+
     /// Makes the call through the app and translates its answer; counts it.
     async fn call_tool_of(
         &self,
@@ -281,9 +298,10 @@ impl ServerHandler for McpHandler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(self.tool_list())
+        let caller = caller_or_error(&context)?;
+        Ok(self.tool_list_for(&caller))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {

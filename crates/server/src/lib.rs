@@ -119,6 +119,7 @@ pub fn router(
         toolgate_dashboard::DashboardSettings {
             public_url: settings.public_url.clone(),
             on_key_rotated: key_rotated(&sessions, &app),
+            on_key_revoked: key_revoked(&sessions, &app),
         },
     );
     let shared = Shared(Arc::new(ServerState {
@@ -212,6 +213,38 @@ fn key_rotated(
             runtime.spawn(async move {
                 if let Err(error) = app.mcp_sessions().close_all(&account).await {
                     tracing::warn!(%error, "a rotated key's MCP session records stay open until they expire");
+                }
+            });
+        }
+    })
+}
+
+/// What the dashboard calls after revoking a named key: the MCP sessions opened with it end at
+/// once, here and in the store, as a rotation ends the first key's; the account's other
+/// sessions stay open. Front ends that hold such a session refuse its next request anyway: the
+/// key no longer authenticates.
+fn key_revoked(
+    sessions: &Arc<mcp_sessions::McpSessions>,
+    app: &App,
+) -> toolgate_dashboard::KeyRevoked {
+    let sessions = Arc::clone(sessions);
+    let app = app.clone();
+    Arc::new(move |account, key| {
+        let closed = sessions.close_key(account, key);
+        if closed.is_empty() {
+            return;
+        }
+        tracing::info!(
+            closed = closed.len(),
+            "key revoked: its MCP sessions were closed"
+        );
+        let (app, account) = (app.clone(), account.clone());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                for id in closed {
+                    if let Err(error) = app.mcp_sessions().close(&id, &account).await {
+                        tracing::warn!(%error, "a revoked key's MCP session record stays open until it expires");
+                    }
                 }
             });
         }

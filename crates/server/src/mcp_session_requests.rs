@@ -79,7 +79,13 @@ fn admit(
     owner: Option<AccountId>,
 ) -> Result<(), EdgeError> {
     match owner {
-        Some(owner) if owner == account.id => Ok(state.sessions.adopt(id, &owner)?),
+        Some(owner) if owner == account.id => {
+            state.sessions.adopt(id, &owner)?;
+            if let Some(key) = account.via.named_key() {
+                state.sessions.opened_with(id, &key.id);
+            }
+            Ok(())
+        }
         _ => {
             state.sessions.forget(id);
             Err(EdgeError::SessionNotFound)
@@ -95,6 +101,9 @@ pub async fn open(state: &Shared, account: &Arc<Account>, parts: Parts, body: By
         Ok(id) => id,
         Err(err) => return err.respond(&state.metrics),
     };
+    if let Some(key) = account.via.named_key() {
+        state.sessions.opened_with(&id, &key.id);
+    }
     // inline JSON, so that 2025-11-25's `tasks` capability can be added to the answer
     let inline = Accepts { sse: false };
     let response = rmcp_forward::forward(state, account, parts, Body::from(body), inline).await;

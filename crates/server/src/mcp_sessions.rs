@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio_util::sync::CancellationToken;
-use toolgate_domain::AccountId;
+use toolgate_domain::{AccountId, KeyId};
 
 /// How many legacy sessions may be open, and for how long idle.
 #[derive(Debug, Clone, Copy)]
@@ -93,6 +93,9 @@ pub enum OpenError {
 
 struct McpSession {
     owner: AccountId,
+    /// The named key it was opened with (`None`: the first key or an OAuth token); revoking
+    /// that key closes it.
+    key: Option<KeyId>,
     last_used: Instant,
     /// When the store last confirmed it open (or it was opened here).
     checked: Instant,
@@ -280,6 +283,31 @@ impl McpSessions {
         ids.len()
     }
 
+    /// Records that session `id` was opened (or adopted here) with the named key `key`.
+    pub fn opened_with(&self, id: &str, key: &KeyId) {
+        if let Some(session) = self.lock().sessions.get_mut(id)
+            && session.key.is_none()
+        {
+            session.key = Some(key.clone());
+        }
+    }
+
+    /// Closes every session of `owner` opened with the named key `key` (it was revoked),
+    /// cancelling their calls in flight; returns their ids.
+    pub fn close_key(&self, owner: &AccountId, key: &KeyId) -> Vec<String> {
+        let mut table = self.lock();
+        let ids: Vec<String> = table
+            .sessions
+            .iter()
+            .filter(|(_, s)| &s.owner == owner && s.key.as_ref() == Some(key))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            table.remove(id);
+        }
+        ids
+    }
+
     /// Registers a call with `request_id` (its JSON text) in session `id`: the returned token is
     /// cancelled by the client's `notifications/cancelled`; the guard unregisters it.
     pub fn begin_call(self: &Arc<Self>, id: &str, request_id: String) -> Option<CallGuard> {
@@ -319,6 +347,7 @@ impl McpSession {
     fn new(owner: &AccountId, now: Instant) -> Self {
         Self {
             owner: owner.clone(),
+            key: None,
             last_used: now,
             checked: now,
             written: now,

@@ -131,7 +131,8 @@ pub async fn answer(
     }
     let id = info.id.as_ref()?;
     match plain_request(&parts.headers, body, info)? {
-        Plain::List => Some(stateless.list(id)),
+        Plain::List if state.app.calls().may_call_all(account) => Some(stateless.list(id)),
+        Plain::List => None,
         Plain::Call { name, arguments } if stateless.calls && state.handler.is_tool(&name) => {
             let generation = Generation::Stateless;
             Some(tools_call::run(state, account, parts, id, name, arguments, generation).await)

@@ -15,6 +15,7 @@ mod key_epoch;
 mod known;
 mod mcp_sessions;
 mod money;
+mod named_keys;
 mod oauth;
 mod placement;
 mod rows;
@@ -126,13 +127,14 @@ impl Accounts for PgStore {
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(map_error)?;
-        row.map(|(id, email, tier, month, day, stored)| {
-            Ok((
+        match row {
+            Some((id, email, tier, month, day, stored)) => Ok(Some((
                 account_from_columns(id, &email, tier, (month, day))?,
                 key_hash_from_column(&stored)?,
-            ))
-        })
-        .transpose()
+            ))),
+            // a named key costs a second indexed look-up only when no first key matched
+            None => self.find_by_named_key(hash).await,
+        }
     }
 
     async fn find_by_email(&self, email: &Email) -> Result<Option<Account>, StoreError> {

@@ -32,6 +32,17 @@ async fn postgres_passes_the_spend_controls_story() {
     .await;
 }
 
+/// Named keys' story (its racing creates need a pool of several connections).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_passes_the_named_keys_story() {
+    with_fresh_database(|url| async move {
+        let store = PgStore::connect(&url).await.unwrap();
+        toolgate_store::testkit::named_keys_story(Arc::new(store.clone()), "pg").await;
+        store.close().await;
+    })
+    .await;
+}
+
 /// Placement's story on two pools of one database: two front ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_passes_the_placement_story() {

@@ -14,6 +14,15 @@ async fn sqlite_passes_the_storage_story() {
     toolgate_store::testkit::run_story(Arc::new(store), "sqlite").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_passes_the_named_keys_story() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("toolgate.db"), Durability::Full)
+        .await
+        .unwrap();
+    toolgate_store::testkit::named_keys_story(Arc::new(store), "sqlite").await;
+}
+
 #[tokio::test]
 async fn reopening_keeps_data_and_migrations_are_idempotent() {
     let dir = tempfile::tempdir().unwrap();

@@ -17,6 +17,7 @@ mod dashboard;
 mod host_lists;
 mod mcp_sessions;
 mod money;
+mod named_keys;
 mod oauth;
 mod oauth_columns;
 mod oauth_spend;
@@ -37,6 +38,10 @@ pub use host_lists::{
 pub use mcp_sessions::{McpSessionOpened, McpSessionStore, duration_millis};
 pub use money::{
     OperatorTokens, PaymentCredit, Reversal, TakeBack, TakeBacks, TakenBack, reversal_amounts,
+};
+pub use named_keys::{
+    KeyChange, KeyColumns, KeyRecord, NamedKeys, NewNamedKey, key_record_from_columns,
+    key_uses_to_json, lines_to_column, named_key_from_columns,
 };
 pub use oauth::{
     AccessGrant, Advance, CodeColumns, CodeUse, ConnectedApp, Grant, LiveTokenGroup, NewCode,
@@ -180,7 +185,9 @@ pub trait Accounts: Send + Sync {
     /// Creates an account. `Err(Conflict)` when the e-mail address (or key hash) is taken.
     async fn create_account(&self, account: &NewAccount) -> Result<Account, StoreError>;
 
-    /// The account whose current key hashes to `hash`. `Ok(None)`: no such key, or it was rotated away.
+    /// The account whose current first key, or one of whose live named keys, hashes to `hash`
+    /// (with `via` saying which, and the named key's scope and caps). `Ok(None)`: no such key,
+    /// or it was rotated away or revoked.
     async fn find_by_key_hash(
         &self,
         hash: &KeyHash,
@@ -342,6 +349,7 @@ pub trait Store:
     + TaskStore
     + HostListStore
     + SpendControls
+    + NamedKeys
 {
 }
 
@@ -360,7 +368,8 @@ impl<
         + McpSessionStore
         + TaskStore
         + HostListStore
-        + SpendControls,
+        + SpendControls
+        + NamedKeys,
 > Store for T
 {
 }

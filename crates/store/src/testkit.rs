@@ -7,6 +7,7 @@ mod dashboard;
 mod host_lists;
 mod mcp_sessions;
 mod money;
+mod named_keys;
 mod oauth;
 mod placement;
 mod secrets;
@@ -15,6 +16,7 @@ mod tasks;
 
 pub use caps::{CapsSetup, caps_story};
 pub use mcp_sessions::mcp_sessions_story;
+pub use named_keys::named_keys_story;
 pub use placement::placement_story;
 pub use spend::spend_story;
 pub use tasks::tasks_story;

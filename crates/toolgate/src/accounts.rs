@@ -68,6 +68,31 @@ pub fn purge_expired(app: &App) {
     });
 }
 
+/// How often named keys' last uses are written: `key list` and the dashboard show a use
+/// within this long, and a busy key costs one write per interval, not one per call.
+pub const KEY_USE_FLUSH: Duration = Duration::from_secs(2);
+
+/// Writes named keys' last uses every [`KEY_USE_FLUSH`] in the background, and once more when
+/// `shutdown` is cancelled.
+pub fn flush_key_uses(app: &App, shutdown: tokio_util::sync::CancellationToken) {
+    let app = app.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(KEY_USE_FLUSH);
+        loop {
+            let stopping = tokio::select! {
+                _ = tick.tick() => false,
+                () = shutdown.cancelled() => true,
+            };
+            if let Err(err) = app.auth().flush_key_uses().await {
+                tracing::warn!(error = %err, "named keys' last uses were not written; retried next time");
+            }
+            if stopping {
+                break;
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

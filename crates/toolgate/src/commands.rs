@@ -54,7 +54,8 @@ pub async fn app(pieces: Pieces) -> Result<App> {
     ))
 }
 
-fn print_json(value: &impl Serialize) -> Result<()> {
+/// Prints `value` as one line of JSON.
+pub(crate) fn print_json(value: &impl Serialize) -> Result<()> {
     println!("{}", serde_json::to_string(value)?);
     Ok(())
 }

@@ -4,6 +4,7 @@ mod accounts;
 mod backend;
 mod commands;
 mod config;
+mod keys;
 mod node;
 mod sandbox;
 mod serve;
@@ -64,6 +65,9 @@ enum OperatorCommand {
     /// Creates accounts and rotates their keys
     #[command(subcommand)]
     Account(AccountCommand),
+    /// An account's named keys: create, list, revoke
+    #[command(subcommand)]
+    Key(KeyCommand),
     /// Operator changes to wallets
     #[command(subcommand)]
     Wallet(WalletCommand),
@@ -92,6 +96,48 @@ enum AccountCommand {
         /// The account's e-mail address
         #[arg(long)]
         email: String,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KeyCommand {
+    /// Creates a named key; prints {key_id, name, api_key, personal_url, …} as JSON (the only
+    /// time the key is shown)
+    Create {
+        /// The account's e-mail address
+        #[arg(long)]
+        email: String,
+        /// The key's name (1 to 200 characters, unique among the account's live keys)
+        #[arg(long)]
+        name: String,
+        /// Most the key's calls may spend from the wallet in a calendar month, in USD
+        #[arg(long)]
+        month_cap_usd: Option<String>,
+        /// Most the key's calls may spend from the wallet in a day (UTC), in USD
+        #[arg(long)]
+        day_cap_usd: Option<String>,
+        /// The only tools the key may call, by kind, separated by commas: read, write, ai
+        /// [default: all]
+        #[arg(long)]
+        tools: Option<String>,
+        /// The only argument fields the key's calls may use, separated by commas [default: all]
+        #[arg(long)]
+        fields: Option<String>,
+    },
+    /// Lists the account's named keys, live and revoked; prints {keys: [...]} (never a key)
+    List {
+        /// The account's e-mail address
+        #[arg(long)]
+        email: String,
+    },
+    /// Revokes a named key at once; prints the key's record with `revoked`
+    Revoke {
+        /// The account's e-mail address
+        #[arg(long)]
+        email: String,
+        /// The key's id (key_…) or name
+        #[arg(long)]
+        key: String,
     },
 }
 
@@ -179,6 +225,27 @@ async fn operator(command: OperatorCommand, settings: &Settings) -> anyhow::Resu
         }
         OperatorCommand::Account(AccountCommand::RotateKey { email }) => {
             commands::rotate_key(settings, &email).await
+        }
+        OperatorCommand::Key(KeyCommand::Create {
+            email,
+            name,
+            month_cap_usd,
+            day_cap_usd,
+            tools,
+            fields,
+        }) => {
+            let request = toolgate_app::KeyRequest {
+                name: &name,
+                month_cap_usd: month_cap_usd.as_deref(),
+                day_cap_usd: day_cap_usd.as_deref(),
+                tools: tools.as_deref(),
+                fields: fields.as_deref(),
+            };
+            keys::create(settings, &email, &request).await
+        }
+        OperatorCommand::Key(KeyCommand::List { email }) => keys::list(settings, &email).await,
+        OperatorCommand::Key(KeyCommand::Revoke { email, key }) => {
+            keys::revoke(settings, &email, &key).await
         }
         OperatorCommand::Wallet(WalletCommand::Credit {
             email,

@@ -130,6 +130,7 @@ pub async fn run(config: ServeConfig) -> Result<()> {
     let app = app.with_task_settings(config.tasks);
     app.tasks().start_upkeep(shutdown.clone());
     crate::accounts::purge_expired(&app);
+    crate::accounts::flush_key_uses(&app, shutdown.clone());
     let tasks = app.tasks().clone();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
     tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");

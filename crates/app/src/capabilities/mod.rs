@@ -20,6 +20,7 @@ use crate::secrets::Secrets;
 pub use ai::OperatorKeyLimits;
 pub use billing::Billing;
 pub use sandbox::Sandbox;
+pub(crate) use secrets::rfc3339;
 
 /// Every capability this build offers, in the order tool descriptions list them and a call
 /// runs them; the vault's only with `secrets`, `url` and `http` only with `web`, the sandbox's

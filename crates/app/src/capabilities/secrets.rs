@@ -263,7 +263,7 @@ impl Capability for ListSecrets {
 
 /// Unix milliseconds as RFC 3339 in UTC with exactly three fractional digits, so that the
 /// texts sort as the times do.
-fn rfc3339(millis: i64) -> String {
+pub(crate) fn rfc3339(millis: i64) -> String {
     let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(millis) * 1_000_000) else {
         return String::new();
     };

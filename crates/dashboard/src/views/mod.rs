@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod keys;
 pub mod limits;
 pub mod network;
 pub mod overview;
@@ -19,6 +20,8 @@ use toolgate_domain::time_reexport::OffsetDateTime;
 pub enum Tab {
     /// The personal URL and setup.
     Overview,
+    /// Named keys.
+    Keys,
     /// The vault.
     Secrets,
     /// Calls per day.
@@ -35,8 +38,9 @@ pub enum Tab {
     Apps,
 }
 
-const TABS: [(Tab, &str, &str); 8] = [
+const TABS: [(Tab, &str, &str); 9] = [
     (Tab::Overview, "/dashboard", "Overview"),
+    (Tab::Keys, "/dashboard/keys", "Keys"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
