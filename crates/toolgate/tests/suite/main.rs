@@ -42,6 +42,7 @@ mod reads;
 mod sandbox;
 mod sandbox_faults;
 mod sessions_durable;
+mod spend_caps;
 mod sql;
 mod sql_hostile;
 mod stateless;
