@@ -21,11 +21,14 @@ const CACHE_FOR: Duration = Duration::from_secs(1);
 /// Entries past which the cache is emptied (a flood of distinct tokens cannot grow it).
 const CACHE_MAX: usize = 100_000;
 
+/// A cached grant, when it was read, and the key epoch read before it.
+type Entry = (AccessGrant, Instant, Option<u64>);
+
 /// Live access grants by token hash, with when each was read.
 #[derive(Default)]
 pub(super) struct Cache {
     /// Grant, when it was read and the key epoch before the read, by token hash.
-    entries: RwLock<HashMap<TokenHash, (AccessGrant, Instant, Option<u64>)>>,
+    entries: RwLock<HashMap<TokenHash, Entry>>,
     /// Bumped by every revocation, so that a look-up that raced one is not cached.
     generation: AtomicU64,
 }
