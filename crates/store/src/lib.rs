@@ -12,6 +12,7 @@ use toolgate_domain::{
     SecretInfo, SecretName, SpendCaps, UsageSnapshot, Via,
 };
 
+mod call_history;
 mod dashboard;
 mod host_lists;
 mod mcp_sessions;
@@ -24,6 +25,11 @@ mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use call_history::{
+    CallHistory, CallOutcome, CallRecord, HistoryCursor, HistoryFilter, MAX_PAGE_ROWS,
+    MAX_SEARCH_CHARS, ModelUse, ProviderTokens, destinations_from_column, destinations_to_column,
+    like_pattern, model_from_columns, month_of, tokens_per_month,
+};
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
     WalletCredit,
@@ -334,6 +340,7 @@ pub trait Store:
     + McpSessionStore
     + TaskStore
     + HostListStore
+    + CallHistory
 {
 }
 
@@ -351,7 +358,8 @@ impl<
         + Placement
         + McpSessionStore
         + TaskStore
-        + HostListStore,
+        + HostListStore
+        + CallHistory,
 > Store for T
 {
 }
