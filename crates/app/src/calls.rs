@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use toolgate_domain::{Account, Admission};
@@ -16,6 +17,7 @@ use crate::capability::{
     CallContext, CallScratch, CallSecrets, ContentItem, JsonObject, MakeCall, ProgressSink,
     ToolKind, ToolOutcome,
 };
+use crate::history::{CallFacts, CallLog};
 use crate::metering::Meter;
 use crate::redaction::{RedactedProgress, redact_ran};
 use crate::registry::{Registry, merge};
@@ -29,16 +31,25 @@ pub struct ToolCalls {
     budgets: Arc<Budgets>,
     /// Numbers calls, so capabilities of one call can share state (a call-scoped session).
     next_call: AtomicU64,
+    /// Where each call's record goes; `None`: history is off.
+    history: Option<Arc<CallLog>>,
 }
 
 impl ToolCalls {
     /// Calls of `registry`'s tools, charged by `meter`, their work taking turns of `budgets`.
-    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>, budgets: Arc<Budgets>) -> Arc<Self> {
+    /// Each call is recorded in `history`, when given.
+    pub fn new(
+        meter: Arc<Meter>,
+        registry: Arc<Registry>,
+        budgets: Arc<Budgets>,
+        history: Option<Arc<CallLog>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             meter,
             registry,
             budgets,
             next_call: AtomicU64::new(1),
+            history,
         })
     }
 
@@ -51,15 +62,36 @@ impl ToolCalls {
             .map(|spec| spec.name.as_str())
     }
 
-    /// Calls `tool` with `args` for `caller`. Work of the call that makes calls of its own (an
-    /// upcall from code in a session) makes them through this same use case, held only while
-    /// the call runs.
+    /// Calls `tool` with `args` for `caller`, and records the call in the history. Work of the
+    /// call that makes calls of its own (an upcall from code in a session) makes them through
+    /// this same use case, held only while the call runs.
     pub async fn call(
         self: &Arc<Self>,
         caller: &Account,
         tool: &str,
         args: Option<JsonObject>,
         io: CallIo<'_>,
+    ) -> Result<Answer, CallError> {
+        let Some(history) = &self.history else {
+            return self
+                .run(caller, tool, args, io, &mut CallFacts::default())
+                .await;
+        };
+        let started = (toolgate_store::now_millis(), Instant::now());
+        let kept = args.clone();
+        let mut facts = CallFacts::default();
+        let answered = self.run(caller, tool, args, io, &mut facts).await;
+        history.record(caller, tool, kept, &io, started, &answered, facts);
+        answered
+    }
+
+    async fn run(
+        self: &Arc<Self>,
+        caller: &Account,
+        tool: &str,
+        args: Option<JsonObject>,
+        io: CallIo<'_>,
+        facts: &mut CallFacts,
     ) -> Result<Answer, CallError> {
         let spec = self.registry.tool(tool).ok_or(CallError::UnknownTool)?;
         let plan = match self.registry.plan_as(spec.kind, args, io.as_task) {
@@ -89,7 +121,8 @@ impl ToolCalls {
             Admission::Capped(room) => {
                 return Err(CallError::Refused(self.meter.cap_message(&room)));
             }
-            Admission::Free { .. } | Admission::Paid { .. } => {}
+            Admission::Free { .. } => {}
+            Admission::Paid { .. } => facts.paid = true,
         }
         if let Some(admitted) = io.admitted {
             admitted.notify_one();
@@ -130,6 +163,7 @@ impl ToolCalls {
             for part in &mut ran {
                 redact_ran(part, &redactor);
             }
+            facts.redactor = Some(redactor);
         }
         let outcome = merge(ran);
         // The charge's commit ran alongside the call; the answer waits for it. If it failed,

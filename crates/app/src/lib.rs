@@ -14,6 +14,7 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 pub mod egress_rules;
+pub mod history;
 mod limiter;
 pub mod links;
 pub mod mcp_sessions;
@@ -42,6 +43,7 @@ pub use capability::{
     ResourceLink, ToolKind, ToolOutcome, TypedOutput,
 };
 pub use egress_rules::{EgressRules, EgressRulesError};
+pub use history::{CallHistoryPages, CallLog};
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
@@ -73,6 +75,8 @@ pub struct Services {
     /// Signed links to workspace files (long output, uploads): made when the vault and the
     /// sandbox are both there.
     pub links: Option<links::LinkSettings>,
+    /// Record every call in the call history (the operator's `history_days` above 0).
+    pub history: bool,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -82,6 +86,9 @@ pub struct App {
     meter: Arc<Meter>,
     registry: Arc<Registry>,
     calls: Arc<ToolCalls>,
+    /// Where calls' records go, when history is on.
+    call_log: Option<Arc<CallLog>>,
+    call_history: Arc<CallHistoryPages>,
     admin: Arc<Admin>,
     secrets: Option<Arc<Secrets>>,
     sign_in: Option<Arc<owner::SignIn>>,
@@ -146,6 +153,9 @@ impl App {
         let mailer = services.mailer.take();
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
+        let call_log = services
+            .history
+            .then(|| CallLog::start(store.clone(), pricing.paid_call_cost));
         let brand_for_admin = brand.clone();
         let capabilities =
             capabilities::builtin(meter.clone(), secrets.clone(), store.clone(), services);
@@ -157,6 +167,7 @@ impl App {
             meter,
             capabilities,
             budgets,
+            call_log,
         );
         app.secrets = secrets;
         app.links = links;
@@ -217,6 +228,7 @@ impl App {
             meter,
             capabilities,
             budgets,
+            None,
         )
     }
 
@@ -228,6 +240,7 @@ impl App {
         meter: Arc<Meter>,
         capabilities: Vec<Arc<dyn Capability>>,
         budgets: Arc<turns::Budgets>,
+        call_log: Option<Arc<CallLog>>,
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         let owner = owner::Owner::new(
@@ -241,7 +254,9 @@ impl App {
         let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets),
+            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets, call_log.clone()),
+            call_log,
+            call_history: Arc::new(CallHistoryPages::new(store.clone())),
             admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
@@ -271,6 +286,16 @@ impl App {
     /// Makes tool calls.
     pub fn calls(&self) -> &Arc<ToolCalls> {
         &self.calls
+    }
+
+    /// The call history's queue, when calls are recorded.
+    pub fn call_log(&self) -> Option<&CallLog> {
+        self.call_log.as_deref()
+    }
+
+    /// What the owner reads of the call history, and its purge.
+    pub fn call_history(&self) -> &CallHistoryPages {
+        &self.call_history
     }
 
     /// Admits calls and reports billing status.
