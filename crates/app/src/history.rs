@@ -11,10 +11,12 @@ use std::time::Instant;
 use serde_json::Value;
 use tokio::sync::mpsc;
 use toolgate_domain::{Account, AccountId, Micros, MonthKey, Via};
-use toolgate_store::{
-    CallOutcome, CallRecord, HistoryCursor, HistoryFilter, ModelUse, ProviderTokens, Store,
-    StoreError,
+/// The history's records and queries, as the dashboard reads them.
+pub use toolgate_store::{
+    CallOutcome, CallRecord, HistoryCursor, HistoryFilter, MAX_PAGE_ROWS, MAX_SEARCH_CHARS,
+    ProviderTokens,
 };
+use toolgate_store::{ModelUse, Store, StoreError};
 use toolgate_vault::Redactor;
 
 use crate::capability::{

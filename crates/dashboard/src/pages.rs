@@ -256,13 +256,24 @@ pub async fn delete_secret(
 
 /// `GET /dashboard/usage`.
 pub async fn usage(State(state): State<Dash>, signed: Signed) -> Response {
-    match state.app.owner().usage(&signed.account).await {
-        Ok(report) => {
-            let chrome = chrome(&signed, Tab::Usage, None);
-            guard::page(StatusCode::OK, views::usage::page(&chrome, &report))
-        }
-        Err(err) => guard::failed("cannot read usage", &err),
-    }
+    let report = match state.app.owner().usage(&signed.account).await {
+        Ok(report) => report,
+        Err(err) => return guard::failed("cannot read usage", &err),
+    };
+    let tokens = match state
+        .app
+        .call_history()
+        .model_tokens(&signed.account.id)
+        .await
+    {
+        Ok(tokens) => tokens,
+        Err(err) => return guard::failed("cannot read model tokens", &err),
+    };
+    let chrome = chrome(&signed, Tab::Usage, None);
+    guard::page(
+        StatusCode::OK,
+        views::usage::page(&chrome, &report, &tokens),
+    )
 }
 
 /// `GET /dashboard/wallet`.

@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod history;
 pub mod network;
 pub mod overview;
 pub mod secrets;
@@ -30,12 +31,15 @@ pub enum Tab {
     Network,
     /// Apps connected through OAuth.
     Apps,
+    /// The calls' history.
+    History,
 }
 
-const TABS: [(Tab, &str, &str); 7] = [
+const TABS: [(Tab, &str, &str); 8] = [
     (Tab::Overview, "/dashboard", "Overview"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
+    (Tab::History, "/dashboard/history", "History"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
     (Tab::Sessions, "/dashboard/sessions", "Sessions"),
     (Tab::Network, "/dashboard/network", "Network"),
