@@ -21,6 +21,7 @@ mod dashboard_wallet;
 mod egress;
 mod egress_secrets;
 mod front_door;
+mod history;
 mod host_lists;
 mod hostile_bodies;
 mod links;
