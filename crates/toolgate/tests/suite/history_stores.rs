@@ -176,6 +176,35 @@ async fn a_secret_code_prints_is_nowhere_in_history_and_destinations_are_recorde
     );
 }
 
+#[tokio::test]
+async fn a_stateless_request_names_its_client_on_either_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let alice = create_account(&storage, "history-modern@example.org");
+    let mut server = Server::start(&storage, &["--sandbox", "off"]).await;
+    let http = client();
+    let info = json!({"name": "modern-sdk", "version": "2.0"});
+    // a plain call, answered without rmcp
+    let (mut plain, headers) = modern_tool_call("svc_read", json!({"billing": true}));
+    plain["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = info.clone();
+    let reply = post_modern(&http, &server, &alice.key, (plain, headers.clone())).await;
+    assert_eq!(reply.result()["isError"], json!(false), "{reply:?}");
+    // asking for progress sends it through rmcp
+    let (mut streamed, _) = modern_tool_call("svc_read", json!({"list_secrets": true}));
+    streamed["params"]["_meta"]["io.modelcontextprotocol/clientInfo"] = info;
+    streamed["params"]["_meta"]["progressToken"] = json!("p1");
+    let reply = post_modern(&http, &server, &alice.key, (streamed, headers)).await;
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let store = storage.open_store().await;
+    let rows = calls_of(&*store, &alice.id, 2).await;
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    for row in &rows {
+        assert_eq!(row.client.as_deref(), Some("modern-sdk 2.0"), "{row:?}");
+        assert_eq!(row.session, None);
+    }
+    server.stop();
+}
+
 /// A JSON-RPC POST to a personal URL.
 async fn post_personal_url(http: &reqwest::Client, url: &str, body: &serde_json::Value) -> Reply {
     send(
