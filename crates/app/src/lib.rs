@@ -166,8 +166,7 @@ impl App {
             public_url,
             meter,
             capabilities,
-            budgets,
-            call_log,
+            (budgets, call_log),
         );
         app.secrets = secrets;
         app.links = links;
@@ -227,8 +226,7 @@ impl App {
             public_url,
             meter,
             capabilities,
-            budgets,
-            None,
+            (budgets, None),
         )
     }
 
@@ -239,8 +237,7 @@ impl App {
         public_url: &str,
         meter: Arc<Meter>,
         capabilities: Vec<Arc<dyn Capability>>,
-        budgets: Arc<turns::Budgets>,
-        call_log: Option<Arc<CallLog>>,
+        (budgets, call_log): (Arc<turns::Budgets>, Option<Arc<CallLog>>),
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         let owner = owner::Owner::new(
