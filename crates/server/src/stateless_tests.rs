@@ -111,7 +111,7 @@ fn plain_requests_of_the_generation_are_answered_here() {
         Some(Plain::Call {
             name: "svc_read".into(),
             arguments: billing,
-            client: None,
+            client: Some("t 1".into()),
         })
     );
     let bare = |arguments: Option<Value>| {
@@ -126,7 +126,7 @@ fn plain_requests_of_the_generation_are_answered_here() {
             Some(Plain::Call {
                 name: "svc_read".into(),
                 arguments: None,
-                client: None,
+                client: Some("t 1".into()),
             })
         );
     }
