@@ -30,6 +30,9 @@ const QUEUE: usize = 8192;
 /// The most records one batch writes.
 const BATCH: usize = 512;
 
+/// How long the writer gathers records after the first before it stores them.
+const GATHER: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The longest string a record's fields keep, in bytes; longer ones are cut with a marker.
 pub const CUT_BYTES: usize = 4096;
 
@@ -154,10 +157,25 @@ fn call_id() -> String {
     format!("call_{micros:014x}{}", &random[..18])
 }
 
-/// The writer: takes what has gathered (up to a batch) and stores it in one transaction.
+/// The writer: from a first record on, gathers for [`GATHER`] (or a full batch) and stores what
+/// came in one transaction, so that a busy server pays one commit (one fsync on SQLite, which
+/// the calls' own admissions share) for many calls rather than one each.
 async fn write(store: Arc<dyn Store>, mut pending: mpsc::Receiver<Pending>) {
     let mut batch = Vec::with_capacity(BATCH);
     while pending.recv_many(&mut batch, BATCH).await > 0 {
+        let gathered = tokio::time::sleep(GATHER);
+        tokio::pin!(gathered);
+        while batch.len() < BATCH {
+            let room = BATCH - batch.len();
+            tokio::select! {
+                () = &mut gathered => break,
+                came = pending.recv_many(&mut batch, room) => {
+                    if came == 0 {
+                        break;
+                    }
+                }
+            }
+        }
         let records: Vec<CallRecord> = batch.drain(..).map(Pending::finish).collect();
         if let Err(error) = store.append_calls(&records).await {
             tracing::warn!(%error, rows = records.len(), "call history batch was not stored");
