@@ -157,23 +157,18 @@ fn call_id() -> String {
     format!("call_{micros:014x}{}", &random[..18])
 }
 
-/// The writer: from a first record on, gathers for [`GATHER`] (or a full batch) and stores what
-/// came in one transaction, so that a busy server pays one commit (one fsync on SQLite, which
-/// the calls' own admissions share) for many calls rather than one each.
+/// The writer: from a first record on, sleeps [`GATHER`] and then stores what came (up to a
+/// batch) in one transaction, so that a busy server pays one commit (one fsync on SQLite, whose
+/// file the calls' own admissions share) for many calls rather than one each; and while it
+/// sleeps, a call's record wakes nobody.
 async fn write(store: Arc<dyn Store>, mut pending: mpsc::Receiver<Pending>) {
     let mut batch = Vec::with_capacity(BATCH);
     while pending.recv_many(&mut batch, BATCH).await > 0 {
-        let gathered = tokio::time::sleep(GATHER);
-        tokio::pin!(gathered);
+        tokio::time::sleep(GATHER).await;
         while batch.len() < BATCH {
-            let room = BATCH - batch.len();
-            tokio::select! {
-                () = &mut gathered => break,
-                came = pending.recv_many(&mut batch, room) => {
-                    if came == 0 {
-                        break;
-                    }
-                }
+            match pending.try_recv() {
+                Ok(record) => batch.push(record),
+                Err(_) => break,
             }
         }
         let records: Vec<CallRecord> = batch.drain(..).map(Pending::finish).collect();
