@@ -7,46 +7,17 @@
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use toolgate_app::history::{CallRecord, HistoryCursor, HistoryFilter, MAX_SEARCH_CHARS};
 use toolgate_domain::time_reexport::{Date, Month, OffsetDateTime};
 
 use crate::Dash;
 use crate::guard::{self, Signed};
 use crate::pages::chrome;
-use crate::views::history::{FilterView, RecordView};
-use crate::views::{self, Tab};
+use crate::views::history::{EXPORT_ROWS, FilterQuery, FilterView, RecordView};
+use crate::views::{self, Tab, iso_time};
 
 /// Rows a page shows.
 const PAGE_ROWS: u32 = 50;
-
-/// The most rows an export holds.
-pub const EXPORT_ROWS: u32 = 10_000;
-
-/// The filters as the form sends them; empty fields filter nothing.
-#[derive(Deserialize, Default, Clone)]
-pub struct FilterQuery {
-    #[serde(default)]
-    pub(crate) key: String,
-    #[serde(default)]
-    pub(crate) tool: String,
-    #[serde(default)]
-    pub(crate) outcome: String,
-    #[serde(default)]
-    pub(crate) session: String,
-    /// First day, `YYYY-MM-DD` (UTC).
-    #[serde(default)]
-    pub(crate) from: String,
-    /// Last day, `YYYY-MM-DD` (UTC), included.
-    #[serde(default)]
-    pub(crate) to: String,
-    /// Text the fields contain.
-    #[serde(default)]
-    pub(crate) q: String,
-    /// Where the page starts (the last row of the page before).
-    #[serde(default)]
-    pub(crate) after: String,
-}
 
 impl FilterQuery {
     /// The store's filter; a date that does not parse is an error to show.
@@ -81,22 +52,6 @@ impl FilterQuery {
             // a search keeps its spaces: they may be what is looked for
             search: (!self.q.is_empty()).then(|| self.q.chars().take(MAX_SEARCH_CHARS).collect()),
         })
-    }
-
-    /// The query string of these filters, without the cursor (for links and the export).
-    pub(crate) fn encoded(&self) -> String {
-        let pairs = [
-            ("key", &self.key),
-            ("tool", &self.tool),
-            ("outcome", &self.outcome),
-            ("session", &self.session),
-            ("from", &self.from),
-            ("to", &self.to),
-            ("q", &self.q),
-        ];
-        let given: Vec<(&str, &String)> =
-            pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
-        serde_urlencoded::to_string(given).unwrap_or_default()
     }
 }
 
@@ -294,23 +249,6 @@ fn push_line(out: &mut String, cells: impl Iterator<Item = String>) {
         out.push('"');
     }
     out.push_str("\r\n");
-}
-
-/// A Unix-millisecond time as `2026-11-28T02:30:05.123Z`.
-pub fn iso_time(ms: i64) -> String {
-    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
-        return String::new();
-    };
-    format!(
-        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-        at.year(),
-        u8::from(at.month()),
-        at.day(),
-        at.hour(),
-        at.minute(),
-        at.second(),
-        at.millisecond()
-    )
 }
 
 #[cfg(test)]

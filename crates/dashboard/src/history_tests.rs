@@ -3,7 +3,8 @@
 use toolgate_app::history::{CallOutcome, CallRecord};
 use toolgate_domain::{AccountId, Micros};
 
-use super::{FilterQuery, csv, day_start_ms, iso_time};
+use super::{FilterQuery, csv, day_start_ms};
+use crate::views::iso_time;
 
 fn row(fields: &str) -> CallRecord {
     CallRecord {

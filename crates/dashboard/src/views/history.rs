@@ -2,10 +2,56 @@
 //! and the record itself. Everything a caller wrote (fields, errors, client names) is escaped.
 
 use maud::{Markup, html};
+use serde::Deserialize;
 use toolgate_app::history::CallRecord;
 
-use super::{Chrome, date_time, layout};
-use crate::history::{EXPORT_ROWS, FilterQuery, iso_time};
+use super::{Chrome, date_time, iso_time, layout};
+
+/// The most rows an export holds.
+pub const EXPORT_ROWS: u32 = 10_000;
+
+/// The filters as the form sends them; empty fields filter nothing.
+#[derive(Deserialize, Default, Clone)]
+pub struct FilterQuery {
+    #[serde(default)]
+    pub(crate) key: String,
+    #[serde(default)]
+    pub(crate) tool: String,
+    #[serde(default)]
+    pub(crate) outcome: String,
+    #[serde(default)]
+    pub(crate) session: String,
+    /// First day, `YYYY-MM-DD` (UTC).
+    #[serde(default)]
+    pub(crate) from: String,
+    /// Last day, `YYYY-MM-DD` (UTC), included.
+    #[serde(default)]
+    pub(crate) to: String,
+    /// Text the fields contain.
+    #[serde(default)]
+    pub(crate) q: String,
+    /// Where the page starts (the last row of the page before).
+    #[serde(default)]
+    pub(crate) after: String,
+}
+
+impl FilterQuery {
+    /// The query string of these filters, without the cursor (for links and the export).
+    pub(crate) fn encoded(&self) -> String {
+        let pairs = [
+            ("key", &self.key),
+            ("tool", &self.tool),
+            ("outcome", &self.outcome),
+            ("session", &self.session),
+            ("from", &self.from),
+            ("to", &self.to),
+            ("q", &self.q),
+        ];
+        let given: Vec<(&str, &String)> =
+            pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+        serde_urlencoded::to_string(given).unwrap_or_default()
+    }
+}
 
 /// The list page's content.
 pub struct FilterView<'a> {

@@ -172,6 +172,23 @@ pub fn date_time(ms: i64) -> String {
     )
 }
 
+/// A Unix-millisecond time as `2026-11-28T02:30:05.123Z`.
+pub fn iso_time(ms: i64) -> String {
+    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
+        return String::new();
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.millisecond()
+    )
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
