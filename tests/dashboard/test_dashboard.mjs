@@ -414,6 +414,38 @@ describe('the dashboard in chromium', () => {
     await photo(page, '10-usage');
   });
 
+  step('the history page lists the SDK\'s calls, filters them and opens one', async () => {
+    // the writer stores calls off their path: wait for the last ones
+    const rows = page.locator('table#history tbody tr');
+    for (let tries = 0; ; tries++) {
+      await page.goto(`${base}/dashboard/history`);
+      if ((await rows.count()) >= metered.free + metered.paid || tries > 50) break;
+      await page.waitForTimeout(100);
+    }
+    assert.ok((await rows.count()) >= metered.free + metered.paid, `${await rows.count()} rows`);
+    assert.match(await text(rows.first()), /toolgate-dashboard-tests 1\.0\.0/, 'the SDK\'s clientInfo');
+    assert.ok(!(await page.content()).includes(SECRET_VALUE));
+    await photo(page, '10a-history');
+    await page.locator('form#history-filter select[name=outcome]').selectOption('refused');
+    await Promise.all([
+      page.waitForNavigation({ url: (u) => u.searchParams.get('outcome') === 'refused' }),
+      page.locator('form#history-filter button[type=submit]').click(),
+    ]);
+    const refused = page.locator('table#history tbody tr');
+    assert.ok((await refused.count()) >= 1, 'the refusal past the allowance is listed');
+    for (const outcome of await refused.evaluateAll((trs) => trs.map((tr) => tr.dataset.outcome))) {
+      assert.equal(outcome, 'refused');
+    }
+    await photo(page, '10b-history-filtered');
+    await Promise.all([
+      page.waitForNavigation({ url: (u) => u.pathname.startsWith('/dashboard/history/call_') }),
+      refused.first().locator('a.open').click(),
+    ]);
+    assert.match(await text(page.locator('#record-outcome')), /^refused: -32002/);
+    assert.ok(await page.locator('pre#record-fields').isVisible());
+    await photo(page, '10c-history-record');
+  });
+
   step('the wallet page shows the top-up less the paid calls, and its history', async () => {
     await page.goto(`${base}/dashboard/wallet`);
     assert.equal(await text(page.locator('#balance')), `${expectedBalance()} USD`);

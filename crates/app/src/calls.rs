@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use toolgate_domain::{Account, Admission, NamedKey};
@@ -16,6 +17,7 @@ use crate::capability::{
     CallContext, CallScratch, CallSecrets, ContentItem, JsonObject, MakeCall, ProgressSink,
     ToolKind, ToolOutcome,
 };
+use crate::history::{CallFacts, CallLog};
 use crate::metering::Meter;
 use crate::redaction::{RedactedProgress, redact_ran};
 use crate::registry::{Registry, merge};
@@ -32,17 +34,26 @@ pub struct ToolCalls {
     next_call: AtomicU64,
     /// Told of each paid or capped call, to check the account's spend alerts off the call's path.
     spend_watch: OnceLock<SpendWatch>,
+    /// Where each call's record goes; `None`: history is off.
+    history: Option<Arc<CallLog>>,
 }
 
 impl ToolCalls {
     /// Calls of `registry`'s tools, charged by `meter`, their work taking turns of `budgets`.
-    pub fn new(meter: Arc<Meter>, registry: Arc<Registry>, budgets: Arc<Budgets>) -> Arc<Self> {
+    /// Each call is recorded in `history`, when given.
+    pub fn new(
+        meter: Arc<Meter>,
+        registry: Arc<Registry>,
+        budgets: Arc<Budgets>,
+        history: Option<Arc<CallLog>>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             meter,
             registry,
             budgets,
             next_call: AtomicU64::new(1),
             spend_watch: OnceLock::new(),
+            history,
         })
     }
 
@@ -131,15 +142,36 @@ impl ToolCalls {
             .join(", ")
     }
 
-    /// Calls `tool` with `args` for `caller`. Work of the call that makes calls of its own (an
-    /// upcall from code in a session) makes them through this same use case, held only while
-    /// the call runs.
+    /// Calls `tool` with `args` for `caller`, and records the call in the history. Work of the
+    /// call that makes calls of its own (an upcall from code in a session) makes them through
+    /// this same use case, held only while the call runs.
     pub async fn call(
         self: &Arc<Self>,
         caller: &Account,
         tool: &str,
         args: Option<JsonObject>,
         io: CallIo<'_>,
+    ) -> Result<Answer, CallError> {
+        let Some(history) = &self.history else {
+            return self
+                .run(caller, tool, args, io, &mut CallFacts::default())
+                .await;
+        };
+        let started = (toolgate_store::now_millis(), Instant::now());
+        let kept = args.clone();
+        let mut facts = CallFacts::default();
+        let answered = self.run(caller, tool, args, io, &mut facts).await;
+        history.record(caller, tool, kept, &io, started, &answered, facts);
+        answered
+    }
+
+    async fn run(
+        self: &Arc<Self>,
+        caller: &Account,
+        tool: &str,
+        args: Option<JsonObject>,
+        io: CallIo<'_>,
+        facts: &mut CallFacts,
     ) -> Result<Answer, CallError> {
         let spec = self.registry.tool(tool).ok_or(CallError::UnknownTool)?;
         // before anything else: a key's scope is the same whoever calls with it, upcalls included
@@ -177,6 +209,7 @@ impl ToolCalls {
             Admission::Free { .. } | Admission::Paid { .. } => {}
         }
         let paid = matches!(admission, Admission::Paid { .. });
+        facts.paid = paid;
         if let Some(admitted) = io.admitted {
             admitted.notify_one();
         }
@@ -216,6 +249,7 @@ impl ToolCalls {
             for part in &mut ran {
                 redact_ran(part, &redactor);
             }
+            facts.redactor = Some(redactor);
         }
         let outcome = merge(ran);
         // The charge's commit ran alongside the call; the answer waits for it. If it failed,

@@ -473,3 +473,39 @@ impl toolgate_store::NamedKeys for GatedStore {
         self.inner.record_key_uses(uses).await
     }
 }
+#[async_trait]
+impl toolgate_store::CallHistory for GatedStore {
+    async fn append_calls(&self, records: &[CallRecord]) -> Result<(), StoreError> {
+        self.inner.append_calls(records).await
+    }
+
+    async fn call_page(
+        &self,
+        account: &AccountId,
+        filter: &HistoryFilter,
+        cursor: Option<&HistoryCursor>,
+        limit: u32,
+    ) -> Result<Vec<CallRecord>, StoreError> {
+        self.inner.call_page(account, filter, cursor, limit).await
+    }
+
+    async fn call_record(
+        &self,
+        account: &AccountId,
+        id: &str,
+    ) -> Result<Option<CallRecord>, StoreError> {
+        self.inner.call_record(account, id).await
+    }
+
+    async fn purge_calls(&self, before_ms: i64, limit: u32) -> Result<u64, StoreError> {
+        self.inner.purge_calls(before_ms, limit).await
+    }
+
+    async fn model_tokens(
+        &self,
+        account: &AccountId,
+        month: &MonthKey,
+    ) -> Result<Vec<ProviderTokens>, StoreError> {
+        self.inner.model_tokens(account, month).await
+    }
+}

@@ -295,6 +295,10 @@ pub struct CallIo<'a> {
     /// The most characters the caller's client takes inline, when it said
     /// (`_meta` `anthropic/maxResultSizeChars`).
     pub result_chars: Option<usize>,
+    /// The client making the call, `name version`, for its history record.
+    pub client: Option<&'a str>,
+    /// The MCP session the call is made in, for its history record.
+    pub session: Option<&'a str>,
 }
 
 /// An answered call.

@@ -14,6 +14,7 @@ pub mod calls;
 pub mod capabilities;
 pub mod capability;
 pub mod egress_rules;
+pub mod history;
 mod limiter;
 pub mod links;
 pub mod mcp_sessions;
@@ -44,6 +45,7 @@ pub use capability::{
     ResourceLink, ToolKind, ToolOutcome, TypedOutput,
 };
 pub use egress_rules::{EgressRules, EgressRulesError};
+pub use history::{CallHistoryPages, CallLog};
 pub use mcp_sessions::{McpSessionError, McpSessionRecords};
 pub use metering::{Meter, MeterError};
 pub use named_keys::{CreatedKey, KeyError, KeyRequest, KeyView, NamedKeyAdmin};
@@ -76,6 +78,8 @@ pub struct Services {
     /// Signed links to workspace files (long output, uploads): made when the vault and the
     /// sandbox are both there.
     pub links: Option<links::LinkSettings>,
+    /// Record every call in the call history (the operator's `history_days` above 0).
+    pub history: bool,
 }
 
 /// Everything a front end (HTTP server, CLI) needs, built once from the settings.
@@ -85,6 +89,9 @@ pub struct App {
     meter: Arc<Meter>,
     registry: Arc<Registry>,
     calls: Arc<ToolCalls>,
+    /// Where calls' records go, when history is on.
+    call_log: Option<Arc<CallLog>>,
+    call_history: Arc<CallHistoryPages>,
     admin: Arc<Admin>,
     keys: Arc<NamedKeyAdmin>,
     secrets: Option<Arc<Secrets>>,
@@ -150,6 +157,9 @@ impl App {
         let mailer = services.mailer.take();
         let payments = services.payments.take();
         let limits = services.sign_in_limits;
+        let call_log = services
+            .history
+            .then(|| CallLog::start(store.clone(), pricing.paid_call_cost));
         let brand_for_admin = brand.clone();
         let capabilities =
             capabilities::builtin(meter.clone(), secrets.clone(), store.clone(), services);
@@ -160,7 +170,7 @@ impl App {
             public_url,
             meter,
             capabilities,
-            budgets,
+            (budgets, call_log),
         );
         app.secrets = secrets;
         app.links = links;
@@ -232,7 +242,7 @@ impl App {
             public_url,
             meter,
             capabilities,
-            budgets,
+            (budgets, None),
         )
     }
 
@@ -243,7 +253,7 @@ impl App {
         public_url: &str,
         meter: Arc<Meter>,
         capabilities: Vec<Arc<dyn Capability>>,
-        budgets: Arc<turns::Budgets>,
+        (budgets, call_log): (Arc<turns::Budgets>, Option<Arc<CallLog>>),
     ) -> Self {
         let registry = Arc::new(Registry::new(&brand, capabilities));
         let owner = owner::Owner::new(
@@ -257,8 +267,10 @@ impl App {
         let wallets = owner::Wallets::new(store.clone(), None, pricing.clone(), public_url);
         Self {
             auth: Arc::new(Authenticator::new(store.clone(), brand.clone())),
-            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets),
+            calls: ToolCalls::new(meter.clone(), registry.clone(), budgets, call_log.clone()),
             keys: Arc::new(NamedKeyAdmin::new(store.clone(), brand.clone(), public_url)),
+            call_log,
+            call_history: Arc::new(CallHistoryPages::new(store.clone())),
             admin: Arc::new(Admin::new(store.clone(), brand, pricing, public_url)),
             registry,
             meter,
@@ -288,6 +300,16 @@ impl App {
     /// Makes tool calls.
     pub fn calls(&self) -> &Arc<ToolCalls> {
         &self.calls
+    }
+
+    /// The call history's queue, when calls are recorded.
+    pub fn call_log(&self) -> Option<&CallLog> {
+        self.call_log.as_deref()
+    }
+
+    /// What the owner reads of the call history, and its purge.
+    pub fn call_history(&self) -> &CallHistoryPages {
+        &self.call_history
     }
 
     /// Admits calls and reports billing status.

@@ -10,6 +10,7 @@ mod assets;
 mod consent;
 mod cookie;
 mod guard;
+mod history;
 mod keys;
 mod limits;
 mod network;
@@ -105,6 +106,9 @@ pub fn router(app: App, settings: DashboardSettings) -> Router {
         .route("/dashboard/secrets/set", post(pages::set_secret))
         .route("/dashboard/secrets/delete", post(pages::delete_secret))
         .route("/dashboard/usage", get(pages::usage))
+        .route("/dashboard/history", get(history::page))
+        .route("/dashboard/history.csv", get(history::export))
+        .route("/dashboard/history/{id}", get(history::record))
         .route("/dashboard/wallet", get(pages::wallet))
         .route("/dashboard/wallet/top-up", post(pages::top_up))
         .route("/dashboard/limits", get(limits::page))

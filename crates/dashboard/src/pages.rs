@@ -267,8 +267,20 @@ pub async fn usage(State(state): State<Dash>, signed: Signed) -> Response {
         (Ok(report), Ok(split)) => (report, split),
         (Err(err), _) | (_, Err(err)) => return guard::failed("cannot read usage", &err),
     };
+    let tokens = match state
+        .app
+        .call_history()
+        .model_tokens(&signed.account.id)
+        .await
+    {
+        Ok(tokens) => tokens,
+        Err(err) => return guard::failed("cannot read model tokens", &err),
+    };
     let chrome = chrome(&signed, Tab::Usage, None);
-    guard::page(StatusCode::OK, views::usage::page(&chrome, &report, &split))
+    guard::page(
+        StatusCode::OK,
+        views::usage::page(&chrome, &report, &split, &tokens),
+    )
 }
 
 /// `GET /dashboard/wallet`.

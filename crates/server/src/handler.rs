@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::answer::{Answered, Answerer, TaskSupport};
 use crate::error::{RpcCode, mcp_error};
-use crate::mcp_sessions::CallCancel;
+use crate::mcp_sessions::{CallCancel, CallOrigin};
 use crate::metrics::Metrics;
 
 /// The authenticated account, inserted into request extensions before rmcp sees the request.
@@ -147,10 +147,13 @@ impl McpHandler {
             .get_progress_token()
             .map(|token| ProgressRelay::start(context.peer.clone(), token));
         let cancel = cancellation_of(context);
+        let origin = origin_of(context);
         let io = CallIo {
             progress: progress.as_ref().map(|p| p as &dyn ProgressSink),
             cancel: Some(&cancel),
             result_chars: result_chars_of(context),
+            client: origin.client.as_deref(),
+            session: origin.session.as_deref(),
             ..CallIo::default()
         };
         let answered = self
@@ -232,6 +235,21 @@ fn cancellation_of(ctx: &RequestContext<RoleServer>) -> CancellationToken {
         .get::<http::request::Parts>()
         .and_then(|parts| parts.extensions.get::<CallCancel>())
         .map_or_else(|| ctx.ct.clone(), |CallCancel(token)| token.clone())
+}
+
+/// Who makes the call and where: the request's [`CallOrigin`] (a legacy session's), else the
+/// client a 2026-07-28 request names in its `_meta`.
+fn origin_of(ctx: &RequestContext<RoleServer>) -> CallOrigin {
+    let mut origin = ctx
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<CallOrigin>())
+        .cloned()
+        .unwrap_or_default();
+    if origin.client.is_none() {
+        origin.client = CallOrigin::client_of(ctx.meta.get("io.modelcontextprotocol/clientInfo"));
+    }
+    origin
 }
 
 fn caller_of(ctx: &RequestContext<RoleServer>) -> Option<Arc<Account>> {

@@ -21,7 +21,7 @@ use toolgate_domain::{Account, AccountId};
 
 use crate::error::EdgeError;
 use crate::jsonrpc::MessageInfo;
-use crate::mcp_sessions::{CallCancel, CallGuard, Touch, WRITE_BACK_AFTER};
+use crate::mcp_sessions::{CallCancel, CallGuard, CallOrigin, Touch, WRITE_BACK_AFTER};
 use crate::sse::Accepts;
 use crate::{Shared, rmcp_forward};
 
@@ -104,6 +104,10 @@ pub async fn open(state: &Shared, account: &Arc<Account>, parts: Parts, body: By
     if let Some(key) = account.via.named_key() {
         state.sessions.opened_with(&id, &key.id);
     }
+    let client = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|message| CallOrigin::client_of(message.pointer("/params/clientInfo")));
+    state.sessions.set_client(&id, client);
     // inline JSON, so that 2025-11-25's `tasks` capability can be added to the answer
     let inline = Accepts { sse: false };
     let response = rmcp_forward::forward(state, account, parts, Body::from(body), inline).await;
@@ -182,6 +186,10 @@ pub async fn post(
     if let Some(call) = &call {
         parts.extensions.insert(CallCancel(call.token().clone()));
     }
+    parts.extensions.insert(CallOrigin {
+        client: state.sessions.client(id),
+        session: Some(id.into()),
+    });
     let response = match crate::tools_call::answer(state, account, &parts, &body, info).await {
         Some(answer) => answer,
         None => rmcp_forward::forward(state, account, parts, Body::from(body), accepts).await,

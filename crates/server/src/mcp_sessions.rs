@@ -18,6 +18,29 @@ use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 use toolgate_domain::{AccountId, KeyId};
 
+/// Who makes a request's calls and in which session, for their history records; a request's
+/// extension.
+#[derive(Debug, Clone, Default)]
+pub struct CallOrigin {
+    /// The client, `name version`.
+    pub client: Option<Arc<str>>,
+    /// The MCP session.
+    pub session: Option<Arc<str>>,
+}
+
+impl CallOrigin {
+    /// The client named by a `clientInfo` object (`{name, version}`), at most 200 characters.
+    pub fn client_of(info: Option<&serde_json::Value>) -> Option<Arc<str>> {
+        let info = info?;
+        let name = info.get("name")?.as_str()?;
+        let text = match info.get("version").and_then(serde_json::Value::as_str) {
+            Some(version) => format!("{name} {version}"),
+            None => name.to_owned(),
+        };
+        Some(text.chars().take(200).collect::<String>().into())
+    }
+}
+
 /// How many legacy sessions may be open, and for how long idle.
 #[derive(Debug, Clone, Copy)]
 pub struct McpSessionLimits {
@@ -96,6 +119,8 @@ struct McpSession {
     /// The named key it was opened with (`None`: the first key or an OAuth token); revoking
     /// that key closes it.
     key: Option<KeyId>,
+    /// The client's `name version` from its `initialize`, for the history of its calls.
+    client: Option<Arc<str>>,
     last_used: Instant,
     /// When the store last confirmed it open (or it was opened here).
     checked: Instant,
@@ -326,6 +351,18 @@ impl McpSessions {
         })
     }
 
+    /// Keeps the client that opened session `id` (from its `initialize`).
+    pub fn set_client(&self, id: &str, client: Option<Arc<str>>) {
+        if let Some(session) = self.lock().sessions.get_mut(id) {
+            session.client = client;
+        }
+    }
+
+    /// The client that opened session `id`, when this process saw its `initialize`.
+    pub fn client(&self, id: &str) -> Option<Arc<str>> {
+        self.lock().sessions.get(id)?.client.clone()
+    }
+
     /// Cancels the call `request_id` of `owner`'s session `id`, if it is in flight.
     pub fn cancel(&self, id: &str, owner: &AccountId, request_id: &str) {
         let table = self.lock();
@@ -348,6 +385,7 @@ impl McpSession {
         Self {
             owner: owner.clone(),
             key: None,
+            client: None,
             last_used: now,
             checked: now,
             written: now,

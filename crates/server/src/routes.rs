@@ -31,10 +31,27 @@ pub async fn healthz() -> Response {
 
 /// `GET /metrics`: Prometheus text exposition.
 pub async fn metrics(State(state): State<Shared>) -> Response {
-    let mut response = state.metrics.render().into_response();
+    let mut text = state.metrics.render();
+    if let Some(log) = state.app.call_log() {
+        history_dropped(&mut text, log.dropped());
+    }
+    let mut response = text.into_response();
     let kind = HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8");
     response.headers_mut().insert(header::CONTENT_TYPE, kind);
     response
+}
+
+/// Adds the call history's dropped records (its queue was full) to the exposition, before its
+/// end marker.
+fn history_dropped(text: &mut String, dropped: u64) {
+    let end = text.strip_suffix("# EOF\n").map(str::len);
+    let tail = end.map(|at| text.split_off(at));
+    text.push_str(
+        "# HELP toolgate_history_dropped Call history records dropped because the writer's queue was full.\n\
+         # TYPE toolgate_history_dropped counter\n",
+    );
+    text.push_str(&format!("toolgate_history_dropped_total {dropped}\n"));
+    text.push_str(tail.as_deref().unwrap_or_default());
 }
 
 /// Anything else: 404 with a pointer to the endpoints.

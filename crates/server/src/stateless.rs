@@ -21,6 +21,7 @@ use toolgate_domain::Account;
 
 use crate::Shared;
 use crate::jsonrpc::MessageInfo;
+use crate::mcp_sessions::CallOrigin;
 use crate::tools_call::{self, Generation};
 
 /// The only version this path answers; requests naming another go to rmcp.
@@ -82,6 +83,7 @@ enum Plain {
     Call {
         name: String,
         arguments: Option<Map<String, Value>>,
+        client: Option<Arc<str>>,
     },
 }
 
@@ -133,9 +135,22 @@ pub async fn answer(
     match plain_request(&parts.headers, body, info)? {
         Plain::List if state.app.calls().may_call_all(account) => Some(stateless.list(id)),
         Plain::List => None,
-        Plain::Call { name, arguments } if stateless.calls && state.handler.is_tool(&name) => {
+        Plain::Call {
+            name,
+            arguments,
+            client,
+        } if stateless.calls && state.handler.is_tool(&name) => {
             let generation = Generation::Stateless;
-            Some(tools_call::run(state, account, parts, id, name, arguments, generation).await)
+            let origin = CallOrigin {
+                client,
+                session: None,
+            };
+            let call = tools_call::Call {
+                name,
+                arguments,
+                origin: Some(origin),
+            };
+            Some(tools_call::run(state, account, parts, id, call, generation).await)
         }
         Plain::Call { .. } => None,
     }
@@ -153,6 +168,7 @@ fn plain_request(headers: &HeaderMap, body: &[u8], info: &MessageInfo) -> Option
         return None;
     }
     let params = serde_json::from_slice::<Envelope>(body).ok()?.params;
+    let client = CallOrigin::client_of(params.meta.get("io.modelcontextprotocol/clientInfo"));
     if !meta_is_plain(params.meta) {
         return None;
     }
@@ -161,6 +177,7 @@ fn plain_request(headers: &HeaderMap, body: &[u8], info: &MessageInfo) -> Option
         ("tools/call", Some(name)) => Plain::Call {
             name,
             arguments: params.arguments,
+            client,
         },
         _ => return None,
     };

@@ -110,7 +110,8 @@ fn plain_requests_of_the_generation_are_answered_here() {
         Request::call().plain(),
         Some(Plain::Call {
             name: "svc_read".into(),
-            arguments: billing
+            arguments: billing,
+            client: Some("t 1".into()),
         })
     );
     let bare = |arguments: Option<Value>| {
@@ -124,7 +125,8 @@ fn plain_requests_of_the_generation_are_answered_here() {
             request.plain(),
             Some(Plain::Call {
                 name: "svc_read".into(),
-                arguments: None
+                arguments: None,
+                client: Some("t 1".into()),
             })
         );
     }

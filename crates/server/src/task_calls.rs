@@ -70,6 +70,8 @@ impl TaskCall {
                 admitted: Some(&told),
                 as_task: true,
                 result_chars,
+                client: None,
+                session: None,
             };
             answerer
                 .answer(&caller, &name, arguments, io, std::time::Instant::now())

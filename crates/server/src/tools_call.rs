@@ -24,7 +24,7 @@ use toolgate_domain::Account;
 use crate::Shared;
 use crate::answer::Answered;
 use crate::jsonrpc::MessageInfo;
-use crate::mcp_sessions::CallCancel;
+use crate::mcp_sessions::{CallCancel, CallOrigin};
 
 /// `params` of a call this path takes: nothing but the tool and its arguments.
 #[derive(Deserialize)]
@@ -64,18 +64,12 @@ pub async fn answer(
     {
         return None;
     }
-    Some(
-        run(
-            state,
-            account,
-            parts,
-            &id,
-            call.name,
-            call.arguments,
-            Generation::Legacy,
-        )
-        .await,
-    )
+    let call = Call {
+        name: call.name,
+        arguments: call.arguments,
+        origin: None,
+    };
+    Some(run(state, account, parts, &id, call, Generation::Legacy).await)
 }
 
 /// Which generation's result shape an answer takes.
@@ -87,6 +81,14 @@ pub(crate) enum Generation {
     Stateless,
 }
 
+/// A call this path answers: the tool, its arguments, and who makes it where (`None`: the
+/// request's [`CallOrigin`] extension, if any).
+pub(crate) struct Call {
+    pub(crate) name: String,
+    pub(crate) arguments: Option<Map<String, Value>>,
+    pub(crate) origin: Option<CallOrigin>,
+}
+
 /// Runs a call of one of the tools, already found to be one this server answers itself, and
 /// writes its JSON answer for `generation`.
 pub(crate) async fn run(
@@ -94,10 +96,17 @@ pub(crate) async fn run(
     account: &Arc<Account>,
     parts: &Parts,
     id: &Value,
-    name: String,
-    arguments: Option<Map<String, Value>>,
+    call: Call,
     generation: Generation,
 ) -> Response {
+    let Call {
+        name,
+        arguments,
+        origin,
+    } = call;
+    let origin = origin
+        .or_else(|| parts.extensions.get::<CallOrigin>().cloned())
+        .unwrap_or_default();
     // in a legacy session, `notifications/cancelled` cancels the call through this token;
     // a client that goes away drops this future, and the guard cancels it then
     let cancel = parts
@@ -112,6 +121,8 @@ pub(crate) async fn run(
     let task = tokio::spawn(async move {
         let io = CallIo {
             cancel: Some(&token),
+            client: origin.client.as_deref(),
+            session: origin.session.as_deref(),
             ..CallIo::default()
         };
         handler.answer(&caller, &name, arguments, io, started).await

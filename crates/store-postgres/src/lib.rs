@@ -7,6 +7,7 @@
 
 mod admit;
 mod batch;
+mod call_history;
 mod capped;
 mod dashboard;
 mod host_lists;

@@ -8,6 +8,7 @@
 
 mod admit;
 mod allowance;
+mod call_history;
 mod dashboard;
 mod file_modes;
 mod host_lists;

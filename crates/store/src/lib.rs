@@ -12,6 +12,7 @@ use toolgate_domain::{
     SecretInfo, SecretName, SpendCaps, UsageSnapshot, Via,
 };
 
+mod call_history;
 mod caps;
 mod dashboard;
 mod host_lists;
@@ -27,6 +28,11 @@ mod tasks;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
+pub use call_history::{
+    CallHistory, CallOutcome, CallRecord, HistoryCursor, HistoryFilter, MAX_PAGE_ROWS,
+    MAX_SEARCH_CHARS, ModelUse, ProviderTokens, destinations_from_column, destinations_to_column,
+    like_pattern, model_from_columns, month_of, tokens_per_month,
+};
 pub use caps::{CapColumns, cap_rooms, spend_rows};
 pub use dashboard::{
     DailyCalls, History, NewSignInSession, SealedKeys, SignIns, SingleUseLinks, TokenHash,
@@ -350,6 +356,7 @@ pub trait Store:
     + HostListStore
     + SpendControls
     + NamedKeys
+    + CallHistory
 {
 }
 
@@ -369,7 +376,8 @@ impl<
         + TaskStore
         + HostListStore
         + SpendControls
-        + NamedKeys,
+        + NamedKeys
+        + CallHistory,
 > Store for T
 {
 }

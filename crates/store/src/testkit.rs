@@ -2,6 +2,7 @@
 //! cannot drift apart. Each step panics with a message naming what broke.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod call_history;
 mod caps;
 mod dashboard;
 mod host_lists;
@@ -52,6 +53,7 @@ fn charge<'a>(account: &'a AccountId, month: &'a MonthKey, free: i64) -> CallCha
 
 /// Runs every step of the story against `store`, which must be empty of the addresses used.
 pub async fn run_story(store: Arc<dyn Store>, tag: &str) {
+    call_history::call_history_story(&*store, tag).await;
     accounts_and_keys(&*store, tag).await;
     allowance_then_wallet_then_refusal(&*store, tag).await;
     credits_apply_once_per_reference(&*store, tag).await;

@@ -46,9 +46,10 @@ pub fn payments(stripe: Option<StripeSettings>) -> Result<Option<Arc<dyn Payment
     Ok(Some(Arc::new(stripe)))
 }
 
-/// Deletes expired sign-in links and dashboard sessions, and OAuth clients unused for a day
-/// (no live token, no pending code), at start and now and then, for as long as the process runs.
-pub fn purge_expired(app: &App) {
+/// Deletes expired sign-in links and dashboard sessions, OAuth clients unused for a day (no
+/// live token, no pending code), and calls older than `history_days` (all of them at 0), at
+/// start and now and then, for as long as the process runs.
+pub fn purge_expired(app: &App, history_days: u32) {
     let app = app.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(PURGE_EVERY);
@@ -63,6 +64,13 @@ pub fn purge_expired(app: &App) {
                 Ok(0) => {}
                 Ok(purged) => tracing::info!(purged, "unused OAuth clients purged"),
                 Err(err) => tracing::warn!(error = %err, "unused OAuth clients were not purged"),
+            }
+            let kept_ms = i64::from(history_days) * 24 * 60 * 60 * 1000;
+            let before = toolgate_store::now_millis().saturating_sub(kept_ms);
+            match app.call_history().purge_before(before).await {
+                Ok(0) => {}
+                Ok(purged) => tracing::info!(purged, "calls past history_days purged"),
+                Err(err) => tracing::warn!(error = %err, "old calls were not purged"),
             }
         }
     });

@@ -125,11 +125,12 @@ pub async fn run(config: ServeConfig) -> Result<()> {
                 download_ttl: config.results.download_ttl,
                 upload_ttl: config.results.upload_ttl,
             }),
+            history: config.history_days > 0,
         },
     );
     let app = app.with_task_settings(config.tasks);
     app.tasks().start_upkeep(shutdown.clone());
-    crate::accounts::purge_expired(&app);
+    crate::accounts::purge_expired(&app, config.history_days);
     crate::accounts::flush_key_uses(&app, shutdown.clone());
     let tasks = app.tasks().clone();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());

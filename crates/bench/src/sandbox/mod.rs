@@ -16,6 +16,7 @@
 mod direct;
 mod durable;
 mod durable_http;
+mod history;
 mod http;
 mod memory;
 mod nodes;
@@ -63,6 +64,10 @@ pub struct SandboxArgs {
     /// wheel cache (needs `.deps/venv/bin/pypi-server`, from scripts/deps.sh)
     #[arg(long)]
     pub sandbox_pip: bool,
+    /// Measure what the call history adds to a warm `1+1` through HTTP: two servers, history on
+    /// and off, their calls alternated (--sandbox-calls each)
+    #[arg(long)]
+    pub sandbox_history: bool,
     /// The Python runtime [default: .deps/python-runtime of the working directory, else of the
     /// checkout this program was built in]
     #[arg(long)]
@@ -119,6 +124,12 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
         let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
         let dir = scratch_dir()?;
         return pip::run(&files, binary, dir.path());
+    }
+    if sandbox.sandbox_history {
+        let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
+        let dir = scratch_dir()?;
+        let calls = sandbox.sandbox_calls.clamp(1, 100_000);
+        return history::run(&files, binary, dir.path(), calls);
     }
     if sandbox.sandbox_sessions == 0 || sandbox.sandbox_calls == 0 || sandbox.sandbox_plots == 0 {
         bail!("--sandbox-sessions, --sandbox-calls and --sandbox-plots must be at least 1");

@@ -2,6 +2,7 @@
 //! here; one module per page.
 
 pub mod apps;
+pub mod history;
 pub mod keys;
 pub mod limits;
 pub mod network;
@@ -36,13 +37,16 @@ pub enum Tab {
     Network,
     /// Apps connected through OAuth.
     Apps,
+    /// The calls' history.
+    History,
 }
 
-const TABS: [(Tab, &str, &str); 9] = [
+const TABS: [(Tab, &str, &str); 10] = [
     (Tab::Overview, "/dashboard", "Overview"),
     (Tab::Keys, "/dashboard/keys", "Keys"),
     (Tab::Secrets, "/dashboard/secrets", "Secrets"),
     (Tab::Usage, "/dashboard/usage", "Usage"),
+    (Tab::History, "/dashboard/history", "History"),
     (Tab::Wallet, "/dashboard/wallet", "Wallet"),
     (Tab::Limits, "/dashboard/limits", "Limits"),
     (Tab::Sessions, "/dashboard/sessions", "Sessions"),
@@ -173,6 +177,23 @@ pub fn date_time(ms: i64) -> String {
         at.day(),
         at.hour(),
         at.minute()
+    )
+}
+
+/// A Unix-millisecond time as `2026-11-28T02:30:05.123Z`.
+pub fn iso_time(ms: i64) -> String {
+    let Ok(at) = OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) else {
+        return String::new();
+    };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        at.year(),
+        u8::from(at.month()),
+        at.day(),
+        at.hour(),
+        at.minute(),
+        at.second(),
+        at.millisecond()
     )
 }
 

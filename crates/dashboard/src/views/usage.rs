@@ -2,6 +2,7 @@
 //! status record.
 
 use maud::{Markup, PreEscaped, html};
+use toolgate_app::history::ProviderTokens;
 use toolgate_app::owner::{SpendLine, SpendSplit, UsageReport};
 
 use super::{Chrome, layout};
@@ -13,7 +14,12 @@ const BOTTOM: u32 = 20;
 const TOP: u32 = 10;
 
 /// The page.
-pub fn page(chrome: &Chrome<'_>, report: &UsageReport, split: &SpendSplit) -> Markup {
+pub fn page(
+    chrome: &Chrome<'_>,
+    report: &UsageReport,
+    split: &SpendSplit,
+    tokens: &[ProviderTokens],
+) -> Markup {
     let status = serde_json::to_string_pretty(&report.status).unwrap_or_default();
     layout(
         "Usage",
@@ -43,6 +49,7 @@ pub fn page(chrome: &Chrome<'_>, report: &UsageReport, split: &SpendSplit) -> Ma
                 }
             }
             (spend_split(&report.month, split))
+            (model_tokens(tokens))
             section.card aria-labelledby="status-title" {
                 h2 #status-title { "Billing status" }
                 p.muted { "The same record " code { "GET /billing/status" } " and the read tool's "
@@ -62,6 +69,26 @@ fn spend_split(month: &str, split: &SpendSplit) -> Markup {
                 code { "default" } "; paid calls are charged from the wallet." }
             (split_table("spend-by-key", "Key", &split.by_key))
             (split_table("spend-by-tool", "Tool", &split.by_tool))
+        }
+    }
+}
+
+/// The month's model calls and tokens per provider, kept apart from the call history (which
+/// may be purged sooner).
+fn model_tokens(tokens: &[ProviderTokens]) -> Markup {
+    html! {
+        section.card aria-labelledby="tokens-title" {
+            h2 #tokens-title { "Model tokens this month" }
+            @if tokens.is_empty() {
+                p #no-model-tokens .muted { "No model calls this month." }
+            } @else {
+                div.table-scroll { table #model-tokens {
+                    thead { tr { th scope="col" { "Provider" } th.num scope="col" { "Calls" } th.num scope="col" { "Input tokens" } th.num scope="col" { "Output tokens" } } }
+                    tbody { @for row in tokens {
+                        tr data-provider=(row.provider) { td { (row.provider) } td.num { (row.calls) } td.num { (row.input_tokens) } td.num { (row.output_tokens) } }
+                    } }
+                } }
+            }
         }
     }
 }

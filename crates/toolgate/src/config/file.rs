@@ -38,6 +38,7 @@ impl Settings {
             allowed_hosts,
             max_request_bytes,
             max_connections,
+            history_days,
             max_mcp_sessions_per_account,
             task_after_s,
             task_ttl_s,

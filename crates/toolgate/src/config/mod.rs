@@ -169,6 +169,10 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_MAX_CONNECTIONS", global = true)]
     pub max_connections: Option<usize>,
 
+    /// Days the call history keeps each call; 0 records no history [default: 30]
+    #[arg(long, env = "TOOLGATE_HISTORY_DAYS", global = true)]
+    pub history_days: Option<u32>,
+
     /// Open legacy MCP sessions (2025-11-25 handshake) per key's account; at the limit its
     /// longest-idle session is closed for a new one [default: 64]
     #[arg(long, env = "TOOLGATE_MAX_MCP_SESSIONS_PER_ACCOUNT", global = true)]

@@ -23,6 +23,9 @@ use super::{ConfigError, Providers, Secret, Settings};
 /// at warn; ours are in the access log.
 pub const SERVE_LOG: &str = "warn,rmcp=error,toolgate=info,toolgate_server=info,toolgate_app=info";
 
+/// Days a call stays in the history unless `history_days` says otherwise.
+const DEFAULT_HISTORY_DAYS: u32 = 30;
+
 /// Everything `serve` needs, checked (no `Debug`: it holds the vault's keys).
 pub struct ServeConfig {
     /// `listen`
@@ -37,6 +40,8 @@ pub struct ServeConfig {
     pub http: HttpSettings,
     /// `max_connections` [default: from the open-file limit]
     pub max_connections: Option<usize>,
+    /// `history_days`: how long calls are kept in the history; 0: none is recorded.
+    pub history_days: u32,
     /// `egress_allow_private`: where tenants' requests may go.
     pub egress: EgressPolicy,
     /// The storage backend.
@@ -161,6 +166,15 @@ impl ServeConfig {
             max_connections: match settings.max_connections {
                 Some(0) => return Err(ConfigError::new("max_connections", "must be at least 1")),
                 other => other,
+            },
+            history_days: match settings.history_days {
+                Some(days) if days > 3660 => {
+                    return Err(ConfigError::new(
+                        "history_days",
+                        format!("must be at most 3660 (ten years), got {days}"),
+                    ));
+                }
+                other => other.unwrap_or(DEFAULT_HISTORY_DAYS),
             },
             egress: EgressPolicy::new(settings.egress_allow_private.as_deref().unwrap_or_default())
                 .map_err(|reason| ConfigError::worded("egress_allow_private", reason))?,

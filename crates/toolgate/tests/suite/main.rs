@@ -23,6 +23,8 @@ mod dashboard_wallet;
 mod egress;
 mod egress_secrets;
 mod front_door;
+mod history;
+mod history_stores;
 mod host_lists;
 mod hostile_bodies;
 mod links;

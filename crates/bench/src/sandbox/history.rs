@@ -1,0 +1,127 @@
+//! `toolgate-bench --sandbox-history`: what recording each call in the call history adds to a
+//! warm `1+1` through HTTP. Two release servers run side by side, one recording (the default
+//! `history_days`) and one not (`history_days = 0`), and the calls alternate between them, one
+//! keep-alive connection each, so that whatever else the machine does touches both alike.
+
+use std::path::Path;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::http::write_call;
+use super::{Files, Timings};
+use crate::load::{self, Endpoint, Workload};
+use crate::server::{Server, Toolgate};
+use crate::{personal_path, progress, wait_healthy};
+
+/// Untimed calls on each server before the timed ones.
+const WARMUP_CALLS: usize = 300;
+
+/// Measures and prints the figures: `calls` timed calls on each server.
+pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize) -> Result<()> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let on = toolgate(files, binary, dir, "on", None);
+    let off = toolgate(files, binary, dir, "off", Some("0"));
+    let mut servers = Vec::new();
+    for toolgate in [&on, &off] {
+        let log = dir.join(format!(
+            "{}.log",
+            toolgate.data_dir.display().to_string().replace('/', "_")
+        ));
+        servers.push(toolgate.serve(Some("warn"), &log)?);
+    }
+    let outcome = measure(&runtime, [&on, &off], &mut servers, calls);
+    for server in servers {
+        let _ = server.stop();
+    }
+    let (with, without) = outcome?;
+    let p50 = |t: &Timings| t.percentile_ms(50.0).unwrap_or(0.0);
+    let p99 = |t: &Timings| t.percentile_ms(99.0).unwrap_or(0.0);
+    println!("warm 1+1 through HTTP, call history on and off, {calls} calls each, alternated:");
+    println!(
+        "  history on  (history_days 30): p50 {:.3} ms, p99 {:.3} ms",
+        p50(&with),
+        p99(&with)
+    );
+    println!(
+        "  history off (history_days 0):  p50 {:.3} ms, p99 {:.3} ms",
+        p50(&without),
+        p99(&without)
+    );
+    println!(
+        "  difference: p50 {:+.3} ms, p99 {:+.3} ms (goal: ≤ +0.02 ms at p50)",
+        p50(&with) - p50(&without),
+        p99(&with) - p99(&without)
+    );
+    Ok(())
+}
+
+fn toolgate(files: &Files, binary: &Path, dir: &Path, name: &str, days: Option<&str>) -> Toolgate {
+    let path = |p: &Path| p.display().to_string();
+    let mut settings = vec![
+        ("--free-monthly-calls".to_owned(), "1000000000".to_owned()),
+        ("--sandbox".to_owned(), "on".to_owned()),
+        ("--sandbox-runtime".to_owned(), path(&files.runtime)),
+        ("--sandbox-zygote".to_owned(), path(&files.zygote)),
+        ("--sandbox-harden-lib".to_owned(), path(&files.harden_lib)),
+        (
+            "--sandbox-root".to_owned(),
+            path(&dir.join(format!("{name}-sessions"))),
+        ),
+    ];
+    if let Some(days) = days {
+        settings.push(("--history-days".to_owned(), days.to_owned()));
+    }
+    Toolgate {
+        binary: binary.to_owned(),
+        data_dir: dir.join(format!("history-{name}")),
+        database_url: None,
+        settings,
+    }
+}
+
+/// The two servers' warm calls, alternated: (history on, history off).
+fn measure(
+    runtime: &tokio::runtime::Runtime,
+    toolgates: [&Toolgate; 2],
+    servers: &mut [Server],
+    calls: usize,
+) -> Result<(Timings, Timings)> {
+    let mut targets = Vec::new();
+    for (toolgate, server) in toolgates.into_iter().zip(servers.iter_mut()) {
+        let endpoint = Endpoint::new(server.addr)?;
+        wait_healthy(runtime, server, &endpoint)?;
+        let workload = Workload::post(
+            &personal_path(toolgate)?,
+            write_call("1+1", "warm"),
+            vec![b"\"isError\":false", b"\"text\":\"2\""],
+        )?;
+        targets.push((endpoint, workload));
+    }
+    progress(&format!(
+        "warm 1+1, history on and off alternated: {calls} calls each after {WARMUP_CALLS} untimed"
+    ));
+    runtime.block_on(async {
+        let mut senders = Vec::new();
+        for (endpoint, _) in &targets {
+            senders.push(load::connect(endpoint).await?);
+        }
+        let mut timings = [Timings::default(), Timings::default()];
+        for i in 0..WARMUP_CALLS + calls {
+            for (n, ((endpoint, workload), sender)) in targets.iter().zip(&mut senders).enumerate()
+            {
+                let started = Instant::now();
+                load::call(sender, endpoint, workload)
+                    .await
+                    .with_context(|| format!("call {i}"))?;
+                if i >= WARMUP_CALLS {
+                    timings[n].push(started.elapsed());
+                }
+            }
+        }
+        let [on, off] = timings;
+        Ok((on.sorted(), off.sorted()))
+    })
+}
