@@ -411,9 +411,9 @@ impl toolgate_store::SpendControls for GatedStore {
         &self,
         account: &AccountId,
         month: &MonthKey,
-        day_start: i64,
+        day: &toolgate_domain::DayKey,
     ) -> Result<toolgate_store::SpendOverview, StoreError> {
-        self.inner.spend_overview(account, month, day_start).await
+        self.inner.spend_overview(account, month, day).await
     }
     async fn spend_by_key(
         &self,
@@ -436,6 +436,9 @@ impl toolgate_store::SpendControls for GatedStore {
         period: &str,
     ) -> Result<bool, StoreError> {
         self.inner.record_alert(account, kind, period).await
+    }
+    async fn purge_spend_days(&self, before: &toolgate_domain::DayKey) -> Result<u64, StoreError> {
+        self.inner.purge_spend_days(before).await
     }
     async fn forget_alerts(
         &self,

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
-use toolgate_domain::time_reexport::{OffsetDateTime, Time};
+use toolgate_domain::time_reexport::OffsetDateTime;
 use toolgate_domain::{AccountId, CapPeriod, DayKey, Email, Micros, MonthKey, SpendCaps};
 use toolgate_ports::mail::{Mail, Mailer};
 use toolgate_store::{SpendOverview, Store, StoreError};
@@ -75,12 +75,8 @@ impl Checker {
 
     async fn check(&self, account: &AccountId) -> Result<(), StoreError> {
         let now = OffsetDateTime::now_utc();
-        let day_start = now.replace_time(Time::MIDNIGHT).unix_timestamp() * 1000;
         let (month, day) = (MonthKey::containing(now), DayKey::containing(now));
-        let overview = self
-            .store
-            .spend_overview(account, &month, day_start)
-            .await?;
+        let overview = self.store.spend_overview(account, &month, &day).await?;
         for alert in cap_alerts(&overview, self.paid_call_cost) {
             let period = match alert.period {
                 CapPeriod::Month => month.as_str(),

@@ -3,7 +3,7 @@
 //! the ledger, and sent alerts recorded once by their primary key.
 
 use async_trait::async_trait;
-use toolgate_domain::{AccountId, Micros, MonthKey, SpendCaps};
+use toolgate_domain::{AccountId, DayKey, Micros, MonthKey, SpendCaps};
 use toolgate_store::{
     KeySpendColumns, SpendControls, SpendLimits, SpendLine, SpendOverview, StoreError,
     key_spend_from_columns, now_millis, owner_email_from_column, spend_line_from_columns,
@@ -51,20 +51,20 @@ impl SpendControls for PgStore {
         &self,
         account: &AccountId,
         month: &MonthKey,
-        day_start: i64,
+        day: &DayKey,
     ) -> Result<SpendOverview, StoreError> {
         let row: Option<OverviewColumns> = sqlx::query_as(
             "SELECT a.email, a.cap_month_micros, a.cap_day_micros, a.alert_below_micros,
                     a.wallet_micros - a.owed_micros,
-                    (SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM call_ledger
-                     WHERE account_id = a.id AND month = $2 AND paid_from = 'wallet'),
-                    (SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM call_ledger
-                     WHERE account_id = a.id AND created_at >= $3 AND paid_from = 'wallet')
+                    COALESCE((SELECT spent_micros FROM spend
+                              WHERE account_id = a.id AND key_id = '' AND period = $2), 0),
+                    COALESCE((SELECT spent_micros FROM spend
+                              WHERE account_id = a.id AND key_id = '' AND period = $3), 0)
              FROM accounts a WHERE a.id = $1",
         )
         .bind(account.as_str())
         .bind(month.as_str())
-        .bind(day_start)
+        .bind(day.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(map_error)?;
@@ -72,18 +72,18 @@ impl SpendControls for PgStore {
             row.ok_or(StoreError::NotFound)?;
         let keys: Vec<KeySpendColumns> = sqlx::query_as(
             "SELECT k.id, k.name, k.cap_month_micros, k.cap_day_micros,
-                    (SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM call_ledger
-                     WHERE account_id = k.account_id AND key_id = k.id AND month = $2
-                       AND paid_from = 'wallet'),
-                    (SELECT CAST(COALESCE(SUM(cost_micros), 0) AS BIGINT) FROM call_ledger
-                     WHERE account_id = k.account_id AND key_id = k.id AND created_at >= $3
-                       AND paid_from = 'wallet')
+                    COALESCE((SELECT spent_micros FROM spend
+                              WHERE account_id = k.account_id AND key_id = k.id
+                                AND period = $2), 0),
+                    COALESCE((SELECT spent_micros FROM spend
+                              WHERE account_id = k.account_id AND key_id = k.id
+                                AND period = $3), 0)
              FROM api_keys k WHERE k.account_id = $1 AND k.revoked_at IS NULL
              ORDER BY k.name COLLATE \"C\"",
         )
         .bind(account.as_str())
         .bind(month.as_str())
-        .bind(day_start)
+        .bind(day.as_str())
         .fetch_all(&self.pool)
         .await
         .map_err(map_error)?;
@@ -165,6 +165,16 @@ impl SpendControls for PgStore {
         .await
         .map_err(map_write_error)?;
         Ok(done.rows_affected() == 1)
+    }
+
+    async fn purge_spend_days(&self, before: &DayKey) -> Result<u64, StoreError> {
+        // a day's period is `YYYY-MM-DD`, a month's `YYYY-MM`: only days go, oldest by text
+        let done = sqlx::query("DELETE FROM spend WHERE length(period) = 10 AND period < $1")
+            .bind(before.as_str())
+            .execute(&self.pool)
+            .await
+            .map_err(map_error)?;
+        Ok(done.rows_affected())
     }
 
     async fn forget_alerts(

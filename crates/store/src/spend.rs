@@ -3,7 +3,7 @@
 //! and which alerts were sent, each once.
 
 use async_trait::async_trait;
-use toolgate_domain::{AccountId, Email, KeyId, Micros, MonthKey, SpendCaps};
+use toolgate_domain::{AccountId, DayKey, Email, KeyId, Micros, MonthKey, SpendCaps};
 
 use crate::StoreError;
 
@@ -73,14 +73,14 @@ pub trait SpendControls: Send + Sync {
         limits: &SpendLimits,
     ) -> Result<(), StoreError>;
 
-    /// The account's settings and what it spent: in `month`, and since `day_start` (Unix ms,
-    /// 00:00 UTC of today), only calls paid from the wallet. `Err(NotFound)` for an unknown
-    /// account.
+    /// The account's settings and what it spent in `month` and on `day` (UTC), only calls paid
+    /// from the wallet, as the `spend` rows that admissions keep hold it (the same numbers caps
+    /// are decided on). `Err(NotFound)` for an unknown account.
     async fn spend_overview(
         &self,
         account: &AccountId,
         month: &MonthKey,
-        day_start: i64,
+        day: &DayKey,
     ) -> Result<SpendOverview, StoreError>;
 
     /// The calls of `month` per key (`default`: the first key and OAuth apps), by label.
@@ -105,6 +105,10 @@ pub trait SpendControls: Send + Sync {
         kind: &str,
         period: &str,
     ) -> Result<bool, StoreError>;
+
+    /// Deletes the per-day `spend` rows of days before `before` (a daily cap and its alerts
+    /// read only today's), so the table holds a few days of them; returns how many went.
+    async fn purge_spend_days(&self, before: &DayKey) -> Result<u64, StoreError>;
 
     /// Forgets sent alerts of `kind` (of `period` only, when given), so they may be sent again;
     /// returns how many went.

@@ -47,8 +47,9 @@ pub fn payments(stripe: Option<StripeSettings>) -> Result<Option<Arc<dyn Payment
 }
 
 /// Deletes expired sign-in links and dashboard sessions, OAuth clients unused for a day (no
-/// live token, no pending code), and calls older than `history_days` (all of them at 0), at
-/// start and now and then, for as long as the process runs.
+/// live token, no pending code), calls older than `history_days` (all of them at 0), and the
+/// spend kept per day before yesterday, at start and now and then, for as long as the process
+/// runs.
 pub fn purge_expired(app: &App, history_days: u32) {
     let app = app.clone();
     tokio::spawn(async move {
@@ -71,6 +72,9 @@ pub fn purge_expired(app: &App, history_days: u32) {
                 Ok(0) => {}
                 Ok(purged) => tracing::info!(purged, "calls past history_days purged"),
                 Err(err) => tracing::warn!(error = %err, "old calls were not purged"),
+            }
+            if let Err(err) = app.owner().purge_old_spend_days().await {
+                tracing::warn!(error = %err, "old days' spend was not purged");
             }
         }
     });

@@ -1,7 +1,7 @@
 //! The owner's spend caps and wallet alert: read with this month's and today's spend, and set
 //! from the dashboard's form in US dollars. A refused form changes nothing.
 
-use toolgate_domain::time_reexport::{OffsetDateTime, Time};
+use toolgate_domain::time_reexport::OffsetDateTime;
 use toolgate_domain::{Account, DayKey, Micros, MonthKey, SpendCaps};
 use toolgate_store::{SpendLimits, SpendLine, SpendOverview};
 
@@ -74,19 +74,25 @@ pub fn parse_limit(label: &str, raw: &str) -> Result<Option<Micros>, LimitsError
 }
 
 impl Owner {
+    /// Deletes the per-day spend rows older than yesterday (UTC), for the periodic purge.
+    pub async fn purge_old_spend_days(&self) -> Result<u64, OwnerError> {
+        let yesterday =
+            OffsetDateTime::now_utc() - toolgate_domain::time_reexport::Duration::days(1);
+        Ok(self
+            .store
+            .purge_spend_days(&DayKey::containing(yesterday))
+            .await?)
+    }
+
     /// The account's caps and wallet alert, with this month's and today's paid spend.
     pub async fn spend_limits(&self, account: &Account) -> Result<LimitsReport, OwnerError> {
         let now = OffsetDateTime::now_utc();
-        let day_start = now.replace_time(Time::MIDNIGHT).unix_timestamp() * 1000;
-        let month = MonthKey::containing(now);
-        let overview = self
-            .store
-            .spend_overview(&account.id, &month, day_start)
-            .await?;
+        let (month, day) = (MonthKey::containing(now), DayKey::containing(now));
+        let overview = self.store.spend_overview(&account.id, &month, &day).await?;
         Ok(LimitsReport {
             overview,
             month: month.as_str().to_owned(),
-            day: DayKey::containing(now).as_str().to_owned(),
+            day: day.as_str().to_owned(),
         })
     }
 

@@ -4,12 +4,11 @@
 
 use std::sync::Arc;
 
-use toolgate_domain::{AccountId, Micros, MonthKey, SpendCaps};
+use toolgate_domain::time_reexport::{Duration, OffsetDateTime};
+use toolgate_domain::{AccountId, DayKey, Micros, MonthKey, SpendCaps};
 
 use super::{charge, new_account};
-use crate::{SpendLimits, SpendLine, Store, StoreError, now_millis};
-
-const HOUR: i64 = 3_600_000;
+use crate::{SpendLimits, SpendLine, Store, StoreError};
 
 /// Runs the spend controls' story against `store`.
 pub async fn spend_story(store: Arc<dyn Store>, tag: &str) {
@@ -38,7 +37,7 @@ async fn limits_are_set_and_cleared(store: &dyn Store, tag: &str) {
     assert_eq!(found.caps, limits.caps, "authentication reads the new caps");
     let month = MonthKey::now();
     let overview = store
-        .spend_overview(&account.id, &month, now_millis() - HOUR)
+        .spend_overview(&account.id, &month, &DayKey::now())
         .await
         .unwrap();
     assert_eq!(overview.limits, limits);
@@ -56,7 +55,10 @@ async fn limits_are_set_and_cleared(store: &dyn Store, tag: &str) {
     store.set_spend_limits(&account.id, &cleared).await.unwrap();
     let (found, _) = store.find_by_key_hash(&key.hash()).await.unwrap().unwrap();
     assert_eq!(found.caps, cleared.caps, "a cleared cap is no cap");
-    let overview = store.spend_overview(&account.id, &month, 0).await.unwrap();
+    let overview = store
+        .spend_overview(&account.id, &month, &DayKey::now())
+        .await
+        .unwrap();
     assert_eq!(overview.limits, cleared);
 
     let unknown = AccountId::generate();
@@ -65,7 +67,7 @@ async fn limits_are_set_and_cleared(store: &dyn Store, tag: &str) {
         Err(StoreError::NotFound)
     ));
     assert!(matches!(
-        store.spend_overview(&unknown, &month, 0).await,
+        store.spend_overview(&unknown, &month, &DayKey::now()).await,
         Err(StoreError::NotFound)
     ));
 }
@@ -87,17 +89,25 @@ async fn spend_is_summed_per_account_key_and_tool(store: &dyn Store, tag: &str) 
         assert!(admitted.admitted(), "{admitted:?}");
     }
     let overview = store
-        .spend_overview(&account.id, &month, now_millis() - HOUR)
+        .spend_overview(&account.id, &month, &DayKey::now())
         .await
         .unwrap();
     assert_eq!(overview.month, Micros(24_000), "free calls do not count");
     assert_eq!(overview.day, Micros(24_000));
     assert_eq!(overview.balance, Micros(76_000));
     let tomorrow = store
-        .spend_overview(&account.id, &month, now_millis() + HOUR)
+        .spend_overview(&account.id, &month, &next_day())
         .await
         .unwrap();
-    assert_eq!(tomorrow.day, Micros(0), "the day counts from its start");
+    assert_eq!(tomorrow.day, Micros(0), "another day has spent nothing");
+    // purging the days before tomorrow takes today's row, never the month's
+    assert!(store.purge_spend_days(&next_day()).await.unwrap() >= 1);
+    let purged = store
+        .spend_overview(&account.id, &month, &DayKey::now())
+        .await
+        .unwrap();
+    assert_eq!((purged.month, purged.day), (Micros(24_000), Micros(0)));
+    assert_eq!(store.purge_spend_days(&DayKey::now()).await.unwrap(), 0);
     assert_eq!(tomorrow.month, Micros(24_000));
 
     let line = |label: &str, free, paid, cost| SpendLine {
@@ -184,4 +194,8 @@ async fn an_alert_is_recorded_once_under_concurrency(store: Arc<dyn Store>, tag:
             .await,
         Err(StoreError::NotFound)
     ));
+}
+
+fn next_day() -> DayKey {
+    DayKey::containing(OffsetDateTime::now_utc() + Duration::days(1))
 }
