@@ -143,23 +143,8 @@ pub fn run(files: &Files, binary: &Path, dir: &Path) -> Result<()> {
 
 /// Builds `tgbench_demo-1.0-py3-none-any.whl` in `dir` with the runtime's Python (zipfile).
 fn build_wheel(runtime: &Path, dir: &Path) -> Result<()> {
-    const BUILD: &str = r#"
-import base64, hashlib, sys, zipfile
-out, name = sys.argv[1], sys.argv[2]
-info = f"{name}-1.0.dist-info"
-files = {f"{name}/__init__.py": "VALUE = 42\n",
-         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n",
-         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: toolgate-bench\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
-record = []
-with zipfile.ZipFile(f"{out}/{name}-1.0-py3-none-any.whl", "w") as z:
-    for member, text in files.items():
-        data = text.encode()
-        z.writestr(member, data)
-        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record.append(f"{member},sha256={digest},{len(data)}")
-    record.append(f"{info}/RECORD,,")
-    z.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-"#;
+    /// One script for the suite and the bench.
+    const BUILD: &str = include_str!("../../../../tests/fixtures/build_wheel.py");
     let status = Command::new(runtime.join("bin/python"))
         .args(["-c", BUILD])
         .arg(dir)
