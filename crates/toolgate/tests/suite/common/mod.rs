@@ -607,10 +607,13 @@ pub fn client_builder() -> reqwest::ClientBuilder {
     reqwest::Client::builder()
 }
 
-/// A plain HTTP client (no proxy, bounded waits).
+/// A plain HTTP client (no proxy, bounded waits). It reuses a keep-alive connection only while
+/// it has been idle under 5 s, as httpx (the Python SDK's client) does: the server closes one
+/// idle for 10 s (`header_read_timeout`), and a request sent on it just then is reset.
 pub fn client() -> reqwest::Client {
     client_builder()
         .no_proxy()
+        .pool_idle_timeout(Duration::from_secs(5))
         .timeout(Duration::from_secs(60))
         .build()
         .expect("build the HTTP client")
