@@ -1,7 +1,9 @@
 //! `toolgate-bench --sandbox-history`: what recording each call in the call history adds to a
 //! warm `1+1` through HTTP. Two release servers run side by side, one recording (the default
 //! `history_days`) and one not (`history_days = 0`), and the calls alternate between them, one
-//! keep-alive connection each, so that whatever else the machine does touches both alike.
+//! keep-alive connection each, so that whatever else the machine does touches both alike. Each
+//! client path is measured: the bare POST, a 2025-11-25 session with SSE accepted (what Claude
+//! Desktop, Cursor, VS Code and the SDKs' default mode take), and 2026-07-28.
 
 use std::path::Path;
 use std::time::Instant;
@@ -36,25 +38,27 @@ pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize) -> Result<()>
     for server in servers {
         let _ = server.stop();
     }
-    let (with, without) = outcome?;
     let p50 = |t: &Timings| t.percentile_ms(50.0).unwrap_or(0.0);
     let p99 = |t: &Timings| t.percentile_ms(99.0).unwrap_or(0.0);
     println!("warm 1+1 through HTTP, call history on and off, {calls} calls each, alternated:");
-    println!(
-        "  history on  (history_days 30): p50 {:.3} ms, p99 {:.3} ms",
-        p50(&with),
-        p99(&with)
-    );
-    println!(
-        "  history off (history_days 0):  p50 {:.3} ms, p99 {:.3} ms",
-        p50(&without),
-        p99(&without)
-    );
-    println!(
-        "  difference: p50 {:+.3} ms, p99 {:+.3} ms (goal: ≤ +0.02 ms at p50)",
-        p50(&with) - p50(&without),
-        p99(&with) - p99(&without)
-    );
+    for (path, with, without) in outcome? {
+        println!("  {path}:");
+        println!(
+            "    history on  (history_days 30): p50 {:.3} ms, p99 {:.3} ms",
+            p50(&with),
+            p99(&with)
+        );
+        println!(
+            "    history off (history_days 0):  p50 {:.3} ms, p99 {:.3} ms",
+            p50(&without),
+            p99(&without)
+        );
+        println!(
+            "    difference: p50 {:+.3} ms, p99 {:+.3} ms (goal: ≤ +0.02 ms at p50)",
+            p50(&with) - p50(&without),
+            p99(&with) - p99(&without)
+        );
+    }
     Ok(())
 }
 
@@ -82,46 +86,79 @@ fn toolgate(files: &Files, binary: &Path, dir: &Path, name: &str, days: Option<&
     }
 }
 
-/// The two servers' warm calls, alternated: (history on, history off).
+/// The client paths measured, as the lines print them.
+const PATHS: [&str; 3] = [
+    "bare POST",
+    "2025-11-25 session, SSE accepted",
+    "2026-07-28",
+];
+
+/// The two servers' warm calls on each client path, alternated: (path, history on, off).
 fn measure(
     runtime: &tokio::runtime::Runtime,
     toolgates: [&Toolgate; 2],
     servers: &mut [Server],
     calls: usize,
-) -> Result<(Timings, Timings)> {
-    let mut targets = Vec::new();
-    for (toolgate, server) in toolgates.into_iter().zip(servers.iter_mut()) {
+) -> Result<Vec<(&'static str, Timings, Timings)>> {
+    let mut endpoints = Vec::new();
+    for server in servers.iter_mut() {
         let endpoint = Endpoint::new(server.addr)?;
         wait_healthy(runtime, server, &endpoint)?;
-        let workload = Workload::post(
-            &personal_path(toolgate)?,
-            write_call("1+1", "warm"),
-            vec![b"\"isError\":false", b"\"text\":\"2\""],
-        )?;
-        targets.push((endpoint, workload));
+        endpoints.push(endpoint);
     }
-    progress(&format!(
-        "warm 1+1, history on and off alternated: {calls} calls each after {WARMUP_CALLS} untimed"
-    ));
-    runtime.block_on(async {
-        let mut senders = Vec::new();
-        for (endpoint, _) in &targets {
-            senders.push(load::connect(endpoint).await?);
+    let mut figures = Vec::new();
+    for path in PATHS {
+        let mut targets = Vec::new();
+        for (toolgate, endpoint) in toolgates.iter().zip(&endpoints) {
+            let personal = personal_path(toolgate)?;
+            targets.push((
+                endpoint,
+                runtime.block_on(workload(path, endpoint, &personal))?,
+            ));
         }
-        let mut timings = [Timings::default(), Timings::default()];
-        for i in 0..WARMUP_CALLS + calls {
-            for (n, ((endpoint, workload), sender)) in targets.iter().zip(&mut senders).enumerate()
-            {
-                let started = Instant::now();
-                load::call(sender, endpoint, workload)
-                    .await
-                    .with_context(|| format!("call {i}"))?;
-                if i >= WARMUP_CALLS {
-                    timings[n].push(started.elapsed());
-                }
+        progress(&format!(
+            "warm 1+1 ({path}), history on and off alternated: {calls} calls each after \
+             {WARMUP_CALLS} untimed"
+        ));
+        let (on, off) = runtime.block_on(alternate(&targets, calls))?;
+        figures.push((path, on, off));
+    }
+    Ok(figures)
+}
+
+/// A warm `1+1` as a client on `path` sends it to `personal` (opening its session first).
+async fn workload(path: &str, endpoint: &Endpoint, personal: &str) -> Result<Workload> {
+    let needles = || vec![&b"\"isError\":false"[..], &b"\"text\":\"2\""[..]];
+    let call = write_call("1+1", "warm");
+    Ok(match path {
+        "bare POST" => Workload::post(personal, call, needles())?,
+        "2026-07-28" => {
+            Workload::post(personal, crate::paths::with_modern_meta(&call)?, needles())?
+                .with_headers(crate::paths::modern_call_headers("svc_write"))
+        }
+        _ => Workload::post(personal, call, needles())?
+            .with_headers(crate::paths::legacy_session(endpoint, personal).await?),
+    })
+}
+
+/// Times `calls` calls on each target after the untimed ones, call by call in turn.
+async fn alternate(targets: &[(&Endpoint, Workload)], calls: usize) -> Result<(Timings, Timings)> {
+    let mut senders = Vec::new();
+    for (endpoint, _) in targets {
+        senders.push(load::connect(endpoint).await?);
+    }
+    let mut timings = [Timings::default(), Timings::default()];
+    for i in 0..WARMUP_CALLS + calls {
+        for (n, ((endpoint, workload), sender)) in targets.iter().zip(&mut senders).enumerate() {
+            let started = Instant::now();
+            load::call(sender, endpoint, workload)
+                .await
+                .with_context(|| format!("call {i}"))?;
+            if i >= WARMUP_CALLS {
+                timings[n].push(started.elapsed());
             }
         }
-        let [on, off] = timings;
-        Ok((on.sorted(), off.sorted()))
-    })
+    }
+    let [on, off] = timings;
+    Ok((on.sorted(), off.sorted()))
 }
