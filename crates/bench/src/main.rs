@@ -185,6 +185,9 @@ fn run(args: &Args) -> Result<()> {
     if args.sandbox.sandbox_nodes {
         return sandbox::run_nodes(args, &binary);
     }
+    if args.sandbox.sandbox_bursts {
+        return sandbox::run_bursts(args, &binary);
+    }
     if args.sandbox.sandbox {
         return sandbox::run(args, &binary);
     }

@@ -82,12 +82,19 @@ pub struct ManagerConfig {
     pub uid_base: u32,
     /// How many uids sessions may use (at most this many live and warm sessions in all).
     pub uid_count: u32,
-    /// Warm sessions kept ready: started, confined and idle, with their cgroups, workspace and
-    /// uid made. A new session whose limits are [`ManagerConfig::warm_limits`] takes one (its
-    /// first result then comes in about a millisecond instead of after the 20 to 30 ms of a
-    /// start), and another is made in the background. 0: none. Each idle one costs a process
-    /// (a few MiB of its own: the rest is shared with the zygote) and a uid.
+    /// Warm sessions kept ready at least: started, confined and idle, with their cgroups,
+    /// workspace and uid made. A new session whose limits are [`ManagerConfig::warm_limits`]
+    /// takes one (its first result then comes in about a millisecond instead of after the 10 to
+    /// 30 ms of a start), and another is made in the background. 0: none (and no pool at all).
+    /// Each idle one costs a process (a few MiB of its own: the rest is shared with the zygote)
+    /// and a uid.
     pub warm_sessions: usize,
+    /// The most warm sessions the pool grows to under demand: it keeps as many ready as new
+    /// sessions wanted one in the last ten seconds, between [`ManagerConfig::warm_sessions`]
+    /// and this, and past the floor only while the host has a quarter of its memory available
+    /// and sessions use under half of [`Budget::memory_bytes`]. At or below the floor: a pool of
+    /// fixed size.
+    pub warm_sessions_max: usize,
     /// What all sessions together may take of the host, and one account of that (see
     /// [`Budget`]).
     pub budget: Budget,
@@ -107,8 +114,8 @@ pub struct ManagerConfig {
 
 impl ManagerConfig {
     /// The defaults: 20 minutes idle, 10 sessions per account, cgroups when the host has them,
-    /// no CPU cap, 65536 uids from [`DEFAULT_SANDBOX_UID`], 2 warm sessions with the limits of
-    /// [`LimitSettings::default`].
+    /// no CPU cap, 65536 uids from [`DEFAULT_SANDBOX_UID`], 2 to 256 warm sessions (by demand)
+    /// with the limits of [`LimitSettings::default`].
     pub fn new(zygote: ZygoteConfig, root: impl Into<PathBuf>) -> Self {
         let defaults = LimitSettings::default();
         Self {
@@ -121,6 +128,7 @@ impl ManagerConfig {
             uid_base: DEFAULT_SANDBOX_UID,
             uid_count: 65536,
             warm_sessions: 2,
+            warm_sessions_max: 256,
             budget: Budget::default(),
             warm_limits: Limits {
                 timeout: defaults.default_timeout,

@@ -1,9 +1,13 @@
-//! Warm sessions: a few session children started ahead of time, fully confined and idle, with
-//! their cgroups, workspace and uid already made ([`ManagerConfig::warm_sessions`], made with
-//! [`ManagerConfig::warm_limits`]). A new session takes one instead of waiting for the whole start
-//! (fork of the zygote, confinement, cgroups, mounts: 20 to 30 ms), and the filler task makes a
-//! new one in the background.
+//! Warm sessions: session children started ahead of time, fully confined and idle, with their
+//! cgroups, workspace and uid already made (made with [`ManagerConfig::warm_limits`]). A new
+//! session takes one instead of waiting for the whole start (fork of the zygote, confinement,
+//! cgroups, mounts: 10 to 30 ms), and the filler task makes a new one in the background.
 //!
+//! - The pool is sized by demand: it keeps ready as many as new sessions wanted one in the last
+//!   [`DEMAND_WINDOW`], at least [`ManagerConfig::warm_sessions`] and at most
+//!   [`ManagerConfig::warm_sessions_max`] (and grows past the floor only while memory allows,
+//!   `warming.rs`). A burst is then served from sessions made before it, and the next burst of
+//!   the same size finds them ready; once demand falls, the extra ones are closed.
 //! - Each warm session has a place of its own (`<root>/.warm/<manager>-<n>`, cgroup
 //!   `warm-<n>`, a uid from the table, the highest free one, never one of the last
 //!   [`ManagerConfig::warm_sessions`] free ones), which the entry that takes it keeps for its
@@ -16,9 +20,11 @@
 //!   dropping the manager without a shutdown kills them (by `Live`'s fields' `Drop`).
 //!
 //! [`ManagerConfig::warm_sessions`]: crate::ManagerConfig::warm_sessions
+//! [`ManagerConfig::warm_sessions_max`]: crate::ManagerConfig::warm_sessions_max
 //! [`ManagerConfig::warm_limits`]: crate::ManagerConfig::warm_limits
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use crate::incarnation::{Live, Place};
 use crate::manager_types::ManagerConfig;
@@ -27,6 +33,10 @@ use toolgate_sandbox::policy::Limits;
 /// The directory under the manager's root that holds the warm sessions' workspaces (no account
 /// directory starts with '.').
 pub(super) const WARM_DIR: &str = ".warm";
+
+/// How far back the pool looks at demand: it keeps ready as many warm sessions as new sessions
+/// wanted one in this window (so a burst repeated within it finds them made).
+pub(super) const DEMAND_WINDOW: Duration = Duration::from_secs(10);
 
 /// A warm session: confined, idle, in its own place.
 #[derive(Debug)]
@@ -52,6 +62,9 @@ pub(super) struct Pool {
     pub(super) next: u64,
     /// A call of other limits was logged (once: see [`Pool::take`]).
     mismatch_logged: bool,
+    /// When new sessions wanted a warm one (whether one was ready or not), oldest first: those
+    /// of the last [`DEMAND_WINDOW`], at most [`ManagerConfig::warm_sessions_max`] of them.
+    wanted: VecDeque<Instant>,
 }
 
 /// Whether a call's limits are those warm sessions are made with: memory and processes (the
@@ -67,6 +80,47 @@ impl Pool {
     /// Whether a call with `limits` could take a warm session.
     pub(super) fn serves(&self, limits: &Limits, config: &ManagerConfig) -> bool {
         config.warm_sessions > 0 && fits(limits, &config.warm_limits)
+    }
+
+    /// How many warm sessions to keep (ready or being made) at `now`: the demand of the last
+    /// [`DEMAND_WINDOW`], at least the floor, at most the ceiling. 0 when warm sessions are off.
+    pub(super) fn target(&mut self, config: &ManagerConfig, now: Instant) -> usize {
+        self.forget_wants(now);
+        let ceiling = config.warm_sessions_max.max(config.warm_sessions);
+        self.wanted.len().clamp(config.warm_sessions, ceiling)
+    }
+
+    /// Notes that a new session wanted a warm one at `now`.
+    fn note_wanted(&mut self, config: &ManagerConfig, now: Instant) {
+        self.forget_wants(now);
+        if self.wanted.len() >= config.warm_sessions_max.max(config.warm_sessions) {
+            self.wanted.pop_front();
+        }
+        self.wanted.push_back(now);
+    }
+
+    /// Drops the wants older than [`DEMAND_WINDOW`].
+    fn forget_wants(&mut self, now: Instant) {
+        while self
+            .wanted
+            .front()
+            .is_some_and(|at| now.saturating_duration_since(*at) >= DEMAND_WINDOW)
+        {
+            self.wanted.pop_front();
+        }
+    }
+
+    /// Whether the pool keeps more than its floor (so the filler looks again when demand
+    /// passes out of the window, to close the extra ones).
+    pub(super) fn above_floor(&self, config: &ManagerConfig) -> bool {
+        self.ready.len() + self.filling > config.warm_sessions
+    }
+
+    /// Takes out the oldest ready warm sessions past `target` (demand fell).
+    pub(super) fn take_surplus(&mut self, target: usize) -> Vec<Warm> {
+        let surplus = (self.ready.len() + self.filling).saturating_sub(target);
+        let surplus = surplus.min(self.ready.len());
+        self.ready.drain(..surplus).collect()
     }
 
     /// A usable warm session for a call with `limits`, if there is one, and the unusable ones
@@ -94,6 +148,7 @@ impl Pool {
             }
             return (None, unusable);
         }
+        self.note_wanted(config, Instant::now());
         while let Some(warm) = self.ready.pop_front() {
             if warm.usable() {
                 return (Some(warm), unusable);
@@ -132,5 +187,49 @@ impl Pool {
             .iter()
             .map(|warm| warm.live.session.pid())
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ZygoteConfig;
+
+    fn config(floor: usize, ceiling: usize) -> ManagerConfig {
+        let mut config = ManagerConfig::new(ZygoteConfig::new("/nonexistent", "/nonexistent"), "/");
+        config.warm_sessions = floor;
+        config.warm_sessions_max = ceiling;
+        config
+    }
+
+    #[test]
+    fn the_target_follows_the_demand_of_the_window_between_floor_and_ceiling() {
+        let config = config(2, 5);
+        let mut pool = Pool::default();
+        let start = Instant::now();
+        assert_eq!(pool.target(&config, start), 2, "no demand: the floor");
+        for _ in 0..3 {
+            pool.note_wanted(&config, start);
+        }
+        assert_eq!(pool.target(&config, start), 3);
+        for _ in 0..10 {
+            pool.note_wanted(&config, start + Duration::from_secs(1));
+        }
+        assert_eq!(pool.target(&config, start), 5, "at most the ceiling");
+        assert!(pool.wanted.len() <= 5, "no more wants kept than the ceiling");
+        let later = start + Duration::from_secs(1) + DEMAND_WINDOW;
+        assert_eq!(pool.target(&config, later), 2, "demand past the window is forgotten");
+    }
+
+    #[test]
+    fn a_ceiling_under_the_floor_is_a_pool_of_fixed_size() {
+        let config = config(4, 0);
+        let mut pool = Pool::default();
+        let now = Instant::now();
+        for _ in 0..20 {
+            pool.note_wanted(&config, now);
+        }
+        assert_eq!(pool.target(&config, now), 4);
+        assert_eq!(pool.target(&self::config(0, 0), now), 0, "warm sessions off");
     }
 }

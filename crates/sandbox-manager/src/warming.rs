@@ -4,12 +4,12 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::incarnation::{Live, Place};
 use crate::manager_types::ManagerError;
 use crate::session_table::ManagerState;
-use crate::warm::{WARM_DIR, Warm};
+use crate::warm::{DEMAND_WINDOW, WARM_DIR, Warm};
 use crate::workspace::remove_tree;
 use crate::zygote::Zygote;
 
@@ -33,43 +33,66 @@ async fn forget_place(inner: &ManagerState, place: &Place) {
     inner.table().free_uid(place.uid);
 }
 
-/// Makes warm sessions until there are [`ManagerConfig::warm_sessions`] (ready or being made),
-/// one at a time (the zygote forks one at a time anyway, and a burst would only compete with
-/// the calls being served). Stops early, without an error, when no uid is free; fails with the
-/// first session that cannot be made.
+/// Makes warm sessions until the pool holds its target (ready or being made; `warm.rs`), with as
+/// many made at once as the host has cores (a fork of the zygote is one at a time, but each
+/// session's workspace and cgroups are made beside another's fork), and closes the ready ones
+/// past the target once demand has fallen. Stops early, without an error, when no uid is free
+/// or memory does not allow more; fails with the first session that cannot be made.
 pub(super) async fn top_up(inner: &Arc<ManagerState>) -> Result<(), ManagerError> {
+    let workers = std::thread::available_parallelism().map_or(1, usize::from);
+    let mut fillers = tokio::task::JoinSet::new();
+    for _ in 0..workers {
+        fillers.spawn(fill(Arc::clone(inner)));
+    }
+    let mut outcome = Ok(());
+    while let Some(done) = fillers.join_next().await {
+        match done {
+            Ok(Err(e)) if outcome.is_ok() => outcome = Err(e),
+            Err(e) if outcome.is_ok() && e.is_panic() => {
+                tracing::error!("a warm-session filler panicked: {e}");
+            }
+            _ => {}
+        }
+    }
+    outcome
+}
+
+/// One of [`top_up`]'s workers: makes warm sessions one after the other while the pool is under
+/// its target.
+async fn fill(inner: Arc<ManagerState>) -> Result<(), ManagerError> {
     loop {
         if inner.shut.load(Ordering::Acquire) {
             return Ok(());
         }
-        let (unusable, place) = {
+        let grow = memory_allows_growth(&inner);
+        let (unusable, surplus, place) = {
             let mut guard = inner.table();
             let table = &mut *guard;
             let unusable = table.pool.take_unusable();
+            let floor = inner.config.warm_sessions;
+            let target = table.pool.target(&inner.config, Instant::now());
+            let target = if grow { target } else { target.min(floor) };
+            let surplus = table.pool.take_surplus(target);
             let have = table.pool.ready.len() + table.pool.filling;
-            let (base, count, want) = (
-                inner.config.uid_base,
-                inner.config.uid_count,
-                inner.config.warm_sessions,
-            );
-            // the last `want` free uids are left to sessions made on demand
-            let uid = (have < want)
-                .then(|| table.take_warm_uid(base, count, want))
+            let (base, count) = (inner.config.uid_base, inner.config.uid_count);
+            // the last `target` free uids are left to sessions made on demand
+            let uid = (have < target)
+                .then(|| table.take_warm_uid(base, count, target))
                 .flatten();
             let place = uid.map(|uid| {
                 table.pool.filling += 1;
                 table.pool.next += 1;
-                warm_place(inner, table.pool.next, uid)
+                warm_place(&inner, table.pool.next, uid)
             });
-            (unusable, place)
+            (unusable, surplus, place)
         };
-        for warm in unusable {
-            discard(Arc::clone(inner), warm).await;
+        for warm in unusable.into_iter().chain(surplus) {
+            discard(Arc::clone(&inner), warm).await;
         }
         let Some(place) = place else {
             return Ok(());
         };
-        let opened = Live::open(inner, &place, &inner.config.warm_limits).await;
+        let opened = Live::open(&inner, &place, &inner.config.warm_limits).await;
         let late = {
             let mut table = inner.table();
             table.pool.filling -= 1;
@@ -85,13 +108,48 @@ pub(super) async fn top_up(inner: &Arc<ManagerState>) -> Result<(), ManagerError
         match late {
             None => {}
             // shut down meanwhile: never handed to anyone
-            Some(Ok(warm)) => discard(Arc::clone(inner), warm).await,
+            Some(Ok(warm)) => discard(Arc::clone(&inner), warm).await,
             Some(Err((place, e))) => {
-                forget_place(inner, &place).await;
+                forget_place(&inner, &place).await;
                 return Err(e);
             }
         }
     }
+}
+
+/// Whether the pool may grow past its floor: the host has at least a quarter of its memory
+/// available, and sessions use under half of the budget's memory (when there is one), so that
+/// warm sessions never take the room of sessions that run. Two small reads.
+fn memory_allows_growth(inner: &ManagerState) -> bool {
+    let host = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| host_has_room(&text));
+    let budget = inner.config.budget.memory_bytes;
+    let sessions = match &inner.cgroups {
+        Some(cgroups) if budget > 0 => cgroups
+            .in_use()
+            .0
+            .is_none_or(|used| used.saturating_mul(2) < budget),
+        _ => true,
+    };
+    host.unwrap_or(false) && sessions
+}
+
+/// Whether `/proc/meminfo` says at least a quarter of the memory is available (`None`: it does
+/// not say).
+fn host_has_room(meminfo: &str) -> Option<bool> {
+    let field = |name: &str| -> Option<u64> {
+        meminfo
+            .lines()
+            .find_map(|line| line.strip_prefix(name))?
+            .trim()
+            .trim_end_matches("kB")
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (total, available) = (field("MemTotal:")?, field("MemAvailable:")?);
+    Some(available.saturating_mul(4) >= total)
 }
 
 /// The place of warm session `n`.
@@ -140,6 +198,16 @@ pub(super) async fn fill_loop(inner: Weak<ManagerState>) {
             .clone()
             .filter(|zygote| Some(zygote.pid()) != handled_end);
         let kick = async { strong.pool_kick.notified().await };
+        // above its floor, the pool looks again as demand passes out of its window, to close
+        // the warm sessions it no longer needs
+        let above_floor = strong.table().pool.above_floor(&strong.config);
+        let shrink = async {
+            if above_floor {
+                tokio::time::sleep(DEMAND_WINDOW / 2).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
         let zygote_ended = async {
             match &zygote {
                 Some(zygote) => zygote.ended().await,
@@ -148,6 +216,7 @@ pub(super) async fn fill_loop(inner: Weak<ManagerState>) {
         };
         tokio::select! {
             () = kick => {}
+            () = shrink => {}
             () = zygote_ended => handled_end = zygote.as_ref().map(Zygote::pid),
             () = stop.cancelled() => return,
         }
@@ -214,5 +283,21 @@ impl ManagerState {
     pub(super) fn discard_set_aside(self: &Arc<Self>) {
         let set_aside = self.take_set_aside();
         self.discard_later(set_aside);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_has_room;
+
+    #[test]
+    fn room_is_a_quarter_of_the_memory_available() {
+        let meminfo = |available: u64| {
+            format!("MemTotal:       16000000 kB\nMemFree:  1 kB\nMemAvailable:   {available} kB\n")
+        };
+        assert_eq!(host_has_room(&meminfo(4_000_000)), Some(true));
+        assert_eq!(host_has_room(&meminfo(3_999_999)), Some(false));
+        assert_eq!(host_has_room("MemTotal: 10 kB\n"), None, "no MemAvailable");
+        assert_eq!(host_has_room("garbage"), None);
     }
 }

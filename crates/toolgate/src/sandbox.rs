@@ -61,6 +61,7 @@ pub async fn start_manager(
     config.warm_limits = sandbox.limits.for_call(None)?;
     config.idle_ttl = sandbox.idle_ttl;
     config.max_sessions_per_account = sandbox.max_sessions_per_account;
+    (config.warm_sessions, config.warm_sessions_max) = sandbox.warm_sessions;
     config.budget = sandbox.budget;
     config.uid_base = sandbox.first_uid;
     config.egress = sandbox.network.map(toolgate_egress_proxy::EgressProxy::new);

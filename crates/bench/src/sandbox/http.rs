@@ -324,7 +324,7 @@ fn figures(
     })
 }
 
-fn report(name: &str, timings: &Timings) {
+pub(super) fn report(name: &str, timings: &Timings) {
     progress(&format!(
         "  {name}: p50 {:.3} ms, p99 {:.3} ms",
         timings.percentile_ms(50.0).unwrap_or(0.0),

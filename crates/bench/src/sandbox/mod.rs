@@ -13,6 +13,7 @@
 //! never share the machine. Everything lives in one temporary directory under `target/` (not
 //! `/tmp`: each session mounts its own empty `/tmp`), removed at the end.
 
+mod bursts;
 mod direct;
 mod durable;
 mod durable_http;
@@ -89,6 +90,41 @@ pub struct SandboxArgs {
     /// beside a single process, CPU per call, and a session's return after its node is killed
     #[arg(long)]
     pub sandbox_nodes: bool,
+    /// Measure new sessions in bursts through HTTP instead: --sandbox-sessions back to back
+    /// and --sandbox-burst-at-once at once, each twice (the warm pool at its floor, then sized
+    /// by the demand it saw)
+    #[arg(long)]
+    pub sandbox_bursts: bool,
+    /// New sessions sent at once in the at-once bursts (--sandbox-bursts)
+    #[arg(long, default_value_t = 50)]
+    pub sandbox_burst_at_once: usize,
+}
+
+/// Runs the burst figures and prints them.
+pub fn run_bursts(args: &Args, binary: &Path) -> Result<()> {
+    let files = locate(args.sandbox.sandbox_runtime.as_deref(), binary)?;
+    let dir = scratch_dir()?;
+    let client = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let figures = bursts::measure(
+        &client,
+        &bursts::Plan {
+            binary,
+            files: &files,
+            dir: dir.path(),
+            back_to_back: args.sandbox.sandbox_sessions,
+            at_once: args.sandbox.sandbox_burst_at_once,
+            quiet: Duration::from_secs(args.quiet_wait_secs),
+        },
+    )?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&bursts::to_json(&figures))?);
+    } else {
+        print!("{}", bursts::table(&figures));
+    }
+    Ok(())
 }
 
 /// Runs the many-hosts figures and prints them.

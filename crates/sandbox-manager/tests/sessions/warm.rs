@@ -27,6 +27,8 @@ async fn warm_manager(root: &Path, tweak: impl FnOnce(&mut ManagerConfig)) -> Sa
     manager(root, |config| {
         config.zygote.harden_lib = Some(lib);
         config.cgroups = CgroupMode::Required;
+        // a pool of fixed size unless a test says otherwise (the tests below count it)
+        config.warm_sessions_max = 0;
         tweak(config);
     })
     .await
@@ -333,5 +335,62 @@ async fn without_warm_sessions_every_session_is_started() {
     assert_eq!(text(&call), "2");
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(m.warm_pids().is_empty());
+    m.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pool_grows_to_a_bursts_demand_serves_the_next_from_it_and_shrinks_after() {
+    let root = outside_tmp();
+    let m = Arc::new(
+        warm_manager(root.path(), |c| {
+            c.warm_sessions = 1;
+            c.warm_sessions_max = 8;
+            c.max_sessions_per_account = 64;
+        })
+        .await,
+    );
+    assert_eq!(m.warm_pids().len(), 1, "the floor at start");
+    // a first burst of 6: more than the floor, so most are started for it
+    for i in 0..6 {
+        exec(&m, "acct", &format!("first-{i}"), "1+1").await;
+    }
+    // the pool grows to that demand (made in the background)
+    let grown = async {
+        while m.warm_pids().len() < 6 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), grown)
+        .await
+        .expect("the pool did not grow to the burst's demand (6) within 20 s");
+    let warm: BTreeSet<i32> = m.warm_pids().into_iter().collect();
+    assert!(warm.len() <= 8, "past the ceiling: {}", warm.len());
+    // the next burst of the same size, all at once, is served from sessions made before it
+    let calls: Vec<_> = (0..6)
+        .map(|i| {
+            let m = Arc::clone(&m);
+            tokio::spawn(async move { exec(&m, "acct", &format!("again-{i}"), "1+1").await })
+        })
+        .collect();
+    for call in calls {
+        let call = call.await.unwrap();
+        assert_eq!(text(&call), "2");
+        assert!(
+            warm.contains(&call.pid),
+            "a session of the second burst was started for it rather than taken from the pool"
+        );
+    }
+    // with no more demand, the pool falls back to its floor once the bursts leave its window
+    let shrunk = async {
+        while m.warm_pids().len() > 1 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), shrunk)
+        .await
+        .expect("the pool did not shrink back to its floor");
+    let floor = m.warm_pids();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(m.warm_pids().len(), 1, "the floor is kept: {floor:?}");
     m.shutdown().await;
 }

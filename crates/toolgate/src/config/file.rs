@@ -60,6 +60,8 @@ impl Settings {
             sandbox_root,
             sandbox_idle_minutes,
             sandbox_max_sessions,
+            sandbox_warm_sessions,
+            sandbox_warm_sessions_max,
             sandbox_hibernate_after_s,
             sandbox_checkpoint_every_s,
             sandbox_session_retention_days,

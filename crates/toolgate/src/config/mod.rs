@@ -271,6 +271,16 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SANDBOX_MAX_SESSIONS", global = true)]
     pub sandbox_max_sessions: Option<usize>,
 
+    /// Warm sessions kept ready at least (started and confined ahead of time, so a new session
+    /// answers in a millisecond); 0: none [default: 2]
+    #[arg(long, env = "TOOLGATE_SANDBOX_WARM_SESSIONS", global = true)]
+    pub sandbox_warm_sessions: Option<usize>,
+
+    /// The most warm sessions kept ready under demand (as many as new sessions wanted one in
+    /// the last ten seconds, while memory allows) [default: 256]
+    #[arg(long, env = "TOOLGATE_SANDBOX_WARM_SESSIONS_MAX", global = true)]
+    pub sandbox_warm_sessions_max: Option<usize>,
+
     /// Seconds without a call after which a session is hibernated: written out to its
     /// checkpoint and its processes ended; its next call restores it [default: 300]
     #[arg(long, env = "TOOLGATE_SANDBOX_HIBERNATE_AFTER_S", global = true)]

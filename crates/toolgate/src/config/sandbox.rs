@@ -30,6 +30,8 @@ pub struct SandboxConfig {
     pub idle_ttl: Duration,
     /// Live sessions per account.
     pub max_sessions_per_account: usize,
+    /// Warm sessions kept ready at least, and at most under demand.
+    pub warm_sessions: (usize, usize),
     /// All sessions together.
     pub budget: Budget,
     /// The first host uid of sessions.
@@ -61,6 +63,7 @@ impl SandboxConfig {
                 "must be at least 1",
             ));
         }
+        let warm_sessions = warm_sessions(settings)?;
         let idle_ttl = idle_ttl(settings)?;
         let checkpoints = super::checkpoints::CheckpointsConfig::from_settings(settings, idle_ttl)?;
         let runtime = locate(settings.sandbox_runtime.as_deref(), ".deps/python-runtime").map_err(
@@ -108,6 +111,7 @@ impl SandboxConfig {
             root,
             idle_ttl,
             max_sessions_per_account: settings.sandbox_max_sessions.unwrap_or(10),
+            warm_sessions,
             budget: budget(settings),
             first_uid,
             checkpoints,
@@ -115,6 +119,34 @@ impl SandboxConfig {
         }))
     }
 }
+
+/// The warm pool's floor and ceiling: at most [`MAX_WARM_SESSIONS`] each, the ceiling not
+/// under the floor.
+fn warm_sessions(settings: &Settings) -> Result<(usize, usize), ConfigError> {
+    let floor = settings.sandbox_warm_sessions.unwrap_or(2);
+    let ceiling = settings.sandbox_warm_sessions_max.unwrap_or(256.max(floor));
+    for (key, value) in [
+        ("sandbox_warm_sessions", floor),
+        ("sandbox_warm_sessions_max", ceiling),
+    ] {
+        if value > MAX_WARM_SESSIONS {
+            return Err(ConfigError::new(
+                key,
+                format!("must be at most {MAX_WARM_SESSIONS}, got {value}"),
+            ));
+        }
+    }
+    if ceiling < floor {
+        return Err(ConfigError::new(
+            "sandbox_warm_sessions_max",
+            format!("must be at least sandbox_warm_sessions ({floor}), got {ceiling}"),
+        ));
+    }
+    Ok((floor, ceiling))
+}
+
+/// The most warm sessions a setting may ask for: each is a process and a uid.
+const MAX_WARM_SESSIONS: usize = 4096;
 
 /// The budget of all sessions together: the operator's, else a share of this host.
 fn budget(settings: &Settings) -> Budget {

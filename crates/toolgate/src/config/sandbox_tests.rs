@@ -69,3 +69,38 @@ fn unreachable_session_roots_are_refused_at_start() {
     std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o711)).unwrap();
     check_root(&closed.join("sessions")).unwrap();
 }
+
+#[test]
+fn the_warm_pool_has_a_floor_and_a_ceiling_not_under_it() {
+    assert_eq!(warm_sessions(&Settings::default()).unwrap(), (2, 256));
+    let fixed = Settings {
+        sandbox_warm_sessions: Some(4),
+        sandbox_warm_sessions_max: Some(4),
+        ..Settings::default()
+    };
+    assert_eq!(warm_sessions(&fixed).unwrap(), (4, 4));
+    let big_floor = Settings {
+        sandbox_warm_sessions: Some(300),
+        ..Settings::default()
+    };
+    assert_eq!(warm_sessions(&big_floor).unwrap(), (300, 300));
+    let none = Settings {
+        sandbox_warm_sessions: Some(0),
+        sandbox_warm_sessions_max: Some(0),
+        ..Settings::default()
+    };
+    assert_eq!(warm_sessions(&none).unwrap(), (0, 0));
+    let inverted = Settings {
+        sandbox_warm_sessions: Some(8),
+        sandbox_warm_sessions_max: Some(7),
+        ..Settings::default()
+    };
+    let err = warm_sessions(&inverted).unwrap_err();
+    assert_eq!(err.setting(), "sandbox_warm_sessions_max");
+    assert!(err.to_string().contains("at least sandbox_warm_sessions (8)"), "{err}");
+    let huge = Settings {
+        sandbox_warm_sessions_max: Some(1 << 40),
+        ..Settings::default()
+    };
+    assert_eq!(warm_sessions(&huge).unwrap_err().setting(), "sandbox_warm_sessions_max");
+}
