@@ -380,7 +380,16 @@ async fn the_pool_grows_to_a_bursts_demand_serves_the_next_from_it_and_shrinks_a
             "a session of the second burst was started for it rather than taken from the pool"
         );
     }
-    // with no more demand, the pool falls back to its floor once the bursts leave its window
+    // refilled to the demand of both bursts (12 wants: the ceiling) ...
+    let refilled = async {
+        while m.warm_pids().len() < 8 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), refilled)
+        .await
+        .expect("the pool did not refill to its ceiling (8) within 20 s");
+    // ... and with no more demand, it falls back to its floor once the bursts leave its window
     let shrunk = async {
         while m.warm_pids().len() > 1 {
             tokio::time::sleep(Duration::from_millis(100)).await;
