@@ -21,6 +21,14 @@ pub enum HardenError {
     /// The thread count could not be read.
     #[error("step (0) single-thread check: cannot read /proc/self/status: {0}")]
     ThreadCount(#[source] io::Error),
+    /// The child could not move itself into one of its cgroups (v1's `tasks` file).
+    #[error("step (0) join cgroup {}: {source}", file.display())]
+    JoinCgroup {
+        /// The `tasks` file written.
+        file: PathBuf,
+        /// The kernel's answer.
+        source: io::Error,
+    },
     /// `unshare(2)` of the net, ipc, uts and mount namespaces failed.
     #[error("step (a) unshare namespaces: {0}")]
     Unshare(#[source] io::Error),

@@ -19,7 +19,9 @@
 //!    own empty mount, `tmp` the session's `/tmp` or `/dev/shm`, uid not 0, `tmp_bytes` not 0),
 //!    every ancestor of the workspace is searchable by the session's uid on the host (the
 //!    server reads and writes its files as that uid), and the process has one thread (a user
-//!    namespace, Landlock and seccomp need or bind only the calling thread).
+//!    namespace, Landlock and seccomp need or bind only the calling thread). Then, on cgroup
+//!    v1, it joins its cgroups itself (`0` into each group's `tasks` file), which costs no RCU
+//!    grace period, unlike a move by the zygote (see `release`).
 //! 1. **(a) Namespaces**: `unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)`,
 //!    without `CLONE_NEWNET` when the spec allows network. Nothing is brought up in a new network
 //!    namespace: its only interface, loopback, stays down (tested: no `::1` address), so there is
@@ -40,8 +42,8 @@
 //! 4. **(d) User namespace** (see `identity`): `setgroups(0)` (root's supplementary groups would
 //!    otherwise survive, and after `deny` can never be dropped), `unshare(CLONE_NEWUSER)`, then
 //!    `U` to the zygote and wait: it writes `setgroups` `deny`, `uid_map` and `gid_map`
-//!    `1000 <uid> 1`, then releases it (it wrote the child's pid into each of the spec's cgroups
-//!    right after the fork, before waiting for `U`: see `release`). Then
+//!    `1000 <uid> 1`, then releases it (on cgroup v2 it wrote the child's pid into the spec's
+//!    cgroup right after the fork, before waiting for `U`: see `release`). Then
 //!    `setresgid(1000)`, the capability bounding set emptied, `setresuid(1000)`, `capset` to
 //!    empty sets (the kernel does not clear them here: uid 0 of this namespace is not mapped, so
 //!    `setresuid` is no "root to non-root" change), `PR_SET_DUMPABLE` 1 (reset by the uid
@@ -222,6 +224,10 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
     mounts::check_workspace_reachable(spec)?;
     ensure_single_threaded()?;
     steps.lap("precheck");
+    // One thread, nothing of the session run yet: it joins its v1 cgroups itself, which unlike
+    // a move by the zygote waits for no RCU grace period (see `release`).
+    release::join_own_cgroups(&spec.cgroups)?;
+    steps.lap("cgroups");
 
     // (a) Private network, IPC, host name and mount table. NEWNET only without network; nothing
     // is brought up in a new network namespace.

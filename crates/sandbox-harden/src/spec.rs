@@ -62,8 +62,9 @@ pub struct HardenSpec {
     /// The unprivileged host user id the session runs as, also its group id: user and group
     /// [`SESSION_ID_INSIDE`] of its own user namespace map to it. Never 0.
     pub uid: u32,
-    /// cgroup directories (one per controller on cgroup v1, one on v2) the zygote moves the
-    /// child into before it runs any of the session's code; may be empty.
+    /// cgroup directories (one per controller on cgroup v1, one on v2) the child is moved into
+    /// before it runs any of the session's code (on v1 it moves itself, see
+    /// [`crate::release`]; on v2 the zygote moves it); may be empty.
     #[serde(default)]
     pub cgroups: Vec<PathBuf>,
     /// The size of the session's `/tmp` (a tmpfs), in bytes; at least 1.

@@ -216,9 +216,16 @@ mod tests {
             pool.note_wanted(&config, start + Duration::from_secs(1));
         }
         assert_eq!(pool.target(&config, start), 5, "at most the ceiling");
-        assert!(pool.wanted.len() <= 5, "no more wants kept than the ceiling");
+        assert!(
+            pool.wanted.len() <= 5,
+            "no more wants kept than the ceiling"
+        );
         let later = start + Duration::from_secs(1) + DEMAND_WINDOW;
-        assert_eq!(pool.target(&config, later), 2, "demand past the window is forgotten");
+        assert_eq!(
+            pool.target(&config, later),
+            2,
+            "demand past the window is forgotten"
+        );
     }
 
     #[test]
@@ -230,6 +237,10 @@ mod tests {
             pool.note_wanted(&config, now);
         }
         assert_eq!(pool.target(&config, now), 4);
-        assert_eq!(pool.target(&self::config(0, 0), now), 0, "warm sessions off");
+        assert_eq!(
+            pool.target(&self::config(0, 0), now),
+            0,
+            "warm sessions off"
+        );
     }
 }

@@ -120,7 +120,10 @@ pub fn run_bursts(args: &Args, binary: &Path) -> Result<()> {
         },
     )?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&bursts::to_json(&figures))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&bursts::to_json(&figures))?
+        );
     } else {
         print!("{}", bursts::table(&figures));
     }

@@ -97,10 +97,17 @@ fn the_warm_pool_has_a_floor_and_a_ceiling_not_under_it() {
     };
     let err = warm_sessions(&inverted).unwrap_err();
     assert_eq!(err.setting(), "sandbox_warm_sessions_max");
-    assert!(err.to_string().contains("at least sandbox_warm_sessions (8)"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("at least sandbox_warm_sessions (8)"),
+        "{err}"
+    );
     let huge = Settings {
         sandbox_warm_sessions_max: Some(1 << 40),
         ..Settings::default()
     };
-    assert_eq!(warm_sessions(&huge).unwrap_err().setting(), "sandbox_warm_sessions_max");
+    assert_eq!(
+        warm_sessions(&huge).unwrap_err().setting(),
+        "sandbox_warm_sessions_max"
+    );
 }
