@@ -4,6 +4,7 @@ first the code every child would run for the first time, and fills the holes in 
 pools, where a child's first objects would otherwise land, one page each."""
 
 import builtins
+import ctypes
 import linecache
 import os
 import select
@@ -124,3 +125,44 @@ def fill_pools():
         elif size >= 48:
             filler.extend(bytes(size - 33) for _ in range(free))    # 33 + n bytes
     return filler
+
+
+class _Mallinfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def fill_heap():
+    """The same for malloc's heap (objects over 512 bytes, C libraries, the hardening library):
+    blocks that take glibc's cached and free chunks, kept for the zygote's life, so that a child's
+    allocations come from the heap's untouched top instead of holes in the zygote's pages.
+    Returns the blocks ([] where mallinfo2 is missing: not glibc 2.33 or later)."""
+    try:
+        libc = ctypes.CDLL(None)
+        info, malloc, free = libc.mallinfo2, libc.malloc, libc.free
+    except (OSError, AttributeError):
+        return []
+    info.restype, info.argtypes = _Mallinfo2, ()
+    malloc.restype, malloc.argtypes = ctypes.c_void_p, (ctypes.c_size_t,)
+    free.restype, free.argtypes = None, (ctypes.c_void_p,)
+    blocks = []
+    # the per-thread cache first (up to 7 chunks of each size to 1032 bytes), which malloc
+    # serves before any bin
+    for size in range(8, 1033, 16):
+        blocks.extend(malloc(size) for _ in range(7))
+    # then the free chunks, largest blocks first; a block that came from the top (the top's
+    # size went down) is given back and the next smaller size tried
+    for size in (1 << 16, 1 << 14, 1 << 12, 1 << 10, 256, 64, 24):
+        for _ in range(100_000):
+            before = info()
+            if before.fordblks - before.keepcost < size:
+                break
+            p = malloc(size)
+            if not p:
+                break
+            if info().keepcost < before.keepcost:
+                free(p)
+                break
+            blocks.append(p)
+    return [p for p in blocks if p]

@@ -27,7 +27,7 @@ from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, chec
                                 encode_frame, error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._session import Session, notebook_show, on_sigint
-from toolgate._sharing import fill_pools, rehearse_session, rehearse_setup
+from toolgate._sharing import fill_heap, fill_pools, rehearse_session, rehearse_setup
 
 HARDEN_ABI_VERSION = 2
 HARDEN_FAILED_EXIT = 121
@@ -182,6 +182,7 @@ class Zygote:
         loaded, skipped = self.preload_modules()
         gc.collect()
         self.filler = fill_pools()    # after the collection, which left the holes it fills
+        self.heap_filler = fill_heap()
         gc.freeze()
         self.send({"op": "hello", "pid": os.getpid(), "python": platform.python_version(),
                    "preloaded": loaded, "skipped": skipped, "executable": sys.executable,
