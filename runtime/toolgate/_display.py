@@ -7,6 +7,7 @@ import io
 import os
 import sys
 import traceback
+import zlib
 
 from toolgate._protocol import (DF_COLS, DF_ROWS, ERROR_TYPE_LIMIT, IMAGES_COUNT, IMAGES_LIMIT,
                                 TEXT_LIMIT)
@@ -110,10 +111,42 @@ def _render_cropped(fig):
     left, top = round(box.x0 * dpi), round(fig.bbox.height - box.y1 * dpi)
     if left < 0 or top < 0 or left + width > pixels.shape[1] or top + height > pixels.shape[0]:
         return None
-    crop = np.ascontiguousarray(pixels[top:top + height, left:left + width])
-    buf = io.BytesIO()
-    mpl.image.imsave(buf, crop, format="png", origin="upper", dpi=dpi)
-    return buf.getvalue()
+    crop = pixels[top:top + height, left:left + width]
+    png = _png_unfiltered(np, crop, dpi, f"Matplotlib version{mpl.__version__}, https://matplotlib.org/")
+    if png is None:                     # smooth shading: Pillow's filters compress it far better
+        buf = io.BytesIO()
+        mpl.image.imsave(buf, np.ascontiguousarray(crop), format="png", origin="upper", dpi=dpi)
+        png = buf.getvalue()
+    return png
+
+
+def _png_chunk(kind, data):
+    return (len(data).to_bytes(4, "big") + kind + data
+            + zlib.crc32(data, zlib.crc32(kind)).to_bytes(4, "big"))
+
+
+def _png_unfiltered(np, rgba, dpi, software):
+    """An RGBA PNG with the chunks savefig writes (its Software text, the dpi), its rows
+    unfiltered: a chart's flat colours deflate 10-25 % smaller that way, and in 60 % of the
+    time Pillow takes to try every filter on every row. None when the pixels deflate to more
+    than 1/25 of their size (gradients, images), where the filters pay."""
+    height, width, _ = rgba.shape
+    rows = np.empty((height, width * 4 + 1), np.uint8)
+    rows[:, 0] = 0                          # filter type None
+    rows[:, 1:] = rgba.reshape(height, width * 4)
+    raw = rows.tobytes()
+    idat = zlib.compress(raw, 6)
+    if len(idat) * 25 > len(raw):
+        return None
+    ppm = int(dpi / 0.0254 + 0.5)           # as Pillow writes pHYs
+    return b"".join((
+        b"\x89PNG\r\n\x1a\n",
+        _png_chunk(b"IHDR", width.to_bytes(4, "big") + height.to_bytes(4, "big") + b"\x08\x06\0\0\0"),
+        _png_chunk(b"tEXt", b"Software\0" + software.encode("latin-1", "replace")),
+        _png_chunk(b"pHYs", ppm.to_bytes(4, "big") * 2 + b"\x01"),
+        _png_chunk(b"IDAT", idat),
+        _png_chunk(b"IEND", b""),
+    ))
 
 
 class ImageSink:
