@@ -23,6 +23,7 @@ import time
 import toolgate                  # noqa: F401  (the public module: every session finds it loaded)
 from toolgate import _upcalls    # noqa: F401
 from toolgate._capture import Capture, Channel
+from toolgate._display import cache_font_heights
 from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, check_fork,
                                 encode_frame, error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
@@ -142,6 +143,7 @@ class Zygote:
             pass
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is not None:
+            cache_font_heights()
             try:
                 fig = plt.figure()
                 plt.plot([0, 1], [1, 0])
