@@ -143,9 +143,9 @@ class Zygote:
             pass
         plt = sys.modules.get("matplotlib.pyplot")
         if plt is not None:
-            cache_font_heights()
             try:
                 fig = plt.figure()
+                cache_font_heights()            # Agg is loaded by the first figure
                 plt.plot([0, 1], [1, 0])
                 fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
             except Exception:
