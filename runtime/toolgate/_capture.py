@@ -4,6 +4,7 @@ Output frames and what they carry are described in runtime/PROTOCOL.md.
 """
 
 import codecs
+import mmap
 import os
 import select
 import sys
@@ -23,7 +24,9 @@ class Channel:
         self.lock = threading.Lock()
         self.decoder = FrameDecoder()
         self.pending = []          # decoder events read by an upcall, for the executor's loop
-        self.rbuf = bytearray(READ_CHUNK)
+        # an anonymous map, not a bytearray (zero-filled, so all 16 pages written at once): only
+        # the pages a read reaches are ever backed, one or two for most sessions' requests
+        self.rbuf = mmap.mmap(-1, READ_CHUNK)
         self.rview = memoryview(self.rbuf)
 
     def send(self, obj):

@@ -14,6 +14,7 @@ import os
 import platform
 import select
 import signal
+import _signal
 import socket
 import stat
 import sys
@@ -22,10 +23,12 @@ import time
 import toolgate                  # noqa: F401  (the public module: every session finds it loaded)
 from toolgate import _upcalls    # noqa: F401
 from toolgate._capture import Capture, Channel
+from toolgate._display import cache_font_heights
 from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, check_fork,
                                 encode_frame, error_frame, parse_request, request_id, signal_name,
                                 too_large_frame)
 from toolgate._session import Session, notebook_show, on_sigint
+from toolgate._sharing import fill_heap, fill_pools, rehearse_session, rehearse_setup
 
 HARDEN_ABI_VERSION = 2
 HARDEN_FAILED_EXIT = 121
@@ -142,6 +145,7 @@ class Zygote:
         if plt is not None:
             try:
                 fig = plt.figure()
+                cache_font_heights()            # Agg is loaded by the first figure
                 plt.plot([0, 1], [1, 0])
                 fig.savefig(io.BytesIO(), format="png", bbox_inches="tight")
             except Exception:
@@ -158,6 +162,8 @@ class Zygote:
                 importlib.import_module(name)
             except Exception:
                 pass
+        rehearse_session()       # what every child runs, run here once: shared, not copied
+        rehearse_setup()
 
     # --- I/O
     def send(self, obj):
@@ -177,6 +183,8 @@ class Zygote:
 
         loaded, skipped = self.preload_modules()
         gc.collect()
+        self.filler = fill_pools()    # after the collection, which left the holes it fills
+        self.heap_filler = fill_heap()
         gc.freeze()
         self.send({"op": "hello", "pid": os.getpid(), "python": platform.python_version(),
                    "preloaded": loaded, "skipped": skipped, "executable": sys.executable,
@@ -395,10 +403,12 @@ class Zygote:
         None without a hardening library; blob: the harden spec as the zygote encoded it."""
         zygote_pid = os.getppid()
         signal.set_wakeup_fd(-1)
+        # _signal's functions, not signal's: their enum conversions are code the zygote never
+        # runs, rewritten (so copied) in each child that did
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, on_sigint)
+            _signal.signal(sig, _signal.SIG_DFL)
+        _signal.signal(signal.SIGINT, on_sigint)
         # SIGPIPE stays ignored, as Python sets it: a write to a closed pipe raises, not kills
         self.ctrl.detach()                     # the socket object must not close a reused number
         # below 3 only if the zygote was started with 0/1/2 closed: moved, as 0/1/2 are replaced

@@ -20,6 +20,9 @@ const WARMUP_PLOTS: usize = 3;
 const WARMUP_SESSIONS: usize = 5;
 /// The code of the matplotlib figure, as the product brief gives it.
 const PLOT_CODE: &str = "import matplotlib.pyplot as plt\nplt.plot([1,2,3])\nNone";
+/// A small DataFrame as a cell's value: the runtime renders it as text/plain and text/html.
+const TABLE_CODE: &str =
+    "import pandas as pd\npd.DataFrame({'a': range(10), 'b': list('abcdefghij')})";
 
 /// What one run of the server needs.
 #[derive(Debug)]
@@ -67,6 +70,11 @@ pub struct Http {
     pub png_bytes: usize,
     /// The size of the whole HTTP answer carrying it (base64 inside JSON).
     pub plot_answer_bytes: usize,
+    /// svc_write of a 10-row DataFrame as the value (its text and HTML table), in a warm
+    /// session, as many calls as the matplotlib figure.
+    pub table: Timings,
+    /// The size of the whole HTTP answer carrying the table.
+    pub table_answer_bytes: usize,
 }
 
 /// A `tools/call` of svc_write with `code` in session `session_id`.
@@ -300,6 +308,21 @@ fn figures(
 
     wait_for_quiet(plan.quiet);
     progress(&format!(
+        "pandas table through HTTP: {} calls after {WARMUP_PLOTS} untimed",
+        plan.plots
+    ));
+    let table = Workload::post(
+        &personal,
+        write_call(TABLE_CODE, "table"),
+        vec![b"\"isError\":false", b"\"html\":\"<table"],
+    )?;
+    let (table, table_answer) =
+        runtime.block_on(timed(&endpoint, &table, WARMUP_PLOTS, plan.plots))?;
+    server.check_running()?;
+    report("pandas table", &table);
+
+    wait_for_quiet(plan.quiet);
+    progress(&format!(
         "new session → first result through HTTP: {} sessions after {WARMUP_SESSIONS} untimed, {} ms apart",
         plan.sessions,
         plan.gap.as_millis()
@@ -321,6 +344,8 @@ fn figures(
         plot,
         png_bytes,
         plot_answer_bytes: answer.len(),
+        table,
+        table_answer_bytes: table_answer.len(),
     })
 }
 

@@ -1,8 +1,9 @@
 //! Memory of idle sessions: the proportional set size (PSS, shared pages divided among the
 //! processes that share them) of every process in each session's cgroup, from
-//! `/proc/<pid>/smaps_rollup`.
+//! `/proc/<pid>/smaps_rollup`, and where their private pages are (per mapping, from
+//! `/proc/<pid>/smaps`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -23,6 +24,9 @@ pub struct SessionMemory {
     /// Other children of the zygote (pre-started sessions not yet given out): how many, and
     /// their PSS. Not part of the per-session figure; they take a share of the shared pages.
     pub spare: (usize, u64),
+    /// The mappings holding the most private pages (Private_Clean + Private_Dirty), summed per
+    /// mapping name over the sessions' processes, largest first: (name, KiB per session).
+    pub top_private: Vec<(String, f64)>,
 }
 
 impl SessionMemory {
@@ -80,6 +84,7 @@ pub fn measure(pids: &[i32], zygote: Option<i32>) -> Result<SessionMemory> {
             }
         }
     }
+    let mut by_mapping = BTreeMap::new();
     for pid in &all {
         // a process that ended meanwhile has no memory left to count
         let Ok(rollup) = rollup(*pid) else { continue };
@@ -87,6 +92,13 @@ pub fn measure(pids: &[i32], zygote: Option<i32>) -> Result<SessionMemory> {
         memory.pss_kib += rollup.pss_kib;
         memory.private_kib += rollup.private_kib;
         memory.rss_kib += rollup.rss_kib;
+        if let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/smaps")) {
+            private_by_mapping(&text, &mut by_mapping);
+        }
+    }
+    memory.top_private = top(by_mapping, pids.len(), TOP_MAPPINGS);
+    for (name, kib) in &memory.top_private {
+        crate::progress(&format!("  private per session {kib:>8.1} KiB  {name}"));
     }
     if memory.processes < pids.len() {
         bail!(
@@ -144,6 +156,59 @@ fn parse_rollup(text: &str) -> Option<Rollup> {
         pss_kib: field("Pss")?,
         private_kib: field("Private_Clean").unwrap_or(0) + field("Private_Dirty").unwrap_or(0),
     })
+}
+
+/// How many mappings the private-pages breakdown lists.
+const TOP_MAPPINGS: usize = 10;
+
+/// Adds the private KiB of each mapping in one `smaps` text to `sums`, by mapping name:
+/// the file's path, `[heap]`, `[stack]`, or for an anonymous mapping `[anon <perms>]` with
+/// `+guard` when the mapping just below it is an inaccessible guard (a thread's stack, as glibc
+/// makes them).
+fn private_by_mapping(text: &str, sums: &mut BTreeMap<String, u64>) {
+    let mut name: Option<String> = None;
+    let mut private = 0u64;
+    let mut previous_guard = false;
+    let mut flush = |name: &mut Option<String>, private: &mut u64| {
+        if let Some(name) = name.take()
+            && *private > 0
+        {
+            *sums.entry(name).or_default() += *private;
+        }
+        *private = 0;
+    };
+    for line in text.lines() {
+        let mut fields = line.split_whitespace();
+        let Some(first) = fields.next() else { continue };
+        if first.contains('-') && !first.ends_with(':') {
+            flush(&mut name, &mut private);
+            let perms = fields.next().unwrap_or("");
+            let path = fields.nth(3).map(str::to_owned);
+            name = Some(match path {
+                Some(path) => path,
+                None if previous_guard => format!("[anon {perms} +guard]"),
+                None => format!("[anon {perms}]"),
+            });
+            previous_guard = perms == "---p";
+        } else if first == "Private_Clean:" || first == "Private_Dirty:" {
+            private += fields
+                .next()
+                .and_then(|kib| kib.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    flush(&mut name, &mut private);
+}
+
+/// The `count` largest of `sums`, in KiB per session.
+fn top(sums: BTreeMap<String, u64>, sessions: usize, count: usize) -> Vec<(String, f64)> {
+    let mut items: Vec<(String, u64)> = sums.into_iter().collect();
+    items.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    items
+        .into_iter()
+        .take(count)
+        .map(|(name, kib)| (name, kib as f64 / sessions.max(1) as f64))
+        .collect()
 }
 
 /// A cgroup filesystem mounted here: its root within the hierarchy, where, and its controllers
@@ -247,6 +312,47 @@ mod tests {
             })
         );
         assert_eq!(parse_rollup("Rss: 1 kB\n"), None);
+    }
+
+    #[test]
+    fn private_pages_are_summed_per_mapping() {
+        let smaps = "\
+5600-5700 r--p 00000000 08:01 12 /usr/bin/python3.11
+Private_Clean:  16 kB
+Private_Dirty:  0 kB
+5700-5800 rw-p 00000000 00:00 0          [heap]
+Private_Clean:  0 kB
+Private_Dirty:  300 kB
+7f00-7f01 ---p 00000000 00:00 0 
+Private_Dirty:  0 kB
+7f01-7f09 rw-p 00000000 00:00 0 
+Private_Clean:  0 kB
+Private_Dirty:  12 kB
+7f09-7f0a rw-p 00000000 00:00 0 
+Private_Dirty:  4 kB
+7f0a-7f0b r-xp 00001000 08:01 13 /usr/lib/libpython3.11.so.1.0
+Private_Clean:  0 kB
+Private_Dirty:  0 kB
+7f0b-7f0c rw-p 00002000 08:01 12 /usr/bin/python3.11
+Private_Dirty:  4 kB
+";
+        let mut sums = BTreeMap::new();
+        private_by_mapping(smaps, &mut sums);
+        private_by_mapping(smaps, &mut sums);
+        assert_eq!(sums.get("[heap]"), Some(&600));
+        assert_eq!(sums.get("[anon rw-p +guard]"), Some(&24));
+        assert_eq!(sums.get("[anon rw-p]"), Some(&8));
+        assert_eq!(sums.get("/usr/bin/python3.11"), Some(&40));
+        // nothing private: not listed
+        assert!(!sums.contains_key("/usr/lib/libpython3.11.so.1.0"));
+        let listed = top(sums, 2, 2);
+        assert_eq!(
+            listed,
+            vec![
+                ("[heap]".to_owned(), 300.0),
+                ("/usr/bin/python3.11".to_owned(), 20.0)
+            ]
+        );
     }
 
     #[test]

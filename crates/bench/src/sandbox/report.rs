@@ -14,6 +14,9 @@ const NEW_SESSION_P50_TARGET_MS: f64 = 5.0;
 const WARM_P50_TARGET_MS: f64 = 0.5;
 const WARM_P99_TARGET_MS: f64 = 2.0;
 const IDLE_PSS_TARGET_MIB: f64 = 5.0;
+/// Issue 30's goals for a figure and a table through HTTP.
+const PLOT_P50_TARGET_MS: f64 = 40.0;
+const TABLE_P50_TARGET_MS: f64 = 5.0;
 /// The product brief's points of comparison.
 const JUPYTER_START_MS: (f64, f64) = (376.0, 561.0);
 const JUPYTER_CALL_MS: (f64, f64) = (7.0, 44.0);
@@ -165,7 +168,13 @@ impl SandboxReport {
             &mut out,
             "matplotlib figure, HTTP, warm session",
             &h.plot,
-            "—",
+            &format!("p50 ≤ {PLOT_P50_TARGET_MS} ms"),
+        );
+        row(
+            &mut out,
+            "pandas table (10 rows, text+HTML), HTTP, warm",
+            &h.table,
+            &format!("p50 ≤ {TABLE_P50_TARGET_MS} ms"),
         );
         let _ = writeln!(
             out,
@@ -179,6 +188,11 @@ impl SandboxReport {
             h.png_bytes,
             h.png_bytes as f64 / 1024.0,
             h.plot_answer_bytes
+        );
+        let _ = writeln!(
+            out,
+            "pandas table: the whole answer {} bytes",
+            h.table_answer_bytes
         );
         let _ = writeln!(
             out,
@@ -200,6 +214,12 @@ impl SandboxReport {
             m.zygote_rss_mib()
                 .map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
         );
+        if !m.top_private.is_empty() {
+            let _ = writeln!(out, "  private pages per session, largest mappings (KiB):");
+            for (name, kib) in &m.top_private {
+                let _ = writeln!(out, "    {kib:>8.1}  {name}");
+            }
+        }
         if m.spare.0 > 0 {
             let _ = writeln!(
                 out,
@@ -242,6 +262,8 @@ impl SandboxReport {
             "matplotlib_http": timings_json(&h.plot),
             "matplotlib_png_bytes": h.png_bytes,
             "matplotlib_answer_bytes": h.plot_answer_bytes,
+            "pandas_table_http": timings_json(&h.table),
+            "pandas_table_answer_bytes": h.table_answer_bytes,
             "idle_sessions": {
                 "sessions": m.sessions,
                 "processes": m.processes,
@@ -254,12 +276,17 @@ impl SandboxReport {
                 "zygote_rss_mib": m.zygote_rss_mib(),
                 "spare_processes": m.spare.0,
                 "spare_pss_mib": m.spare.1 as f64 / 1024.0,
+                "top_private_kib_per_session": m.top_private.iter()
+                    .map(|(name, kib)| json!({"mapping": name, "kib": kib}))
+                    .collect::<Vec<_>>(),
             },
             "targets": {
                 "new_session_p50_ms": NEW_SESSION_P50_TARGET_MS,
                 "warm_p50_ms": WARM_P50_TARGET_MS,
                 "warm_p99_ms": WARM_P99_TARGET_MS,
                 "idle_pss_mib_per_session": IDLE_PSS_TARGET_MIB,
+                "matplotlib_p50_ms": PLOT_P50_TARGET_MS,
+                "pandas_table_p50_ms": TABLE_P50_TARGET_MS,
             },
             "for_scale": {
                 "jupyter_kernel_start_ms": [JUPYTER_START_MS.0, JUPYTER_START_MS.1],
