@@ -120,6 +120,9 @@ fn ms(value: Option<f64>) -> String {
     value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
 }
 
+/// A figure of a path read off its breakdown.
+type Figure = dyn Fn(&Breakdown) -> Option<f64>;
+
 /// The per-stage table: p50 of each stage on each path, the client's p50 and p99, and the rest.
 pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> String {
     let mut out = String::new();
@@ -142,7 +145,7 @@ pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> Strin
         }
         let _ = writeln!(out, "  {covers}");
     }
-    let rows: [(&str, &dyn Fn(&Breakdown) -> Option<f64>, &str); 3] = [
+    let rows: [(&str, &Figure, &str); 3] = [
         (
             "outside",
             &Breakdown::outside_p50,
