@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use toolgate_domain::{Account, Admission, NamedKey};
+use toolgate_sandbox::stages::{self, Stage};
 use toolgate_store::Decided;
 
 pub use crate::capability::{Answer, CallError, CallIo};
@@ -153,15 +154,19 @@ impl ToolCalls {
         io: CallIo<'_>,
     ) -> Result<Answer, CallError> {
         let Some(history) = &self.history else {
-            return self
+            let answered = self
                 .run(caller, tool, args, io, &mut CallFacts::default())
                 .await;
+            stages::mark(Stage::Ran);
+            return answered;
         };
         let started = (toolgate_store::now_millis(), Instant::now());
         let kept = args.clone();
         let mut facts = CallFacts::default();
         let answered = self.run(caller, tool, args, io, &mut facts).await;
+        stages::mark(Stage::Ran);
         history.record(caller, tool, kept, &io, started, &answered, facts);
+        stages::mark(Stage::Recorded);
         answered
     }
 
@@ -195,6 +200,7 @@ impl ToolCalls {
             tracing::error!(error = %err, tool = %spec.name, "admission failed");
             CallError::NotRecorded(err)
         })?;
+        stages::mark(Stage::Admitted);
         let Decided {
             admission,
             usage,

@@ -51,6 +51,8 @@ pub use metering::{Meter, MeterError};
 pub use named_keys::{CreatedKey, KeyError, KeyRequest, KeyView, NamedKeyAdmin};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
+/// The request stage clock the server's `Server-Timing` header reads (stamped here and in sessions).
+pub use toolgate_sandbox::stages;
 
 /// What the capabilities run on besides the store; each one absent leaves its capabilities out.
 #[derive(Default)]

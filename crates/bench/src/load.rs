@@ -84,7 +84,7 @@ impl Workload {
         self
     }
 
-    fn request(&self, endpoint: &Endpoint) -> Result<Request<Full<Bytes>>> {
+    pub(crate) fn request(&self, endpoint: &Endpoint) -> Result<Request<Full<Bytes>>> {
         let mut request = Request::builder()
             .method(self.method.clone())
             .uri(self.uri.clone())

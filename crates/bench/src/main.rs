@@ -182,6 +182,9 @@ fn run(args: &Args) -> Result<()> {
     if args.sandbox.sandbox_durable {
         return sandbox::run_durable(args, &binary);
     }
+    if args.sandbox.sandbox_throughput {
+        return sandbox::run_throughput(args, &binary);
+    }
     if args.sandbox.sandbox_nodes {
         return sandbox::run_nodes(args, &binary);
     }

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolgate_sandbox::frame::{self, FrameError};
 use toolgate_sandbox::protocol::{ExitInfo, SessionRequest};
+use toolgate_sandbox::stages::{Stage, Stages};
 use toolgate_sandbox::upcall::UpcallAnswer;
 use toolgate_sandbox::{ExecOutcome, Interruption, OutputChunk, Work};
 
@@ -48,6 +49,8 @@ pub(crate) enum Job {
     Call {
         call: Call,
         reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        /// The clock of the request making the call, when it asked for its stages.
+        stages: Option<Arc<Stages>>,
     },
     /// checkpoint or restore the session's Python state, within `limit`
     Keep {
@@ -155,8 +158,8 @@ impl Driver {
         let why = loop {
             tokio::select! {
                 job = jobs.recv() => match job {
-                    Some(Job::Call { call, reply }) => {
-                        if let Some(why) = self.run(call, reply).await {
+                    Some(Job::Call { call, reply, stages }) => {
+                        if let Some(why) = self.run(call, reply, stages.as_deref()).await {
                             break why;
                         }
                     }
@@ -206,6 +209,7 @@ impl Driver {
         &mut self,
         call: Call,
         reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
+        stages: Option<&Stages>,
     ) -> Option<String> {
         if reply.is_closed() || call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
             // cancelled while queued: a SIGINT now would find nothing running and be ignored
@@ -230,6 +234,9 @@ impl Driver {
             Ok(reply) => reply,
             Err(ended) => return ended,
         };
+        if let Some(stages) = stages {
+            stages.mark(Stage::Sent);
+        }
 
         // upcalls being answered; dropped (their tasks aborted) when the call ends
         let mut upcalls = PendingUpcalls::new(call.upcalls);
@@ -257,6 +264,9 @@ impl Driver {
                             }
                         }
                         Step::Reply(mut outcome) => {
+                            if let Some(stages) = stages {
+                                stages.mark(Stage::Answered);
+                            }
                             if let Phase::Interrupted(why) = phase {
                                 outcome.interrupted = Some(why);
                             }

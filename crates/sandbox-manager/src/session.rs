@@ -125,7 +125,16 @@ impl SandboxSession {
     /// its handler.
     pub(crate) async fn call(&self, call: Call) -> Result<ExecOutcome, SessionError> {
         let (reply, reply_rx) = oneshot::channel();
-        if self.jobs.send(Job::Call { call, reply }).is_err() {
+        let stages = toolgate_sandbox::stages::current();
+        if self
+            .jobs
+            .send(Job::Call {
+                call,
+                reply,
+                stages,
+            })
+            .is_err()
+        {
             return Err(self.ended_error());
         }
         reply_rx.await.unwrap_or_else(|_| Err(self.ended_error()))

@@ -11,6 +11,7 @@
 //!   waiting for its typed answer; the session's identity is attached by the implementation.
 //! - [`checkpoints`]: where hibernated sessions' images are kept ([`CheckpointStore`]).
 //! - [`policy`]: the limits a session runs under.
+//! - [`stages`]: a request's stage clock (the server's `Server-Timing` answer header).
 //! - [`protocol`] and [`frame`]: the typed frames of `runtime/PROTOCOL.md` and their framing.
 
 pub mod checkpoints;
@@ -20,6 +21,7 @@ pub mod policy;
 pub mod protocol;
 mod run;
 mod sessions;
+pub mod stages;
 pub mod upcall;
 mod upcall_values;
 

@@ -14,7 +14,9 @@ use toolgate_domain::Account;
 
 use crate::error::EdgeError;
 use crate::mcp_session_requests::{self, SESSION_HEADER};
+use crate::tools_call::ServerTiming;
 use crate::{Shared, credentials, rmcp_forward, sse};
+use toolgate_app::stages::{Stage, Stages};
 
 /// What a caller presents at an MCP endpoint: an API key (from its carrier) or, at `/mcp`, an
 /// OAuth access token. Either resolves to an account; everything after that is one path.
@@ -67,11 +69,15 @@ async fn authenticate(
 
 async fn entry(state: &Shared, credential: Credential, request: Request) -> Response {
     let (mut parts, body) = request.into_parts();
+    let clock = state.server_timing.then(Stages::start);
     if !state.origins.permits(&parts.headers) {
         return EdgeError::ForbiddenOrigin.respond(&state.metrics);
     }
     let account = match authenticate(state, credential, &parts).await {
-        Ok(account) => Arc::new(account),
+        Ok(account) => {
+            mark(clock.as_deref(), Stage::Authenticated);
+            Arc::new(account)
+        }
         Err(err) => {
             // A refused request's small body is read before answering, so the connection stays
             // usable: an OAuth client retries on it at once with its new token, and an unread
@@ -108,6 +114,10 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
         Ok(info) => info,
         Err(rejection) => return EdgeError::from(rejection).respond(&state.metrics),
     };
+    if let Some(stages) = clock {
+        stages.mark(Stage::Read);
+        parts.extensions.insert(ServerTiming(stages));
+    }
     // The body is JSON: say so, whatever the client sent (curl -d sends form encoding).
     parts.headers.insert(
         header::CONTENT_TYPE,
@@ -142,6 +152,12 @@ async fn entry(state: &Shared, credential: Credential, request: Request) -> Resp
             Some(answer) => answer,
             None => rmcp_forward::forward(state, &account, parts, Body::from(bytes), accepts).await,
         },
+    }
+}
+
+fn mark(clock: Option<&Stages>, stage: Stage) {
+    if let Some(stages) = clock {
+        stages.mark(stage);
     }
 }
 

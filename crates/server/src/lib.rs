@@ -61,6 +61,8 @@ pub struct HttpSettings {
     pub sessions: McpSessionLimits,
     /// Reverse proxies whose `X-Forwarded-For` names the client (empty: the TCP peer is).
     pub trusted_proxies: Vec<Network>,
+    /// Tool calls answer with a `Server-Timing` header: how long each stage took, nothing else.
+    pub server_timing: bool,
 }
 
 /// State shared by every handler.
@@ -72,6 +74,8 @@ pub(crate) struct ServerState {
     metrics: Arc<Metrics>,
     origins: Origins,
     max_body: usize,
+    /// Answer tool calls with their stages' durations (`Server-Timing`).
+    server_timing: bool,
     sessions: Arc<mcp_sessions::McpSessions>,
     /// A plain legacy `tools/list`, answered without rmcp.
     tools_list: Option<tools_list::ToolsList>,
@@ -127,6 +131,7 @@ pub fn router(
         metrics,
         origins,
         max_body: settings.max_request_bytes,
+        server_timing: settings.server_timing,
         sessions,
         tools_list,
         stateless,

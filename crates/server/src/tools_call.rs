@@ -18,6 +18,7 @@ use rmcp::model::ErrorCode;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
+use toolgate_app::stages::{self, Stage, Stages};
 use toolgate_app::{CallIo, ContentItem};
 use toolgate_domain::Account;
 
@@ -116,6 +117,11 @@ pub(crate) async fn run(
     let gone = cancel.clone().drop_guard();
     let (handler, caller, token) = (state.handler.clone(), account.clone(), cancel.clone());
     let started = Instant::now();
+    let clock = parts
+        .extensions
+        .get::<ServerTiming>()
+        .map(|ServerTiming(stages)| stages.clone());
+    let in_task = clock.clone();
     // the call runs in a task of its own, as under rmcp: the client leaving cancels it, and
     // it ends as it ends on cancellation rather than being dropped half-way
     let task = tokio::spawn(async move {
@@ -125,7 +131,11 @@ pub(crate) async fn run(
             session: origin.session.as_deref(),
             ..CallIo::default()
         };
-        handler.answer(&caller, &name, arguments, io, started).await
+        let work = handler.answer(&caller, &name, arguments, io, started);
+        match in_task {
+            Some(stages) => stages::scope(stages, work).await,
+            None => work.await,
+        }
     });
     // the call ran (or began): from here on it is answered here, never handed to rmcp again
     let answered = match task.await {
@@ -142,8 +152,23 @@ pub(crate) async fn run(
     };
     let mut response = json_response(write(id, answered, generation));
     *response.status_mut() = status;
+    if let Some(stages) = clock {
+        stages.mark(Stage::Encoded);
+        if let Ok(value) = HeaderValue::from_str(&stages.header_value()) {
+            response.headers_mut().insert(SERVER_TIMING, value);
+        }
+    }
     response
 }
+
+/// The `Server-Timing` answer header (not among `http`'s names).
+pub(crate) const SERVER_TIMING: header::HeaderName =
+    header::HeaderName::from_static("server-timing");
+
+/// The clock of a request whose answer says where its time went (the `server_timing` setting),
+/// put in its extensions at the front door.
+#[derive(Clone)]
+pub(crate) struct ServerTiming(pub(crate) Arc<Stages>);
 
 /// The HTTP status rmcp gives a 2026-07-28 request's JSON-RPC error (a legacy one is always
 /// 200): the refusals of the protocol itself 400, an unknown method or tool 404.

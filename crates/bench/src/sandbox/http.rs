@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
-use super::{Files, Timings};
+use super::{Files, Timings, stages};
 use crate::load::{self, Endpoint, Workload};
 use crate::server::{Server, Toolgate};
 use crate::{personal_path, progress, wait_for_quiet, wait_healthy};
@@ -75,6 +75,8 @@ pub struct Http {
     pub table: Timings,
     /// The size of the whole HTTP answer carrying the table.
     pub table_answer_bytes: usize,
+    /// The warm calls' per-stage breakdown on each client path (the server's Server-Timing).
+    pub stages: Vec<stages::Breakdown>,
 }
 
 /// A `tools/call` of svc_write with `code` in session `session_id`.
@@ -146,6 +148,8 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Htt
         // every svc_write call is metered: enough free calls that none is refused
         ("--free-monthly-calls", "1000000000".to_owned()),
         ("--sandbox", "on".to_owned()),
+        // each tool call's answer says where its time went (the per-stage breakdown)
+        ("--server-timing", "on".to_owned()),
         ("--sandbox-runtime", path(&plan.files.runtime)),
         ("--sandbox-zygote", path(&plan.files.zygote)),
         ("--sandbox-harden-lib", path(&plan.files.harden_lib)),
@@ -207,7 +211,13 @@ fn figures(
         write_call("1+1", "warm"),
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?;
-    let (warm, _) = runtime.block_on(timed(&endpoint, &warm, WARMUP_CALLS, plan.calls))?;
+    let bare_stages = runtime.block_on(stages::timed(
+        &endpoint,
+        &warm,
+        "bare POST",
+        (WARMUP_CALLS, plan.calls),
+    ))?;
+    let warm = bare_stages.client.clone();
     server.check_running()?;
     report("warm 1+1", &warm);
 
@@ -245,8 +255,13 @@ fn figures(
         write_call("1+1", "warm"),
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?;
-    let (warm_legacy, _) =
-        runtime.block_on(timed(&endpoint, &warm_legacy, WARMUP_CALLS, plan.calls))?;
+    let legacy = runtime.block_on(stages::timed(
+        &endpoint,
+        &warm_legacy,
+        "legacy + SSE",
+        (WARMUP_CALLS, plan.calls),
+    ))?;
+    let warm_legacy = legacy.client.clone();
     report("warm 1+1 (legacy session)", &warm_legacy);
     let warm_modern = Workload::post(
         &personal,
@@ -254,8 +269,13 @@ fn figures(
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?
     .with_headers(crate::paths::modern_call_headers("svc_write"));
-    let (warm_modern, _) =
-        runtime.block_on(timed(&endpoint, &warm_modern, WARMUP_CALLS, plan.calls))?;
+    let modern = runtime.block_on(stages::timed(
+        &endpoint,
+        &warm_modern,
+        "2026-07-28",
+        (WARMUP_CALLS, plan.calls),
+    ))?;
+    let warm_modern = modern.client.clone();
     report("warm 1+1 (2026-07-28)", &warm_modern);
     let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
     let with_secrets_legacy = in_session(
@@ -346,6 +366,7 @@ fn figures(
         plot_answer_bytes: answer.len(),
         table,
         table_answer_bytes: table_answer.len(),
+        stages: vec![bare_stages, legacy, modern],
     })
 }
 

@@ -23,6 +23,8 @@ mod memory;
 mod nodes;
 mod pip;
 mod report;
+mod stages;
+mod throughput;
 
 pub(crate) use http::{timed, timed_pair};
 
@@ -86,6 +88,14 @@ pub struct SandboxArgs {
     /// Sessions created and hibernated for the disk figure
     #[arg(long, default_value_t = 200)]
     pub sandbox_hibernated: usize,
+    /// Measure throughput of real work instead: 16 clients each running `1+1` in their own
+    /// session, and a 50 ms CPU-bound cell with 1 client, one per core and 16; calls/s, latency
+    /// and the service's CPU per call
+    #[arg(long)]
+    pub sandbox_throughput: bool,
+    /// The longest each throughput figure runs, in seconds (at most 100,000 calls each)
+    #[arg(long, default_value_t = 10)]
+    pub sandbox_throughput_secs: u64,
     /// Measure many hosts on this machine instead: warm calls through a front end and a node
     /// beside a single process, CPU per call, and a session's return after its node is killed
     #[arg(long)]
@@ -146,6 +156,18 @@ pub fn run_nodes(args: &Args, binary: &Path) -> Result<()> {
     )?;
     print!("{}", nodes::table(&figures));
     Ok(())
+}
+
+/// Runs the throughput figures and prints them.
+pub fn run_throughput(args: &Args, binary: &Path) -> Result<()> {
+    let files = locate(args.sandbox.sandbox_runtime.as_deref(), binary)?;
+    let dir = scratch_dir()?;
+    throughput::run(
+        &files,
+        binary,
+        dir.path(),
+        args.sandbox.sandbox_throughput_secs,
+    )
 }
 
 /// The files a sandbox needs, found once and given to both the in-process manager and `serve`.
@@ -382,6 +404,10 @@ impl Timings {
     pub(crate) fn push(&mut self, elapsed: Duration) {
         self.0
             .push(u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX));
+    }
+
+    pub(crate) fn extend(&mut self, other: Timings) {
+        self.0.extend(other.0);
     }
 
     pub(crate) fn sorted(mut self) -> Self {

@@ -228,6 +228,7 @@ impl SandboxReport {
                 m.spare.1 as f64 / 1024.0
             );
         }
+        out.push_str(&super::stages::table(&h.stages, d.warm.percentile_ms(50.0)));
         let _ = writeln!(
             out,
             "\nfor scale (product brief): a Jupyter kernel takes {:.0}–{:.0} ms to start and {:.0}–{:.0} ms per 1+1; the official Python SDK server, with no isolation, {PYTHON_SDK_CALL_MS} ms per call",
@@ -264,6 +265,7 @@ impl SandboxReport {
             "matplotlib_answer_bytes": h.plot_answer_bytes,
             "pandas_table_http": timings_json(&h.table),
             "pandas_table_answer_bytes": h.table_answer_bytes,
+            "warm_1_plus_1_stages": super::stages::to_json(&h.stages),
             "idle_sessions": {
                 "sessions": m.sessions,
                 "processes": m.processes,

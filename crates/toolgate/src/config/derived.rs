@@ -180,6 +180,18 @@ pub fn public_url_of(given: Option<&str>, bound: SocketAddr) -> Result<String, C
 }
 
 impl Settings {
+    /// `server_timing`: whether tool calls answer with their stages' durations.
+    pub fn server_timing(&self) -> Result<bool, ConfigError> {
+        match self.server_timing.as_deref().unwrap_or("off") {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            other => Err(ConfigError::new(
+                "server_timing",
+                format!("{other:?}: must be `on` or `off`"),
+            )),
+        }
+    }
+
     /// `trusted_proxies`, each entry checked.
     pub fn trusted_proxies(&self) -> Result<Vec<toolgate_server::Network>, ConfigError> {
         self.trusted_proxies

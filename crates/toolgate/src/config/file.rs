@@ -38,6 +38,7 @@ impl Settings {
             allowed_hosts,
             max_request_bytes,
             max_connections,
+            server_timing,
             history_days,
             max_mcp_sessions_per_account,
             task_after_s,

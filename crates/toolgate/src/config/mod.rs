@@ -169,6 +169,11 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_MAX_CONNECTIONS", global = true)]
     pub max_connections: Option<usize>,
 
+    /// `on`: tool calls answer with a `Server-Timing` header, the duration of each stage the
+    /// server sees (durations only) [default: off]
+    #[arg(long, env = "TOOLGATE_SERVER_TIMING", global = true)]
+    pub server_timing: Option<String>,
+
     /// Days the call history keeps each call; 0 records no history [default: 30]
     #[arg(long, env = "TOOLGATE_HISTORY_DAYS", global = true)]
     pub history_days: Option<u32>,

@@ -162,6 +162,7 @@ impl ServeConfig {
                 max_request_bytes: settings.max_request_bytes()?,
                 sessions: settings.mcp_session_limits()?,
                 trusted_proxies: settings.trusted_proxies()?,
+                server_timing: settings.server_timing()?,
             },
             max_connections: match settings.max_connections {
                 Some(0) => return Err(ConfigError::new("max_connections", "must be at least 1")),

@@ -73,6 +73,21 @@ fn trusted_proxies_are_checked_by_name() {
     assert!(Settings::default().trusted_proxies().unwrap().is_empty());
 }
 
+#[test]
+fn server_timing_is_off_unless_on() {
+    assert!(!Settings::default().server_timing().unwrap());
+    let on = Settings {
+        server_timing: Some("on".into()),
+        ..Settings::default()
+    };
+    assert!(on.server_timing().unwrap());
+    let bad = Settings {
+        server_timing: Some("yes".into()),
+        ..Settings::default()
+    };
+    assert_eq!(bad.server_timing().unwrap_err().setting(), "server_timing");
+}
+
 /// Settings as the command line gives them (no environment variable of the test's is read:
 /// the suite's harness sets none).
 pub(super) fn given(args: &[&str]) -> Settings {

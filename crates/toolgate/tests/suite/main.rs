@@ -43,6 +43,7 @@ mod protocol;
 mod reads;
 mod sandbox;
 mod sandbox_faults;
+mod server_timing;
 mod sessions_durable;
 mod spend_caps;
 mod sql;

@@ -1,0 +1,226 @@
+//! Where a warm call's time goes: the server runs with `--server-timing on` and answers each
+//! tool call with the duration of each stage it sees (`Server-Timing`); the calls are timed by
+//! the client as usual, and each stage's durations are kept beside the client's total. What the
+//! server's own total does not cover is the socket, the kernel and the client.
+
+use std::fmt::Write as _;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+
+use super::Timings;
+use crate::load::{self, Endpoint, Workload};
+
+/// The stages the server names, in order, and what each covers (its `total` last).
+pub(crate) const STAGES: [(&str, &str); 9] = [
+    ("auth", "request in → key resolved to an account"),
+    ("read", "body read, checked as JSON-RPC, routed"),
+    (
+        "admit",
+        "call task spawned, arguments planned, admitted (charge decided)",
+    ),
+    ("send", "to the session's driver, request frame written"),
+    (
+        "session",
+        "frame written → answer frame read (the session + wake-ups)",
+    ),
+    (
+        "finish",
+        "answer to the caller's task, redacted, charge commit waited for",
+    ),
+    ("history", "the call's history record queued"),
+    ("encode", "call task joined, JSON-RPC answer written"),
+    ("total", "the server's whole share"),
+];
+
+/// One client path's calls: the client's round trips and the server's stages.
+#[derive(Debug)]
+pub struct Breakdown {
+    pub path: &'static str,
+    pub client: Timings,
+    /// Per stage of [`STAGES`], the durations the server gave (a call without the stage adds
+    /// nothing to it).
+    pub stages: Vec<Timings>,
+}
+
+impl Breakdown {
+    /// The client's p50 less the server's total p50: the socket, the kernel and the client.
+    fn outside_p50(&self) -> Option<f64> {
+        let total = self.stages.last()?.percentile_ms(50.0)?;
+        Some(self.client.percentile_ms(50.0)? - total)
+    }
+}
+
+/// `warmup` untimed calls, then `count` timed ones on one new connection, each answer's
+/// `Server-Timing` read; the answer must be a 200 with `"isError":false`.
+pub(crate) async fn timed(
+    endpoint: &Endpoint,
+    workload: &Workload,
+    path: &'static str,
+    (warmup, count): (usize, usize),
+) -> Result<Breakdown> {
+    let mut sender = load::connect(endpoint).await?;
+    let mut client = Timings::default();
+    let mut stages: Vec<Timings> = vec![Timings::default(); STAGES.len()];
+    for i in 0..warmup + count {
+        let started = Instant::now();
+        let request = workload.request(endpoint)?;
+        sender.ready().await?;
+        let response = tokio::time::timeout(Duration::from_secs(10), async {
+            let response = sender.send_request(request).await?;
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await?.to_bytes();
+            Ok::<_, hyper::Error>((parts, body))
+        })
+        .await
+        .with_context(|| format!("call {i}: no answer within 10 s"))?;
+        let (parts, body) = response.with_context(|| format!("call {i}"))?;
+        let elapsed = started.elapsed();
+        let ok = b"\"isError\":false";
+        if !parts.status.is_success() || !body.windows(ok.len()).any(|w| w == ok) {
+            bail!(
+                "call {i}: {} {}",
+                parts.status,
+                String::from_utf8_lossy(&body)
+            );
+        }
+        if i < warmup {
+            continue;
+        }
+        client.push(elapsed);
+        let header = parts
+            .headers
+            .get("server-timing")
+            .and_then(|v| v.to_str().ok())
+            .context("no Server-Timing header: is the server's --server-timing on?")?;
+        for (name, millis) in parse(header) {
+            if let Some(n) = STAGES.iter().position(|(stage, _)| *stage == name) {
+                stages[n].push(Duration::from_secs_f64(millis / 1e3));
+            }
+        }
+    }
+    Ok(Breakdown {
+        path,
+        client: client.sorted(),
+        stages: stages.into_iter().map(Timings::sorted).collect(),
+    })
+}
+
+/// `name;dur=ms` metrics of a `Server-Timing` value.
+fn parse(header: &str) -> impl Iterator<Item = (&str, f64)> {
+    header.split(',').filter_map(|metric| {
+        let (name, dur) = metric.trim().split_once(";dur=")?;
+        Some((name, dur.parse().ok()?))
+    })
+}
+
+fn ms(value: Option<f64>) -> String {
+    value.map_or_else(|| "-".to_owned(), |v| format!("{v:.3}"))
+}
+
+/// A figure of a path read off its breakdown.
+type Figure = dyn Fn(&Breakdown) -> Option<f64>;
+
+/// The per-stage table: p50 of each stage on each path, the client's p50 and p99, and the rest.
+pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> String {
+    let mut out = String::new();
+    if breakdowns.is_empty() {
+        return out;
+    }
+    let _ = write!(
+        out,
+        "\nwhere a warm 1+1 goes (p50 per stage, ms; the server's Server-Timing)\n{:<10}",
+        "stage"
+    );
+    for b in breakdowns {
+        let _ = write!(out, " {:>14}", b.path);
+    }
+    let _ = writeln!(out, "  covers");
+    for (n, (name, covers)) in STAGES.iter().enumerate() {
+        let _ = write!(out, "{name:<10}");
+        for b in breakdowns {
+            let _ = write!(out, " {:>14}", ms(b.stages[n].percentile_ms(50.0)));
+        }
+        let _ = writeln!(out, "  {covers}");
+    }
+    let rows: [(&str, &Figure, &str); 3] = [
+        (
+            "outside",
+            &Breakdown::outside_p50,
+            "client p50 − total p50: socket, kernel, client",
+        ),
+        (
+            "client",
+            &|b| b.client.percentile_ms(50.0),
+            "the client's round trip, p50",
+        ),
+        (
+            "client99",
+            &|b| b.client.percentile_ms(99.0),
+            "the client's round trip, p99",
+        ),
+    ];
+    for (name, value, covers) in rows {
+        let _ = write!(out, "{name:<10}");
+        for b in breakdowns {
+            let _ = write!(out, " {:>14}", ms(value(b)));
+        }
+        let _ = writeln!(out, "  {covers}");
+    }
+    let _ = writeln!(
+        out,
+        "(p50s of stages do not add up to the p50 of their sum; the session alone, in process: p50 {} ms)",
+        ms(session_p50)
+    );
+    out
+}
+
+/// The breakdowns as JSON: per path, per stage, p50 and p99.
+pub(crate) fn to_json(breakdowns: &[Breakdown]) -> Value {
+    let paths: serde_json::Map<String, Value> = breakdowns
+        .iter()
+        .map(|b| {
+            let stages: serde_json::Map<String, Value> = STAGES
+                .iter()
+                .zip(&b.stages)
+                .map(|((name, _), t)| {
+                    (
+                        (*name).to_owned(),
+                        json!({"p50_ms": t.percentile_ms(50.0), "p99_ms": t.percentile_ms(99.0)}),
+                    )
+                })
+                .collect();
+            let path = json!({
+                "client_p50_ms": b.client.percentile_ms(50.0),
+                "client_p99_ms": b.client.percentile_ms(99.0),
+                "outside_p50_ms": b.outside_p50(),
+                "stages": stages,
+            });
+            (b.path.to_owned(), path)
+        })
+        .collect();
+    Value::Object(paths)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_server_timing() {
+        let metrics: Vec<(&str, f64)> =
+            parse("auth;dur=0.012, read;dur=0.004,session;dur=0.090, bogus, total;dur=0.2")
+                .collect();
+        assert_eq!(
+            metrics,
+            [
+                ("auth", 0.012),
+                ("read", 0.004),
+                ("session", 0.090),
+                ("total", 0.2)
+            ]
+        );
+    }
+}
