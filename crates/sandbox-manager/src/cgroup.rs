@@ -15,7 +15,8 @@
 //! - pids: `pids.max` = [`Limits::max_pids`] (processes and threads alike), so fork and thread
 //!   bombs fail inside the session.
 //! - cpu: equal weights (v1 `cpu.shares` 1024, v2 `cpu.weight` 100): sessions share a busy CPU
-//!   fairly and use an idle one fully. A hard quota (`cpu.cfs_quota_us` / `cpu.max`) would slow a
+//!   fairly and use an idle one fully. The groups above them weigh as many processes as the
+//!   host has cores, so that together they can claim every core on a busy host. A hard quota (`cpu.cfs_quota_us` / `cpu.max`) would slow a
 //!   lone session on an idle host, so it is optional ([`ManagerConfig::cpu_quota_millis`]).
 //!
 //! A limit of 0 in [`Limits`] means "no limit" for memory and pids.

@@ -229,12 +229,35 @@ pub(super) fn make_instance(controller: Controller, top: &Path, base: &Path) -> 
                 enable_controllers(top)?;
                 enable_controllers(base)?;
             }
+            for dir in [top, base] {
+                weigh_as_the_cores(controller, dir);
+            }
             Ok(())
         });
         match made {
             Err(e) if e.kind() == io::ErrorKind::NotFound && tries < 3 => tries += 1,
             other => return other,
         }
+    }
+}
+
+/// Gives the group holding every session the CPU weight of as many ordinary processes as the
+/// host has cores (v1 `cpu.shares` 1024 × cores, v2 `cpu.weight` 100 × cores): with the
+/// default weight of one, all sessions together weigh as one process against the rest of the
+/// host, and CPU-bound sessions on a busy host could not use more than a core's share between
+/// them. Sessions still share it equally among themselves. Best effort: a group without the
+/// file (no cpu controller there) keeps its weight.
+fn weigh_as_the_cores(controller: Controller, dir: &Path) {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from) as u64;
+    let (file, weight) = match controller {
+        Controller::Cpu => ("cpu.shares", 1024 * cores),
+        Controller::Unified => ("cpu.weight", (100 * cores).min(10_000)),
+        _ => return,
+    };
+    if dir.join(file).exists()
+        && let Err(e) = write_file(dir, file, &weight.to_string())
+    {
+        tracing::warn!("cannot set {file} of {}: {e}", dir.display());
     }
 }
 
@@ -282,6 +305,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::cgroup::*;
+
+    #[test]
+    fn the_sessions_groups_weigh_as_the_cores() {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("cpu.shares"), "1024").unwrap();
+        weigh_as_the_cores(Controller::Cpu, dir.path());
+        let shares = std::fs::read_to_string(dir.path().join("cpu.shares")).unwrap();
+        assert_eq!(shares, (1024 * cores).to_string());
+        // a group without the file keeps its weight, and other controllers are left alone
+        let none = tempfile::tempdir().unwrap();
+        weigh_as_the_cores(Controller::Unified, none.path());
+        assert!(!none.path().join("cpu.weight").exists());
+        weigh_as_the_cores(Controller::Memory, dir.path());
+        assert!(!dir.path().join("cpu.weight").exists());
+    }
 
     #[test]
     fn proc_cgroup_and_mountinfo_parse() {
