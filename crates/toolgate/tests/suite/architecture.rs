@@ -469,7 +469,9 @@ fn crates_name_no_io_library_they_must_not_know() {
 }
 
 /// A seam may use tokio's channels (a run's output, a model's streamed answer) but nothing that
-/// runs: no runtime, no sockets, no processes. Those belong to an implementation.
+/// runs: no runtime, no sockets, no processes. Those belong to an implementation. One exception,
+/// checked in its sources: `toolgate-sandbox` takes `rt` for the task-local that carries a
+/// request's stage clock (`stages.rs`, the opt-in `Server-Timing`), and uses nothing else of it.
 #[test]
 fn the_seams_take_only_tokios_channels() {
     let packages = packages();
@@ -487,10 +489,31 @@ fn the_seams_take_only_tokios_channels() {
             continue;
         };
         assert_eq!(tokio["uses_default_features"], false, "{name}: {tokio}");
-        assert_eq!(
-            tokio["features"],
-            serde_json::json!(["sync"]),
-            "{name}: {tokio}"
-        );
+        let allowed = if *name == "toolgate-sandbox" {
+            serde_json::json!(["rt", "sync"])
+        } else {
+            serde_json::json!(["sync"])
+        };
+        assert_eq!(tokio["features"], allowed, "{name}: {tokio}");
+    }
+    // what `rt` would allow beyond the task-local: none of it in the seam's sources
+    let sources = concat!(env!("CARGO_MANIFEST_DIR"), "/../sandbox/src");
+    for entry in std::fs::read_dir(sources).unwrap() {
+        let path = entry.unwrap().path();
+        let text = std::fs::read_to_string(&path).unwrap();
+        for runs in [
+            "tokio::spawn",
+            "tokio::task::spawn",
+            "tokio::runtime",
+            "tokio::net",
+            "tokio::process",
+            "spawn_blocking",
+        ] {
+            assert!(
+                !text.contains(runs),
+                "{} uses {runs}: a seam runs nothing",
+                path.display()
+            );
+        }
     }
 }
