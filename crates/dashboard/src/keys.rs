@@ -215,7 +215,7 @@ pub async fn revoke(
     }
     match state.app.keys().revoke(&signed.account.id, key).await {
         Ok((_, id, _)) => {
-            (state.on_key_revoked)(&signed.account.id, &id);
+            (state.on_key_revoked)(&signed.account.id, &id).await;
             guard::see_other("/dashboard/keys?notice=key-revoked")
         }
         Err(err) => refused(&state, &signed, &err).await,

@@ -39,8 +39,13 @@ pub struct DashboardSettings {
     pub on_key_revoked: KeyRevoked,
 }
 
-/// What the dashboard calls after revoking a named key.
-pub type KeyRevoked = Arc<dyn Fn(&AccountId, &KeyId) + Send + Sync>;
+/// What the dashboard calls after revoking a named key, and waits for before it answers (so the
+/// key's sessions are closed everywhere, their durable records included, by then).
+pub type KeyRevoked = Arc<
+    dyn Fn(&AccountId, &KeyId) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
 
 impl std::fmt::Debug for DashboardSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

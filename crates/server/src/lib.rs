@@ -236,23 +236,23 @@ fn key_revoked(
     let app = app.clone();
     Arc::new(move |account, key| {
         let closed = sessions.close_key(account, key);
-        if closed.is_empty() {
-            return;
-        }
-        tracing::info!(
-            closed = closed.len(),
-            "key revoked: its MCP sessions were closed"
-        );
         let (app, account) = (app.clone(), account.clone());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                for id in closed {
-                    if let Err(error) = app.mcp_sessions().close(&id, &account).await {
-                        tracing::warn!(%error, "a revoked key's MCP session record stays open until it expires");
-                    }
+        // awaited by the revoke's answer: a durable record left open a moment longer would let
+        // the account's other key carry the session on from another front end (or this one)
+        Box::pin(async move {
+            if closed.is_empty() {
+                return;
+            }
+            tracing::info!(
+                closed = closed.len(),
+                "key revoked: its MCP sessions were closed"
+            );
+            for id in closed {
+                if let Err(error) = app.mcp_sessions().close(&id, &account).await {
+                    tracing::warn!(%error, "a revoked key's MCP session record stays open until it expires");
                 }
-            });
-        }
+            }
+        })
     })
 }
 
