@@ -56,29 +56,21 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
     {
         bail!("1 to 1,000 sessions back to back and 1 to 200 at once");
     }
-    let path = |p: &std::path::Path| p.display().to_string();
     let live = 2 * (plan.back_to_back + plan.at_once) + 10;
-    let settings = [
-        ("--free-monthly-calls", "1000000000".to_owned()),
-        ("--sandbox", "on".to_owned()),
-        ("--sandbox-runtime", path(&plan.files.runtime)),
-        ("--sandbox-zygote", path(&plan.files.zygote)),
-        ("--sandbox-harden-lib", path(&plan.files.harden_lib)),
-        ("--sandbox-root", path(&plan.dir.join("burst-sessions"))),
-        // hundreds of sessions of one account: no account share, and they all stay open
-        ("--sandbox-account-memory-mib", "0".to_owned()),
-        ("--sandbox-max-sessions", live.to_string()),
-        // at once: every session on a connection of its own
-        ("--max-connections", (plan.at_once + 64).to_string()),
-    ];
+    // hundreds of sessions of one account, all open until the end
+    let mut settings = plan
+        .files
+        .server_settings(&plan.dir.join("burst-sessions"), live);
+    // at once: every session on a connection of its own
+    settings.push((
+        "--max-connections".to_owned(),
+        (plan.at_once + 64).to_string(),
+    ));
     let toolgate = Toolgate {
         binary: plan.binary.to_owned(),
         data_dir: plan.dir.join("burst-data"),
         database_url: None,
-        settings: settings
-            .into_iter()
-            .map(|(flag, value)| (flag.to_owned(), value))
-            .collect(),
+        settings,
     };
     let mut server = toolgate.serve(Some("warn"), &plan.dir.join("bursts.log"))?;
     let outcome = (|| -> Result<Bursts> {

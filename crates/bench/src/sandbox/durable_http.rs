@@ -26,26 +26,13 @@ pub fn measure(
     dir: &Path,
     samples: usize,
 ) -> Result<Timings> {
-    let path = |p: &Path| p.display().to_string();
-    let settings = [
-        ("--free-monthly-calls", "1000000000".to_owned()),
-        ("--sandbox", "on".to_owned()),
-        ("--sandbox-runtime", path(&files.runtime)),
-        ("--sandbox-zygote", path(&files.zygote)),
-        ("--sandbox-harden-lib", path(&files.harden_lib)),
-        ("--sandbox-root", path(&dir.join("durable-sessions"))),
-        ("--sandbox-account-memory-mib", "0".to_owned()),
-        ("--sandbox-max-sessions", (samples + 1).to_string()),
-        ("--sandbox-hibernate-after-s", "1".to_owned()),
-    ];
+    let mut settings = files.server_settings(&dir.join("durable-sessions"), samples + 1);
+    settings.push(("--sandbox-hibernate-after-s".to_owned(), "1".to_owned()));
     let toolgate = Toolgate {
         binary: binary.to_owned(),
         data_dir: dir.join("durable-data"),
         database_url: None,
-        settings: settings
-            .into_iter()
-            .map(|(flag, value)| (flag.to_owned(), value))
-            .collect(),
+        settings,
     };
     progress("starting serve with checkpoints and a 1 s hibernation time");
     let mut server = toolgate.serve(Some("warn"), &dir.join("durable-serve.log"))?;

@@ -178,6 +178,32 @@ pub(crate) struct Files {
     pub(crate) harden_lib: PathBuf,
 }
 
+impl Files {
+    /// The settings of a release server for a sandbox figure: no call refused for the allowance,
+    /// the sandbox on with these files and its sessions under `root`, no account share of memory
+    /// (one account holds every session), and up to `max_sessions` of them.
+    pub(crate) fn server_settings(
+        &self,
+        root: &Path,
+        max_sessions: usize,
+    ) -> Vec<(String, String)> {
+        let path = |p: &Path| p.display().to_string();
+        [
+            ("--free-monthly-calls", "1000000000".to_owned()),
+            ("--sandbox", "on".to_owned()),
+            ("--sandbox-runtime", path(&self.runtime)),
+            ("--sandbox-zygote", path(&self.zygote)),
+            ("--sandbox-harden-lib", path(&self.harden_lib)),
+            ("--sandbox-root", path(root)),
+            ("--sandbox-account-memory-mib", "0".to_owned()),
+            ("--sandbox-max-sessions", max_sessions.to_string()),
+        ]
+        .into_iter()
+        .map(|(flag, value)| (flag.to_owned(), value))
+        .collect()
+    }
+}
+
 /// Runs the sandbox figures and prints them.
 pub fn run(args: &Args, binary: &Path) -> Result<()> {
     let sandbox = &args.sandbox;

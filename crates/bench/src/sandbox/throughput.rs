@@ -120,28 +120,12 @@ pub fn run(files: &Files, binary: &Path, dir: &Path, seconds: u64) -> Result<()>
         bail!("--sandbox-throughput-secs must be 1 to 120");
     }
     let cores = std::thread::available_parallelism().map_or(1, usize::from);
-    let path = |p: &Path| p.display().to_string();
-    let settings = [
-        ("--free-monthly-calls", "1000000000".to_owned()),
-        ("--sandbox", "on".to_owned()),
-        ("--sandbox-runtime", path(&files.runtime)),
-        ("--sandbox-zygote", path(&files.zygote)),
-        ("--sandbox-harden-lib", path(&files.harden_lib)),
-        ("--sandbox-root", path(&dir.join("server-sessions"))),
-        ("--sandbox-account-memory-mib", "0".to_owned()),
-        (
-            "--sandbox-max-sessions",
-            (CLIENTS.max(cores) + 8).to_string(),
-        ),
-    ];
+    let settings = files.server_settings(&dir.join("server-sessions"), CLIENTS.max(cores) + 8);
     let toolgate = Toolgate {
         binary: binary.to_owned(),
         data_dir: dir.join("data"),
         database_url: None,
-        settings: settings
-            .into_iter()
-            .map(|(flag, value)| (flag.to_owned(), value))
-            .collect(),
+        settings,
     };
     progress(&format!(
         "throughput: {} serve, {cores} cores, each figure at most {seconds} s",
