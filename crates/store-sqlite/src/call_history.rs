@@ -3,8 +3,8 @@
 //! by account, newest first; the purge deletes a bounded batch by time.
 
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
+use sqlx::{QueryBuilder, Row, Sqlite};
 use toolgate_domain::{AccountId, Micros, MonthKey};
 use toolgate_store::{
     CallHistory, CallOutcome, CallRecord, HistoryCursor, HistoryFilter, MAX_PAGE_ROWS,
@@ -24,6 +24,9 @@ macro_rules! columns {
     };
 }
 
+/// Rows in one INSERT of a batch: 18 parameters each, well within SQLite's 32,766.
+const ROWS_PER_INSERT: usize = 256;
+
 #[async_trait]
 impl CallHistory for SqliteStore {
     async fn append_calls(&self, records: &[CallRecord]) -> Result<(), StoreError> {
@@ -35,36 +38,40 @@ impl CallHistory for SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(map_error)?;
-        for record in records {
-            let model = record.model.as_ref();
-            sqlx::query(
-                "INSERT INTO call_history (id, account_id, at_ms, key_label, key_id, client,
-                     tool, fields, outcome, detail, duration_ms, charge_micros, session_id,
-                     destinations, provider, model, input_tokens, output_tokens)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,
-                     ?17, ?18)",
-            )
-            .bind(&record.id)
-            .bind(record.account.as_str())
-            .bind(record.at_ms)
-            .bind(&record.key_label)
-            .bind(record.key_id.as_deref())
-            .bind(record.client.as_deref())
-            .bind(&record.tool)
-            .bind(&record.fields)
-            .bind(record.outcome.kind())
-            .bind(record.outcome.detail())
-            .bind(record.duration_ms)
-            .bind(record.charge.map(|m| m.0))
-            .bind(record.session.as_deref())
-            .bind(destinations_to_column(&record.destinations))
-            .bind(model.map(|m| m.provider.as_str()))
-            .bind(model.map(|m| m.model.as_str()))
-            .bind(model.map(|m| m.input_tokens))
-            .bind(model.map(|m| m.output_tokens))
-            .execute(&mut *tx)
-            .await
-            .map_err(map_write_error)?;
+        // many rows per statement: each statement is a round trip to sqlx's worker thread,
+        // two thread wake-ups, which a row at a time paid for every call
+        for chunk in records.chunks(ROWS_PER_INSERT) {
+            let mut insert = QueryBuilder::<Sqlite>::new(concat!(
+                "INSERT INTO call_history (",
+                columns!(),
+                ") "
+            ));
+            insert.push_values(chunk, |mut row, record| {
+                let model = record.model.as_ref();
+                row.push_bind(&record.id)
+                    .push_bind(record.account.as_str())
+                    .push_bind(record.at_ms)
+                    .push_bind(&record.key_label)
+                    .push_bind(record.key_id.as_deref())
+                    .push_bind(record.client.as_deref())
+                    .push_bind(&record.tool)
+                    .push_bind(&record.fields)
+                    .push_bind(record.outcome.kind())
+                    .push_bind(record.outcome.detail())
+                    .push_bind(record.duration_ms)
+                    .push_bind(record.charge.map(|m| m.0))
+                    .push_bind(record.session.as_deref())
+                    .push_bind(destinations_to_column(&record.destinations))
+                    .push_bind(model.map(|m| m.provider.as_str()))
+                    .push_bind(model.map(|m| m.model.as_str()))
+                    .push_bind(model.map(|m| m.input_tokens))
+                    .push_bind(model.map(|m| m.output_tokens));
+            });
+            insert
+                .build()
+                .execute(&mut *tx)
+                .await
+                .map_err(map_write_error)?;
         }
         for (account, month, tokens) in tokens_per_month(records) {
             sqlx::query(

@@ -253,4 +253,16 @@ pub async fn call_history_story(store: &dyn Store, tag: &str) {
         3,
         "the month's tokens outlive the purged history"
     );
+
+    // a batch larger than one statement's worth of rows (the SQLite store writes 256 rows per
+    // INSERT): every row lands, each whole
+    let (carol, _) = new_account(&format!("history-carol-{tag}@example.org"));
+    store.create_account(&carol).await.unwrap();
+    let large: Vec<CallRecord> = (0..600)
+        .map(|n| record(&carol.id, 1_000 + n, "svc_write", CallOutcome::Ok))
+        .collect();
+    store.append_calls(&large).await.unwrap();
+    let mut landed = store.call_page(&carol.id, &all, None, 1_000).await.unwrap();
+    landed.reverse();
+    assert_eq!(landed, large, "a large batch lands whole, row by row");
 }
