@@ -35,8 +35,11 @@ pub fn run(binary: &Path, runtime_path: Option<&Path>) -> Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut stand_in =
-        server::spawn_floor(&dir.path().join("stand-in.log"), Duration::from_secs(900))?;
+    let mut stand_in = server::spawn_floor(
+        &dir.path().join("stand-in.log"),
+        Duration::from_secs(900),
+        None,
+    )?;
     let stand_in_endpoint = Endpoint::new(stand_in.addr)?;
     wait_healthy(&rt, &mut stand_in, &stand_in_endpoint)?;
     let searx = Searx::start(dir.path(), &format!("http://{}", stand_in.addr));

@@ -90,6 +90,9 @@ struct Args {
     /// Internal: how long the floor server may live, in seconds
     #[arg(long, hide = true, default_value_t = 60)]
     floor_limit_secs: u64,
+    /// Internal: the Python of the floor server's echo process (`/echo/…`)
+    #[arg(long, hide = true)]
+    floor_echo: Option<PathBuf>,
     /// Keep the temporary data directory and server logs, and print where they are
     #[arg(long)]
     keep_data: bool,
@@ -116,10 +119,19 @@ struct Args {
     sandbox: sandbox::SandboxArgs,
 }
 
+/// The cores this process may run on (0 when unknown).
+pub(crate) fn cores() -> usize {
+    std::thread::available_parallelism().map_or(0, usize::from)
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     let outcome = match args.floor_server {
-        Some(addr) => floor::serve(addr, Duration::from_secs(args.floor_limit_secs)),
+        Some(addr) => floor::serve(
+            addr,
+            Duration::from_secs(args.floor_limit_secs),
+            args.floor_echo.clone(),
+        ),
         None => run(&args),
     };
     match outcome {
@@ -343,7 +355,7 @@ fn run(args: &Args) -> Result<()> {
         progress("starting the bare axum floor server");
         // Its own time limit must cover the wait for a quiet machine that precedes the phase.
         let limit = bench.quiet_wait + warmup + measure + Duration::from_secs(30);
-        let mut floor = server::spawn_floor(&dir.path().join("floor.log"), limit)?;
+        let mut floor = server::spawn_floor(&dir.path().join("floor.log"), limit, None)?;
         let endpoint = Endpoint::new(floor.addr)?;
         wait_healthy(&runtime, &mut floor, &endpoint)?;
         let fixed = Arc::new(Workload::post(

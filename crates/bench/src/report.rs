@@ -136,7 +136,7 @@ impl Report {
         let _ = writeln!(
             out,
             "(CPU: cores busy in the measured window for the server, this generator and everything else; the machine has {} cores)",
-            cores()
+            crate::cores()
         );
         let busiest = self
             .phases
@@ -261,7 +261,7 @@ impl Report {
             "warmup_ms": self.warmup_ms,
             "client_threads": self.client_threads,
             "paid_call_cost_usd": self.paid_call_cost_usd,
-            "machine_cores": cores(),
+            "machine_cores": crate::cores(),
             "phases": phases,
             "memory_mib": self.memory.as_ref().map(|m| json!({
                 "idle_before_load": m.idle_before_mib,
@@ -280,10 +280,6 @@ impl Report {
             },
         })
     }
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(0, usize::from)
 }
 
 #[cfg(test)]

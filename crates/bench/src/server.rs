@@ -95,17 +95,23 @@ impl Toolgate {
     }
 }
 
-/// Starts this program's own bare axum server (see `floor.rs`) on a free loopback port.
-pub fn spawn_floor(stderr_path: &Path, limit: Duration) -> Result<Server> {
+/// Starts this program's own bare axum server (see `floor.rs`) on a free loopback port, with a
+/// Python echo process behind `/echo/…` when `echo` names a Python.
+pub fn spawn_floor(stderr_path: &Path, limit: Duration, echo: Option<&Path>) -> Result<Server> {
     let addr = free_port()?;
     let exe = std::env::current_exe().context("cannot find this program's path")?;
     let stderr = File::create(stderr_path)
         .with_context(|| format!("cannot create {}", stderr_path.display()))?;
-    let child = Command::new(exe)
+    let mut command = Command::new(exe);
+    command
         .arg("--floor-server")
         .arg(addr.to_string())
         .arg("--floor-limit-secs")
-        .arg(limit.as_secs().to_string())
+        .arg(limit.as_secs().to_string());
+    if let Some(python) = echo {
+        command.arg("--floor-echo").arg(python);
+    }
+    let child = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(stderr)

@@ -29,7 +29,8 @@ pub fn run(binary: &Path) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let mut site = server::spawn_floor(&dir.path().join("site.log"), Duration::from_secs(600))?;
+    let mut site =
+        server::spawn_floor(&dir.path().join("site.log"), Duration::from_secs(600), None)?;
     let site_endpoint = Endpoint::new(site.addr)?;
     wait_healthy(&runtime, &mut site, &site_endpoint)?;
     let url = format!("http://{}/healthz", site.addr);

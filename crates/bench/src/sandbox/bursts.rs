@@ -8,15 +8,19 @@
 //! 2. 50 at once (`--sandbox-burst-at-once`), each on a connection of its own, twice the same
 //!    way, after the pool has fallen back to its floor (the server's demand window is 10 s, and
 //!    the pool looks again every 5 s: the bench waits [`SHRINK_WAIT`]).
+//! 3. The last 50 sessions called again at once: no new session in it, the same burst's floor.
 //!
 //! Between bursts the bench waits for the machine to be quiet (the pool's refill is the work
-//! it waits for); the new sessions stay open until the server stops.
+//! it waits for); the new sessions stay open until the server stops. Each burst also says how
+//! much CPU the service spent while it ran (the server, the zygote, the sessions) and that CPU
+//! divided by the cores: the least time the burst could take on this machine.
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
 use super::http::write_call;
+use super::throughput::Cpu;
 use super::{Files, Timings};
 use crate::load::{self, Endpoint, Workload};
 use crate::server::Toolgate;
@@ -29,13 +33,41 @@ const SHRINK_WAIT: Duration = Duration::from_secs(20);
 #[derive(Debug)]
 pub struct Bursts {
     /// Back to back, the pool at its floor.
-    pub back_to_back_first: Timings,
+    pub back_to_back_first: Burst,
     /// Back to back again, the pool grown to the first burst's demand.
-    pub back_to_back_again: Timings,
+    pub back_to_back_again: Burst,
     /// All at once, after the back-to-back bursts.
-    pub at_once_first: Timings,
+    pub at_once_first: Burst,
     /// All at once again.
-    pub at_once_again: Timings,
+    pub at_once_again: Burst,
+    /// The sessions of `at_once_again` called again, all at once: the same burst with no new
+    /// session in it, what the machine's cores allow for that many calls.
+    pub at_once_warm: Burst,
+}
+
+/// One burst: its sessions' times, and the CPU the service spent from its first request to
+/// its last answer.
+#[derive(Debug)]
+pub struct Burst {
+    pub timings: Timings,
+    /// CPU seconds of the server, the zygote and the sessions, the pool's refill included.
+    pub cpu: Cpu,
+}
+
+impl Burst {
+    /// CPU milliseconds per new session of `seconds`.
+    fn per_session_ms(&self, seconds: f64) -> f64 {
+        seconds * 1e3 / self.timings.len().max(1) as f64
+    }
+
+    fn cpu_total(&self) -> f64 {
+        self.cpu.serve + self.cpu.zygote + self.cpu.sessions
+    }
+
+    /// The burst's CPU spread over every core: no schedule could end it sooner.
+    fn least_ms(&self) -> f64 {
+        self.cpu_total() * 1e3 / crate::cores().max(1) as f64
+    }
 }
 
 /// What a run of the bursts needs.
@@ -80,35 +112,52 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
         // the pool's floor made at start, nothing else running
         wait_for_quiet(plan.quiet);
         let mut next = 0;
-        let mut burst = |name: &str, at_once: bool| -> Result<Timings> {
+        let mut burst = |name: &str, kind: Kind| -> Result<Burst> {
             progress(&format!("new sessions through HTTP: {name}"));
-            let count = if at_once {
-                plan.at_once
-            } else {
-                plan.back_to_back
+            let count = match kind {
+                Kind::BackToBack => plan.back_to_back,
+                Kind::AtOnce | Kind::AtOnceWarm => plan.at_once,
             };
-            let first = next;
-            next += count;
-            let timings = if at_once {
-                runtime.block_on(at_once_burst(&endpoint, &personal, first, count))?
-            } else {
-                runtime.block_on(back_to_back(&endpoint, &personal, first, count))?
+            let first = match kind {
+                // the sessions the last burst opened
+                Kind::AtOnceWarm => next - count,
+                Kind::BackToBack | Kind::AtOnce => {
+                    next += count;
+                    next - count
+                }
             };
+            let before = Cpu::read(server.pid())?;
+            let timings = match kind {
+                Kind::BackToBack => {
+                    runtime.block_on(back_to_back(&endpoint, &personal, first, count))?
+                }
+                Kind::AtOnce | Kind::AtOnceWarm => runtime.block_on(at_once_burst(
+                    &endpoint,
+                    &personal,
+                    first..first + count,
+                    kind == Kind::AtOnce,
+                ))?,
+            };
+            let cpu = Cpu::read(server.pid())?.since(before);
             server.check_running()?;
             super::http::report(name, &timings);
             // what the burst asked of the pool is made before the next one
             wait_for_quiet(plan.quiet);
-            Ok(timings)
+            Ok(Burst { timings, cpu })
         };
-        let back_to_back_first = burst("back to back, the pool at its floor", false)?;
-        let back_to_back_again = burst("back to back again, the pool sized by demand", false)?;
+        let back_to_back_first = burst("back to back, the pool at its floor", Kind::BackToBack)?;
+        let back_to_back_again = burst(
+            "back to back again, the pool sized by demand",
+            Kind::BackToBack,
+        )?;
         progress("waiting for the warm pool to fall back to its floor");
         std::thread::sleep(SHRINK_WAIT);
         Ok(Bursts {
             back_to_back_first,
             back_to_back_again,
-            at_once_first: burst("at once, the pool at its floor", true)?,
-            at_once_again: burst("at once again, the pool sized by demand", true)?,
+            at_once_first: burst("at once, the pool at its floor", Kind::AtOnce)?,
+            at_once_again: burst("at once again, the pool sized by demand", Kind::AtOnce)?,
+            at_once_warm: burst("at once, the same sessions again (warm)", Kind::AtOnceWarm)?,
         })
     })();
     if outcome.is_err() {
@@ -120,12 +169,28 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
     Ok(bursts)
 }
 
-/// A new session's first call: `1+1`, which must say it is fresh.
-fn first_call(personal: &str, n: usize) -> Result<Workload> {
+/// What a burst sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// new sessions one after the other
+    BackToBack,
+    /// new sessions all at once
+    AtOnce,
+    /// the last burst's sessions called again, all at once
+    AtOnceWarm,
+}
+
+/// `1+1` in session `n`, which must say whether it is `fresh`.
+fn call_in(personal: &str, n: usize, fresh: bool) -> Result<Workload> {
+    let fresh: &'static [u8] = if fresh {
+        b"\"fresh\":true"
+    } else {
+        b"\"fresh\":false"
+    };
     Workload::post(
         personal,
         write_call("1+1", &format!("burst-{n}")),
-        vec![b"\"isError\":false", b"\"fresh\":true", b"\"text\":\"2\""],
+        vec![b"\"isError\":false", fresh, b"\"text\":\"2\""],
     )
 }
 
@@ -139,7 +204,7 @@ async fn back_to_back(
     let mut sender = load::connect(endpoint).await?;
     let mut timings = Timings::default();
     for n in first..first + count {
-        let workload = first_call(personal, n)?;
+        let workload = call_in(personal, n, true)?;
         let started = Instant::now();
         load::call(&mut sender, endpoint, &workload)
             .await
@@ -149,14 +214,15 @@ async fn back_to_back(
     Ok(timings.sorted())
 }
 
-/// `count` new sessions at once, each on its own connection opened beforehand, all sent
-/// together.
+/// Calls in `sessions` at once (new ones when `fresh`), each on its own connection opened
+/// beforehand, all sent together.
 async fn at_once_burst(
     endpoint: &Endpoint,
     personal: &str,
-    first: usize,
-    count: usize,
+    sessions: std::ops::Range<usize>,
+    fresh: bool,
 ) -> Result<Timings> {
+    let (first, count) = (sessions.start, sessions.len());
     let mut senders = Vec::with_capacity(count);
     for _ in 0..count {
         senders.push(load::connect(endpoint).await?);
@@ -164,7 +230,7 @@ async fn at_once_burst(
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(count));
     let mut calls = tokio::task::JoinSet::new();
     for (i, mut sender) in senders.into_iter().enumerate() {
-        let workload = first_call(personal, first + i)?;
+        let workload = call_in(personal, first + i, fresh)?;
         let (endpoint, start) = (endpoint.clone(), std::sync::Arc::clone(&start));
         calls.spawn(async move {
             start.wait().await;
@@ -184,50 +250,75 @@ async fn at_once_burst(
 
 /// The bursts as a table.
 pub fn table(bursts: &Bursts) -> String {
-    let row = |name: &str, t: &Timings| {
-        let ms = |pct: f64| t.percentile_ms(pct).unwrap_or(0.0);
+    let row = |name: &str, b: &Burst| {
+        let ms = |pct: f64| b.timings.percentile_ms(pct).unwrap_or(0.0);
         format!(
-            "| {name} | {} | {:.2} | {:.2} | {:.2} |\n",
-            t.len(),
+            "| {name} | {} | {:.2} | {:.2} | {:.2} | {:.2} ({:.2} / {:.2} / {:.2}) | {:.1} |\n",
+            b.timings.len(),
             ms(50.0),
             ms(99.0),
-            ms(100.0)
+            ms(100.0),
+            b.per_session_ms(b.cpu_total()),
+            b.per_session_ms(b.cpu.serve),
+            b.per_session_ms(b.cpu.zygote),
+            b.per_session_ms(b.cpu.sessions),
+            b.least_ms()
         )
     };
-    let mut out = String::from(
-        "\nnew session → first result through HTTP, in bursts (goal: p99 ≤ 10 ms)\n\n\
-         | burst | sessions | p50 ms | p99 ms | max ms |\n| --- | --- | --- | --- | --- |\n",
+    let mut out = format!(
+        "\nnew session → first result through HTTP, in bursts (goal: p99 ≤ 10 ms; {} cores)\n\n\
+         | burst | sessions | p50 ms | p99 ms | max ms | CPU per session ms (serve / zygote / sessions) | CPU ÷ cores ms |\n\
+         | --- | --- | --- | --- | --- | --- | --- |\n",
+        crate::cores()
     );
-    out.push_str(&row(
-        "back to back, pool at its floor",
-        &bursts.back_to_back_first,
-    ));
-    out.push_str(&row(
-        "back to back again, pool sized by demand",
-        &bursts.back_to_back_again,
-    ));
-    out.push_str(&row("at once, pool at its floor", &bursts.at_once_first));
-    out.push_str(&row(
-        "at once again, pool sized by demand",
-        &bursts.at_once_again,
-    ));
+    for (name, burst) in named(bursts) {
+        out.push_str(&row(name, burst));
+    }
     out
+}
+
+/// Each burst with its name in the table.
+fn named(bursts: &Bursts) -> [(&'static str, &Burst); 5] {
+    [
+        (
+            "back to back, pool at its floor",
+            &bursts.back_to_back_first,
+        ),
+        (
+            "back to back again, pool sized by demand",
+            &bursts.back_to_back_again,
+        ),
+        ("at once, pool at its floor", &bursts.at_once_first),
+        ("at once again, pool sized by demand", &bursts.at_once_again),
+        (
+            "at once, the same sessions again (no new one)",
+            &bursts.at_once_warm,
+        ),
+    ]
 }
 
 /// The bursts as JSON (milliseconds).
 pub fn to_json(bursts: &Bursts) -> serde_json::Value {
-    let figure = |t: &Timings| {
+    let figure = |b: &Burst| {
+        let t = &b.timings;
         serde_json::json!({
             "sessions": t.len(),
             "p50_ms": t.percentile_ms(50.0),
             "p99_ms": t.percentile_ms(99.0),
             "max_ms": t.percentile_ms(100.0),
+            "cpu_per_session_ms": b.per_session_ms(b.cpu_total()),
+            "serve_cpu_per_session_ms": b.per_session_ms(b.cpu.serve),
+            "zygote_cpu_per_session_ms": b.per_session_ms(b.cpu.zygote),
+            "sessions_cpu_per_session_ms": b.per_session_ms(b.cpu.sessions),
+            "cpu_over_cores_ms": b.least_ms(),
         })
     };
     serde_json::json!({
+        "cores": crate::cores(),
         "back_to_back_first": figure(&bursts.back_to_back_first),
         "back_to_back_again": figure(&bursts.back_to_back_again),
         "at_once_first": figure(&bursts.at_once_first),
         "at_once_again": figure(&bursts.at_once_again),
+        "at_once_warm": figure(&bursts.at_once_warm),
     })
 }

@@ -49,6 +49,11 @@ pub struct Http {
     pub new_session: Timings,
     /// svc_write `1+1` in the warm session, bare POST (no MCP session).
     pub warm: Timings,
+    /// The machine's floor under a warm call: a bare HTTP server answering through a Python
+    /// echo process on a pipe (`floor.rs`), alternated call by call with `warm_beside_floor`.
+    pub floor: Timings,
+    /// Warm `1+1` on the bare POST, the calls between those of `floor`.
+    pub warm_beside_floor: Timings,
     /// The same naming five vault secrets (opened, set as the run's environment, redacted),
     /// alternated call by call with `warm_secrets_base`.
     pub warm_secrets: Timings,
@@ -222,6 +227,12 @@ fn figures(
     report("warm 1+1", &warm);
 
     wait_for_quiet(plan.quiet);
+    let (floor, warm_beside_floor) = floor_pair(runtime, plan, &endpoint, &personal)?;
+    server.check_running()?;
+    report("floor (the same hops, no service)", &floor);
+    report("warm 1+1 (alternated with it)", &warm_beside_floor);
+
+    wait_for_quiet(plan.quiet);
     progress("warm 1+1 naming five vault secrets");
     let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
     runtime.block_on(store_secrets(&endpoint, &personal, &names))?;
@@ -354,6 +365,8 @@ fn figures(
     Ok(Http {
         new_session,
         warm,
+        floor,
+        warm_beside_floor,
         warm_secrets,
         warm_secrets_base,
         warm_secrets_legacy,
@@ -368,6 +381,44 @@ fn figures(
         table_answer_bytes: table_answer.len(),
         stages: vec![bare_stages, legacy, modern],
     })
+}
+
+/// The floor of a warm call on this machine, alternated call by call with a warm `1+1` through
+/// the service: the bench's bare HTTP server answering each POST through a Python process that
+/// echoes a line on a pipe. What the service adds to a warm call is the difference.
+fn floor_pair(
+    runtime: &tokio::runtime::Runtime,
+    plan: &Plan<'_>,
+    endpoint: &Endpoint,
+    personal: &str,
+) -> Result<(Timings, Timings)> {
+    progress(&format!(
+        "the machine's floor: {} calls through a bare HTTP server and a Python echo, alternated \
+         with warm 1+1",
+        plan.calls
+    ));
+    let python = plan.files.runtime.join("bin").join("python3");
+    let limit = Duration::from_secs(600);
+    let mut floor = crate::server::spawn_floor(&plan.dir.join("floor.log"), limit, Some(&python))?;
+    let floor_endpoint = Endpoint::new(floor.addr)?;
+    wait_healthy(runtime, &mut floor, &floor_endpoint)?;
+    let needles = || {
+        vec![
+            b"\"isError\":false".as_slice(),
+            b"\"text\":\"2\"".as_slice(),
+        ]
+    };
+    let echo = Workload::post("/echo/floor", write_call("1+1", "warm"), needles())?;
+    let warm = Workload::post(personal, write_call("1+1", "warm"), needles())?;
+    let timed = runtime.block_on(timed_across(
+        (&floor_endpoint, &echo),
+        (endpoint, &warm),
+        WARMUP_CALLS,
+        plan.calls,
+    ));
+    floor.check_running()?;
+    floor.stop()?;
+    timed
 }
 
 pub(super) fn report(name: &str, timings: &Timings) {
@@ -413,25 +464,54 @@ pub(crate) async fn timed_pair(
     warmup: usize,
     count: usize,
 ) -> Result<(Timings, Timings)> {
-    let mut sender = load::connect(endpoint).await?;
+    let mut senders = [load::connect(endpoint).await?];
+    alternated(
+        &mut senders,
+        [(0, endpoint, a), (0, endpoint, b)],
+        warmup,
+        count,
+    )
+    .await
+}
+
+/// `a` and `b`, each sent to its own server on its own connection, alternated call by call.
+pub(crate) async fn timed_across(
+    a: (&Endpoint, &Workload),
+    b: (&Endpoint, &Workload),
+    warmup: usize,
+    count: usize,
+) -> Result<(Timings, Timings)> {
+    let mut senders = [load::connect(a.0).await?, load::connect(b.0).await?];
+    alternated(&mut senders, [(0, a.0, a.1), (1, b.0, b.1)], warmup, count).await
+}
+
+/// Each side's workload sent on its connection (an index into `senders`), the two sides
+/// alternated, `warmup` rounds untimed and `count` timed.
+async fn alternated(
+    senders: &mut [load::Sender],
+    sides: [(usize, &Endpoint, &Workload); 2],
+    warmup: usize,
+    count: usize,
+) -> Result<(Timings, Timings)> {
     for _ in 0..warmup {
-        for workload in [a, b] {
-            load::call(&mut sender, endpoint, workload)
+        for (connection, endpoint, workload) in sides {
+            load::call(&mut senders[connection], endpoint, workload)
                 .await
                 .context("a warm-up call")?;
         }
     }
-    let (mut timed_a, mut timed_b) = (Timings::default(), Timings::default());
+    let mut timed = [Timings::default(), Timings::default()];
     for i in 0..count {
-        for (workload, timings) in [(a, &mut timed_a), (b, &mut timed_b)] {
+        for (side, (connection, endpoint, workload)) in sides.into_iter().enumerate() {
             let started = Instant::now();
-            load::call(&mut sender, endpoint, workload)
+            load::call(&mut senders[connection], endpoint, workload)
                 .await
                 .with_context(|| format!("call {i} of {count}"))?;
-            timings.push(started.elapsed());
+            timed[side].push(started.elapsed());
         }
     }
-    Ok((timed_a.sorted(), timed_b.sorted()))
+    let [a, b] = timed;
+    Ok((a.sorted(), b.sorted()))
 }
 
 /// `1+1` with a new session id each time, on one connection.

@@ -54,6 +54,15 @@ fn added_p50(with: &Timings, base: &Timings) -> String {
     }
 }
 
+/// What the service adds to the machine's floor, at p50 and p99.
+fn above_floor(warm: &Timings, floor: &Timings) -> String {
+    let at = |p| Some(warm.percentile_ms(p)? - floor.percentile_ms(p)?);
+    match (at(50.0), at(99.0)) {
+        (Some(p50), Some(p99)) => format!("the service adds {p50:+.3} ms at p50, {p99:+.3} at p99"),
+        _ => "—".to_owned(),
+    }
+}
+
 fn row(out: &mut String, name: &str, timings: &Timings, target: &str) {
     let _ = writeln!(
         out,
@@ -102,7 +111,7 @@ impl SandboxReport {
                 "no"
             },
             self.metering(),
-            cores()
+            crate::cores()
         );
         let _ = writeln!(
             out,
@@ -127,6 +136,18 @@ impl SandboxReport {
             "warm 1+1 round trip, HTTP keep-alive",
             &h.warm,
             &format!("p50 ≤ {WARM_P50_TARGET_MS} ms, p99 ≤ {WARM_P99_TARGET_MS} ms"),
+        );
+        row(
+            &mut out,
+            "floor: bare HTTP server + Python echo on a pipe",
+            &h.floor,
+            "the machine's own, alternated with the next",
+        );
+        row(
+            &mut out,
+            "warm 1+1, HTTP, alternated with the floor",
+            &h.warm_beside_floor,
+            &above_floor(&h.warm_beside_floor, &h.floor),
         );
         row(
             &mut out,
@@ -241,9 +262,14 @@ impl SandboxReport {
     pub fn to_json(&self) -> Value {
         let (d, h) = (&self.direct, &self.http);
         let m = &d.memory;
+        // apart: one json! of everything passes the macro's recursion limit
+        let floor = json!({
+            "floor": timings_json(&h.floor),
+            "warm_1_plus_1_alternated": timings_json(&h.warm_beside_floor),
+        });
         json!({
             "binary": self.binary,
-            "machine_cores": cores(),
+            "machine_cores": crate::cores(),
             "backend": self.backend,
             "sqlite_synchronous": self.sqlite_synchronous,
             "new_session_gap_ms": self.gap_ms,
@@ -252,6 +278,7 @@ impl SandboxReport {
             "close_session_server_side": timings_json(&d.close),
             "new_session_http": timings_json(&h.new_session),
             "warm_1_plus_1_http": timings_json(&h.warm),
+            "warm_call_floor_http": floor,
             "warm_1_plus_1_http_legacy_session": timings_json(&h.warm_legacy),
             "warm_1_plus_1_http_2026_07_28": timings_json(&h.warm_modern),
             "warm_1_plus_1_http_5_secrets": timings_json(&h.warm_secrets),
@@ -297,10 +324,6 @@ impl SandboxReport {
             },
         })
     }
-}
-
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(0, usize::from)
 }
 
 /// The durable-session figures as a table, with the goals beside them.

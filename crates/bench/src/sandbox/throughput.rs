@@ -68,7 +68,7 @@ pub struct Cpu {
 impl Cpu {
     /// Read now: `serve` itself, its direct children (the zygote), and everything below them
     /// (sessions and what they started).
-    fn read(serve: u32) -> Result<Self> {
+    pub(crate) fn read(serve: u32) -> Result<Self> {
         let mut cpu = Cpu {
             serve: cpu_seconds(&serve.to_string())?,
             ..Cpu::default()
@@ -86,7 +86,7 @@ impl Cpu {
         Ok(cpu)
     }
 
-    fn since(self, before: Cpu) -> Cpu {
+    pub(crate) fn since(self, before: Cpu) -> Cpu {
         Cpu {
             serve: self.serve - before.serve,
             zygote: self.zygote - before.zygote,
@@ -119,7 +119,7 @@ pub fn run(files: &Files, binary: &Path, dir: &Path, seconds: u64) -> Result<()>
     if !(1..=120).contains(&seconds) {
         bail!("--sandbox-throughput-secs must be 1 to 120");
     }
-    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let cores = crate::cores().max(1);
     let settings = files.server_settings(&dir.join("server-sessions"), CLIENTS.max(cores) + 8);
     let toolgate = Toolgate {
         binary: binary.to_owned(),
