@@ -19,7 +19,7 @@ use crate::intercept;
 use crate::placeholder;
 use crate::pump;
 use crate::run::{Run, Slot};
-use crate::traffic::{Traffic, refuse};
+use crate::traffic::{Traffic, refuse, refuse_recorded};
 use crate::{SESSION_PROXY_PORT, Shared};
 
 /// A session's way out. Dropping it stops accepting and ends every connection.
@@ -264,8 +264,7 @@ async fn serve_in_run(mut client: TcpStream, run: &Run, shared: &Shared) {
     if run.open.fetch_add(1, Ordering::AcqRel) >= max {
         run.open.fetch_sub(1, Ordering::AcqRel);
         let message = format!("this run already has {max} connections open, the most it may");
-        refuse(&mut client, "429 Too Many Requests", &message).await;
-        traffic.end(Some(message));
+        let _ = refuse_recorded(&mut client, "429 Too Many Requests", message, &traffic).await;
         return;
     }
     let _slot = Slot(run);
@@ -329,15 +328,12 @@ async fn forward(
     traffic: &Traffic,
 ) -> Result<(), String> {
     if let Err(message) = run.check_host(&traffic.host) {
-        refuse(&mut client, "403 Forbidden", &message).await;
-        return Err(message);
+        return refuse_recorded(&mut client, "403 Forbidden", message, traffic).await;
     }
     if path.is_some() {
         let secrets = run.edge.as_ref().map_or(&[][..], |edge| &edge.secrets);
         if let Err(e) = placeholder::substitute(&mut head.headers, &traffic.host, secrets) {
-            let message = e.to_string();
-            refuse(&mut client, "403 Forbidden", &message).await;
-            return Err(message);
+            return refuse_recorded(&mut client, "403 Forbidden", e.to_string(), traffic).await;
         }
     }
     let upstream = match connect::open(&shared.settings.policy, &traffic.host, traffic.port).await {
@@ -347,9 +343,7 @@ async fn forward(
                 ConnectError::Refused(_) => "403 Forbidden",
                 ConnectError::Unreachable(_) => "502 Bad Gateway",
             };
-            let message = e.to_string();
-            refuse(&mut client, status, &message).await;
-            return Err(message);
+            return refuse_recorded(&mut client, status, e.to_string(), traffic).await;
         }
     };
     let mut upstream = upstream;

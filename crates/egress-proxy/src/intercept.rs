@@ -21,7 +21,7 @@ use crate::head::HEAD_TIMEOUT;
 use crate::http1::{self, Body, Buffered};
 use crate::placeholder::{self, BoundSecret};
 use crate::pump::{self, Budget};
-use crate::traffic::{Traffic, refuse};
+use crate::traffic::{Traffic, refuse_recorded};
 
 /// What a run with bound secrets needs to see inside its tunnels.
 #[derive(Debug)]
@@ -82,8 +82,7 @@ pub(crate) async fn tunnel(
             let message = format!("the TLS connection to {host} failed: {why}");
             // read what the code sent, so that it sees the answer rather than a reset
             let _ = client_read.request_head().await;
-            refuse(&mut client_write, "502 Bad Gateway", &message).await;
-            return Err(message);
+            return refuse_recorded(&mut client_write, "502 Bad Gateway", message, traffic).await;
         }
     };
     let (upstream_read, mut upstream_write) = tokio::io::split(upstream);
@@ -94,9 +93,8 @@ pub(crate) async fn tunnel(
             Ok(Some(head)) => head,
             Ok(None) => return Ok(()),
             Err(e) => {
-                let message = e.to_string();
-                refuse(&mut client_write, "400 Bad Request", &message).await;
-                return Err(message);
+                let (status, message) = ("400 Bad Request", e.to_string());
+                return refuse_recorded(&mut client_write, status, message, traffic).await;
             }
         };
         let checked = placeholder::substitute(&mut head.headers, host, &edge.secrets)
@@ -105,8 +103,7 @@ pub(crate) async fn tunnel(
         let body = match checked {
             Ok(body) => body,
             Err((status, message)) => {
-                refuse(&mut client_write, status, &message).await;
-                return Err(message);
+                return refuse_recorded(&mut client_write, status, message, traffic).await;
             }
         };
         let close_after = http1::wants_close(&head.headers);

@@ -76,6 +76,20 @@ pub(crate) async fn refuse(client: &mut (impl AsyncWrite + Unpin), status: &str,
     let _ = client.shutdown().await;
 }
 
+/// Records that `traffic` was refused with `message`, then answers the session's code: the record
+/// comes first, so a run that ends as soon as its code read the answer (and stops this
+/// connection's task with it) still says why.
+pub(crate) async fn refuse_recorded(
+    client: &mut (impl AsyncWrite + Unpin),
+    status: &str,
+    message: String,
+    traffic: &Traffic,
+) -> Result<(), String> {
+    traffic.end(Some(message.clone()));
+    refuse(client, status, &message).await;
+    Err(message)
+}
+
 /// The answer [`refuse`] writes.
 pub(crate) fn refusal(status: &str, message: &str) -> String {
     let body = format!("toolgate network proxy: {message}\n");
@@ -84,4 +98,32 @@ pub(crate) fn refusal(status: &str, message: &str) -> String {
          Connection: close\r\nX-Toolgate-Refused: 1\r\n\r\n{body}",
         body.len()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+
+    /// The record comes before the answer: a session's code that has read the refusal's first
+    /// bytes (and returned, ending its run) finds the reason on the run's record. The pipe holds
+    /// 8 bytes, so the refusal cannot be written whole before the reader takes them.
+    #[tokio::test]
+    async fn a_refusal_is_recorded_before_the_code_can_read_it() {
+        let traffic = std::sync::Arc::new(Traffic::new("169.254.169.254", 80, "http"));
+        let (mut code_side, mut proxy_side) = tokio::io::duplex(8);
+        let refusing = std::sync::Arc::clone(&traffic);
+        let writer = tokio::spawn(async move {
+            refuse_recorded(&mut proxy_side, "403 Forbidden", "no".to_owned(), &refusing).await
+        });
+        let mut first = [0u8; 8];
+        code_side.read_exact(&mut first).await.unwrap();
+        assert_eq!(&first, b"HTTP/1.1");
+        assert_eq!(traffic.destination().refused.as_deref(), Some("no"));
+        let mut rest = Vec::new();
+        code_side.read_to_end(&mut rest).await.unwrap();
+        assert_eq!(writer.await.unwrap(), Err("no".to_owned()));
+        assert!(String::from_utf8_lossy(&rest).ends_with("toolgate network proxy: no\n"));
+    }
 }
