@@ -18,7 +18,8 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
-step() { printf '\n=== %s ===\n' "$*" >&2; }
+# each step says when it began and how long the run has taken so far: where CI's time goes
+step() { printf '\n=== %s (%s UTC, %d s in) ===\n' "$*" "$(date -u +%H:%M:%S)" "$SECONDS" >&2; }
 
 step "dependencies"
 "$ROOT/scripts/deps.sh"
