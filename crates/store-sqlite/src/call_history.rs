@@ -67,8 +67,11 @@ impl CallHistory for SqliteStore {
                     .push_bind(model.map(|m| m.input_tokens))
                     .push_bind(model.map(|m| m.output_tokens));
             });
+            // not kept in the connection's statement cache: a batch's last chunk has any size,
+            // and each size is another statement that would push the writer's own ones out
             insert
                 .build()
+                .persistent(false)
                 .execute(&mut *tx)
                 .await
                 .map_err(map_write_error)?;
