@@ -193,8 +193,8 @@ impl Fleet {
             .clone()
     }
 
-    /// The least loaded live node that takes new sessions: the least memory in use, then the
-    /// fewest sessions (counting what this front end placed since it last read them).
+    /// The least loaded live node that takes new sessions, by [`placement_score`] (counting what
+    /// this front end placed since it last read the loads).
     pub(crate) fn least_loaded(&self) -> Option<Arc<LiveNode>> {
         let live = self
             .live
@@ -203,13 +203,7 @@ impl Fleet {
         let chosen = live
             .iter()
             .filter(|node| !node.load.draining)
-            .min_by_key(|node| {
-                let placed = node.placed.load(Ordering::Relaxed);
-                (
-                    node.load.memory_bytes.saturating_add(placed << 24),
-                    u64::from(node.load.sessions).saturating_add(placed),
-                )
-            })?
+            .min_by_key(|node| placement_score(&node.load, node.placed.load(Ordering::Relaxed)))?
             .clone();
         chosen.placed.fetch_add(1, Ordering::Relaxed);
         Some(chosen)
@@ -233,6 +227,23 @@ impl Fleet {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .retain(|node| node.name != *name);
     }
+}
+
+/// The memory placement counts for each session a node holds, beyond what the node measured:
+/// a session starts small (a few MiB) and grows, so raw usage alone would send every new session
+/// to whichever node measured a little less, until its sessions grow.
+const SESSION_RESERVE_BYTES: u64 = 64 << 20;
+
+/// How loaded a node is for placement, lowest first: the memory its processes use plus
+/// [`SESSION_RESERVE_BYTES`] for each session it holds (`placed` of them this front end put
+/// there since the load was read), then the sessions.
+fn placement_score(load: &StoredLoad, placed: u64) -> (u64, u64) {
+    let sessions = u64::from(load.sessions).saturating_add(placed);
+    (
+        load.memory_bytes
+            .saturating_add(sessions.saturating_mul(SESSION_RESERVE_BYTES)),
+        sessions,
+    )
 }
 
 /// A node's name in the database, made of its `HOST:PORT` (`[a-z0-9._-]`).
@@ -348,6 +359,47 @@ fn stored_load(answer: &LeaseAnswer) -> StoredLoad {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Places `count` sessions one by one over nodes of these loads, as `least_loaded` does
+    /// between two reads of the loads; returns how many each node got.
+    fn place(loads: &[StoredLoad], count: usize) -> Vec<u64> {
+        let mut placed = vec![0u64; loads.len()];
+        for _ in 0..count {
+            let chosen = (0..loads.len())
+                .filter(|n| !loads[*n].draining)
+                .min_by_key(|n| placement_score(&loads[*n], placed[*n]))
+                .unwrap();
+            placed[chosen] += 1;
+        }
+        placed
+    }
+
+    fn load(sessions: u32, memory_mib: u64) -> StoredLoad {
+        StoredLoad {
+            sessions,
+            memory_bytes: memory_mib << 20,
+            draining: false,
+        }
+    }
+
+    #[test]
+    fn new_sessions_spread_over_nodes_that_measure_a_little_apart() {
+        // measured usage differs by the warm pools, page cache and a few small sessions
+        let placed = place(&[load(0, 20), load(0, 130), load(0, 150)], 6);
+        assert!(placed.iter().all(|n| *n >= 1), "{placed:?}");
+        // the sessions a node already holds count, not only those placed since the last read
+        let placed = place(&[load(4, 40), load(0, 60)], 4);
+        assert_eq!(placed, vec![0, 4]);
+    }
+
+    #[test]
+    fn a_node_using_much_more_memory_gets_new_sessions_last() {
+        let placed = place(&[load(1, 2048), load(1, 100), load(0, 0)], 20);
+        assert_eq!(placed[0], 0, "{placed:?}");
+        let mut draining = load(0, 0);
+        draining.draining = true;
+        assert_eq!(place(&[draining, load(9, 900)], 3), vec![0, 3]);
+    }
 
     #[test]
     fn a_node_is_named_by_its_address() {
