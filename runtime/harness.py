@@ -15,6 +15,7 @@ does a missing TOOLGATE_HARDEN_LIB for the tests that need the confinement libra
 crates/sandbox-harden, target/debug/libtoolgate_sandbox_harden.so). Fixtures are in conftest.py.
 """
 
+import ctypes
 import json
 import os
 import signal
@@ -111,14 +112,21 @@ class Zygote:
                 return f
             self.pending.append(f)
 
-    def fork(self, session, cwd=None, **extra):
+    def fork(self, session, cwd=None, mount=None, **extra):
+        """mount: a hardened fork's workspace, as a detached mount (see detached_mount); the
+        descriptor is closed here once sent."""
         if cwd is None:
             cwd = tempfile.mkdtemp(prefix="tg-ws-")
             self.workspaces.append(cwd)
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.send({"op": "fork", "session": session, "cwd": cwd, "fd": theirs.fileno(), **extra},
-                  [theirs.fileno()])
-        theirs.close()
+        fds = [theirs.fileno()] + ([mount] if mount is not None else [])
+        try:
+            self.send({"op": "fork", "session": session, "cwd": cwd, "fd": theirs.fileno(),
+                       **extra}, fds)
+        finally:
+            theirs.close()
+            if mount is not None:
+                os.close(mount)
         mine.settimeout(60)
         pid = self.expect("forked", lambda f: f["session"] == session)["pid"]
         return Session(self, session, mine, cwd, pid)
@@ -221,19 +229,40 @@ def hardened_spec(ws, base, **overrides):
     return spec
 
 
-def fork_hardened(z, name, root, base, **overrides):
-    ws = workspace(root)
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.syscall.restype = ctypes.c_long
+SYS_OPEN_TREE = 428             # x86_64 and aarch64 alike
+OPEN_TREE_CLONE = 1
+
+
+def detached_mount(path):
+    """open_tree(path, OPEN_TREE_CLONE): a detached mount of PATH, as the server sends a hardened
+    fork's workspace (the zygote's own mount namespace lacks what was mounted after it started)."""
+    fd = _LIBC.syscall(SYS_OPEN_TREE, -100, os.fsencode(path), OPEN_TREE_CLONE | os.O_CLOEXEC)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), f"open_tree({path})")
+    return fd
+
+
+def fork_hardened(z, name, root, base, ws=None, **overrides):
+    ws = ws or workspace(root)
     # the session finds its workspace at /workspace, in a root of its own
-    s = z.fork(name, cwd="/workspace", tmpdir="/tmp", harden=hardened_spec(ws, base, **overrides))
+    s = z.fork(name, cwd="/workspace", tmpdir="/tmp", mount=detached_mount(ws),
+               harden=hardened_spec(ws, base, **overrides))
     s.host_workspace = ws
     return s
 
 
-def fork_refused(z, name, **fields):
-    """A fork request the zygote must refuse: its error frame (no "forked")."""
+def fork_refused(z, name, mount=True, **fields):
+    """A fork request the zygote must refuse: its error frame (no "forked"). mount: whether it
+    carries a workspace (a detached mount of /var/tmp), as a hardened fork must."""
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    z.send({"op": "fork", "session": name, "fd": theirs.fileno(), **fields}, [theirs.fileno()])
-    theirs.close()
+    fds = [theirs.fileno()] + ([detached_mount("/var/tmp")] if mount else [])
+    try:
+        z.send({"op": "fork", "session": name, "fd": theirs.fileno(), **fields}, fds)
+    finally:
+        for fd in fds:
+            os.close(fd)
     f = z.expect("error", lambda f: f.get("session") == name)
     mine.settimeout(5)
     # nobody keeps the session socket; a child that failed by itself may have said why on it

@@ -7,13 +7,14 @@ import base64
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from harness import (CANARY, HARDEN_UID, PNG_SIGNATURE, RUNTIME, TMP_BYTES, Zygote, fork_hardened,
-                     fork_refused, frame, harden_lib, hardened_spec, recv_frame, wait_until, workspace)
+from harness import (CANARY, HARDEN_UID, PNG_SIGNATURE, RUNTIME, TMP_BYTES, Zygote, detached_mount,
+                     fork_hardened, fork_refused, frame, harden_lib, hardened_spec, recv_frame, wait_until, workspace)
 
 def gone(pid):
     """Whether no process (not even a zombie) has this host pid."""
@@ -274,8 +275,10 @@ def test_fifty_hardened_forks_in_a_row(hardened, workspaces, base_prefix, capsys
         ws = workspace(workspaces)
         mine, theirs = socket.socketpair()
         t0 = time.perf_counter()
+        mount = detached_mount(ws)
         z.send({"op": "fork", "session": f"h{i}", "cwd": "/workspace", "tmpdir": "/tmp", "fd": theirs.fileno(),
-                "harden": hardened_spec(ws, base_prefix)}, [theirs.fileno()])
+                "harden": hardened_spec(ws, base_prefix)}, [theirs.fileno(), mount])
+        os.close(mount)
         mine.sendall(frame({"op": "exec", "id": 1, "code": "import os\nos.getpid()"}))
         r = recv_frame(mine)
         first.append(time.perf_counter() - t0)
@@ -362,3 +365,69 @@ def test_real_hardening_runs_a_notebook_workload(hardened, workspaces, base_pref
             == str([errno.EPERM, errno.ENOSYS, errno.EOPNOTSUPP])
     finally:
         s.close()
+
+
+def mountinfo_sources(pid):
+    """The filesystem source of each mount in PID's mount namespace."""
+    with open(f"/proc/{pid}/mountinfo") as f:
+        return [line.split(" - ", 1)[1].split(" ")[1] for line in f]
+
+
+def test_a_hardened_fork_needs_its_workspace_as_a_detached_mount(hardened, workspaces, base_prefix):
+    z = hardened
+    ws = workspace(workspaces)
+    spec = hardened_spec(ws, base_prefix)
+    f = fork_refused(z, "no-mount", mount=False, cwd="/workspace", harden=spec)
+    assert f["code"] == "bad_fds" and "exactly two descriptors" in f["message"], f
+    # a file where the workspace belongs
+    mine, theirs = socket.socketpair()
+    with open(os.path.join(ws, "plain"), "w") as plain:
+        z.send({"op": "fork", "session": "file-mount", "cwd": "/workspace", "fd": theirs.fileno(),
+                "harden": spec}, [theirs.fileno(), plain.fileno()])
+    theirs.close()
+    f = z.expect("error", lambda f: f.get("session") == "file-mount")
+    assert f["code"] == "bad_fds" and "not the workspace" in f["message"], f
+    mine.close()
+    z.send({"op": "ping"})
+    assert z.expect("pong")
+
+
+def test_an_own_mount_namespace_leaves_out_the_workspace_mounts(workspaces, base_prefix):
+    """--own-mounts: the zygote's mount namespace is its own and private; workspace mounts made
+    before it started are detached there, those made after never reach it, and a session gets
+    its workspace (a tmpfs mounted after the zygote started) as a detached mount."""
+    source = f"tg-test-ws-{os.getpid()}"
+    before, after = workspace(workspaces), workspace(workspaces)
+    mounted = []
+
+    def mount(path):
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=1m,uid={HARDEN_UID},gid={HARDEN_UID}",
+                        source, path], check=True)
+        mounted.append(path)
+    z = None
+    try:
+        mount(before)
+        z = Zygote(f"--harden-lib={harden_lib()}", f"--own-mounts={source}", "--preload=json")
+        pid = z.proc.pid
+        assert os.readlink(f"/proc/{pid}/ns/mnt") != os.readlink("/proc/self/ns/mnt")
+        assert source in mountinfo_sources("self")
+        assert source not in mountinfo_sources(pid)
+        count = len(mountinfo_sources(pid))
+        assert not any("shared:" in line for line in open(f"/proc/{pid}/mountinfo")), \
+            "every mount of the zygote's namespace is private"
+        mount(after)
+        Path(after, "given.txt").write_text("from the host")
+        assert len(mountinfo_sources(pid)) == count and source not in mountinfo_sources(pid)
+        s = fork_hardened(z, "own-mounts", workspaces, base_prefix, ws=after)
+        try:
+            assert s.value("open('given.txt').read()") == "'from the host'"
+            assert s.value("open('made.txt', 'w').write('inside')") == "6"
+            assert Path(after, "made.txt").read_text() == "inside"
+        finally:
+            s.close()
+        assert len(mountinfo_sources(pid)) == count
+    finally:
+        if z is not None:
+            z.close()
+        for path in reversed(mounted):
+            subprocess.run(["umount", "-l", path], check=False)

@@ -11,7 +11,7 @@ import shutil
 import socket
 import subprocess
 
-from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, fork_refused, golden,
+from harness import (GOLDEN, PYTHON, HERE, Session, assert_shape, detached_mount, fork_refused, golden,
                      hardened_spec, frame, recv_frame, shape_differences, workspace, Zygote)
 
 SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "session/ping",
@@ -128,10 +128,13 @@ def test_the_hardened_fork_frame_is_accepted(zygote, hardened, workspaces, base_
     assert f["code"] == "harden_failed" and "invalid harden spec" in f["message"], f
     # and a real hardened fork answers as forked_hardened.json
     mine, theirs = socket.socketpair()
+    ws = workspace(workspaces)
+    mount = detached_mount(ws)
     hardened.send({"op": "fork", "session": "acct-1/3f2a#6", "cwd": "/workspace", "tmpdir": "/tmp",
-                   "fd": theirs.fileno(), "harden": hardened_spec(workspace(workspaces), base_prefix)},
-                  [theirs.fileno()])
+                   "fd": theirs.fileno(), "harden": hardened_spec(ws, base_prefix)},
+                  [theirs.fileno(), mount])
     theirs.close()
+    os.close(mount)
     forked = hardened.expect("forked", lambda f: f["session"] == "acct-1/3f2a#6")
     assert_shape(forked, "control/forked_hardened")
     assert forked["hardened"].startswith("hardened: "), forked

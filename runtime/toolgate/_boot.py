@@ -45,27 +45,32 @@ def _reexec_if_dirty(ctrl_fd):
 
 def _parse_args(argv):
     if len(argv) < 2:
-        sys.exit("usage: toolgate_zygote.py FD [--preload=a,b] [--harden-lib=PATH]")
+        sys.exit("usage: toolgate_zygote.py FD [--preload=a,b] [--harden-lib=PATH] "
+                 "[--own-mounts=SOURCE]")
     try:
         fd = int(argv[1])
     except ValueError:
         sys.exit("toolgate_zygote.py: FD must be a descriptor number")
-    preload, harden = list(DEFAULT_PRELOAD), None
+    preload, harden, own_mounts = list(DEFAULT_PRELOAD), None, None
     for a in argv[2:]:
         if a.startswith("--preload="):
             preload = [m for m in a.split("=", 1)[1].split(",") if m]
         elif a.startswith("--harden-lib="):
             harden = a.split("=", 1)[1]
+        elif a.startswith("--own-mounts="):
+            own_mounts = a.split("=", 1)[1]
         else:
             sys.exit(f"toolgate_zygote.py: unknown option {a}")
-    return fd, preload, harden
+    if own_mounts is not None and harden is None:
+        sys.exit("toolgate_zygote.py: --own-mounts needs --harden-lib")
+    return fd, preload, harden, own_mounts
 
 
 def main(argv=None):
-    ctrl_fd, preload, harden_lib = _parse_args(sys.argv if argv is None else argv)
+    ctrl_fd, preload, harden_lib, own_mounts = _parse_args(sys.argv if argv is None else argv)
     _reexec_if_dirty(ctrl_fd)
     os.environ.update(_zygote_env())    # before any import that reads them
     # Everything a session runs is imported here, before the first fork: a hardened session's
     # root holds the runtime but not this directory, and finds these modules in sys.modules.
     from toolgate._zygote import Zygote
-    Zygote(ctrl_fd, preload, harden_lib).serve()
+    Zygote(ctrl_fd, preload, harden_lib, own_mounts).serve()

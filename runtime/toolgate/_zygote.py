@@ -30,7 +30,7 @@ from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, chec
 from toolgate._session import Session, notebook_show, on_sigint
 from toolgate._sharing import fill_heap, fill_pools, rehearse_session, rehearse_setup
 
-HARDEN_ABI_VERSION = 2
+HARDEN_ABI_VERSION = 3
 HARDEN_FAILED_EXIT = 121
 SETUP_FAILED_EXIT = 70
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -41,7 +41,10 @@ class HardenLib:
     """The confinement library's C ABI (crates/sandbox-harden/src/ffi.rs) through ctypes. Each
     call returns (rc, message): 0 or -1, and the library's NUL-terminated message."""
 
-    def __init__(self, path):
+    def __init__(self, path, own_mounts=None):
+        """own_mounts: the source name of the server's workspace mounts; when given, the zygote
+        takes a private mount namespace of its own without them (each child then gets its
+        workspace as a detached mount, by descriptor)."""
         lib = ctypes.CDLL(path)
         version = lib.toolgate_harden_abi_version
         version.argtypes, version.restype = (), ctypes.c_uint32
@@ -59,10 +62,16 @@ class HardenLib:
         self._before = function("toolgate_before_session_fork")
         self._after = function("toolgate_after_session_fork")
         self._release = function("toolgate_release_session", ctypes.c_int, *spec, fd, fd)
-        self._harden = function("toolgate_harden_session", *spec, fd, fd)
+        self._harden = function("toolgate_harden_session", *spec, fd, fd, fd)
+        own = function("toolgate_zygote_own_mounts", ctypes.c_char_p, ctypes.c_size_t)
         rc, message = self._call(self._init)
         if rc != 0:
             sys.exit(f"toolgate_zygote.py: {message}")
+        if own_mounts is not None:
+            source = own_mounts.encode()
+            rc, message = self._call(own, source, len(source))
+            if rc != 0:
+                sys.exit(f"toolgate_zygote.py: {message}")
 
     @staticmethod
     def _call(f, *args):
@@ -83,9 +92,10 @@ class HardenLib:
         descriptors. On failure the child has been killed."""
         return self._call(self._release, pid, blob, len(blob), status_r, release_w)
 
-    def harden(self, blob, status_w, release_r):
-        """In the child: the whole checklist. Takes both descriptors."""
-        return self._call(self._harden, blob, len(blob), status_w, release_r)
+    def harden(self, blob, status_w, release_r, workspace):
+        """In the child: the whole checklist, the workspace being the detached mount `workspace`.
+        Takes all three descriptors."""
+        return self._call(self._harden, blob, len(blob), status_w, release_r, workspace)
 
 
 def _kill(pid):
@@ -98,7 +108,7 @@ def _kill(pid):
 
 
 class Zygote:
-    def __init__(self, ctrl_fd, preload, harden_lib):
+    def __init__(self, ctrl_fd, preload, harden_lib, own_mounts=None):
         self.t0 = time.perf_counter()
         self.ctrl = socket.socket(fileno=ctrl_fd)
         if self.ctrl.family != socket.AF_UNIX or self.ctrl.type != socket.SOCK_STREAM:
@@ -110,7 +120,7 @@ class Zygote:
         self.frame_fds = []           # descriptors that arrived with the frame being read
         self.ctrunc = False
         self.preload = preload
-        self.harden = HardenLib(harden_lib) if harden_lib else None
+        self.harden = HardenLib(harden_lib, own_mounts) if harden_lib else None
 
     # --- start-up
     def preload_modules(self):
@@ -273,12 +283,18 @@ class Zygote:
         session = req.get("session")
         try:
             check_fork(req)
-            if ctrunc or len(fds) != 1:
-                raise BadRequest("bad_fds", f"a fork frame carries exactly one descriptor by "
+            # hardened: the session socket and the workspace, a detached mount of it
+            want = 1 if self.harden is None else 2
+            if ctrunc or len(fds) != want:
+                what = "one descriptor" if want == 1 else "two descriptors"
+                raise BadRequest("bad_fds", f"a fork frame carries exactly {what} by "
                                  f"SCM_RIGHTS; this one carried {len(fds)}"
                                  + (" (truncated)" if ctrunc else ""))
             if not stat.S_ISSOCK(os.fstat(fds[0]).st_mode):
                 raise BadRequest("bad_fds", "the descriptor is not a socket")
+            if want == 2 and not stat.S_ISDIR(os.fstat(fds[1]).st_mode):
+                raise BadRequest("bad_fds", "the second descriptor is not the workspace "
+                                 "(a directory)")
         except BadRequest as e:
             self.send(error_frame(e.code, e.message, request_id(req),
                                   session=session if isinstance(session, str) else None))
@@ -333,7 +349,7 @@ class Zygote:
                 if pid != 0:                  # the zygote, whether the fork worked or not
                     self._restore_pid_namespace(pid)
             if pid == 0:
-                self._child(req, fds[0], (status_w, release_r), blob)
+                self._child(req, fds[0], (status_w, release_r, fds[1]), blob)
             fork_ms = round((time.perf_counter() - t_fork) * 1000, 3)
             for fd in (status_w, release_r):
                 os.close(fd)
@@ -399,8 +415,9 @@ class Zygote:
 
     # --- in the child, right after fork
     def _become_child(self, req, sess_fd, sync, blob):
-        """sync: the child's ends of the hardening pipes (status write end, release read end), or
-        None without a hardening library; blob: the harden spec as the zygote encoded it."""
+        """sync: the child's ends of the hardening pipes (status write end, release read end) and
+        its workspace (a detached mount), or None without a hardening library; blob: the harden
+        spec as the zygote encoded it."""
         zygote_pid = os.getppid()
         signal.set_wakeup_fd(-1)
         # _signal's functions, not signal's: their enum conversions are code the zygote never

@@ -2,8 +2,9 @@
 //!
 //! ```python
 //! lib = ctypes.CDLL(path_to_libtoolgate_sandbox_harden_so)
-//! assert lib.toolgate_harden_abi_version() == 2
+//! assert lib.toolgate_harden_abi_version() == 3
 //! lib.toolgate_zygote_init(err, len(err))                  # once, at start-up
+//! lib.toolgate_zygote_own_mounts(b"toolgate-workspace", 18, err, len(err))   # once, optional
 //! status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
 //! lib.toolgate_before_session_fork(err, len(err))          # unshare(CLONE_NEWPID)
 //! try:
@@ -11,7 +12,8 @@
 //! finally:
 //!     if pid != 0: lib.toolgate_after_session_fork(err, len(err))   # setns back; exit if -1
 //! if pid == 0:   # the child: pid 1 of its namespace
-//!     rc = lib.toolgate_harden_session(spec, len(spec), status_w, release_r, err, len(err))
+//!     rc = lib.toolgate_harden_session(spec, len(spec), status_w, release_r, workspace_fd,
+//!                                      err, len(err))     # workspace_fd: a detached mount, or -1
 //!     if rc != 0: os._exit(121)            # never run session code half-confined
 //! else:          # the zygote: id maps, cgroups; -1 means the child was killed
 //!     rc = lib.toolgate_release_session(pid, spec, len(spec), status_r, release_w, err, len(err))
@@ -24,7 +26,7 @@
 //! becomes -1 and `internal panic: …` (with the default `panic = "unwind"`), and a panic in
 //! `toolgate_release_session` kills the child as any other failure does.
 //!
-//! The two functions given descriptors take ownership of them: both are closed before the call
+//! The two functions given descriptors take ownership of them: all are closed before the call
 //! returns, in every case; the caller must not close or use them afterwards.
 #![allow(unsafe_code)]
 
@@ -35,8 +37,8 @@ use std::ptr;
 
 use crate::channel::{ChildChannel, ParentChannel, fitting};
 use crate::{
-    HardenSpec, after_session_fork, before_session_fork, harden_session_with_report,
-    prepare_seccomp, release_session, remember_pid_namespace, sys,
+    HardenSpec, after_session_fork, before_session_fork, enter_own_mount_namespace,
+    harden_session_in, prepare_seccomp, release_session, remember_pid_namespace, sys,
 };
 
 /// A spec larger than this is refused before it is read (a real one is well under 4 KiB).
@@ -44,7 +46,7 @@ const MAX_SPEC_BYTES: usize = 1 << 20;
 
 /// The version of this C ABI; the zygote refuses a library with another one, since calling a
 /// function with the wrong arguments through ctypes is undefined behaviour, not an error.
-pub const TOOLGATE_HARDEN_ABI_VERSION: u32 = 2;
+pub const TOOLGATE_HARDEN_ABI_VERSION: u32 = 3;
 
 /// [`TOOLGATE_HARDEN_ABI_VERSION`].
 #[unsafe(no_mangle)]
@@ -67,6 +69,40 @@ pub unsafe extern "C" fn toolgate_zygote_init(err_buf: *mut u8, err_len: usize) 
             .map_err(|error| format!("cannot open /proc/self/ns/pid: {error}"))?;
         prepare_seccomp().map_err(|error| error.to_string())?;
         Ok(String::new())
+    });
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// At the zygote's start-up, when the server asks for it: a mount namespace of its own, private,
+/// without the mounts whose source is the `source_len` bytes at `source` (the workspaces mounted
+/// before it started): see [`enter_own_mount_namespace`]. Its hardened children then get their
+/// workspace as a descriptor ([`toolgate_harden_session`]'s `workspace_fd`). On success `err_buf`
+/// says how many mounts were detached. Once; later calls do nothing.
+///
+/// # Safety
+///
+/// `source` must point to `source_len` initialised, readable bytes (or be null, an error);
+/// `err_buf` as for [`toolgate_zygote_init`].
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn toolgate_zygote_own_mounts(
+    source: *const u8,
+    source_len: usize,
+    err_buf: *mut u8,
+    err_len: usize,
+) -> i32 {
+    let outcome = guarded(|| {
+        if source.is_null() || source_len > MAX_SPEC_BYTES {
+            return Err("the mount source is a null pointer or too long".to_owned());
+        }
+        // SAFETY: not null (checked), `source_len` readable initialised bytes (contract), at
+        // most 1 MiB. The slice does not outlive this closure.
+        let bytes = unsafe { std::slice::from_raw_parts(source, source_len) };
+        let source =
+            std::str::from_utf8(bytes).map_err(|_| "the mount source is not UTF-8".to_owned())?;
+        enter_own_mount_namespace(source)
+            .map(|detached| format!("detached {detached}"))
+            .map_err(|error| format!("a mount namespace of its own: {error}"))
     });
     // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
     unsafe { report(outcome, err_buf, err_len) }
@@ -155,14 +191,17 @@ pub unsafe extern "C" fn toolgate_release_session(
 
 /// In the session child, right after the fork: hardens the calling process as
 /// [`crate::harden_session`] does, from a JSON [`HardenSpec`], released by the zygote through
-/// the pipes. On success `err_buf` holds the report line; after -1 the process may be partly
-/// confined: exit without running session code.
+/// the pipes, its workspace being the detached mount `workspace_fd` (see
+/// [`crate::harden_session_in`]) or, with -1, `spec.workspace` as this process sees it. On
+/// success `err_buf` holds the report line; after -1 the process may be partly confined: exit
+/// without running session code.
 ///
 /// # Safety
 ///
 /// - `spec_json` as for [`toolgate_release_session`].
 /// - `status_fd` (the status pipe's write end) and `release_fd` (the release pipe's read end)
-///   must be open descriptors the caller owns; ownership passes to this function.
+///   must be open descriptors the caller owns, and so must `workspace_fd` unless it is -1;
+///   ownership passes to this function.
 /// - `err_buf` as for [`toolgate_release_session`].
 /// - The process must be single-threaded (checked; a multi-threaded caller gets -1).
 #[unsafe(no_mangle)]
@@ -171,13 +210,23 @@ pub unsafe extern "C" fn toolgate_harden_session(
     spec_len: usize,
     status_fd: i32,
     release_fd: i32,
+    workspace_fd: i32,
     err_buf: *mut u8,
     err_len: usize,
 ) -> i32 {
+    let workspace = (workspace_fd >= 0 && workspace_fd != status_fd && workspace_fd != release_fd)
+        // SAFETY: an open descriptor the caller owns and passes on (see `# Safety`), not one of
+        // the two owned below.
+        .then(|| unsafe { OwnedFd::from_raw_fd(workspace_fd) });
     // SAFETY: the caller passes ownership of both descriptors (see `# Safety`).
     let fds = unsafe { own_fds(status_fd, release_fd) };
     let outcome = guarded(move || {
         let (status, release) = fds?;
+        if workspace.is_none() && workspace_fd != -1 {
+            let message = format!("invalid workspace descriptor {workspace_fd}");
+            ChildChannel::from_fds(status, release).finish(Err(&message));
+            return Err(message);
+        }
         let channel = ChildChannel::from_fds(status, release);
         // SAFETY: the caller's guarantee on `spec_json`/`spec_len` (see `# Safety`).
         let spec = match unsafe { parse_spec(spec_json, spec_len) } {
@@ -188,7 +237,7 @@ pub unsafe extern "C" fn toolgate_harden_session(
                 return Err(message);
             }
         };
-        harden_session_with_report(&spec, channel)
+        harden_session_in(&spec, workspace, channel)
             .map(|report| report.to_string())
             .map_err(|error| error.to_string())
     });
@@ -353,6 +402,7 @@ mod tests {
                 spec.len(),
                 status.into_raw_fd(),
                 release.into_raw_fd(),
+                -1,
                 buf.as_mut_ptr(),
                 buf.len(),
             )
@@ -366,9 +416,41 @@ mod tests {
     }
 
     #[test]
+    fn a_workspace_descriptor_that_is_not_its_own_is_refused_and_the_zygote_told() {
+        let (mut parent, child) = crate::session_channel().unwrap();
+        let (status, release) = child.into_fds();
+        let spec = b"{}";
+        let mut buf = [0xffu8; 64];
+        let status = status.into_raw_fd();
+        // SAFETY: `spec` and `buf` are live local arrays of exactly the lengths passed; the two
+        // descriptors are ours and handed over; the workspace number repeats one of them, which
+        // must not be owned twice.
+        let code = unsafe {
+            toolgate_harden_session(
+                spec.as_ptr(),
+                spec.len(),
+                status,
+                release.into_raw_fd(),
+                status,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert_eq!(code, -1);
+        assert_eq!(
+            message(&buf),
+            format!("invalid workspace descriptor {status}")
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        let sent = parent.receive(deadline).unwrap().unwrap();
+        assert_eq!(sent[0], crate::channel::FAILED);
+    }
+
+    #[test]
     fn null_spec_null_buffer_and_bad_descriptors_are_tolerated() {
         // SAFETY: a null spec is reported, a null buffer is never written, -1 is never closed.
-        let code = unsafe { toolgate_harden_session(ptr::null(), 0, -1, -1, ptr::null_mut(), 0) };
+        let code =
+            unsafe { toolgate_harden_session(ptr::null(), 0, -1, -1, -1, ptr::null_mut(), 0) };
         assert_eq!(code, -1);
         let mut buf = [0u8; 64];
         // SAFETY: as above; pid 0 is refused before any signal.
@@ -385,6 +467,6 @@ mod tests {
 
     #[test]
     fn the_abi_version_is_exported() {
-        assert_eq!(toolgate_harden_abi_version(), 2);
+        assert_eq!(toolgate_harden_abi_version(), 3);
     }
 }

@@ -18,7 +18,8 @@
 //! 0. **Precondition**: the spec is valid (no path beneath a directory the session sees as its
 //!    own empty mount, `tmp` the session's `/tmp` or `/dev/shm`, uid not 0, `tmp_bytes` not 0),
 //!    every ancestor of the workspace is searchable by the session's uid on the host (the
-//!    server reads and writes its files as that uid), and the process has one thread (a user
+//!    server reads and writes its files as that uid; not checked for a workspace given as a
+//!    detached mount, which is not reached through them), and the process has one thread (a user
 //!    namespace, Landlock and seccomp need or bind only the calling thread). Then, on cgroup
 //!    v1, it joins its cgroups itself (`0` into each group's `tasks` file), which costs no RCU
 //!    grace period, unlike a move by the zygote (see `release`).
@@ -30,7 +31,8 @@
 //! 2. **(b) A minimal root** (see `mounts`), made as the host's root in a mount namespace owned
 //!    by the host's user namespace: `MS_REC | MS_PRIVATE` on `/`; then an empty tmpfs is filled
 //!    with each `read_only` path bound read-only (nosuid, nodev) at its own path, the host's
-//!    links in `/` that lead into them (`/bin` → `usr/bin`), the workspace at `/workspace`, a
+//!    links in `/` that lead into them (`/bin` → `usr/bin`), the workspace at `/workspace` (a
+//!    detached mount of it moved there, or the host's directory bound), a
 //!    fresh `proc` on `/proc` (nosuid, nodev, noexec; it lists the session's pid namespace
 //!    only), an empty tmpfs of `tmp_bytes` on `/tmp` and of 64 MiB on `/dev/shm`, mode 0700,
 //!    owned by the session's host uid (a full `/tmp` is `ENOSPC`), and a `/dev` of five nodes
@@ -92,16 +94,20 @@
 //!
 //! ## The C ABI
 //!
-//! Version [`TOOLGATE_HARDEN_ABI_VERSION`] (2), from [`toolgate_harden_abi_version`]; each call
+//! Version [`TOOLGATE_HARDEN_ABI_VERSION`] (3), from [`toolgate_harden_abi_version`]; each call
 //! returns 0 or -1 and writes a NUL-terminated message into `err_buf` (cut to fit); no panic
 //! crosses the boundary (see `ffi` for a Python example):
 //!
 //! - [`toolgate_zygote_init`]`(err, err_len)`: opens the zygote's own pid namespace and compiles
 //!   the seccomp programs ([`prepare_seccomp`]), once.
+//! - [`toolgate_zygote_own_mounts`]`(source, source_len, err, err_len)`: a private mount
+//!   namespace of the zygote's own, without the mounts of that source (the workspaces mounted
+//!   before it started), once ([`enter_own_mount_namespace`]).
 //! - [`toolgate_before_session_fork`]`(err, err_len)`: `unshare(CLONE_NEWPID)`.
 //! - [`toolgate_after_session_fork`]`(err, err_len)`: `setns` back; on -1 the zygote must exit.
-//! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, err, err_len)`:
-//!   the child's checklist; on success `err` holds the [`HardenReport`] line.
+//! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, workspace_fd, err,
+//!   err_len)`: the child's checklist, the workspace a detached mount (or -1: `spec.workspace`
+//!   as the child sees it); on success `err` holds the [`HardenReport`] line.
 //! - [`toolgate_release_session`]`(pid, spec_json, spec_len, status_fd, release_fd, err,
 //!   err_len)`: the zygote's side; on success `err` holds the child's report line, on -1 the
 //!   child has been killed.
@@ -159,6 +165,7 @@ mod ffi;
 mod identity;
 mod landlock_domain;
 mod mounts;
+mod own_mounts;
 mod pid_namespace;
 mod policy;
 mod release;
@@ -166,6 +173,7 @@ mod seccomp_filter;
 mod spec;
 mod sys;
 
+use std::os::fd::OwnedFd;
 use std::time::{Duration, Instant};
 
 pub use channel::{ChildChannel, ParentChannel, session_channel};
@@ -173,8 +181,9 @@ pub use error::{HardenError, ReleaseError};
 pub use ffi::{
     TOOLGATE_HARDEN_ABI_VERSION, toolgate_after_session_fork, toolgate_before_session_fork,
     toolgate_harden_abi_version, toolgate_harden_session, toolgate_release_session,
-    toolgate_zygote_init,
+    toolgate_zygote_init, toolgate_zygote_own_mounts,
 };
+pub use own_mounts::enter_own_mount_namespace;
 pub use pid_namespace::{
     SessionFork, after_session_fork, before_session_fork, fork_session_child,
     remember_pid_namespace, wait_for_child,
@@ -203,9 +212,21 @@ pub fn harden_session(spec: &HardenSpec, channel: ChildChannel) -> Result<(), Ha
 /// outcome is also sent to the zygote (`D` + report, or `E` + error) and both pipe ends closed.
 pub fn harden_session_with_report(
     spec: &HardenSpec,
+    channel: ChildChannel,
+) -> Result<HardenReport, HardenError> {
+    harden_session_in(spec, None, channel)
+}
+
+/// [`harden_session_with_report`], the workspace shown at `/workspace` being `workspace` when
+/// given: a detached mount of it (`open_tree(OPEN_TREE_CLONE)` where it is mounted), moved into
+/// the session's root, rather than `spec.workspace` as this process sees it (a zygote in its own
+/// mount namespace, [`enter_own_mount_namespace`], does not see workspaces mounted later).
+pub fn harden_session_in(
+    spec: &HardenSpec,
+    workspace: Option<OwnedFd>,
     mut channel: ChildChannel,
 ) -> Result<HardenReport, HardenError> {
-    let outcome = checklist(spec, &mut channel);
+    let outcome = checklist(spec, workspace, &mut channel);
     match &outcome {
         Ok(report) => channel.finish(Ok(&report.to_string())),
         Err(error) => channel.finish(Err(&error.to_string())),
@@ -214,14 +235,21 @@ pub fn harden_session_with_report(
 }
 
 /// The checklist, in order.
-fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenReport, HardenError> {
+fn checklist(
+    spec: &HardenSpec,
+    workspace: Option<OwnedFd>,
+    channel: &mut ChildChannel,
+) -> Result<HardenReport, HardenError> {
     let started = Instant::now();
     let mut steps = Steps::new(started);
 
     // (0) Precondition: a sane spec, a reachable workspace, and one thread, because unshare of a
     // user namespace, Landlock and seccomp below need or bind only the calling thread.
     spec.validate()?;
-    mounts::check_workspace_reachable(spec)?;
+    if workspace.is_none() {
+        // a detached workspace is not reached through the host's directories
+        mounts::check_workspace_reachable(spec)?;
+    }
     ensure_single_threaded()?;
     steps.lap("precheck");
     // One thread, nothing of the session run yet: it joins its v1 cgroups itself, which unlike
@@ -240,7 +268,7 @@ fn checklist(spec: &HardenSpec, channel: &mut ChildChannel) -> Result<HardenRepo
 
     // (b) Private propagation; the session's own root: read-only paths, workspace, /proc, /tmp,
     // /dev; pivot_root into it.
-    let mounts = mounts::make_session_mounts(spec)?;
+    let mounts = mounts::make_session_mounts(spec, workspace)?;
     steps.lap("mounts");
 
     // (c) The session's own host name, in its own UTS namespace (before step (d), which takes

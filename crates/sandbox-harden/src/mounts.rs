@@ -22,7 +22,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -64,9 +64,22 @@ struct Shown {
     fd: File,
 }
 
+/// Where the session's workspace comes from.
+enum WorkspaceSource {
+    /// The host's directory at `spec.workspace`, opened (`O_PATH`) and bound.
+    Host(File),
+    /// A detached mount of it (`open_tree(OPEN_TREE_CLONE)`), moved into place: the zygote's
+    /// own mount namespace does not have the workspace mounts made after it started.
+    Detached(OwnedFd),
+}
+
 /// Step (b): every mount of the session, in order, then `pivot_root`. The child is the host's
-/// root here.
-pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, HardenError> {
+/// root here. The workspace is `detached` when given, else `spec.workspace` as this process
+/// sees it.
+pub(crate) fn make_session_mounts(
+    spec: &HardenSpec,
+    detached: Option<OwnedFd>,
+) -> Result<SessionMounts, HardenError> {
     // No mount event crosses between this mount namespace and the host's, in either direction.
     sys::mount(
         None,
@@ -79,9 +92,13 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
 
     // Everything shown is opened before the staging tmpfs covers anything.
     let (in_tmp, elsewhere) = open_read_only(spec)?;
-    let workspace = std::fs::canonicalize(&spec.workspace)
-        .and_then(|path| open_path(&path))
-        .map_err(mount_error("the workspace (open)", &spec.workspace))?;
+    let workspace = match detached {
+        Some(fd) => WorkspaceSource::Detached(fd),
+        None => std::fs::canonicalize(&spec.workspace)
+            .and_then(|path| open_path(&path))
+            .map(WorkspaceSource::Host)
+            .map_err(mount_error("the workspace (open)", &spec.workspace))?,
+    };
     let devices = open_devices()?;
     let links = root_links(&elsewhere);
 
@@ -127,7 +144,14 @@ pub(crate) fn make_session_mounts(spec: &HardenSpec) -> Result<SessionMounts, Ha
     let shm = make_dev(root, &devices, &owned(SHM_BYTES))?;
     let session_workspace = inside(WORKSPACE_INSIDE);
     make_dir(&session_workspace)?;
-    bind(&workspace, &session_workspace)?;
+    match &workspace {
+        WorkspaceSource::Host(dir) => bind(dir, &session_workspace)?,
+        WorkspaceSource::Detached(mount) => sys::move_mount_here(mount.as_fd(), &session_workspace)
+            .map_err(mount_error(
+                "the workspace (a detached mount)",
+                &session_workspace,
+            ))?,
+    }
 
     // Nothing is created in the root after this.
     sys::mount(

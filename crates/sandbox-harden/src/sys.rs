@@ -436,3 +436,31 @@ pub(crate) fn thread_count() -> io::Result<usize> {
         .and_then(|count| count.trim().parse().ok())
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
 }
+
+/// `move_mount(2)` flag: the source is the descriptor itself (`from_path` is empty).
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x0000_0004;
+
+/// `move_mount(fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH)`: attaches the detached mount
+/// `fd` (made by `open_tree(OPEN_TREE_CLONE)` or `fsmount`, in any mount namespace) at `target`
+/// in the caller's.
+pub(crate) fn move_mount_here(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
+    let target = c_string(target.as_os_str().as_bytes())?;
+    // SAFETY: `fd` is a live descriptor for the whole call (borrowed); both paths are
+    // NUL-terminated strings that live until the end of this call, and the kernel only reads
+    // them. move_mount(2) writes no memory of this process.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

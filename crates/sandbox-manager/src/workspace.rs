@@ -120,6 +120,11 @@ fn open_up(dir: &Path) {
     }
 }
 
+/// The source name of every workspace tmpfs (what `mountinfo` shows of it, and of its binds):
+/// a hardened zygote detaches the mounts of this source in its own mount namespace at start
+/// (`--own-mounts`), so no session's namespace copies another's workspace.
+pub(crate) const WORKSPACE_MOUNT_SOURCE: &str = "toolgate-workspace";
+
 /// A session's size-capped workspace: one tmpfs, its two halves bind-mounted over the workspace
 /// and its `.tmp` sibling, so files and temporary files share one quota. Dropping it detaches
 /// both mounts (lazily: a process still inside keeps what it has open, nothing more).
@@ -146,7 +151,13 @@ impl QuotaMounts {
             ))
             .map_err(io::Error::other)?;
             let flags = MountFlags::NOSUID | MountFlags::NODEV;
-            rustix::mount::mount("tmpfs", &staging, "tmpfs", flags, data.as_c_str())?;
+            rustix::mount::mount(
+                WORKSPACE_MOUNT_SOURCE,
+                &staging,
+                "tmpfs",
+                flags,
+                data.as_c_str(),
+            )?;
             let halves = [(workspace, "ws"), (tmpdir, "tmp")];
             for (_, half) in halves {
                 let dir = staging.join(half);

@@ -31,7 +31,7 @@ mod control;
 mod harden;
 
 use control::{describe_status, forward_stderr, read_control, watch_process, write_control};
-use harden::{HARDEN_TMP, HARDEN_WORKSPACE, HardenBase, prepare_workspace};
+use harden::{HARDEN_TMP, HARDEN_WORKSPACE, HardenBase, detached_workspace, prepare_workspace};
 
 /// How to start a zygote.
 #[derive(Debug, Clone)]
@@ -235,11 +235,11 @@ struct Forked {
     exit: watch::Receiver<Option<ExitInfo>>,
 }
 
-/// One frame for the writer task, with the descriptor that must travel with its first byte.
+/// One frame for the writer task, with the descriptors that must travel with its first byte.
 #[derive(Debug)]
 struct Outgoing {
     bytes: Vec<u8>,
-    fd: Option<OwnedFd>,
+    fds: Vec<OwnedFd>,
 }
 
 impl Dispatch {
@@ -271,6 +271,12 @@ impl Zygote {
             let mut arg = std::ffi::OsString::from("--harden-lib=");
             arg.push(lib);
             command.arg(arg);
+            // a mount namespace of its own, without any session's workspace: each new session's
+            // namespace is a copy of it, which would otherwise grow with the sessions alive
+            command.arg(format!(
+                "--own-mounts={}",
+                crate::workspace::WORKSPACE_MOUNT_SOURCE
+            ));
         }
         // Nothing of the server's environment: the zygote adds its own few variables (it then
         // re-executes itself once, so that its exec-time environment block is the clean one).
@@ -441,8 +447,10 @@ impl Zygote {
             .as_ref()
             .map(|base| base.spec(cwd, options))
             .transpose()?;
+        let mut workspace_mount = None;
         if harden.is_some() {
             prepare_workspace(cwd, options.uid)?;
+            workspace_mount = Some(detached_workspace(cwd, options.uid)?);
             cwd_text = HARDEN_WORKSPACE;
             tmp_text = Some(HARDEN_TMP);
         }
@@ -473,10 +481,11 @@ impl Zygote {
             env: (!options.env.is_empty()).then_some(&options.env),
         });
         let bytes = frame::encode(&request).map_err(|e| io::Error::other(e.to_string()))?;
-        let message = Outgoing {
-            bytes,
-            fd: Some(OwnedFd::from(theirs)),
-        };
+        // the session's socket first, then (hardened) its workspace: the zygote's order
+        let fds = std::iter::once(OwnedFd::from(theirs))
+            .chain(workspace_mount)
+            .collect();
+        let message = Outgoing { bytes, fds };
         if self.inner.outgoing.send(message).is_err() {
             return Err(self.gone());
         }

@@ -8,7 +8,7 @@ use crate::{Session, cdylib, is_root, run_plain, succeeded};
 /// (rc, message).
 const CTYPES_PRELUDE: &str = r#"
 lib = ctypes.CDLL(P["library"])
-assert lib.toolgate_harden_abi_version() == 2
+assert lib.toolgate_harden_abi_version() == 3
 ERR = (ctypes.c_char_p, ctypes.c_size_t)
 SPEC = (ctypes.c_char_p, ctypes.c_size_t)
 FD = ctypes.c_int
@@ -24,13 +24,13 @@ init = function("toolgate_zygote_init")
 before = function("toolgate_before_session_fork")
 after = function("toolgate_after_session_fork")
 release_ = function("toolgate_release_session", ctypes.c_int, *SPEC, FD, FD)
-harden_ = function("toolgate_harden_session", *SPEC, FD, FD)
+harden_ = function("toolgate_harden_session", *SPEC, FD, FD, FD)
 def release(pid, spec, status_r, release_w):
     return release_(pid, spec, len(spec), status_r, release_w)
 def harden(spec, status_w=None, release_r=None, size=512):
     if status_w is None:       # a call that fails before any step: pipes nobody else holds
         status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
-    return harden_(spec, len(spec), status_w, release_r, size=size)
+    return harden_(spec, len(spec), status_w, release_r, -1, size=size)
 "#;
 
 #[test]

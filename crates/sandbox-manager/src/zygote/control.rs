@@ -94,7 +94,7 @@ pub(super) async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatc
     state.exits.clear();
 }
 
-/// Sends frames in order. A fork frame's descriptor goes with its first byte, in one sendmsg.
+/// Sends frames in order. A fork frame's descriptors go with its first byte, in one sendmsg.
 pub(super) async fn write_control(
     mut out: OwnedWriteHalf,
     mut frames: mpsc::UnboundedReceiver<Outgoing>,
@@ -106,7 +106,7 @@ pub(super) async fn write_control(
             () = stop.cancelled() => None,
         };
         let Some(message) = message else { break };
-        if let Err(e) = send_frame(&mut out, &message.bytes, message.fd.as_ref()).await {
+        if let Err(e) = send_frame(&mut out, &message.bytes, &message.fds).await {
             tracing::warn!("writing to the zygote failed: {e}");
             break;
         }
@@ -115,19 +115,21 @@ pub(super) async fn write_control(
     // and exits
 }
 
-async fn send_frame(
-    out: &mut OwnedWriteHalf,
-    bytes: &[u8],
-    fd: Option<&OwnedFd>,
-) -> io::Result<()> {
+/// The most descriptors a frame carries (a hardened fork: its socket and its workspace).
+const MAX_FDS: usize = 2;
+
+async fn send_frame(out: &mut OwnedWriteHalf, bytes: &[u8], fds: &[OwnedFd]) -> io::Result<()> {
     let mut sent = 0;
-    if let Some(fd) = fd {
+    if !fds.is_empty() {
+        if fds.len() > MAX_FDS {
+            return Err(io::Error::other("more descriptors than a frame carries"));
+        }
         let stream: &UnixStream = out.as_ref();
         sent = stream
             .async_io(tokio::io::Interest::WRITABLE, || {
-                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
                 let mut control = SendAncillaryBuffer::new(&mut space);
-                let fds = [fd.as_fd()];
+                let fds: Vec<_> = fds.iter().map(AsFd::as_fd).collect();
                 if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
                     return Err(io::Error::other("no room for SCM_RIGHTS"));
                 }

@@ -2,7 +2,10 @@
 //! (`HardenSpec` of crates/sandbox-harden), and the workspace made reachable for the session's
 //! unprivileged uid.
 
+use std::os::fd::OwnedFd;
 use std::path::Path;
+
+use rustix::mount::OpenTreeFlags;
 
 use toolgate_sandbox::protocol::HardenSpec;
 
@@ -122,4 +125,21 @@ pub(super) fn prepare_workspace(workspace: &Path, uid: u32) -> Result<(), Zygote
         }
     }
     std::os::unix::fs::chown(&resolved, Some(uid), Some(uid)).map_err(failed(&resolved))
+}
+
+/// A detached mount of `workspace` (`open_tree(OPEN_TREE_CLONE)`, never following a link), sent
+/// with a hardened fork: the zygote's own mount namespace lacks the workspace mounts made after
+/// it started, so the child moves this one into its root. It shares the workspace's
+/// filesystem: what either side writes, the other sees.
+pub(super) fn detached_workspace(workspace: &Path, uid: u32) -> Result<OwnedFd, ZygoteError> {
+    let flags = OpenTreeFlags::OPEN_TREE_CLONE
+        | OpenTreeFlags::OPEN_TREE_CLOEXEC
+        | OpenTreeFlags::AT_SYMLINK_NOFOLLOW;
+    rustix::mount::open_tree(rustix::fs::CWD, workspace, flags).map_err(|errno| {
+        ZygoteError::Workspace {
+            path: workspace.to_path_buf(),
+            uid,
+            source: errno.into(),
+        }
+    })
 }

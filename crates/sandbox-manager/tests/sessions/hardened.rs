@@ -250,3 +250,63 @@ async fn figures_new_hardened_session() {
     );
     m.shutdown().await;
 }
+
+/// The filesystem source of each mount in `/proc/<pid>/mountinfo`.
+fn mount_sources(pid: &str) -> Vec<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+        .unwrap()
+        .lines()
+        .filter_map(|line| {
+            line.split_once(" - ")?
+                .1
+                .split(' ')
+                .nth(1)
+                .map(str::to_owned)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygotes_mount_namespace_holds_no_workspace_however_many_sessions_live() {
+    // Each session's mount namespace starts as a copy of the zygote's: were the zygote in the
+    // host's, every new session would copy every live session's workspace mounts.
+    let root = workspace_root();
+    let m = hardened_manager(root.path()).await;
+    assert!(
+        m.isolation().workspace_quota,
+        "root should be able to mount"
+    );
+    let first = exec(&m, "acct-a", "m0", "open('mine.txt', 'w').write('0')").await;
+    let zygote = host_status(first.pid, "PPid:");
+    assert_ne!(
+        std::fs::read_link(format!("/proc/{zygote}/ns/mnt")).unwrap(),
+        std::fs::read_link("/proc/self/ns/mnt").unwrap(),
+        "the zygote has a mount namespace of its own"
+    );
+    let before = mount_sources(&zygote);
+    for n in 1..6 {
+        let call = exec(&m, "acct-a", &format!("m{n}"), "1").await;
+        assert_eq!(host_status(call.pid, "PPid:"), zygote);
+    }
+    let host = mount_sources("self");
+    let workspaces = host.iter().filter(|s| *s == "toolgate-workspace").count();
+    assert!(
+        workspaces >= 12,
+        "two mounts per live session: {workspaces}"
+    );
+    let after = mount_sources(&zygote);
+    assert_eq!(after, before, "the zygote's mounts did not change");
+    assert!(
+        !after.iter().any(|s| s == "toolgate-workspace"),
+        "{after:?}"
+    );
+    // each session still has its own workspace, shared with the server
+    let read = exec(&m, "acct-a", "m0", "open('mine.txt').read()").await;
+    assert_eq!(text(&read), "'0'");
+    std::fs::write(first.workspace.join("from-host.txt"), "h").unwrap();
+    let seen = exec(&m, "acct-a", "m0", "open('from-host.txt').read()").await;
+    assert_eq!(text(&seen), "'h'");
+    let other = exec(&m, "acct-a", "m1", "import os\nsorted(os.listdir('.'))").await;
+    assert_eq!(text(&other), "[]");
+    m.shutdown().await;
+}
