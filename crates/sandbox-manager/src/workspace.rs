@@ -12,6 +12,7 @@ use rustix::mount::{MountFlags, UnmountFlags};
 use sha2::{Digest, Sha256};
 
 use crate::manager_types::ManagerError;
+use crate::zygote::WORKSPACE_MOUNT_SOURCE;
 
 /// The directory name of a caller's session id: never the id itself, which the caller chose.
 pub(super) fn session_dir_name(session_id: &str) -> String {
@@ -119,11 +120,6 @@ fn open_up(dir: &Path) {
         }
     }
 }
-
-/// The source name of every workspace tmpfs (what `mountinfo` shows of it, and of its binds):
-/// a hardened zygote detaches the mounts of this source in its own mount namespace at start
-/// (`--own-mounts`), so no session's namespace copies another's workspace.
-pub(crate) const WORKSPACE_MOUNT_SOURCE: &str = "toolgate-workspace";
 
 /// A session's size-capped workspace: one tmpfs, its two halves bind-mounted over the workspace
 /// and its `.tmp` sibling, so files and temporary files share one quota. Dropping it detaches

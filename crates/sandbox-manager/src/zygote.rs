@@ -33,6 +33,11 @@ mod harden;
 use control::{describe_status, forward_stderr, read_control, watch_process, write_control};
 use harden::{HARDEN_TMP, HARDEN_WORKSPACE, HardenBase, detached_workspace, prepare_workspace};
 
+/// The source name of every workspace tmpfs (what `mountinfo` shows of it, and of its binds):
+/// a hardened zygote detaches the mounts of this source in its own mount namespace at start
+/// (`--own-mounts`), so no session's namespace copies another's workspace.
+pub(crate) const WORKSPACE_MOUNT_SOURCE: &str = "toolgate-workspace";
+
 /// How to start a zygote.
 #[derive(Debug, Clone)]
 pub struct ZygoteConfig {
@@ -273,10 +278,7 @@ impl Zygote {
             command.arg(arg);
             // a mount namespace of its own, without any session's workspace: each new session's
             // namespace is a copy of it, which would otherwise grow with the sessions alive
-            command.arg(format!(
-                "--own-mounts={}",
-                crate::workspace::WORKSPACE_MOUNT_SOURCE
-            ));
+            command.arg(format!("--own-mounts={WORKSPACE_MOUNT_SOURCE}"));
         }
         // Nothing of the server's environment: the zygote adds its own few variables (it then
         // re-executes itself once, so that its exec-time environment block is the clean one).
