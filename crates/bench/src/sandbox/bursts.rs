@@ -79,6 +79,8 @@ pub struct Plan<'a> {
     pub back_to_back: usize,
     pub at_once: usize,
     pub quiet: Duration,
+    /// Flags added to the server's command line (after the bench's own, so they win).
+    pub server_flags: &'a [(String, String)],
 }
 
 /// Starts the server with the sandbox on, measures the bursts, and stops it whatever the
@@ -98,6 +100,7 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
         "--max-connections".to_owned(),
         (plan.at_once + 64).to_string(),
     ));
+    settings.extend(plan.server_flags.iter().cloned());
     let toolgate = Toolgate {
         binary: plan.binary.to_owned(),
         data_dir: plan.dir.join("burst-data"),

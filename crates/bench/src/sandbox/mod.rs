@@ -108,6 +108,21 @@ pub struct SandboxArgs {
     /// New sessions sent at once in the at-once bursts (--sandbox-bursts)
     #[arg(long, default_value_t = 50)]
     pub sandbox_burst_at_once: usize,
+    /// A flag for the bursts' server, as FLAG=VALUE (repeatable; not one the bench sets), e.g.
+    /// --sandbox-server-flag=--sandbox-warm-sessions=200: the server gets no TOOLGATE_*
+    /// variable of this program's environment
+    #[arg(long, value_parser = server_flag)]
+    pub sandbox_server_flag: Vec<(String, String)>,
+}
+
+/// `--FLAG=VALUE` split at its first `=` after the name; the flag must start with `--`.
+fn server_flag(text: &str) -> std::result::Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((flag, value)) if flag.starts_with("--") && flag.len() > 2 => {
+            Ok((flag.to_owned(), value.to_owned()))
+        }
+        _ => Err(format!("{text:?} is not --FLAG=VALUE")),
+    }
 }
 
 /// Runs the burst figures and prints them.
@@ -127,6 +142,7 @@ pub fn run_bursts(args: &Args, binary: &Path) -> Result<()> {
             back_to_back: args.sandbox.sandbox_sessions,
             at_once: args.sandbox.sandbox_burst_at_once,
             quiet: Duration::from_secs(args.quiet_wait_secs),
+            server_flags: &args.sandbox.sandbox_server_flag,
         },
     )?;
     if args.json {
@@ -480,5 +496,21 @@ mod tests {
         assert_eq!(timings.percentile_ms(99.0), Some(198.0));
         assert_eq!(timings.mean_ms(), Some(100.5));
         assert_eq!(Timings::default().percentile_ms(50.0), None);
+    }
+
+    #[test]
+    fn server_flags_are_a_flag_and_its_value() {
+        assert_eq!(
+            server_flag("--sandbox-warm-sessions=200"),
+            Ok(("--sandbox-warm-sessions".to_owned(), "200".to_owned()))
+        );
+        assert_eq!(
+            server_flag("--x=a=b"),
+            Ok(("--x".to_owned(), "a=b".to_owned())),
+            "split at the first ="
+        );
+        for bad in ["--sandbox-warm-sessions", "sandbox=1", "--=1", ""] {
+            assert!(server_flag(bad).is_err(), "{bad:?}");
+        }
     }
 }
