@@ -200,11 +200,10 @@ impl Fleet {
             .live
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let chosen = live
+        let loads = live
             .iter()
-            .filter(|node| !node.load.draining)
-            .min_by_key(|node| placement_score(&node.load, node.placed.load(Ordering::Relaxed)))?
-            .clone();
+            .map(|node| (&node.load, node.placed.load(Ordering::Relaxed)));
+        let chosen = Arc::clone(live.get(least_loaded_of(loads)?)?);
         chosen.placed.fetch_add(1, Ordering::Relaxed);
         Some(chosen)
     }
@@ -233,6 +232,17 @@ impl Fleet {
 /// a session starts small (a few MiB) and grows, so raw usage alone would send every new session
 /// to whichever node measured a little less, until its sessions grow.
 const SESSION_RESERVE_BYTES: u64 = 64 << 20;
+
+/// The position of the node to place a new session on among `loads` (each node's load and the
+/// sessions placed there since it was read): the lowest [`placement_score`] of those not
+/// draining.
+fn least_loaded_of<'a>(loads: impl Iterator<Item = (&'a StoredLoad, u64)>) -> Option<usize> {
+    loads
+        .enumerate()
+        .filter(|(_, (load, _))| !load.draining)
+        .min_by_key(|(_, (load, placed))| placement_score(load, *placed))
+        .map(|(position, _)| position)
+}
 
 /// How loaded a node is for placement, lowest first: the memory its processes use plus
 /// [`SESSION_RESERVE_BYTES`] for each session it holds (`placed` of them this front end put
@@ -360,15 +370,12 @@ fn stored_load(answer: &LeaseAnswer) -> StoredLoad {
 mod tests {
     use super::*;
 
-    /// Places `count` sessions one by one over nodes of these loads, as `least_loaded` does
-    /// between two reads of the loads; returns how many each node got.
+    /// Places `count` sessions one by one over nodes of these loads, with `least_loaded`'s
+    /// choice between two reads of the loads; returns how many each node got.
     fn place(loads: &[StoredLoad], count: usize) -> Vec<u64> {
         let mut placed = vec![0u64; loads.len()];
         for _ in 0..count {
-            let chosen = (0..loads.len())
-                .filter(|n| !loads[*n].draining)
-                .min_by_key(|n| placement_score(&loads[*n], placed[*n]))
-                .unwrap();
+            let chosen = least_loaded_of(loads.iter().zip(placed.iter().copied())).unwrap();
             placed[chosen] += 1;
         }
         placed

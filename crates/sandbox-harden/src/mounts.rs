@@ -80,15 +80,7 @@ pub(crate) fn make_session_mounts(
     spec: &HardenSpec,
     detached: Option<OwnedFd>,
 ) -> Result<SessionMounts, HardenError> {
-    // No mount event crosses between this mount namespace and the host's, in either direction.
-    sys::mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )
-    .map_err(HardenError::MountsPrivate)?;
+    sys::make_mounts_private().map_err(HardenError::MountsPrivate)?;
 
     // Everything shown is opened before the staging tmpfs covers anything.
     let (in_tmp, elsewhere) = open_read_only(spec)?;

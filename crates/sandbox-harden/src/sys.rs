@@ -95,6 +95,18 @@ pub(crate) fn mount(
     })
 }
 
+/// `mount(NULL, "/", NULL, MS_REC | MS_PRIVATE)`: no mount event crosses between the caller's
+/// (new) mount namespace and the one it was copied from, in either direction.
+pub(crate) fn make_mounts_private() -> io::Result<()> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )
+}
+
 /// `umount2(target, MNT_DETACH)`: takes the mount (and those beneath it) out of this mount
 /// namespace at once.
 pub(crate) fn detach(target: &Path) -> io::Result<()> {

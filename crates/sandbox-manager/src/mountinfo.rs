@@ -1,5 +1,6 @@
-//! Reading `/proc/PID/mountinfo`, shared by the server side (cgroup mounts, stale workspace
-//! mounts) and the confinement library (other sessions' mounts to detach).
+//! Reading `/proc/PID/mountinfo` on the server side (cgroup mounts, stale workspace mounts).
+//! The confinement library (`crates/sandbox-harden`, which stands on no workspace crate) keeps
+//! its own copy of the unescaping for the zygote's own mount namespace (`own_mounts.rs`).
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;

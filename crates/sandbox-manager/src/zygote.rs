@@ -52,7 +52,9 @@ pub struct ZygoteConfig {
     /// When set, every fork carries a confinement spec (see [`Zygote::fork_session_with`]): the
     /// child is pid 1 of its own pid namespace and an unprivileged uid of its own user
     /// namespace, may write only its workspace and its own `/tmp`, read only the runtime, the
-    /// system's libraries and its own `/proc`, and has no network. The zygote must run as root.
+    /// system's libraries and its own `/proc`, and has no network. The zygote must run as root;
+    /// it forks from a private mount namespace of its own without any session's workspace
+    /// (`--own-mounts`), and each child gets its workspace as a detached mount.
     pub harden_lib: Option<PathBuf>,
     /// How long the zygote may take to send `hello` (the preload dominates).
     pub startup_timeout: Duration,
