@@ -46,12 +46,12 @@ def _reexec_if_dirty(ctrl_fd):
 def _parse_args(argv):
     if len(argv) < 2:
         sys.exit("usage: toolgate_zygote.py FD [--preload=a,b] [--harden-lib=PATH] "
-                 "[--own-mounts=SOURCE]")
+                 "[--own-mounts=SOURCE] [--checklist-timeout=SECONDS]")
     try:
         fd = int(argv[1])
     except ValueError:
         sys.exit("toolgate_zygote.py: FD must be a descriptor number")
-    preload, harden, own_mounts = list(DEFAULT_PRELOAD), None, None
+    preload, harden, own_mounts, timeout = list(DEFAULT_PRELOAD), None, None, None
     for a in argv[2:]:
         if a.startswith("--preload="):
             preload = [m for m in a.split("=", 1)[1].split(",") if m]
@@ -59,18 +59,27 @@ def _parse_args(argv):
             harden = a.split("=", 1)[1]
         elif a.startswith("--own-mounts="):
             own_mounts = a.split("=", 1)[1]
+        elif a.startswith("--checklist-timeout="):
+            try:
+                timeout = float(a.split("=", 1)[1])
+            except ValueError:
+                timeout = -1.0
+            if not 0 < timeout <= 600:
+                sys.exit("toolgate_zygote.py: --checklist-timeout must be seconds in (0, 600]")
         else:
             sys.exit(f"toolgate_zygote.py: unknown option {a}")
-    if own_mounts is not None and harden is None:
-        sys.exit("toolgate_zygote.py: --own-mounts needs --harden-lib")
-    return fd, preload, harden, own_mounts
+    for name, value in (("--own-mounts", own_mounts), ("--checklist-timeout", timeout)):
+        if value is not None and harden is None:
+            sys.exit(f"toolgate_zygote.py: {name} needs --harden-lib")
+    return fd, preload, harden, own_mounts, timeout
 
 
 def main(argv=None):
-    ctrl_fd, preload, harden_lib, own_mounts = _parse_args(sys.argv if argv is None else argv)
+    ctrl_fd, preload, harden_lib, own_mounts, timeout = _parse_args(sys.argv if argv is None
+                                                                    else argv)
     _reexec_if_dirty(ctrl_fd)
     os.environ.update(_zygote_env())    # before any import that reads them
     # Everything a session runs is imported here, before the first fork: a hardened session's
     # root holds the runtime but not this directory, and finds these modules in sys.modules.
     from toolgate._zygote import Zygote
-    Zygote(ctrl_fd, preload, harden_lib, own_mounts).serve()
+    Zygote(ctrl_fd, preload, harden_lib, own_mounts, timeout).serve()

@@ -30,7 +30,8 @@ from toolgate._protocol import (DF_COLS, DF_ROWS, BadRequest, FrameDecoder, chec
 from toolgate._session import Session, notebook_show, on_sigint
 from toolgate._sharing import fill_heap, fill_pools, rehearse_session, rehearse_setup
 
-HARDEN_ABI_VERSION = 3
+HARDEN_ABI_VERSION = 4
+CHECKLIST_TIMEOUT = 10.0          # seconds a hardened child may take for each half of its checklist
 HARDEN_FAILED_EXIT = 121
 SETUP_FAILED_EXIT = 70
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -61,7 +62,9 @@ class HardenLib:
         self._init = function("toolgate_zygote_init")
         self._before = function("toolgate_before_session_fork")
         self._after = function("toolgate_after_session_fork")
-        self._release = function("toolgate_release_session", ctypes.c_int, *spec, fd, fd)
+        self._begin = function("toolgate_release_begin", ctypes.c_int, *spec)
+        self._advance = function("toolgate_release_advance", ctypes.c_int, *spec, ctypes.c_int,
+                                 ctypes.c_char_p, ctypes.c_size_t, fd)
         self._harden = function("toolgate_harden_session", *spec, fd, fd, fd)
         own = function("toolgate_zygote_own_mounts", ctypes.c_char_p, ctypes.c_size_t)
         rc, message = self._call(self._init)
@@ -87,15 +90,37 @@ class HardenLib:
         """In the zygote: its children's pid namespace is its own again."""
         return self._call(self._after)
 
-    def release(self, pid, blob, status_r, release_w):
-        """In the zygote: id maps, cgroups, release; waits for the child's checklist. Takes both
-        descriptors. On failure the child has been killed."""
-        return self._call(self._release, pid, blob, len(blob), status_r, release_w)
+    def release_begin(self, pid, blob):
+        """In the zygote, right after the fork: the child's cgroups (v2). On failure the child
+        has been killed."""
+        return self._call(self._begin, pid, blob, len(blob))
+
+    def release_advance(self, pid, blob, released, message, release_w):
+        """In the zygote, for one message read from the child's status pipe (b"" at end of
+        file): 1 when it has been released (id maps written), 0 when its checklist is complete
+        (the message is its report line), -1 when it failed and has been killed."""
+        return self._call(self._advance, pid, blob, len(blob), int(released), message,
+                          len(message), release_w)
 
     def harden(self, blob, status_w, release_r, workspace):
         """In the child: the whole checklist, the workspace being the detached mount `workspace`.
         Takes all three descriptors."""
         return self._call(self._harden, blob, len(blob), status_w, release_r, workspace)
+
+
+class Checklist:
+    """A hardened child between its fork and its last word: the zygote's ends of its two pipes
+    and what it waits for, served from the zygote's poll loop while it forks others."""
+    __slots__ = ("pid", "session", "rid", "blob", "status_r", "release_w", "released",
+                 "deadline", "t0", "fork_ms")
+
+    def __init__(self, pid, session, rid, blob, status_r, release_w, deadline, t0, fork_ms):
+        self.pid, self.session, self.rid, self.blob = pid, session, rid, blob
+        self.status_r, self.release_w = status_r, release_w
+        self.released, self.deadline, self.t0, self.fork_ms = False, deadline, t0, fork_ms
+
+    def waiting_for(self):
+        return "completing its checklist" if self.released else "entering its user namespace"
 
 
 def _kill(pid):
@@ -108,7 +133,7 @@ def _kill(pid):
 
 
 class Zygote:
-    def __init__(self, ctrl_fd, preload, harden_lib, own_mounts=None):
+    def __init__(self, ctrl_fd, preload, harden_lib, own_mounts=None, checklist_timeout=None):
         self.t0 = time.perf_counter()
         self.ctrl = socket.socket(fileno=ctrl_fd)
         if self.ctrl.family != socket.AF_UNIX or self.ctrl.type != socket.SOCK_STREAM:
@@ -121,6 +146,9 @@ class Zygote:
         self.ctrunc = False
         self.preload = preload
         self.harden = HardenLib(harden_lib, own_mounts) if harden_lib else None
+        self.checklists = {}          # status pipe's read end -> Checklist
+        self.checklist_timeout = checklist_timeout or CHECKLIST_TIMEOUT
+        self.poller = select.poll()
 
     # --- start-up
     def preload_modules(self):
@@ -201,11 +229,10 @@ class Zygote:
                    "prefix": sys.prefix, "base_prefix": sys.base_prefix,
                    "startup_ms": round((time.perf_counter() - self.t0) * 1000, 3)})
 
-        poller = select.poll()
-        poller.register(self.ctrl.fileno(), select.POLLIN)
-        poller.register(wake_r, select.POLLIN)
+        self.poller.register(self.ctrl.fileno(), select.POLLIN)
+        self.poller.register(wake_r, select.POLLIN)
         while True:
-            for fd, _ in poller.poll():
+            for fd, _ in self.poller.poll(self._next_deadline_ms()):
                 if fd == wake_r:
                     try:
                         while os.read(wake_r, 512):
@@ -213,8 +240,11 @@ class Zygote:
                     except BlockingIOError:
                         pass
                     self.reap()
-                else:
+                elif fd in self.checklists:
+                    self._advance(self.checklists[fd])
+                elif fd == self.ctrl.fileno():
                     self.read_control()
+            self._expire_checklists()
             self.reap()
 
     def read_control(self):
@@ -320,8 +350,10 @@ class Zygote:
                    "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
 
     def fork_hardened(self, req, fds, session):
-        """A child that is pid 1 of its own pid namespace, released (cgroups, id maps) and fully
-        confined before "forked" is sent; any failure is a harden_failed error frame and no child."""
+        """A child that is pid 1 of its own pid namespace. It is released (cgroups, id maps) and
+        confines itself while the zygote serves its next requests: "forked" is sent only once
+        its whole checklist succeeded (see _advance); any failure is a harden_failed error
+        frame, and the child is killed."""
         rid = request_id(req)
         spec = req.get("harden")
         if not isinstance(spec, dict):
@@ -351,25 +383,85 @@ class Zygote:
             if pid == 0:
                 self._child(req, fds[0], (status_w, release_r, fds[1]), blob)
             fork_ms = round((time.perf_counter() - t_fork) * 1000, 3)
+            # only the child may hold the status pipe's write end: its end of file is its death
             for fd in (status_w, release_r):
                 os.close(fd)
                 ours.discard(fd)
             self.children[pid] = session      # so the "exited" frame names it, failed or not
-            ours -= {status_r, release_w}     # the library owns (and closes) them from here
-            rc, message = self.harden.release(pid, blob, status_r, release_w)
+            rc, message = self.harden.release_begin(pid, blob)
             if rc != 0:
                 _kill(pid)                    # the library did already; never leave it running
                 self.send(error_frame("harden_failed", f"hardening failed: {message}", rid,
                                       session=session, pid=pid))
                 return
-            sess_fd, fds[0] = fds[0], -1
-            os.close(sess_fd)
-            self.send({"op": "forked", "session": session, "pid": pid, "hardened": message,
-                       "fork_ms": fork_ms,
-                       "ready_ms": round((time.perf_counter() - t0) * 1000, 3)})
+            ours -= {status_r, release_w}     # the checklist's until the child's last word
+            os.set_blocking(status_r, False)
+            deadline = time.monotonic() + self.checklist_timeout
+            self.checklists[status_r] = Checklist(pid, session, rid, blob, status_r, release_w,
+                                                  deadline, t0, fork_ms)
+            self.poller.register(status_r, select.POLLIN)
         finally:
             for fd in ours:
                 os.close(fd)
+
+    def _advance(self, c):
+        """The child of checklist c said something (or ended): one step of its release."""
+        try:
+            message = os.read(c.status_r, 4096)   # one message per write, at most PIPE_BUF
+        except BlockingIOError:
+            return                            # a stale event of a reused descriptor number
+        except OSError as e:
+            self._fail_checklist(c, f"admission: reading the status pipe: {e.strerror}")
+            return
+        rc, text = self.harden.release_advance(c.pid, c.blob, c.released, message, c.release_w)
+        if rc == 1:
+            c.released = True
+            c.deadline = time.monotonic() + self.checklist_timeout
+        elif rc == 0:
+            self._end_checklist(c)
+            self.send({"op": "forked", "session": c.session, "pid": c.pid, "hardened": text,
+                       "fork_ms": c.fork_ms,
+                       "ready_ms": round((time.perf_counter() - c.t0) * 1000, 3)})
+        else:
+            self._fail_checklist(c, text)
+
+    def _fail_checklist(self, c, message):
+        _kill(c.pid)                          # the library did already; never leave it running
+        self._end_checklist(c)
+        self.send(error_frame("harden_failed", f"hardening failed: {message}", c.rid,
+                              session=c.session, pid=c.pid))
+
+    def _end_checklist(self, c):
+        del self.checklists[c.status_r]
+        self.poller.unregister(c.status_r)
+        os.close(c.status_r)
+        os.close(c.release_w)                 # after any kill: the child never acts on it
+
+    def _next_deadline_ms(self):
+        if not self.checklists:
+            return None
+        soonest = min(c.deadline for c in self.checklists.values())
+        return max(0, int((soonest - time.monotonic()) * 1000) + 1)
+
+    def _expire_checklists(self):
+        now = time.monotonic()
+        for c in [c for c in self.checklists.values() if c.deadline <= now]:
+            self._fail_checklist(c, f"admission: the session child sent nothing within "
+                                    f"{self.checklist_timeout:g} s while {c.waiting_for()}")
+
+    def _settle_dead_checklists(self):
+        """Before reaping: a child that died during its checklist has a readable status pipe
+        (its last message, or end of file). Taken in while the child is a zombie, so the kill
+        that follows a failure can only reach it, never a process that reused its pid."""
+        if not self.checklists:
+            return
+        ready = select.poll()
+        for fd in self.checklists:
+            ready.register(fd, select.POLLIN)
+        for fd, _ in ready.poll(0):
+            c = self.checklists.get(fd)
+            if c is not None:
+                self._advance(c)
 
     def _restore_pid_namespace(self, pid):
         """After a hardened fork (or its failure): the zygote's next children are in its own pid
@@ -396,6 +488,7 @@ class Zygote:
             os._exit(SETUP_FAILED_EXIT)
 
     def reap(self):
+        self._settle_dead_checklists()
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -409,6 +502,12 @@ class Zygote:
                 code, sig = None, signal_name(os.WTERMSIG(status))
             else:
                 continue
+            for c in [c for c in self.checklists.values() if c.pid == pid]:
+                # died between the settling above and waitpid: its pid is free now, never killed
+                self._end_checklist(c)
+                self.send(error_frame("harden_failed", "hardening failed: admission: the "
+                                      f"session child ended while {c.waiting_for()}", c.rid,
+                                      session=c.session, pid=pid))
             self.send({"op": "exited", "pid": pid, "session": self.children.pop(pid, None),
                        "status": code, "signal": sig,
                        "core_dumped": bool(os.WIFSIGNALED(status) and os.WCOREDUMP(status))})

@@ -13,7 +13,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::Instant;
 
 use crate::sys;
@@ -82,9 +82,9 @@ impl ParentChannel {
         Ok(Some(buffer))
     }
 
-    /// Lets the child go on.
-    pub(crate) fn release(&mut self) -> io::Result<()> {
-        self.release.write_all(&[RELEASE])
+    /// The release pipe's write end, through which the child is let go on.
+    pub(crate) fn release_end(&self) -> BorrowedFd<'_> {
+        self.release.as_fd()
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! ```python
 //! lib = ctypes.CDLL(path_to_libtoolgate_sandbox_harden_so)
-//! assert lib.toolgate_harden_abi_version() == 3
+//! assert lib.toolgate_harden_abi_version() == 4
 //! lib.toolgate_zygote_init(err, len(err))                  # once, at start-up
 //! lib.toolgate_zygote_own_mounts(b"toolgate-workspace", 18, err, len(err))   # once, optional
 //! status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
@@ -15,30 +15,43 @@
 //!     rc = lib.toolgate_harden_session(spec, len(spec), status_w, release_r, workspace_fd,
 //!                                      err, len(err))     # workspace_fd: a detached mount, or -1
 //!     if rc != 0: os._exit(121)            # never run session code half-confined
-//! else:          # the zygote: id maps, cgroups; -1 means the child was killed
-//!     rc = lib.toolgate_release_session(pid, spec, len(spec), status_r, release_w, err, len(err))
+//! else:          # the zygote: cgroups, then id maps; -1 means the child was killed
+//!     rc = lib.toolgate_release_begin(pid, spec, len(spec), err, len(err))
+//!     released = 0
+//!     while rc >= 0:                       # in the zygote's own event loop, status_r readable
+//!         message = os.read(status_r, 4096)
+//!         rc = lib.toolgate_release_advance(pid, spec, len(spec), released, message,
+//!                                           len(message), release_w, err, len(err))
+//!         if rc == 1: released = 1         # id maps written, child released
+//!         elif rc == 0: break              # checklist complete: err holds its report line
+//!     # then close status_r and release_w (after reaping the child if rc == -1)
 //! ```
 //!
-//! Every function returns 0 on success and -1 otherwise. When `err_buf` is not null and `err_len`
-//! is not 0, a NUL-terminated UTF-8 message is written there either way, cut at a character
-//! boundary to fit: the error (naming the step that failed), or on success the report line of
-//! the child (`hardened: landlock=fully_enforced …`) or nothing. No panic crosses the boundary: it
-//! becomes -1 and `internal panic: …` (with the default `panic = "unwind"`), and a panic in
-//! `toolgate_release_session` kills the child as any other failure does.
+//! Every function returns 0 on success and -1 otherwise (`toolgate_release_advance` also 1, for
+//! "released, not done yet"). When `err_buf` is not null and `err_len` is not 0, a
+//! NUL-terminated UTF-8 message is written there either way, cut at a character boundary to fit:
+//! the error (naming the step that failed), or on success the report line of the child
+//! (`hardened: landlock=fully_enforced …`) or nothing. No panic crosses the boundary: it becomes
+//! -1 and `internal panic: …` (with the default `panic = "unwind"`), and a panic in either
+//! release function kills the child as any other failure does.
 //!
-//! The two functions given descriptors take ownership of them: all are closed before the call
-//! returns, in every case; the caller must not close or use them afterwards.
+//! `toolgate_harden_session` takes ownership of the descriptors it is given: all are closed
+//! before it returns, in every case. The release functions take none: the zygote keeps its
+//! pipe ends open until the child's last word (the child reads end of file on its release pipe
+//! as the zygote's death).
 #![allow(unsafe_code)]
 
 use std::any::Any;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr;
 
-use crate::channel::{ChildChannel, ParentChannel, fitting};
+use crate::channel::{ChildChannel, fitting};
+use crate::release::kill_unreaped;
 use crate::{
-    HardenSpec, after_session_fork, before_session_fork, enter_own_mount_namespace,
-    harden_session_in, prepare_seccomp, release_session, remember_pid_namespace, sys,
+    HardenSpec, ReleaseProgress, advance_release, after_session_fork, before_session_fork,
+    begin_release, enter_own_mount_namespace, harden_session_in, prepare_seccomp,
+    remember_pid_namespace,
 };
 
 /// A spec larger than this is refused before it is read (a real one is well under 4 KiB).
@@ -46,7 +59,7 @@ const MAX_SPEC_BYTES: usize = 1 << 20;
 
 /// The version of this C ABI; the zygote refuses a library with another one, since calling a
 /// function with the wrong arguments through ctypes is undefined behaviour, not an error.
-pub const TOOLGATE_HARDEN_ABI_VERSION: u32 = 3;
+pub const TOOLGATE_HARDEN_ABI_VERSION: u32 = 4;
 
 /// [`TOOLGATE_HARDEN_ABI_VERSION`].
 #[unsafe(no_mangle)]
@@ -141,52 +154,96 @@ pub unsafe extern "C" fn toolgate_after_session_fork(err_buf: *mut u8, err_len: 
     unsafe { zygote_step(after_session_fork, what, err_buf, err_len) }
 }
 
-/// In the zygote, after a successful fork: releases child `pid` as [`crate::release_session`] does
-/// (id maps, cgroups, release, wait for its checklist). On success `err_buf` holds the child's
-/// report line; on -1 the child has been sent SIGKILL (the caller still reaps it).
+/// In the zygote, right after a successful fork: [`crate::begin_release`] (the spec checked, the
+/// child added to the cgroups it does not join itself). On -1 the child has been sent SIGKILL
+/// (the caller still reaps it).
 ///
 /// # Safety
 ///
 /// - `spec_json` must point to `spec_len` initialised, readable bytes (or be null, which is
 ///   reported as an error), not mutated during the call.
-/// - `status_fd` (the status pipe's read end) and `release_fd` (the release pipe's write end)
-///   must be open descriptors the caller owns; ownership passes to this function.
 /// - `err_buf` must be null or point to `err_len` writable bytes not otherwise accessed during
 ///   the call.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn toolgate_release_session(
+pub unsafe extern "C" fn toolgate_release_begin(
     pid: i32,
     spec_json: *const u8,
     spec_len: usize,
-    status_fd: i32,
+    err_buf: *mut u8,
+    err_len: usize,
+) -> i32 {
+    let outcome = guarded(|| {
+        // SAFETY: the caller's guarantee on `spec_json`/`spec_len` (see `# Safety`).
+        let spec = unsafe { parse_spec(spec_json, spec_len) }?;
+        begin_release(pid, &spec)
+            .map(|()| String::new())
+            .map_err(|error| error.to_string())
+    });
+    if outcome.is_err() {
+        // Covers a panic too. The child waits on its pipes, which the caller still holds, so it
+        // cannot take their end of file for its cue to report on its own first.
+        kill_unreaped(pid);
+    }
+    // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
+    unsafe { report(outcome, err_buf, err_len) }
+}
+
+/// In the zygote, for each message read from the child's status pipe (one read; empty at end of
+/// file): [`crate::advance_release`]. `released` is 0 until this function has returned 1 for
+/// the child. Returns 1 when the child has been released (its id maps written; its last word is
+/// still to come), 0 when its checklist is complete (`err_buf` holds its report line), -1 on any
+/// error, after which the child has been sent SIGKILL (the caller still reaps it, and only then
+/// closes the pipes).
+///
+/// # Safety
+///
+/// - `spec_json` and `err_buf` as for [`toolgate_release_begin`].
+/// - `message` must point to `message_len` initialised, readable bytes, or be null with
+///   `message_len` 0.
+/// - `release_fd` (the release pipe's write end) must be an open descriptor during the call; it
+///   stays the caller's.
+/// - `pid` must be the caller's child, not yet reaped.
+#[unsafe(no_mangle)]
+#[allow(clippy::too_many_arguments)] // a C ABI: plain arguments, not a struct across ctypes
+pub unsafe extern "C" fn toolgate_release_advance(
+    pid: i32,
+    spec_json: *const u8,
+    spec_len: usize,
+    released: i32,
+    message: *const u8,
+    message_len: usize,
     release_fd: i32,
     err_buf: *mut u8,
     err_len: usize,
 ) -> i32 {
-    // SAFETY: the caller passes ownership of both descriptors (see `# Safety`).
-    let fds = unsafe { own_fds(status_fd, release_fd) };
-    let outcome = guarded(move || {
-        let (status, release) = fds?;
-        let channel = ParentChannel::from_fds(status, release);
+    let outcome = guarded(|| {
         // SAFETY: the caller's guarantee on `spec_json`/`spec_len` (see `# Safety`).
-        let spec = match unsafe { parse_spec(spec_json, spec_len) } {
-            Ok(spec) => spec,
-            Err(message) => {
-                // Killed while the pipes are still open, so that the child does not take their
-                // end of file for its cue to report on its own.
-                kill_child(pid);
-                drop(channel);
-                return Err(message);
-            }
+        let spec = unsafe { parse_spec(spec_json, spec_len) }?;
+        let message: &[u8] = match (message.is_null(), message_len) {
+            (true, 0) => &[],
+            (true, _) => return Err("message is a null pointer".to_owned()),
+            // SAFETY: the caller's guarantee: `message_len` readable bytes at `message`.
+            (false, _) => unsafe { std::slice::from_raw_parts(message, message_len) },
         };
-        release_session(pid, &spec, channel).map_err(|error| error.to_string())
+        if release_fd < 0 {
+            return Err(format!("invalid release descriptor {release_fd}"));
+        }
+        // SAFETY: an open descriptor for the whole call (see `# Safety`), only borrowed.
+        let release = unsafe { BorrowedFd::borrow_raw(release_fd) };
+        advance_release(pid, &spec, released != 0, message, release)
+            .map_err(|error| error.to_string())
     });
-    if outcome.is_err() {
-        // Covers a panic and descriptors that never made a channel; a second SIGKILL is harmless.
-        kill_child(pid);
-    }
+    let (code, text) = match outcome {
+        Ok(ReleaseProgress::Released) => (1, String::new()),
+        Ok(ReleaseProgress::Done(report)) => (0, report),
+        Err(error) => {
+            kill_unreaped(pid);
+            (-1, error)
+        }
+    };
     // SAFETY: passed on under the caller's guarantee (null, or `err_len` writable bytes).
-    unsafe { report(outcome, err_buf, err_len) }
+    unsafe { write_message(err_buf, err_len, &text) };
+    code
 }
 
 /// In the session child, right after the fork: hardens the calling process as
@@ -198,11 +255,11 @@ pub unsafe extern "C" fn toolgate_release_session(
 ///
 /// # Safety
 ///
-/// - `spec_json` as for [`toolgate_release_session`].
+/// - `spec_json` as for [`toolgate_release_begin`].
 /// - `status_fd` (the status pipe's write end) and `release_fd` (the release pipe's read end)
 ///   must be open descriptors the caller owns, and so must `workspace_fd` unless it is -1;
 ///   ownership passes to this function.
-/// - `err_buf` as for [`toolgate_release_session`].
+/// - `err_buf` as for [`toolgate_release_begin`].
 /// - The process must be single-threaded (checked; a multi-threaded caller gets -1).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn toolgate_harden_session(
@@ -245,16 +302,8 @@ pub unsafe extern "C" fn toolgate_harden_session(
     unsafe { report(outcome, err_buf, err_len) }
 }
 
-/// SIGKILL to the child being released (never to a pid <= 0, which would address a group).
-fn kill_child(pid: i32) {
-    if pid > 0 {
-        // ESRCH only: it ended already (and is not reaped yet, so the pid is still the child's).
-        let _ = sys::kill(pid, libc::SIGKILL);
-    }
-}
-
 /// Runs `body`, turning a panic into an error message.
-fn guarded(body: impl FnOnce() -> Result<String, String>) -> Result<String, String> {
+fn guarded<T>(body: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     // AssertUnwindSafe: nothing the closure touches is observed after a panic except the message
     // built from the payload (descriptors it owns are closed while unwinding).
     panic::catch_unwind(AssertUnwindSafe(body))
@@ -454,19 +503,48 @@ mod tests {
         assert_eq!(code, -1);
         let mut buf = [0u8; 64];
         // SAFETY: as above; pid 0 is refused before any signal.
+        let code =
+            unsafe { toolgate_release_begin(0, ptr::null(), 0, buf.as_mut_ptr(), buf.len()) };
+        assert_eq!(code, -1);
+        assert_eq!(message(&buf), "spec_json is a null pointer");
+        let spec = crate::tests::spec_json("");
+        // SAFETY: `spec` and `buf` live across the call with exactly the lengths passed; a null
+        // message with a length is refused before it is read; pid 0 is never signalled.
         let code = unsafe {
-            toolgate_release_session(0, ptr::null(), 0, -1, -2, buf.as_mut_ptr(), buf.len())
+            toolgate_release_advance(
+                0,
+                spec.as_ptr(),
+                spec.len(),
+                0,
+                ptr::null(),
+                1,
+                -1,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
         };
         assert_eq!(code, -1);
-        assert!(
-            message(&buf).starts_with("invalid descriptors"),
-            "{}",
-            message(&buf)
-        );
+        assert_eq!(message(&buf), "message is a null pointer");
+        // SAFETY: as above, with an empty message (end of file) and no release descriptor.
+        let code = unsafe {
+            toolgate_release_advance(
+                0,
+                spec.as_ptr(),
+                spec.len(),
+                0,
+                ptr::null(),
+                0,
+                -1,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        assert_eq!(code, -1);
+        assert_eq!(message(&buf), "invalid release descriptor -1");
     }
 
     #[test]
     fn the_abi_version_is_exported() {
-        assert_eq!(toolgate_harden_abi_version(), 3);
+        assert_eq!(toolgate_harden_abi_version(), 4);
     }
 }

@@ -4,8 +4,9 @@
 //! it (the zygote). Around each hardened fork the Python zygote calls this crate's C ABI through
 //! ctypes: [`before_session_fork`] (`unshare(CLONE_NEWPID)`, so the child is pid 1 of a new pid
 //! namespace), `os.fork()`, [`after_session_fork`] (`setns` back to its own pid namespace);
-//! then the child runs [`harden_session`] while the zygote runs [`release_session`], the two
-//! talking over two pipes ([`session_channel`]). The child runs no line of the session's code
+//! then the child runs [`harden_session`] while the zygote runs [`release_session`] (or its two
+//! steps, [`begin_release`] and [`advance_release`], from its own event loop), the two talking
+//! over two pipes ([`session_channel`]). The child runs no line of the session's code
 //! before the whole checklist succeeded. The probe binary `toolgate-harden-probe` is a one-shot
 //! zygote doing the same in Rust ([`fork_session_child`]) before it `exec`s a command, and the
 //! tests run real Python under it.
@@ -94,9 +95,9 @@
 //!
 //! ## The C ABI
 //!
-//! Version [`TOOLGATE_HARDEN_ABI_VERSION`] (3), from [`toolgate_harden_abi_version`]; each call
-//! returns 0 or -1 and writes a NUL-terminated message into `err_buf` (cut to fit); no panic
-//! crosses the boundary (see `ffi` for a Python example):
+//! Version [`TOOLGATE_HARDEN_ABI_VERSION`] (4), from [`toolgate_harden_abi_version`]; each call
+//! returns 0 or -1 (`toolgate_release_advance` also 1) and writes a NUL-terminated message into
+//! `err_buf` (cut to fit); no panic crosses the boundary (see `ffi` for a Python example):
 //!
 //! - [`toolgate_zygote_init`]`(err, err_len)`: opens the zygote's own pid namespace and compiles
 //!   the seccomp programs ([`prepare_seccomp`]), once.
@@ -108,11 +109,15 @@
 //! - [`toolgate_harden_session`]`(spec_json, spec_len, status_fd, release_fd, workspace_fd, err,
 //!   err_len)`: the child's checklist, the workspace a detached mount (or -1: `spec.workspace`
 //!   as the child sees it); on success `err` holds the [`HardenReport`] line.
-//! - [`toolgate_release_session`]`(pid, spec_json, spec_len, status_fd, release_fd, err,
-//!   err_len)`: the zygote's side; on success `err` holds the child's report line, on -1 the
-//!   child has been killed.
+//! - [`toolgate_release_begin`]`(pid, spec_json, spec_len, err, err_len)` and
+//!   [`toolgate_release_advance`]`(pid, spec_json, spec_len, released, message, message_len,
+//!   release_fd, err, err_len)`: the zygote's side, one step right after the fork and one for
+//!   each message of the child, so that the zygote waits for them in its own event loop and
+//!   forks the next session meanwhile; on 0 `err` holds the child's report line, on -1 the child
+//!   has been killed.
 //!
-//! The last two take ownership of their descriptors and close them. The library is
+//! [`toolgate_harden_session`] takes ownership of its descriptors and closes them; the release
+//! functions only borrow the release pipe's write end. The library is
 //! `target/<profile>/libtoolgate_sandbox_harden.so`.
 //!
 //! ## The seccomp allow-list
@@ -180,15 +185,15 @@ pub use channel::{ChildChannel, ParentChannel, session_channel};
 pub use error::{HardenError, ReleaseError};
 pub use ffi::{
     TOOLGATE_HARDEN_ABI_VERSION, toolgate_after_session_fork, toolgate_before_session_fork,
-    toolgate_harden_abi_version, toolgate_harden_session, toolgate_release_session,
-    toolgate_zygote_init, toolgate_zygote_own_mounts,
+    toolgate_harden_abi_version, toolgate_harden_session, toolgate_release_advance,
+    toolgate_release_begin, toolgate_zygote_init, toolgate_zygote_own_mounts,
 };
 pub use own_mounts::enter_own_mount_namespace;
 pub use pid_namespace::{
     SessionFork, after_session_fork, before_session_fork, fork_session_child,
     remember_pid_namespace, wait_for_child,
 };
-pub use release::release_session;
+pub use release::{ReleaseProgress, advance_release, begin_release, release_session};
 pub use spec::{HardenReport, HardenSpec, LandlockEnforcement, SESSION_ID_INSIDE};
 
 /// Compiles the seccomp programs of step (h) once, in the zygote, before it forks: every child

@@ -16,10 +16,11 @@
 
 use std::fs::OpenOptions;
 use std::io::Write;
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::channel::{DONE, FAILED, ParentChannel, UNSHARED};
+use crate::channel::{DONE, FAILED, ParentChannel, RELEASE, UNSHARED};
 use crate::error::{HardenError, ReleaseError};
 use crate::spec::{HardenSpec, SESSION_ID_INSIDE};
 use crate::sys;
@@ -28,10 +29,21 @@ use crate::sys;
 /// this only bounds a stuck kernel or machine).
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Where a release stands after one message of the child.
+#[derive(Debug, PartialEq, Eq)]
+pub enum ReleaseProgress {
+    /// The id maps are written and the child released: its last word is still to come.
+    Released,
+    /// The checklist is complete; the child's report line.
+    Done(String),
+}
+
 /// Releases the session child `pid` (as this process sees it) that was forked with `channel`'s
 /// other ends: adds it to each of the spec's cgroups, waits for it to enter its user namespace,
 /// writes `setgroups` (`deny`), `uid_map` and `gid_map` (`1000 <uid> 1`), releases it, and waits
-/// until its checklist is complete. Returns the child's report line.
+/// until its checklist is complete. Returns the child's report line. ([`begin_release`] and
+/// [`advance_release`] are the same steps for a caller that waits for the child's messages in
+/// its own event loop, as the zygote does.)
 ///
 /// On error the child has been sent SIGKILL (it is pid 1 of its pid namespace: whatever it
 /// started dies with it); the caller still reaps it.
@@ -41,11 +53,10 @@ pub fn release_session(
     mut channel: ParentChannel,
 ) -> Result<String, ReleaseError> {
     let outcome = release_child(pid, spec, &mut channel);
-    if outcome.is_err() && pid > 0 {
+    if outcome.is_err() {
         // Before the pipes close: the child must not see end of file and run its own error path
-        // first. ESRCH only means it already ended; the caller has not reaped it, so the pid is
-        // still its.
-        let _ = sys::kill(pid, libc::SIGKILL);
+        // first.
+        kill_unreaped(pid);
     }
     drop(channel);
     outcome
@@ -56,6 +67,32 @@ fn release_child(
     spec: &HardenSpec,
     channel: &mut ParentChannel,
 ) -> Result<String, ReleaseError> {
+    begin_release(pid, spec)?;
+    let mut released = false;
+    loop {
+        let deadline = Instant::now() + RELEASE_TIMEOUT;
+        let phase = waiting_for(released);
+        let message = match channel.receive(deadline).map_err(ReleaseError::Channel)? {
+            None => {
+                return Err(ReleaseError::TimedOut {
+                    seconds: RELEASE_TIMEOUT.as_secs(),
+                    phase,
+                });
+            }
+            Some(message) => message,
+        };
+        match advance_release(pid, spec, released, &message, channel.release_end())? {
+            ReleaseProgress::Released => released = true,
+            ReleaseProgress::Done(report) => return Ok(report),
+        }
+    }
+}
+
+/// The first step of a release, right after the fork: checks `pid` and the spec, and adds the
+/// child to each of the spec's cgroups that it does not join itself (v2; see the module docs),
+/// so that the kernel's wait overlaps the child's own first steps. On error the caller kills
+/// the child ([`release_session`] and the C ABI do).
+pub fn begin_release(pid: i32, spec: &HardenSpec) -> Result<(), ReleaseError> {
     if pid <= 0 {
         return Err(ReleaseError::InvalidPid(pid));
     }
@@ -63,35 +100,71 @@ fn release_child(
         HardenError::InvalidSpec(reason) => ReleaseError::InvalidSpec(reason),
         other => ReleaseError::InvalidSpec(other.to_string()),
     })?;
-    // while the child sets itself up; v1 groups it joins itself (see the module docs)
     let pid_text = pid.to_string();
     for cgroup in spec.cgroups.iter().filter(|dir| !joined_by_the_child(dir)) {
         let file = cgroup.join("cgroup.procs");
         write_once(&file, &pid_text).map_err(|source| ReleaseError::Cgroup { file, source })?;
     }
+    Ok(())
+}
 
-    let deadline = Instant::now() + RELEASE_TIMEOUT;
-    let first = receive(channel, deadline, "entering its user namespace")?;
-    if first != [UNSHARED] {
-        return Err(unexpected(&first));
+/// One message of the child (`message`, as read from the status pipe in one read; empty at end
+/// of file) taken in: `U` before the release (`released` false) writes the id maps and releases
+/// the child through `release` (the release pipe's write end); `D` after it completes the
+/// release. Anything else, the child's own error included, is an error, after which the caller
+/// kills the child ([`release_session`] and the C ABI do).
+pub fn advance_release(
+    pid: i32,
+    spec: &HardenSpec,
+    released: bool,
+    message: &[u8],
+    release: BorrowedFd<'_>,
+) -> Result<ReleaseProgress, ReleaseError> {
+    if pid <= 0 {
+        return Err(ReleaseError::InvalidPid(pid));
     }
-
-    let proc_dir = PathBuf::from(format!("/proc/{pid}"));
-    let map = format!("{SESSION_ID_INSIDE} {} 1\n", spec.uid);
-    // setgroups first: the kernel refuses `deny` once gid_map is written.
-    for (name, content) in [("setgroups", "deny"), ("uid_map", &map), ("gid_map", &map)] {
-        let file = proc_dir.join(name);
-        write_once(&file, content).map_err(|source| ReleaseError::IdMap { file, source })?;
+    let phase = waiting_for(released);
+    match (released, message.split_first()) {
+        (_, None) => Err(ReleaseError::ChildGone(phase)),
+        (false, Some((&UNSHARED, []))) => {
+            let proc_dir = PathBuf::from(format!("/proc/{pid}"));
+            let map = format!("{SESSION_ID_INSIDE} {} 1\n", spec.uid);
+            // setgroups first: the kernel refuses `deny` once gid_map is written.
+            for (name, content) in [("setgroups", "deny"), ("uid_map", &map), ("gid_map", &map)] {
+                let file = proc_dir.join(name);
+                write_once(&file, content)
+                    .map_err(|source| ReleaseError::IdMap { file, source })?;
+            }
+            sys::write_all(release, &[RELEASE])
+                .map_err(|_| ReleaseError::ChildGone("waiting for its id maps"))?;
+            Ok(ReleaseProgress::Released)
+        }
+        (true, Some((&DONE, report))) => Ok(ReleaseProgress::Done(
+            String::from_utf8_lossy(report).into_owned(),
+        )),
+        (_, Some((&FAILED, error))) => Err(ReleaseError::ChildFailed(
+            String::from_utf8_lossy(error).into_owned(),
+        )),
+        _ => Err(ReleaseError::Protocol(
+            String::from_utf8_lossy(message).into_owned(),
+        )),
     }
-    channel
-        .release()
-        .map_err(|_| ReleaseError::ChildGone("waiting for its id maps"))?;
+}
 
-    let deadline = Instant::now() + RELEASE_TIMEOUT;
-    let last = receive(channel, deadline, "completing its checklist")?;
-    match last.split_first() {
-        Some((&DONE, report)) => Ok(String::from_utf8_lossy(report).into_owned()),
-        _ => Err(unexpected(&last)),
+/// What the zygote waits for from the child, before or after its release (for errors).
+fn waiting_for(released: bool) -> &'static str {
+    if released {
+        "completing its checklist"
+    } else {
+        "entering its user namespace"
+    }
+}
+
+/// SIGKILL to a child being released, which its caller has not reaped (so the pid is still its:
+/// ESRCH only means it already ended); never to a pid <= 0, which would address a group.
+pub(crate) fn kill_unreaped(pid: i32) {
+    if pid > 0 {
+        let _ = sys::kill(pid, libc::SIGKILL);
     }
 }
 
@@ -108,30 +181,6 @@ pub(crate) fn join_own_cgroups(cgroups: &[PathBuf]) -> Result<(), HardenError> {
         write_once(&file, "0").map_err(|source| HardenError::JoinCgroup { file, source })?;
     }
     Ok(())
-}
-
-/// One message, or the reason there is none.
-fn receive(
-    channel: &mut ParentChannel,
-    deadline: Instant,
-    phase: &'static str,
-) -> Result<Vec<u8>, ReleaseError> {
-    match channel.receive(deadline).map_err(ReleaseError::Channel)? {
-        None => Err(ReleaseError::TimedOut {
-            seconds: RELEASE_TIMEOUT.as_secs(),
-            phase,
-        }),
-        Some(message) if message.is_empty() => Err(ReleaseError::ChildGone(phase)),
-        Some(message) => Ok(message),
-    }
-}
-
-/// The child's own error, or a protocol error for anything else.
-fn unexpected(message: &[u8]) -> ReleaseError {
-    match message.split_first() {
-        Some((&FAILED, error)) => ReleaseError::ChildFailed(String::from_utf8_lossy(error).into()),
-        _ => ReleaseError::Protocol(String::from_utf8_lossy(message).into_owned()),
-    }
 }
 
 /// Writes `content` with one `write`, as the kernel wants id maps (and as cgroup files take a

@@ -4,7 +4,7 @@
 
 use super::*;
 
-fn spec_json(extra: &str) -> String {
+pub(crate) fn spec_json(extra: &str) -> String {
     format!(
         r#"{{"workspace":"/w","tmp":"/tmp","read_only":["/usr"],"max_open_files":256,
             "max_file_bytes":1048576,"hostname":"session","network":false,"uid":1000123,
@@ -272,4 +272,72 @@ fn the_report_line_lists_each_step() {
         "hardened: landlock=fully_enforced kernel_landlock_abi=6 seccomp_denied_syscalls=80 \
          admission_us=40 elapsed_us=1500 steps_us=unshare:600,seccomp:900"
     );
+}
+
+/// Each message of the child against each phase of the release: only `U` before and `D` after
+/// it move the release on; the rest is an error naming what it was.
+#[test]
+fn a_release_moves_on_only_by_the_protocols_messages() {
+    use std::os::fd::AsFd;
+    let spec: HardenSpec = serde_json::from_str(&spec_json("")).unwrap();
+    let (_read, write) = sys::pipe().unwrap();
+    let pid = i32::try_from(std::process::id()).unwrap();
+    let advance =
+        |released, message: &[u8]| advance_release(pid, &spec, released, message, write.as_fd());
+    assert_eq!(
+        advance(true, b"Dhardened: ok").unwrap(),
+        ReleaseProgress::Done("hardened: ok".to_owned())
+    );
+    let gone = advance(false, b"").unwrap_err().to_string();
+    assert!(
+        gone.contains("ended while entering its user namespace"),
+        "{gone}"
+    );
+    let gone = advance(true, b"").unwrap_err().to_string();
+    assert!(
+        gone.contains("ended while completing its checklist"),
+        "{gone}"
+    );
+    let failed = advance(true, b"Estep (g) landlock: nope").unwrap_err();
+    assert_eq!(failed.to_string(), "session child: step (g) landlock: nope");
+    let failed = advance(false, b"Estep (a) unshare: nope").unwrap_err();
+    assert_eq!(failed.to_string(), "session child: step (a) unshare: nope");
+    for (released, message) in [
+        (false, &b"D"[..]),
+        (true, b"U"),
+        (false, b"UU"),
+        (false, b"X"),
+    ] {
+        let error = advance(released, message).unwrap_err();
+        assert!(
+            matches!(error, ReleaseError::Protocol(_)),
+            "{released} {message:?}: {error}"
+        );
+    }
+    assert!(matches!(
+        advance_release(0, &spec, true, b"D", write.as_fd()),
+        Err(ReleaseError::InvalidPid(0))
+    ));
+}
+
+/// `U` makes the zygote write the child's id maps: for a process that is not in a user
+/// namespace of its own the kernel refuses them, and nothing is released.
+#[test]
+fn a_child_outside_its_user_namespace_is_not_released() {
+    use std::os::fd::AsFd;
+    let spec: HardenSpec = serde_json::from_str(&spec_json("")).unwrap();
+    let (read, write) = sys::pipe().unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = i32::try_from(sleeper.id()).unwrap();
+    let error = advance_release(pid, &spec, false, b"U", write.as_fd()).unwrap_err();
+    sleeper.kill().unwrap();
+    sleeper.wait().unwrap();
+    assert!(matches!(error, ReleaseError::IdMap { .. }), "{error}");
+    drop(write);
+    let mut rest = Vec::new();
+    std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut rest).unwrap();
+    assert!(rest.is_empty(), "released: {rest:?}");
 }

@@ -71,6 +71,11 @@ impl SandboxManager {
         self.inner.table().pool.pids()
     }
 
+    /// How many warm sessions are being made now (for health checks and tests).
+    pub fn warm_being_made(&self) -> usize {
+        self.inner.table().pool.filling
+    }
+
     /// What the manager holds now, for placing sessions among hosts: its live sessions (every
     /// account's, calls without an id included), what their processes use of memory (from the
     /// sessions' groups; 0 without cgroups) and the memory all sessions may take together.

@@ -6,6 +6,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::task::JoinSet;
+
 use crate::incarnation::{Live, Place};
 use crate::manager_types::ManagerError;
 use crate::session_table::ManagerState;
@@ -33,32 +35,58 @@ async fn forget_place(inner: &ManagerState, place: &Place) {
     inner.table().free_uid(place.uid);
 }
 
-/// Makes warm sessions until the pool holds its target (ready or being made; `warm.rs`), with as
-/// many made at once as the host has cores (a fork of the zygote is one at a time, but each
-/// session's workspace and cgroups are made beside another's fork), and closes the ready ones
-/// past the target once demand has fallen. Stops early, without an error, when no uid is free
-/// or memory does not allow more; fails with the first session that cannot be made.
+/// Makes warm sessions until the pool holds its target (ready or being made; `warm.rs`), with
+/// [`fillers_at_once`] of them made at once, and closes the ready ones past the target once
+/// demand has fallen. Stops early, without an error, when no uid is free or memory does not
+/// allow more; fails with the first session that cannot be made. (The server's start waits for
+/// this; afterwards [`fill_loop`] keeps the fillers going.)
 pub(super) async fn top_up(inner: &Arc<ManagerState>) -> Result<(), ManagerError> {
-    let workers = std::thread::available_parallelism().map_or(1, usize::from);
-    let mut fillers = tokio::task::JoinSet::new();
-    for _ in 0..workers {
-        fillers.spawn(fill(Arc::clone(inner)));
-    }
+    let mut fillers = JoinSet::new();
+    spawn_fillers(inner, &mut fillers);
     let mut outcome = Ok(());
     while let Some(done) = fillers.join_next().await {
-        match done {
-            Ok(Err(e)) if outcome.is_ok() => outcome = Err(e),
-            Err(e) if outcome.is_ok() && e.is_panic() => {
-                tracing::error!("a warm-session filler panicked: {e}");
-            }
-            _ => {}
+        if let Err(e) = filler_outcome(done)
+            && outcome.is_ok()
+        {
+            outcome = Err(e);
         }
     }
     outcome
 }
 
-/// One of [`top_up`]'s workers: makes warm sessions one after the other while the pool is under
-/// its target.
+/// How many warm sessions are made at once: as many as the host has cores. The zygote forks
+/// one at a time, but each session's workspace and cgroups are made, and each child confines
+/// itself, beside another's fork. Twice the cores was measured too: the zygote's queue grew, a
+/// new session that found the pool empty waited behind more of the pool's forks, and the first
+/// burst's p99 doubled (69 against 33-42 ms, `toolgate-bench --sandbox-bursts`).
+fn fillers_at_once() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// Starts fillers until [`fillers_at_once`] run; each ends by itself when the pool is at its
+/// target.
+fn spawn_fillers(inner: &Arc<ManagerState>, fillers: &mut JoinSet<Result<(), ManagerError>>) {
+    while fillers.len() < fillers_at_once() {
+        fillers.spawn(fill(Arc::clone(inner)));
+    }
+}
+
+/// A filler's end: its error, if it had one (a panic is logged, not passed on).
+fn filler_outcome(
+    done: Result<Result<(), ManagerError>, tokio::task::JoinError>,
+) -> Result<(), ManagerError> {
+    match done {
+        Ok(outcome) => outcome,
+        Err(e) => {
+            if e.is_panic() {
+                tracing::error!("a warm-session filler panicked: {e}");
+            }
+            Ok(())
+        }
+    }
+}
+
+/// One filler: makes warm sessions one after the other while the pool is under its target.
 async fn fill(inner: Arc<ManagerState>) -> Result<(), ManagerError> {
     loop {
         if inner.shut.load(Ordering::Acquire) {
@@ -167,30 +195,24 @@ fn warm_place(inner: &ManagerState, n: u64, uid: u32) -> Place {
 }
 
 /// The filler: tops the pool up whenever a warm session was taken or wanted, and when the zygote
-/// ends (its warm sessions died with it; the top-up starts a new zygote). After a failure it
-/// waits before trying again, longer each time. Ends with the manager (its stop token, or the
-/// last strong reference gone).
+/// ends (its warm sessions died with it; the top-up starts a new zygote). Each of these wakes
+/// starts fillers up to [`fillers_at_once`], also while others still run: a burst's demand grows
+/// while the first fillers work, and a round that waited for all of its fillers to end went on
+/// with the one left (the others had found the pool full for the moment and ended). After a
+/// failure it waits before trying again, longer each time. Ends with the manager (its stop
+/// token, or the last strong reference gone), once its fillers have ended.
 pub(super) async fn fill_loop(inner: Weak<ManagerState>) {
+    // the wait after the last failure (zero after a success), and whether it is being waited out
     let mut backoff = Duration::ZERO;
+    let mut waiting = false;
     // the zygote whose end was already handled (a dead one is not waited for again)
     let mut handled_end: Option<i32> = None;
+    let mut fillers = JoinSet::new();
     loop {
         let Some(strong) = inner.upgrade() else {
             return;
         };
         let stop = strong.stopping.clone();
-        if !backoff.is_zero() {
-            drop(strong);
-            tokio::select! {
-                () = tokio::time::sleep(backoff) => {}
-                () = stop.cancelled() => return,
-            }
-            let Some(strong) = inner.upgrade() else {
-                return;
-            };
-            backoff = top_up_logged(&strong, backoff).await;
-            continue;
-        }
         let zygote: Option<Zygote> = strong
             .zygote
             .lock()
@@ -214,32 +236,59 @@ pub(super) async fn fill_loop(inner: Weak<ManagerState>) {
                 None => std::future::pending().await,
             }
         };
+        let retry = async {
+            if waiting {
+                tokio::time::sleep(backoff).await;
+            } else {
+                std::future::pending::<()>().await;
+            }
+        };
+        let ended = async {
+            match fillers.join_next().await {
+                Some(done) => filler_outcome(done),
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            () = kick => {}
-            () = shrink => {}
+            outcome = ended => {
+                match outcome {
+                    Ok(()) if !waiting => backoff = Duration::ZERO,
+                    Ok(()) => {}
+                    Err(e) => {
+                        backoff = failed(&strong, backoff, &e);
+                        waiting = true;
+                    }
+                }
+                // a filler's end starts no other: it ended because the pool was full
+                continue;
+            }
+            () = retry => waiting = false,
+            () = kick, if !waiting => {}
+            () = shrink, if !waiting => {}
             () = zygote_ended => handled_end = zygote.as_ref().map(Zygote::pid),
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => {
+                // fillers see `shut` and end after the session they are making
+                while fillers.join_next().await.is_some() {}
+                return;
+            }
         }
-        backoff = top_up_logged(&strong, backoff).await;
+        if !waiting {
+            spawn_fillers(&strong, &mut fillers);
+        }
     }
 }
 
-/// One top-up; the backoff before the next attempt (zero after a success).
-async fn top_up_logged(inner: &Arc<ManagerState>, backoff: Duration) -> Duration {
-    match top_up(inner).await {
-        Ok(()) => Duration::ZERO,
-        Err(e) => {
-            let next = (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
-            if !inner.shut.load(Ordering::Acquire) {
-                tracing::warn!(
-                    "could not start a warm session (new sessions start without one; trying \
-                     again in {} ms): {e}",
-                    next.as_millis()
-                );
-            }
-            next
-        }
+/// Logs a filler's failure; the wait before the next attempt, longer each time.
+fn failed(inner: &ManagerState, backoff: Duration, e: &ManagerError) -> Duration {
+    let next = (backoff * 2).clamp(FIRST_BACKOFF, MAX_BACKOFF);
+    if !inner.shut.load(Ordering::Acquire) {
+        tracing::warn!(
+            "could not start a warm session (new sessions start without one; trying again in \
+             {} ms): {e}",
+            next.as_millis()
+        );
     }
+    next
 }
 
 /// Closes every ready warm session (shutdown, after the filler has stopped).

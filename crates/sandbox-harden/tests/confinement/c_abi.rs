@@ -8,7 +8,7 @@ use crate::{Session, cdylib, is_root, run_plain, succeeded};
 /// (rc, message).
 const CTYPES_PRELUDE: &str = r#"
 lib = ctypes.CDLL(P["library"])
-assert lib.toolgate_harden_abi_version() == 3
+assert lib.toolgate_harden_abi_version() == 4
 ERR = (ctypes.c_char_p, ctypes.c_size_t)
 SPEC = (ctypes.c_char_p, ctypes.c_size_t)
 FD = ctypes.c_int
@@ -23,10 +23,25 @@ def function(name, *argtypes):
 init = function("toolgate_zygote_init")
 before = function("toolgate_before_session_fork")
 after = function("toolgate_after_session_fork")
-release_ = function("toolgate_release_session", ctypes.c_int, *SPEC, FD, FD)
+begin_ = function("toolgate_release_begin", ctypes.c_int, *SPEC)
+advance_ = function("toolgate_release_advance", ctypes.c_int, *SPEC, ctypes.c_int,
+                    ctypes.c_char_p, ctypes.c_size_t, FD)
 harden_ = function("toolgate_harden_session", *SPEC, FD, FD, FD)
 def release(pid, spec, status_r, release_w):
-    return release_(pid, spec, len(spec), status_r, release_w)
+    """The zygote's side, its poll loop reduced to blocking reads; the pipes stay open until
+    the child's last word, and are closed after."""
+    try:
+        code, message = begin_(pid, spec, len(spec))
+        released = 0
+        while code >= 0:
+            said = os.read(status_r, 4096)
+            code, message = advance_(pid, spec, len(spec), released, said, len(said), release_w)
+            if code == 0:
+                break
+            released = 1
+        return code, message
+    finally:
+        os.close(status_r); os.close(release_w)
 def harden(spec, status_w=None, release_r=None, size=512):
     if status_w is None:       # a call that fails before any step: pipes nobody else holds
         status_r, status_w = os.pipe(); release_r, release_w = os.pipe()
@@ -123,7 +138,8 @@ results["truncated"] = harden(b"{not json", size=8)
 results["unknown_field"] = harden(json.dumps(dict(P["relative"], surprise=1)).encode())
 results["relative_path"] = harden(json.dumps(P["relative"]).encode())
 results["bad_fds"] = harden(json.dumps(P["threaded"]).encode(), -1, -2)
-results["release_pid_0"] = release(0, b"{}", -1, -2)
+valid = json.dumps(P["threaded"]).encode()
+results["release_pid_0"] = begin_(0, valid, len(valid))
 # A second thread alive: Landlock and seccomp would bind only the calling one.
 stop = threading.Event()
 thread = threading.Thread(target=stop.wait); thread.start()
@@ -156,6 +172,6 @@ print(json.dumps(results))
         "step (0) single-thread check: the process has 2 threads",
     );
     check("bad_fds", "invalid descriptors -1 and -2");
-    check("release_pid_0", "invalid descriptors -1 and -2");
+    check("release_pid_0", "admission: invalid child pid 0");
     assert_eq!(results["still_unconfined"], true);
 }

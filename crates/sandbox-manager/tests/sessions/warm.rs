@@ -403,3 +403,51 @@ async fn the_pool_grows_to_a_bursts_demand_serves_the_next_from_it_and_shrinks_a
     assert_eq!(m.warm_pids().len(), 1, "the floor is kept: {floor:?}");
     m.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_growing_pool_makes_as_many_warm_sessions_at_once_as_there_are_cores() {
+    // The fillers are topped up at every demand, also while earlier ones still run: a round
+    // that waited for all of its fillers went on with the one left once the others had found
+    // the pool full for a moment, and a burst's pool grew one session at a time.
+    let root = outside_tmp();
+    let m = Arc::new(
+        warm_manager(root.path(), |c| {
+            c.warm_sessions = 1;
+            c.warm_sessions_max = 40;
+            c.max_sessions_per_account = 128;
+        })
+        .await,
+    );
+    let at_once = std::thread::available_parallelism().map_or(1, usize::from);
+    let watching = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let watcher = {
+        let (m, watching) = (Arc::clone(&m), Arc::clone(&watching));
+        tokio::spawn(async move {
+            let mut most = 0;
+            while watching.load(std::sync::atomic::Ordering::Relaxed) {
+                most = most.max(m.warm_being_made());
+                tokio::time::sleep(Duration::from_micros(500)).await;
+            }
+            most
+        })
+    };
+    for i in 0..16 {
+        exec(&m, "acct", &format!("burst-{i}"), "1+1").await;
+    }
+    let grown = async {
+        while m.warm_pids().len() < 16 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), grown)
+        .await
+        .expect("the pool did not grow to the burst's demand (16) within 60 s");
+    watching.store(false, std::sync::atomic::Ordering::Relaxed);
+    let most = watcher.await.unwrap();
+    // (on one core, one at a time is all there is to check)
+    assert!(
+        most == at_once,
+        "at most {most} warm sessions were made at once (expected {at_once})"
+    );
+    m.shutdown().await;
+}
