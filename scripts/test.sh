@@ -54,21 +54,26 @@ step "Rust tests (SQLite and PostgreSQL)"
 cargo build --locked -p toolgate-sandbox-harden
 TOOLGATE_TEST_POSTGRES_URL="$PG_URL" TOOLGATE_TEST_MYSQL_URL="$MY_URL" cargo test --workspace --locked
 
-step "release builds"
-# The conformance build adds the suite's fixture tools; it is copied aside so that the plain
-# binary, rebuilt last, never carries them.
-cargo build --release --locked -p toolgate --features conformance-fixtures
-cp target/release/toolgate target/release/toolgate-conformance
-cargo build --release --locked -p toolgate -p toolgate-sandbox-harden
-if grep -q test_simple_text target/release/toolgate; then die "the release binary contains conformance fixtures"; fi
+step "the clients' binaries"
+# The SDK, browser and conformance steps run the debug build the Rust tests made (dependencies
+# at opt-level 1, see Cargo.toml): what they check is behaviour, not speed (the bench measures
+# the release build), and two release builds took 21 of CI's minutes on a cold machine with two
+# cores (751 s with the fixtures, 518 s without). The conformance build adds the suite's fixture
+# tools; it is copied aside, and the plain binary, rebuilt last (from what is already built),
+# never carries them. Every workspace member is selected both times, as `cargo test
+# --workspace` did, so that features unify alike and no dependency is built again.
+cargo build --locked --workspace --features toolgate/conformance-fixtures
+cp target/debug/toolgate target/debug/toolgate-conformance
+cargo build --locked --workspace
+if grep -q test_simple_text target/debug/toolgate; then die "the plain binary contains conformance fixtures"; fi
 
 step "client SDK tests on SQLite"
-TOOLGATE_BIN="$ROOT/target/release/toolgate" "$ROOT/scripts/test-clients.sh"
+TOOLGATE_BIN="$ROOT/target/debug/toolgate" "$ROOT/scripts/test-clients.sh"
 step "client SDK tests on PostgreSQL"
-TOOLGATE_BIN="$ROOT/target/release/toolgate" TOOLGATE_TEST_DATABASE_URL="$PG_URL" "$ROOT/scripts/test-clients.sh"
+TOOLGATE_BIN="$ROOT/target/debug/toolgate" TOOLGATE_TEST_DATABASE_URL="$PG_URL" "$ROOT/scripts/test-clients.sh"
 
 step "dashboard in a real browser"
-TOOLGATE_BIN="$ROOT/target/release/toolgate" "$ROOT/scripts/test-dashboard.sh"
+TOOLGATE_BIN="$ROOT/target/debug/toolgate" "$ROOT/scripts/test-dashboard.sh"
 
 step "MCP conformance suite"
 DATA="$(mktemp -d)"
@@ -76,13 +81,13 @@ SESSIONS="$(mktemp -d /var/tmp/toolgate-sessions.XXXXXX)"   # not under /tmp: se
 chmod 711 "$SESSIONS"
 # port 0: the server takes a free port and announces it on stdout, so no port is bound twice
 mkfifo "$DATA/announce"
-target/release/toolgate-conformance serve --listen 127.0.0.1:0 --data-dir "$DATA" \
+target/debug/toolgate-conformance serve --listen 127.0.0.1:0 --data-dir "$DATA" \
   --sandbox-root "$SESSIONS" \
   >"$DATA/announce" 2>"$DATA/server.log" &
 SERVER_PID=$!
 BASE="$(announced_url "$DATA/announce" 60)" || { cat "$DATA/server.log" >&2; die "conformance server did not start"; }
 wait_http "$BASE/healthz" 30 || { cat "$DATA/server.log" >&2; die "conformance server did not answer"; }
-URL="$(target/release/toolgate-conformance account create --email conformance@example.test \
+URL="$(target/debug/toolgate-conformance account create --email conformance@example.test \
   --data-dir "$DATA" --public-url "$BASE" | python3 -c 'import json,sys; print(json.load(sys.stdin)["personal_url"])')"
 status=0
 "$ROOT/tests/conformance/run.sh" "$URL" 2025-11-25 || status=1
