@@ -10,6 +10,10 @@
 //!    the pool looks again every 5 s: the bench waits [`SHRINK_WAIT`]).
 //! 3. The last 50 sessions called again at once: no new session in it, the same burst's floor.
 //!
+//! Every call takes one client path (`--sandbox-bursts-path`): the bare POST, a 2025-11-25
+//! session with SSE accepted (the path most clients take; one session for all the calls, opened
+//! before the first burst), or 2026-07-28.
+//!
 //! Between bursts the bench waits for the machine to be quiet (the pool's refill is the work
 //! it waits for); the new sessions stay open until the server stops. Each burst also says how
 //! much CPU the service spent while it ran (the server, the zygote, the sessions) and that CPU
@@ -32,6 +36,8 @@ const SHRINK_WAIT: Duration = Duration::from_secs(20);
 /// What the bursts measured.
 #[derive(Debug)]
 pub struct Bursts {
+    /// The client path every call took.
+    pub path: BurstPath,
     /// Back to back, the pool at its floor.
     pub back_to_back_first: Burst,
     /// Back to back again, the pool grown to the first burst's demand.
@@ -81,6 +87,56 @@ pub struct Plan<'a> {
     pub quiet: Duration,
     /// Flags added to the server's command line (after the bench's own, so they win).
     pub server_flags: &'a [(String, String)],
+    /// The client path every call takes.
+    pub path: BurstPath,
+}
+
+/// The client path of the bursts' calls (see `paths.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BurstPath {
+    /// No session, no protocol headers.
+    Bare,
+    /// One 2025-11-25 session with SSE accepted, opened before the first burst.
+    LegacySse,
+    /// 2026-07-28: `_meta` and the `Mcp-*` headers on every request.
+    Modern,
+}
+
+impl BurstPath {
+    fn label(self) -> &'static str {
+        match self {
+            BurstPath::Bare => "bare POST",
+            BurstPath::LegacySse => "2025-11-25 session, SSE accepted",
+            BurstPath::Modern => "2026-07-28",
+        }
+    }
+}
+
+/// How every call of a run is sent: the path's headers, and whether the body carries the
+/// 2026-07-28 `_meta`.
+#[derive(Debug, Clone)]
+struct Style {
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    modern: bool,
+}
+
+impl Style {
+    async fn open(path: BurstPath, endpoint: &Endpoint, personal: &str) -> Result<Self> {
+        Ok(match path {
+            BurstPath::Bare => Style {
+                headers: Vec::new(),
+                modern: false,
+            },
+            BurstPath::LegacySse => Style {
+                headers: crate::paths::legacy_session(endpoint, personal).await?,
+                modern: false,
+            },
+            BurstPath::Modern => Style {
+                headers: crate::paths::modern_call_headers("svc_write"),
+                modern: true,
+            },
+        })
+    }
 }
 
 /// Starts the server with the sandbox on, measures the bursts, and stops it whatever the
@@ -112,6 +168,7 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
         let endpoint = Endpoint::new(server.addr)?;
         wait_healthy(runtime, &mut server, &endpoint)?;
         let personal = personal_path(&toolgate)?;
+        let style = runtime.block_on(Style::open(plan.path, &endpoint, &personal))?;
         // the pool's floor made at start, nothing else running
         wait_for_quiet(plan.quiet);
         let mut next = 0;
@@ -132,11 +189,12 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
             let before = Cpu::read(server.pid())?;
             let timings = match kind {
                 Kind::BackToBack => {
-                    runtime.block_on(back_to_back(&endpoint, &personal, first, count))?
+                    runtime.block_on(back_to_back(&endpoint, &personal, &style, first, count))?
                 }
                 Kind::AtOnce | Kind::AtOnceWarm => runtime.block_on(at_once_burst(
                     &endpoint,
                     &personal,
+                    &style,
                     first..first + count,
                     kind == Kind::AtOnce,
                 ))?,
@@ -156,6 +214,7 @@ pub fn measure(runtime: &tokio::runtime::Runtime, plan: &Plan<'_>) -> Result<Bur
         progress("waiting for the warm pool to fall back to its floor");
         std::thread::sleep(SHRINK_WAIT);
         Ok(Bursts {
+            path: plan.path,
             back_to_back_first,
             back_to_back_again,
             at_once_first: burst("at once, the pool at its floor", Kind::AtOnce)?,
@@ -183,31 +242,37 @@ enum Kind {
     AtOnceWarm,
 }
 
-/// `1+1` in session `n`, which must say whether it is `fresh`.
-fn call_in(personal: &str, n: usize, fresh: bool) -> Result<Workload> {
+/// `1+1` in session `n`, which must say whether it is `fresh`, sent in `style`.
+fn call_in(personal: &str, style: &Style, n: usize, fresh: bool) -> Result<Workload> {
     let fresh: &'static [u8] = if fresh {
         b"\"fresh\":true"
     } else {
         b"\"fresh\":false"
     };
-    Workload::post(
+    let mut body = write_call("1+1", &format!("burst-{n}"));
+    if style.modern {
+        body = crate::paths::with_modern_meta(&body)?;
+    }
+    Ok(Workload::post(
         personal,
-        write_call("1+1", &format!("burst-{n}")),
+        body,
         vec![b"\"isError\":false", fresh, b"\"text\":\"2\""],
-    )
+    )?
+    .with_headers(style.headers.clone()))
 }
 
 /// `count` new sessions one after the other on one connection.
 async fn back_to_back(
     endpoint: &Endpoint,
     personal: &str,
+    style: &Style,
     first: usize,
     count: usize,
 ) -> Result<Timings> {
     let mut sender = load::connect(endpoint).await?;
     let mut timings = Timings::default();
     for n in first..first + count {
-        let workload = call_in(personal, n, true)?;
+        let workload = call_in(personal, style, n, true)?;
         let started = Instant::now();
         load::call(&mut sender, endpoint, &workload)
             .await
@@ -222,6 +287,7 @@ async fn back_to_back(
 async fn at_once_burst(
     endpoint: &Endpoint,
     personal: &str,
+    style: &Style,
     sessions: std::ops::Range<usize>,
     fresh: bool,
 ) -> Result<Timings> {
@@ -233,7 +299,7 @@ async fn at_once_burst(
     let start = std::sync::Arc::new(tokio::sync::Barrier::new(count));
     let mut calls = tokio::task::JoinSet::new();
     for (i, mut sender) in senders.into_iter().enumerate() {
-        let workload = call_in(personal, first + i, fresh)?;
+        let workload = call_in(personal, style, first + i, fresh)?;
         let (endpoint, start) = (endpoint.clone(), std::sync::Arc::clone(&start));
         calls.spawn(async move {
             start.wait().await;
@@ -269,9 +335,10 @@ pub fn table(bursts: &Bursts) -> String {
         )
     };
     let mut out = format!(
-        "\nnew session → first result through HTTP, in bursts (goal: p99 ≤ 10 ms; {} cores)\n\n\
+        "\nnew session → first result through HTTP, in bursts, {} (goal: p99 ≤ 10 ms; {} cores)\n\n\
          | burst | sessions | p50 ms | p99 ms | max ms | CPU per session ms (serve / zygote / sessions) | CPU ÷ cores ms |\n\
          | --- | --- | --- | --- | --- | --- | --- |\n",
+        bursts.path.label(),
         crate::cores()
     );
     for (name, burst) in named(bursts) {
@@ -317,6 +384,7 @@ pub fn to_json(bursts: &Bursts) -> serde_json::Value {
         })
     };
     serde_json::json!({
+        "path": bursts.path.label(),
         "cores": crate::cores(),
         "back_to_back_first": figure(&bursts.back_to_back_first),
         "back_to_back_again": figure(&bursts.back_to_back_again),

@@ -108,6 +108,11 @@ pub struct SandboxArgs {
     /// New sessions sent at once in the at-once bursts (--sandbox-bursts)
     #[arg(long, default_value_t = 50)]
     pub sandbox_burst_at_once: usize,
+    /// The client path of the bursts' calls (--sandbox-bursts): bare POST, a 2025-11-25
+    /// session with SSE accepted (one session for every call, as a client keeps it), or
+    /// 2026-07-28
+    #[arg(long, value_enum, default_value_t = bursts::BurstPath::Bare)]
+    pub sandbox_bursts_path: bursts::BurstPath,
     /// A flag for the bursts' server, as FLAG=VALUE (repeatable; not one the bench sets), e.g.
     /// --sandbox-server-flag=--sandbox-warm-sessions=200: the server gets no TOOLGATE_*
     /// variable of this program's environment
@@ -143,6 +148,7 @@ pub fn run_bursts(args: &Args, binary: &Path) -> Result<()> {
             at_once: args.sandbox.sandbox_burst_at_once,
             quiet: Duration::from_secs(args.quiet_wait_secs),
             server_flags: &args.sandbox.sandbox_server_flag,
+            path: args.sandbox.sandbox_bursts_path,
         },
     )?;
     if args.json {
