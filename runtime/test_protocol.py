@@ -20,6 +20,7 @@ SERVER_FRAMES = {"control/ping", "control/fork", "control/fork_hardened", "sessi
                  "session/restore", "session/upcall_result_fetch", "session/upcall_result_sql",
                  "session/upcall_result_secrets"}
 RUNTIME_FRAMES = {"control/hello", "control/pong", "control/forked", "control/forked_hardened",
+                  "control/spawned",
                   "control/exited", "control/error", "session/pong", "session/output",
                   "session/result_exec", "session/result_bash", "session/result_sqlite",
                   "session/error", "session/upcall", "session/checkpointed", "session/restored",
@@ -135,6 +136,10 @@ def test_the_hardened_fork_frame_is_accepted(zygote, hardened, workspaces, base_
                   [theirs.fileno(), mount])
     theirs.close()
     os.close(mount)
+    # first "spawned" (the zygote is free for its next fork), then "forked"
+    spawned = hardened.expect("spawned", lambda f: f["session"] == "acct-1/3f2a#6")
+    assert_shape(spawned, "control/spawned")
+    assert not [f for f in hardened.pending if f.get("session") == "acct-1/3f2a#6"]
     forked = hardened.expect("forked", lambda f: f["session"] == "acct-1/3f2a#6")
     assert_shape(forked, "control/forked_hardened")
     assert forked["hardened"].startswith("hardened: "), forked

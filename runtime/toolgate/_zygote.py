@@ -400,6 +400,8 @@ class Zygote:
             self.checklists[status_r] = Checklist(pid, session, rid, blob, status_r, release_w,
                                                   deadline, t0, fork_ms)
             self.poller.register(status_r, select.POLLIN)
+            # the zygote is free for the next fork: the server holds its pool's forks until then
+            self.send({"op": "spawned", "session": session})
         finally:
             for fd in ours:
                 os.close(fd)

@@ -90,11 +90,15 @@ impl Live {
     /// and `.tmp` sibling, and may write files of up to the call's workspace size (512 MiB when
     /// that is 0); see [`Zygote::fork_session_with`].
     ///
+    /// `ahead`: a session made ahead of demand (the warm pool's), whose fork goes after any
+    /// caller's own ([`crate::zygote::ForkOptions::ahead`]).
+    ///
     /// Emits a `toolgate_sandbox::timing` debug event with the time of each step.
     pub(super) async fn open<H: Host>(
         inner: &Arc<H>,
         place: &Place,
         limits: &Limits,
+        ahead: bool,
     ) -> Result<Self, ManagerError> {
         let started = Instant::now();
         let size = match limits.workspace_bytes {
@@ -167,6 +171,7 @@ impl Live {
             uid: place.uid,
             proxy_port: (hardened && gate.is_some()).then_some(SESSION_PROXY_PORT),
             env: gate.as_ref().map(SessionGate::env).unwrap_or_default(),
+            ahead,
         };
         let fork = |zygote: Zygote| {
             let options = &options;

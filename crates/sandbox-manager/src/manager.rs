@@ -363,7 +363,7 @@ impl SandboxManager {
                 Some(live) => live,
                 None => {
                     fresh = true;
-                    match Live::open(&self.inner, &entry.place, limits).await {
+                    match Live::open(&self.inner, &entry.place, limits, false).await {
                         Ok(live) => live,
                         Err(e) => {
                             if created {

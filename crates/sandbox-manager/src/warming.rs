@@ -120,7 +120,8 @@ async fn fill(inner: Arc<ManagerState>) -> Result<(), ManagerError> {
         let Some(place) = place else {
             return Ok(());
         };
-        let opened = Live::open(&inner, &place, &inner.config.warm_limits).await;
+        // made ahead of demand: a caller's own fork goes before the pool's next
+        let opened = Live::open(&inner, &place, &inner.config.warm_limits, true).await;
         let late = {
             let mut table = inner.table();
             table.pool.filling -= 1;

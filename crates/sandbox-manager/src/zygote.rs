@@ -168,6 +168,8 @@ struct Inner {
     dispatch: Arc<Dispatch>,
     outgoing: mpsc::UnboundedSender<Outgoing>,
     next_fork: AtomicU64,
+    /// One fork made ahead of demand at a time in the zygote (see [`ForkOptions::ahead`]).
+    ahead: tokio::sync::Semaphore,
     fork_timeout: Duration,
     interrupt_grace: Duration,
     /// With a hardening library: what every session may read (and execute), no more.
@@ -203,6 +205,10 @@ pub struct ForkOptions {
     pub proxy_port: Option<u16>,
     /// Variables of the session's environment for its whole life (its proxy's).
     pub env: std::collections::BTreeMap<String, String>,
+    /// A session made ahead of demand (the warm pool's): its fork is sent only once the
+    /// zygote is done with the last such fork (its `spawned`), so a caller's own fork waits
+    /// behind at most one of them; the zygote forks one at a time, in the order it is asked.
+    pub ahead: bool,
 }
 
 /// The host user id of a hardened session when the caller names none.
@@ -215,6 +221,7 @@ impl Default for ForkOptions {
             cgroups: Vec::new(),
             uid: DEFAULT_SANDBOX_UID,
             proxy_port: None,
+            ahead: false,
             env: std::collections::BTreeMap::new(),
         }
     }
@@ -232,6 +239,9 @@ struct DispatchState {
     closed: Option<String>,
     /// fork tag -> the fork_session call waiting for `forked` / `error`
     forks: HashMap<String, oneshot::Sender<Result<Forked, ZygoteError>>>,
+    /// fork tag -> a fork made ahead of demand, waiting until the zygote is free again
+    /// (`spawned`; `forked` or an error end the wait too, by dropping the sender)
+    spawned: HashMap<String, oneshot::Sender<()>>,
     /// child pid -> where its `exited` frame goes
     exits: HashMap<i32, watch::Sender<Option<ExitInfo>>>,
 }
@@ -355,6 +365,7 @@ impl Zygote {
                 dispatch,
                 outgoing,
                 next_fork: AtomicU64::new(1),
+                ahead: tokio::sync::Semaphore::new(1),
                 fork_timeout: config.fork_timeout,
                 interrupt_grace: config.interrupt_grace,
                 harden,
@@ -458,10 +469,17 @@ impl Zygote {
             cwd_text = HARDEN_WORKSPACE;
             tmp_text = Some(HARDEN_TMP);
         }
+        // held from the fork's request until the zygote is free again (see `ahead`)
+        let ahead = if options.ahead {
+            Some(self.inner.ahead.acquire().await.map_err(|_| self.gone())?)
+        } else {
+            None
+        };
         let n = self.inner.next_fork.fetch_add(1, Ordering::Relaxed);
         let tag = format!("{session_key}#{n}");
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         let (tx, rx) = oneshot::channel();
+        let (spawned_tx, spawned) = oneshot::channel();
         {
             let mut state = self.inner.dispatch.lock();
             if state.closed.is_some() {
@@ -469,6 +487,9 @@ impl Zygote {
                 return Err(self.gone());
             }
             state.forks.insert(tag.clone(), tx);
+            if ahead.is_some() {
+                state.spawned.insert(tag.clone(), spawned_tx);
+            }
         }
         // if this call is dropped, nobody waits any more: forget the waiter (the child, if one is
         // forked, reads end of file on its socket, since `ours` is gone, and exits)
@@ -492,6 +513,11 @@ impl Zygote {
         let message = Outgoing { bytes, fds };
         if self.inner.outgoing.send(message).is_err() {
             return Err(self.gone());
+        }
+        if let Some(permit) = ahead {
+            // `forked`, an error or the channel's end drop the sender: the wait ends as well
+            let _ = tokio::time::timeout(self.inner.fork_timeout, spawned).await;
+            drop(permit);
         }
         let forked = match tokio::time::timeout(self.inner.fork_timeout, rx).await {
             Ok(Ok(result)) => result?,
@@ -534,6 +560,8 @@ struct ForkWaiter<'a> {
 
 impl Drop for ForkWaiter<'_> {
     fn drop(&mut self) {
-        self.dispatch.lock().forks.remove(self.tag);
+        let mut state = self.dispatch.lock();
+        state.forks.remove(self.tag);
+        state.spawned.remove(self.tag);
     }
 }

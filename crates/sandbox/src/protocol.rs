@@ -246,6 +246,12 @@ pub enum ControlEvent {
         #[serde(default)]
         hardened: Option<String>,
     },
+    /// A hardened child was forked and released; its confinement goes on beside the zygote's
+    /// next requests, and `forked` (or an error) follows.
+    Spawned {
+        /// The fork request's `session` tag.
+        session: String,
+    },
     /// A session child ended.
     Exited(ExitInfo),
     /// A request was refused or failed.

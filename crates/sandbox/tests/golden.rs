@@ -111,6 +111,10 @@ fn control_frames_the_zygote_sends() {
         panic!("not forked")
     };
     assert!(hardened.is_some_and(|report| report.contains("landlock=")));
+    let ControlEvent::Spawned { session } = decode("control/spawned.json") else {
+        panic!("not spawned")
+    };
+    assert_eq!(session, "acct-1/3f2a#4");
     let ControlEvent::Exited(exit) = decode("control/exited.json") else {
         panic!("not exited")
     };

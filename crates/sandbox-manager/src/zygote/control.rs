@@ -58,8 +58,14 @@ pub(super) async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatc
                     hardened = hardened.as_deref().unwrap_or(""),
                     "session forked"
                 );
+                state.spawned.remove(&session);
                 if let Some(waiter) = state.forks.remove(&session) {
                     let _ = waiter.send(Ok(Forked { pid, exit }));
+                }
+            }
+            ControlEvent::Spawned { session } => {
+                if let Some(waiter) = state.spawned.remove(&session) {
+                    let _ = waiter.send(());
                 }
             }
             ControlEvent::Exited(info) => {
@@ -68,6 +74,9 @@ pub(super) async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatc
                 }
             }
             ControlEvent::Error(error) => {
+                if let Some(session) = &error.session {
+                    state.spawned.remove(session);
+                }
                 let waiter = error.session.as_ref().and_then(|s| state.forks.remove(s));
                 match waiter {
                     Some(waiter) => {
@@ -91,6 +100,7 @@ pub(super) async fn read_control(mut input: OwnedReadHalf, dispatch: Arc<Dispatc
     // waiters learn that the zygote is gone (their senders drop); sessions see their exit slot
     // close, and their sockets reach end of file as the children die with the zygote
     state.forks.clear();
+    state.spawned.clear();
     state.exits.clear();
 }
 
