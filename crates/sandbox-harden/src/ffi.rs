@@ -508,39 +508,28 @@ mod tests {
         assert_eq!(code, -1);
         assert_eq!(message(&buf), "spec_json is a null pointer");
         let spec = crate::tests::spec_json("");
-        // SAFETY: `spec` and `buf` live across the call with exactly the lengths passed; a null
-        // message with a length is refused before it is read; pid 0 is never signalled.
-        let code = unsafe {
-            toolgate_release_advance(
-                0,
-                spec.as_ptr(),
-                spec.len(),
-                0,
-                ptr::null(),
-                1,
-                -1,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
+        // A null message of `len` bytes and no release descriptor, for pid 0.
+        let mut advance = |len: usize| {
+            // SAFETY: `spec` and `buf` live across the call with exactly the lengths passed; a
+            // null message with a length is refused before it is read, one of length 0 is end
+            // of file; -1 is never used as a descriptor; pid 0 is never signalled.
+            let code = unsafe {
+                toolgate_release_advance(
+                    0,
+                    spec.as_ptr(),
+                    spec.len(),
+                    0,
+                    ptr::null(),
+                    len,
+                    -1,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                )
+            };
+            (code, message(&buf).to_owned())
         };
-        assert_eq!(code, -1);
-        assert_eq!(message(&buf), "message is a null pointer");
-        // SAFETY: as above, with an empty message (end of file) and no release descriptor.
-        let code = unsafe {
-            toolgate_release_advance(
-                0,
-                spec.as_ptr(),
-                spec.len(),
-                0,
-                ptr::null(),
-                0,
-                -1,
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
-        assert_eq!(code, -1);
-        assert_eq!(message(&buf), "invalid release descriptor -1");
+        assert_eq!(advance(1), (-1, "message is a null pointer".to_owned()));
+        assert_eq!(advance(0), (-1, "invalid release descriptor -1".to_owned()));
     }
 
     #[test]
