@@ -59,13 +59,14 @@ step "the clients' binaries"
 # at opt-level 1, see Cargo.toml): what they check is behaviour, not speed (the bench measures
 # the release build), and two release builds took 21 of CI's minutes on a cold machine with two
 # cores (751 s with the fixtures, 518 s without). The conformance build adds the suite's fixture
-# tools; it is copied aside, and the plain binary, rebuilt last (from what is already built),
-# never carries them. Every workspace member is selected both times, as `cargo test
-# --workspace` did, so that features unify nearly alike: 58 s warm, 293 s in a fresh clone
-# (some crates are built once more for the binaries).
-cargo build --locked --workspace --features toolgate/conformance-fixtures
+# tools and is copied aside. Both are built as `cargo test --workspace` builds, so features
+# unify as they did for the Rust tests and only toolgate-server and toolgate are compiled again
+# (48 s; `cargo build`, whose features unify without the dev-dependencies, built some
+# dependencies once more: 293 s in a fresh clone). The last command finds everything built and
+# only puts the plain binary, the one the Rust tests ran, back at target/debug/toolgate.
+cargo test --locked --workspace --no-run --features toolgate/conformance-fixtures
 cp target/debug/toolgate target/debug/toolgate-conformance
-cargo build --locked --workspace
+cargo test --locked --workspace --no-run
 if grep -q test_simple_text target/debug/toolgate; then die "the plain binary contains conformance fixtures"; fi
 
 step "client SDK tests on SQLite"
