@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use super::plain_figure::{self, PlainFigure};
+use super::timed::{timed, timed_across, timed_pair};
 use super::{Files, Timings, stages};
 use crate::load::{self, Endpoint, Workload};
 use crate::server::{Server, Toolgate};
@@ -71,6 +73,14 @@ pub struct Http {
     pub progress: Timings,
     /// svc_write of the matplotlib figure in a warm session.
     pub plot: Timings,
+    /// The same figure drawn and saved by a plain Python process (`plain_figure.rs`), alternated
+    /// figure by figure with `plot`: what the machine itself needs for it.
+    pub plain_plot: Timings,
+    /// The same figure made and only drawn on its canvas by that process: the least any
+    /// rendering of it costs on this machine.
+    pub plain_drawn: Timings,
+    /// The size of the plain process's PNG (savefig's own, for comparison).
+    pub plain_png_bytes: usize,
     /// The decoded size of the figure's PNG.
     pub png_bytes: usize,
     /// The size of the whole HTTP answer carrying it (base64 inside JSON).
@@ -332,10 +342,30 @@ fn figures(
         write_call(PLOT_CODE, "plot"),
         vec![b"\"isError\":false", b"\"image/png\""],
     )?;
-    let (plot, answer) = runtime.block_on(timed(&endpoint, &plot, WARMUP_PLOTS, plan.plots))?;
+    let mut plain = PlainFigure::start(&plan.files.runtime)?;
+    let figures = runtime.block_on(plain_figure::alternated(
+        &endpoint,
+        &plot,
+        &mut plain,
+        WARMUP_PLOTS,
+        plan.plots,
+    ))?;
+    drop(plain);
     server.check_running()?;
-    report("matplotlib", &plot);
-    let png_bytes = png_size(&answer).context("no PNG in the matplotlib answer")?;
+    report("matplotlib", &figures.http);
+    report(
+        "matplotlib, plain Python, saved (alternated)",
+        &figures.plain,
+    );
+    report("matplotlib, plain Python, drawn only", &figures.plain_drawn);
+    let png_bytes = png_size(&figures.answer).context("no PNG in the matplotlib answer")?;
+    let plain_png_bytes = figures.plain_png_bytes;
+    let (plot, plain_plot, plain_drawn, answer) = (
+        figures.http,
+        figures.plain,
+        figures.plain_drawn,
+        figures.answer,
+    );
 
     wait_for_quiet(plan.quiet);
     progress(&format!(
@@ -375,6 +405,9 @@ fn figures(
         warm_modern,
         progress: progress_stream,
         plot,
+        plain_plot,
+        plain_drawn,
+        plain_png_bytes,
         png_bytes,
         plot_answer_bytes: answer.len(),
         table,
@@ -427,91 +460,6 @@ pub(super) fn report(name: &str, timings: &Timings) {
         timings.percentile_ms(50.0).unwrap_or(0.0),
         timings.percentile_ms(99.0).unwrap_or(0.0)
     ));
-}
-
-/// `warmup` untimed calls, then `count` timed ones, back to back on one new connection; returns
-/// the timings and the last answer.
-pub(crate) async fn timed(
-    endpoint: &Endpoint,
-    workload: &Workload,
-    warmup: usize,
-    count: usize,
-) -> Result<(Timings, bytes::Bytes)> {
-    let mut sender = load::connect(endpoint).await?;
-    let mut last = bytes::Bytes::new();
-    for _ in 0..warmup {
-        last = load::call(&mut sender, endpoint, workload)
-            .await
-            .context("a warm-up call")?;
-    }
-    let mut timings = Timings::default();
-    for i in 0..count {
-        let started = Instant::now();
-        last = load::call(&mut sender, endpoint, workload)
-            .await
-            .with_context(|| format!("call {i} of {count}"))?;
-        timings.push(started.elapsed());
-    }
-    Ok((timings.sorted(), last))
-}
-
-/// Workloads `a` and `b` alternated call by call on one connection, so that whatever else the
-/// machine does touches both alike: the fair way to read what `a` adds to `b`.
-pub(crate) async fn timed_pair(
-    endpoint: &Endpoint,
-    a: &Workload,
-    b: &Workload,
-    warmup: usize,
-    count: usize,
-) -> Result<(Timings, Timings)> {
-    let mut senders = [load::connect(endpoint).await?];
-    alternated(
-        &mut senders,
-        [(0, endpoint, a), (0, endpoint, b)],
-        warmup,
-        count,
-    )
-    .await
-}
-
-/// `a` and `b`, each sent to its own server on its own connection, alternated call by call.
-pub(crate) async fn timed_across(
-    a: (&Endpoint, &Workload),
-    b: (&Endpoint, &Workload),
-    warmup: usize,
-    count: usize,
-) -> Result<(Timings, Timings)> {
-    let mut senders = [load::connect(a.0).await?, load::connect(b.0).await?];
-    alternated(&mut senders, [(0, a.0, a.1), (1, b.0, b.1)], warmup, count).await
-}
-
-/// Each side's workload sent on its connection (an index into `senders`), the two sides
-/// alternated, `warmup` rounds untimed and `count` timed.
-async fn alternated(
-    senders: &mut [load::Sender],
-    sides: [(usize, &Endpoint, &Workload); 2],
-    warmup: usize,
-    count: usize,
-) -> Result<(Timings, Timings)> {
-    for _ in 0..warmup {
-        for (connection, endpoint, workload) in sides {
-            load::call(&mut senders[connection], endpoint, workload)
-                .await
-                .context("a warm-up call")?;
-        }
-    }
-    let mut timed = [Timings::default(), Timings::default()];
-    for i in 0..count {
-        for (side, (connection, endpoint, workload)) in sides.into_iter().enumerate() {
-            let started = Instant::now();
-            load::call(&mut senders[connection], endpoint, workload)
-                .await
-                .with_context(|| format!("call {i} of {count}"))?;
-            timed[side].push(started.elapsed());
-        }
-    }
-    let [a, b] = timed;
-    Ok((a.sorted(), b.sorted()))
 }
 
 /// `1+1` with a new session id each time, on one connection.

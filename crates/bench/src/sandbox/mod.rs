@@ -22,11 +22,13 @@ mod http;
 mod memory;
 mod nodes;
 mod pip;
+mod plain_figure;
 mod report;
 mod stages;
 mod throughput;
+mod timed;
 
-pub(crate) use http::{timed, timed_pair};
+pub(crate) use timed::{timed, timed_pair};
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

@@ -193,6 +193,18 @@ impl SandboxReport {
         );
         row(
             &mut out,
+            "the same figure, plain Python, savefig (alternated)",
+            &h.plain_plot,
+            "(this machine's matplotlib, no service)",
+        );
+        row(
+            &mut out,
+            "the same figure, plain Python, drawn only (no PNG)",
+            &h.plain_drawn,
+            "(the least any rendering of it costs here)",
+        );
+        row(
+            &mut out,
             "pandas table (10 rows, text+HTML), HTTP, warm",
             &h.table,
             &format!("p50 ≤ {TABLE_P50_TARGET_MS} ms"),
@@ -205,10 +217,11 @@ impl SandboxReport {
         );
         let _ = writeln!(
             out,
-            "matplotlib PNG: {} bytes ({:.1} KiB); the whole answer {} bytes",
+            "matplotlib PNG: {} bytes ({:.1} KiB); the whole answer {} bytes; savefig's own PNG {} bytes",
             h.png_bytes,
             h.png_bytes as f64 / 1024.0,
-            h.plot_answer_bytes
+            h.plot_answer_bytes,
+            h.plain_png_bytes
         );
         let _ = writeln!(
             out,
@@ -267,6 +280,32 @@ impl SandboxReport {
             "floor": timings_json(&h.floor),
             "warm_1_plus_1_alternated": timings_json(&h.warm_beside_floor),
         });
+        let for_scale = json!({
+            "jupyter_kernel_start_ms": [JUPYTER_START_MS.0, JUPYTER_START_MS.1],
+            "jupyter_1_plus_1_ms": [JUPYTER_CALL_MS.0, JUPYTER_CALL_MS.1],
+            "python_sdk_call_ms": PYTHON_SDK_CALL_MS,
+        });
+        let idle_sessions = json!({
+            "sessions": m.sessions,
+            "processes": m.processes,
+            "from_cgroup": m.from_cgroup,
+            "pss_mib_per_session": m.pss_per_session_mib(),
+            "private_mib_per_session": m.private_per_session_mib(),
+            "rss_mib_per_session": m.rss_per_session_mib(),
+            "pss_mib_total": m.pss_kib as f64 / 1024.0,
+            "zygote_pss_mib": m.zygote_pss_mib(),
+            "zygote_rss_mib": m.zygote_rss_mib(),
+            "spare_processes": m.spare.0,
+            "spare_pss_mib": m.spare.1 as f64 / 1024.0,
+            "top_private_kib_per_session": m.top_private.iter()
+                .map(|(name, kib)| json!({"mapping": name, "kib": kib}))
+                .collect::<Vec<_>>(),
+        });
+        let plain_figure = json!({
+            "saved": timings_json(&h.plain_plot),
+            "drawn_only": timings_json(&h.plain_drawn),
+            "png_bytes": h.plain_png_bytes,
+        });
         json!({
             "binary": self.binary,
             "machine_cores": crate::cores(),
@@ -289,26 +328,12 @@ impl SandboxReport {
             "warm_1_plus_1_server_side": timings_json(&d.warm),
             "matplotlib_http": timings_json(&h.plot),
             "matplotlib_png_bytes": h.png_bytes,
+            "matplotlib_plain_python": plain_figure,
             "matplotlib_answer_bytes": h.plot_answer_bytes,
             "pandas_table_http": timings_json(&h.table),
             "pandas_table_answer_bytes": h.table_answer_bytes,
             "warm_1_plus_1_stages": super::stages::to_json(&h.stages),
-            "idle_sessions": {
-                "sessions": m.sessions,
-                "processes": m.processes,
-                "from_cgroup": m.from_cgroup,
-                "pss_mib_per_session": m.pss_per_session_mib(),
-                "private_mib_per_session": m.private_per_session_mib(),
-                "rss_mib_per_session": m.rss_per_session_mib(),
-                "pss_mib_total": m.pss_kib as f64 / 1024.0,
-                "zygote_pss_mib": m.zygote_pss_mib(),
-                "zygote_rss_mib": m.zygote_rss_mib(),
-                "spare_processes": m.spare.0,
-                "spare_pss_mib": m.spare.1 as f64 / 1024.0,
-                "top_private_kib_per_session": m.top_private.iter()
-                    .map(|(name, kib)| json!({"mapping": name, "kib": kib}))
-                    .collect::<Vec<_>>(),
-            },
+            "idle_sessions": idle_sessions,
             "targets": {
                 "new_session_p50_ms": NEW_SESSION_P50_TARGET_MS,
                 "warm_p50_ms": WARM_P50_TARGET_MS,
@@ -317,11 +342,7 @@ impl SandboxReport {
                 "matplotlib_p50_ms": PLOT_P50_TARGET_MS,
                 "pandas_table_p50_ms": TABLE_P50_TARGET_MS,
             },
-            "for_scale": {
-                "jupyter_kernel_start_ms": [JUPYTER_START_MS.0, JUPYTER_START_MS.1],
-                "jupyter_1_plus_1_ms": [JUPYTER_CALL_MS.0, JUPYTER_CALL_MS.1],
-                "python_sdk_call_ms": PYTHON_SDK_CALL_MS,
-            },
+            "for_scale": for_scale,
         })
     }
 }
