@@ -10,10 +10,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::common::{Account, Server, Storage, client, client_builder, create_account};
+use crate::common::{SandboxDir, sandbox_dir, sandbox_flags, value};
 use crate::common::{
     initialize, modern_request, open_session, post_modern, rpc, send, tool_call, tools_list,
 };
-use crate::common::{sandbox_dir, sandbox_flags, value};
 
 /// A POST in legacy session `session` at `url`.
 async fn in_session(http: &reqwest::Client, url: &str, session: &str, body: &Value) -> Value {
@@ -37,11 +37,12 @@ fn task_request(method: &str, id: &str) -> Value {
 }
 
 struct Started {
-    _dir: tempfile::TempDir,
     storage: Storage,
     server: Server,
     alice: Account,
     bob: Account,
+    // last: fields drop in order, and the server must be gone before its directory goes
+    _dir: SandboxDir,
 }
 
 async fn start(extra: &[&str]) -> Started {
@@ -54,11 +55,11 @@ async fn start(extra: &[&str]) -> Started {
     flags.extend_from_slice(extra);
     let server = Server::start(&storage, &flags).await;
     Started {
-        _dir: dir,
         storage,
         server,
         alice,
         bob,
+        _dir: dir,
     }
 }
 

@@ -34,7 +34,7 @@ pub struct Dash {
     /// The public URL the server was given (`TOOLGATE_PUBLIC_URL`), else its own address.
     pub public: String,
     // last: the server is killed before its directory goes
-    _dir: tempfile::TempDir,
+    _dir: super::SandboxDir,
 }
 
 /// A dashboard signed in: the cookie pair to send and the session's anti-forgery value.
@@ -68,7 +68,7 @@ impl Dash {
             server,
             http: browser(),
             public,
-            _dir: dir,
+            _dir: dir.into(),
         }
     }
 

@@ -50,20 +50,64 @@ pub fn sandbox_flags(dir: &std::path::Path) -> Vec<String> {
 
 /// A directory for a sandboxed server's data: not under /tmp (each session has its own empty
 /// /tmp), and searchable by the sessions' uids wherever the checkout lives.
-pub fn sandbox_dir() -> tempfile::TempDir {
+pub fn sandbox_dir() -> SandboxDir {
     let dir = tempfile::tempdir_in("/var/tmp").unwrap();
     std::fs::set_permissions(
         dir.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o711),
     )
     .unwrap();
-    dir
+    SandboxDir(dir)
+}
+
+/// A [`sandbox_dir`]. A server killed on purpose (SIGKILL, as a crash) leaves its workspace
+/// mounts on the host, as a crash would (the next server on the same root detaches them; a
+/// test's root is never used again): dropped, this detaches every mount still under it, deepest
+/// first, before the directory goes.
+pub struct SandboxDir(tempfile::TempDir);
+
+impl SandboxDir {
+    pub fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl From<tempfile::TempDir> for SandboxDir {
+    fn from(dir: tempfile::TempDir) -> Self {
+        Self(dir)
+    }
+}
+
+impl Drop for SandboxDir {
+    fn drop(&mut self) {
+        let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let mut under = mounts_under(&table, self.0.path());
+        under.sort_by_key(|point| std::cmp::Reverse(point.len()));
+        for point in under {
+            let _ = std::process::Command::new("umount")
+                .args(["-l", &point])
+                .status();
+        }
+    }
+}
+
+/// The mount points in `table` (`/proc/self/mountinfo`) below `dir`. Taken as the kernel
+/// writes them: a test's directory and the workspaces under it have no character that
+/// mountinfo escapes.
+fn mounts_under(table: &str, dir: &std::path::Path) -> Vec<String> {
+    let prefix = format!("{}/", dir.display());
+    table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .filter(|point| point.starts_with(&prefix))
+        .map(str::to_owned)
+        .collect()
 }
 
 /// A server with the sandbox on and two accounts, stopped (and checked for left-behind mounts)
 /// when dropped.
 pub struct Fixture {
-    pub _dir: tempfile::TempDir,
+    pub _dir: SandboxDir,
     pub server: Server,
     pub http: reqwest::Client,
     pub alice: Account,
