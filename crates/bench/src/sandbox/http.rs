@@ -216,25 +216,54 @@ fn figures(
     wait_healthy(runtime, server, &endpoint)?;
     let personal = personal_path(toolgate)?;
 
-    wait_for_quiet(plan.quiet);
-    progress(&format!(
-        "warm 1+1 through HTTP: {} calls after {WARMUP_CALLS} untimed, one keep-alive connection",
-        plan.calls
-    ));
     let warm = Workload::post(
         &personal,
         write_call("1+1", "warm"),
         vec![b"\"isError\":false", b"\"text\":\"2\""],
     )?;
-    let bare_stages = runtime.block_on(stages::timed(
+    let session = runtime.block_on(crate::paths::legacy_session(&endpoint, &personal))?;
+    let in_session = |body: String, needles| -> Result<Workload> {
+        Ok(Workload::post(&personal, body, needles)?.with_headers(session.clone()))
+    };
+    let warm_legacy = in_session(
+        write_call("1+1", "warm"),
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?;
+    let warm_modern = Workload::post(
+        &personal,
+        crate::paths::with_modern_meta(&write_call("1+1", "warm"))?,
+        vec![b"\"isError\":false", b"\"text\":\"2\""],
+    )?
+    .with_headers(crate::paths::modern_call_headers("svc_write"));
+
+    wait_for_quiet(plan.quiet);
+    progress(&format!(
+        "warm 1+1 through HTTP: {} calls after {WARMUP_CALLS} untimed on each client path (the \
+         bare POST, a 2025-11-25 session with SSE accepted, 2026-07-28), alternated call by \
+         call on one keep-alive connection",
+        plan.calls
+    ));
+    let breakdowns = runtime.block_on(stages::alternated(
         &endpoint,
-        &warm,
-        "bare POST",
+        &[
+            ("bare POST", &warm),
+            ("legacy + SSE", &warm_legacy),
+            ("2026-07-28", &warm_modern),
+        ],
         (WARMUP_CALLS, plan.calls),
     ))?;
-    let warm = bare_stages.client.clone();
     server.check_running()?;
+    let [bare_stages, legacy, modern]: [stages::Breakdown; 3] = breakdowns
+        .try_into()
+        .map_err(|_| anyhow::anyhow!("three client paths measured, three breakdowns expected"))?;
+    let (warm, warm_legacy, warm_modern) = (
+        bare_stages.client.clone(),
+        legacy.client.clone(),
+        modern.client.clone(),
+    );
     report("warm 1+1", &warm);
+    report("warm 1+1 (legacy session)", &warm_legacy);
+    report("warm 1+1 (2026-07-28)", &warm_modern);
 
     wait_for_quiet(plan.quiet);
     let (floor, warm_beside_floor) = floor_pair(runtime, plan, &endpoint, &personal)?;
@@ -267,37 +296,7 @@ fn figures(
     report("warm 1+1 (none, alternated with it)", &warm_secrets_base);
 
     wait_for_quiet(plan.quiet);
-    progress("warm 1+1 and a progress stream in a legacy session (SSE accepted)");
-    let session = runtime.block_on(crate::paths::legacy_session(&endpoint, &personal))?;
-    let in_session = |body: String, needles| -> Result<Workload> {
-        Ok(Workload::post(&personal, body, needles)?.with_headers(session.clone()))
-    };
-    let warm_legacy = in_session(
-        write_call("1+1", "warm"),
-        vec![b"\"isError\":false", b"\"text\":\"2\""],
-    )?;
-    let legacy = runtime.block_on(stages::timed(
-        &endpoint,
-        &warm_legacy,
-        "legacy + SSE",
-        (WARMUP_CALLS, plan.calls),
-    ))?;
-    let warm_legacy = legacy.client.clone();
-    report("warm 1+1 (legacy session)", &warm_legacy);
-    let warm_modern = Workload::post(
-        &personal,
-        crate::paths::with_modern_meta(&write_call("1+1", "warm"))?,
-        vec![b"\"isError\":false", b"\"text\":\"2\""],
-    )?
-    .with_headers(crate::paths::modern_call_headers("svc_write"));
-    let modern = runtime.block_on(stages::timed(
-        &endpoint,
-        &warm_modern,
-        "2026-07-28",
-        (WARMUP_CALLS, plan.calls),
-    ))?;
-    let warm_modern = modern.client.clone();
-    report("warm 1+1 (2026-07-28)", &warm_modern);
+    progress("a progress stream and 5 secrets in the legacy session (SSE accepted)");
     let names: Vec<String> = (1..=5).map(|n| format!("BENCH_SECRET_{n}")).collect();
     let with_secrets_legacy = in_session(
         write_call_with_secrets("1+1", "warm", &names),

@@ -53,59 +53,81 @@ impl Breakdown {
     }
 }
 
-/// `warmup` untimed calls, then `count` timed ones on one new connection, each answer's
-/// `Server-Timing` read; the answer must be a 200 with `"isError":false`.
-pub(crate) async fn timed(
+/// The client paths' workloads alternated call by call on one new connection (each path's call,
+/// then the next path's), so that the machine's drift over a run touches every path alike:
+/// `warmup` untimed rounds, then `count` timed ones. Each answer's `Server-Timing` is read; it
+/// must be a 200 with `"isError":false`. One breakdown per path, in the order given.
+pub(crate) async fn alternated(
     endpoint: &Endpoint,
-    workload: &Workload,
-    path: &'static str,
+    paths: &[(&'static str, &Workload)],
     (warmup, count): (usize, usize),
-) -> Result<Breakdown> {
+) -> Result<Vec<Breakdown>> {
     let mut sender = load::connect(endpoint).await?;
-    let mut client = Timings::default();
-    let mut stages: Vec<Timings> = vec![Timings::default(); STAGES.len()];
-    for i in 0..warmup + count {
-        let started = Instant::now();
-        let request = workload.request(endpoint)?;
-        sender.ready().await?;
-        let response = tokio::time::timeout(Duration::from_secs(10), async {
-            let response = sender.send_request(request).await?;
-            let (parts, body) = response.into_parts();
-            let body = body.collect().await?.to_bytes();
-            Ok::<_, hyper::Error>((parts, body))
+    let mut breakdowns: Vec<Breakdown> = paths
+        .iter()
+        .map(|(path, _)| Breakdown {
+            path,
+            client: Timings::default(),
+            stages: vec![Timings::default(); STAGES.len()],
         })
-        .await
-        .with_context(|| format!("call {i}: no answer within 10 s"))?;
-        let (parts, body) = response.with_context(|| format!("call {i}"))?;
-        let elapsed = started.elapsed();
-        let ok = b"\"isError\":false";
-        if !parts.status.is_success() || !body.windows(ok.len()).any(|w| w == ok) {
-            bail!(
-                "call {i}: {} {}",
-                parts.status,
-                String::from_utf8_lossy(&body)
-            );
-        }
-        if i < warmup {
-            continue;
-        }
-        client.push(elapsed);
-        let header = parts
-            .headers
-            .get("server-timing")
-            .and_then(|v| v.to_str().ok())
-            .context("no Server-Timing header: is the server's --server-timing on?")?;
-        for (name, millis) in parse(header) {
-            if let Some(n) = STAGES.iter().position(|(stage, _)| *stage == name) {
-                stages[n].push(Duration::from_secs_f64(millis / 1e3));
+        .collect();
+    for i in 0..warmup + count {
+        for ((path, workload), breakdown) in paths.iter().zip(&mut breakdowns) {
+            let (elapsed, header) = call(&mut sender, endpoint, workload)
+                .await
+                .with_context(|| format!("call {i} on the {path} path"))?;
+            if i < warmup {
+                continue;
+            }
+            breakdown.client.push(elapsed);
+            let header =
+                header.context("no Server-Timing header: is the server's --server-timing on?")?;
+            for (name, millis) in parse(&header) {
+                if let Some(n) = STAGES.iter().position(|(stage, _)| *stage == name) {
+                    breakdown.stages[n].push(Duration::from_secs_f64(millis / 1e3));
+                }
             }
         }
     }
-    Ok(Breakdown {
-        path,
-        client: client.sorted(),
-        stages: stages.into_iter().map(Timings::sorted).collect(),
+    Ok(breakdowns
+        .into_iter()
+        .map(|b| Breakdown {
+            path: b.path,
+            client: b.client.sorted(),
+            stages: b.stages.into_iter().map(Timings::sorted).collect(),
+        })
+        .collect())
+}
+
+/// One call of `workload`: its round trip as the client saw it, and its `Server-Timing`.
+async fn call(
+    sender: &mut load::Sender,
+    endpoint: &Endpoint,
+    workload: &Workload,
+) -> Result<(Duration, Option<String>)> {
+    let started = Instant::now();
+    let request = workload.request(endpoint)?;
+    sender.ready().await?;
+    let response = tokio::time::timeout(Duration::from_secs(10), async {
+        let response = sender.send_request(request).await?;
+        let (parts, body) = response.into_parts();
+        let body = body.collect().await?.to_bytes();
+        Ok::<_, hyper::Error>((parts, body))
     })
+    .await
+    .context("no answer within 10 s")??;
+    let elapsed = started.elapsed();
+    let (parts, body) = response;
+    let ok = b"\"isError\":false";
+    if !parts.status.is_success() || !body.windows(ok.len()).any(|w| w == ok) {
+        bail!("{} {}", parts.status, String::from_utf8_lossy(&body));
+    }
+    let header = parts
+        .headers
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    Ok((elapsed, header))
 }
 
 /// `name;dur=ms` metrics of a `Server-Timing` value.
