@@ -5,7 +5,7 @@
 //! figure through HTTP, it is what this machine needs for that figure at all: the floor under
 //! goal 3 of issue 30.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
@@ -38,6 +38,9 @@ for _ in sys.stdin:
     sys.stdout.write(f"{saved} {drawn} {len(buf.getvalue())}\n")
     sys.stdout.flush()
 "#;
+
+/// The most bytes read of one answer (three numbers and a newline fit many times over).
+const ANSWER_LIMIT: u64 = 256;
 
 /// A running plain-Python figure maker; killed when dropped.
 pub struct PlainFigure {
@@ -84,8 +87,9 @@ impl PlainFigure {
             .and_then(|()| self.stdin.flush())
             .context("the figure maker went away")?;
         let mut line = String::new();
-        let n = self
-            .stdout
+        // an answer is three numbers: a longer line is cut here and refused by the parser
+        let n = (&mut self.stdout)
+            .take(ANSWER_LIMIT)
             .read_line(&mut line)
             .context("reading the figure maker's answer")?;
         if n == 0 {
