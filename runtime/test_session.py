@@ -5,6 +5,7 @@ environment, interruption and malformed frames. Helpers and how to run: harness.
 import base64
 import json
 import os
+import re
 import signal
 import socket
 import struct
@@ -64,6 +65,41 @@ def test_last_expression_value_as_in_a_notebook(zygote):
         assert s.value("'text'") == "'text'"
         assert s.value("import asyncio\nawait asyncio.sleep(0)\n7") == "7"   # top-level await
         assert s.run("")["result"] is None
+    finally:
+        s.close()
+
+
+def test_a_one_line_expression_runs_as_the_general_path_runs_it(zygote):
+    """A cell that may be one expression is compiled from its text; the same cell after a
+    statement takes the general path. Both give the same value, output and error."""
+    s = zygote.fork("expression-path")
+    try:
+        assert s.run("import asyncio, os\nn = 5")["error"] is None
+        cells = ["1+1", "n * 2  # a comment; not a semicolon", "(n,\n n)", "lambda: 1", "print(n)",
+                 "await asyncio.sleep(0, 'slept')", "f(x=1)", "n == 5", "undefined_name", "1 / 0",
+                 "1 +", " n", "n;", "if n: n", "os.getcwd", "[i for i in range(3)]"]
+        for cell in cells:
+            fast, general = s.run(cell), s.run("pass\n" + cell)
+            for field in ("result", "stdout", "stderr"):
+                if cell.startswith("lambda") and field == "result":
+                    assert fast[field]["text/plain"].startswith("<function <lambda>")
+                    continue
+                assert fast[field] == general[field], (cell, field, fast, general)
+            assert (fast["error"] is None) == (general["error"] is None), cell
+            if fast["error"] is not None:
+                assert fast["error"]["type"] == general["error"]["type"], cell
+                where = re.compile(r" \(<cell \d+>, line \d+\)")      # a syntax error's place
+                assert (where.sub("", fast["error"]["message"])
+                        == where.sub("", general["error"]["message"])), cell
+                tb = fast["error"]["traceback"]
+                assert f'<cell {fast["execution_count"]}>' in tb and "toolgate/" not in tb, tb
+        assert s.value("n") == "5"
+        # a fork made by a one-expression cell exits in the child; the parent gets the pid
+        r = s.run("os.fork()")
+        assert r["error"] is None and int(r["result"]["text/plain"]) > 0
+        child = int(r["result"]["text/plain"])
+        assert s.value(f"os.waitpid({child}, 0)[1]") == "0"
+        assert s.value("'one answer each'") == "'one answer each'"
     finally:
         s.close()
 
@@ -238,6 +274,12 @@ def test_a_run_that_asks_to_spill_keeps_a_streams_whole_in_a_workspace_file(zygo
         assert r["stdout_truncated"] and len(r["stdout"]) == MIB
         kept = r["stdout_file"]
         assert kept["path"].startswith(".toolgate/output/run-1-") and kept["path"].endswith(".stdout.txt")
+        other = zygote.fork("spill-2", cwd=str(tmp_path))  # another session of the workspace
+        try:
+            theirs = other.run("print('b' * (2 << 20))", spill=True)["stdout_file"]["path"]
+        finally:
+            other.close()
+        assert theirs.startswith(".toolgate/output/run-1-") and theirs != kept["path"]
         whole = (tmp_path / kept["path"]).read_bytes()      # in the workspace, whatever the chdir
         assert whole == b"a" * (3 << 20) + b"END\n"
         assert kept["tail"].endswith("aEND\n") and len(kept["tail"]) == 256 << 10

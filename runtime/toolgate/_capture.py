@@ -43,10 +43,14 @@ class _Stream:
 
     def __init__(self, name):
         self.name = name
-        self.spill_file = None
-        self.reset()
+        self.buf, self.total, self.truncated = bytearray(), 0, False
+        self.decoder = self.spill = self.spill_file = None
+        self.tail = bytearray()
 
     def reset(self, streaming=False, spill=None):
+        if (not streaming and spill is None and not self.total and self.decoder is None
+                and self.spill is None and not self.tail):
+            return                     # as a reset leaves it: nothing written since
         self.buf = bytearray()
         self.total = 0
         self.truncated = False
@@ -240,7 +244,12 @@ class Capture:
 
 
 def flush_std():
-    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+    out, err = sys.stdout, sys.stderr
+    if sys.__stdout__ is out and sys.__stderr__ is err:     # unless a cell replaced them
+        streams = (out, err)
+    else:
+        streams = (out, err, sys.__stdout__, sys.__stderr__)
+    for f in streams:
         try:
             if f is not None:
                 f.flush()

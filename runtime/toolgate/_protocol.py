@@ -75,9 +75,13 @@ class FrameDecoder:
         return events
 
 
+# one encoder for every frame: json.dumps with these arguments builds a new one per call
+_ENCODE = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
 def encode_frame(obj):
     # 'replace' turns lone surrogates (from a user's repr or _repr_html_) into '?': always valid UTF-8
-    body = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8", "replace")
+    body = _ENCODE(obj).encode("utf-8", "replace")
     return len(body).to_bytes(4, "big") + body
 
 

@@ -71,6 +71,17 @@ def trust_session_ca(extra_env, tmpdir):
         extra_env[name] = path
 
 
+class _Forked:
+    child = False         # set in every child os.fork() makes (not reset: it stays a child)
+
+
+_FORKED = _Forked()
+
+
+def _mark_forked():
+    _FORKED.child = True
+
+
 class _State:
     running = False       # a request is executing: SIGINT raises KeyboardInterrupt
     images = None         # the list plt.show() appends to during an exec
@@ -103,6 +114,11 @@ class Session:
         self.loop = None
         self.last_value = None
         self.pid = os.getpid()
+        # the random part of this session's spill files' names, drawn here, in the forked child
+        self.spill_tag = os.urandom(4).hex()
+        # registered here, in the session's process: the zygote's own fork of it is not the cell's
+        _FORKED.child = False
+        os.register_at_fork(after_in_child=_mark_forked)
         UPCALLS.chan, UPCALLS.pid = chan, self.pid
         # the environment, from scratch
         env = {"PATH": _PATH, "HOME": workspace,
@@ -259,21 +275,18 @@ class Session:
                 os.environ[k] = v
 
     def _reply(self, kind, rid, t0, out, **fields):
-        reply = {"op": "result", "id": rid, "kind": kind}
-        reply.update(out)
-        reply.update({"result": None, "images": [], "images_truncated": False, "error": None,
-                      "exit_status": None, "signal": None, "timed_out": False,
-                      "execution_count": self.count})
-        reply.update(fields)
+        reply = {"op": "result", "id": rid, "kind": kind, **out, "result": None, "images": [],
+                 "images_truncated": False, "error": None, "exit_status": None, "signal": None,
+                 "timed_out": False, "execution_count": self.count, **fields}
         reply["duration_ms"] = round((time.perf_counter() - t0) * 1000, 3)
         return reply
 
     # --- Python
     def _spill_names(self, rid):
         """Names the files a request's streams are kept whole in, under SPILL_DIR of the
-        workspace (whatever a cell's chdir did); a random part keeps a later session's runs from
-        replacing an earlier one's."""
-        tag = f"run-{self.count + 1}-{os.urandom(4).hex()}"
+        workspace (whatever a cell's chdir did); the session's random part keeps a later session's
+        runs from replacing an earlier one's."""
+        tag = f"run-{self.count + 1}-{self.spill_tag}"
 
         def name(stream):
             relative = f"{SPILL_DIR}/{tag}.{stream}.txt"
@@ -328,8 +341,10 @@ class Session:
                            images_truncated=sink.truncated, error=error)
 
     def _exit_if_forked(self):
-        """A process the cell forked (os.fork) that ran to the cell's end must not answer or serve."""
-        if os.getpid() != self.pid:
+        """A process the cell forked (os.fork, multiprocessing) that ran to the cell's end must
+        not answer or serve. Python's after-fork hook marks such a child, so that the common
+        case costs no getpid() (a system call through the session's filters) per run."""
+        if _FORKED.child and os.getpid() != self.pid:
             flush_std()
             os._exit(0)
 
@@ -337,6 +352,16 @@ class Session:
         filename = f"<cell {self.count}>"
         lines = src.splitlines(True)
         linecache.cache[filename] = (len(src), None, lines, filename)
+        if _maybe_expression(src):
+            # one expression: compiled straight from the text, without the ast module's objects
+            # (half the time of parsing it to a tree and compiling the tree)
+            try:
+                code = compile(src, filename, "eval", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT,
+                               dont_inherit=True)
+            except Exception:
+                code = None               # not one: the general path below, with its own errors
+            if code is not None:
+                return self._run(code), True
         tree = ast.parse(src, filename=filename, mode="exec")
         flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         last, show = None, False
@@ -468,6 +493,21 @@ class Session:
         out = self.capture.end()
         return self._reply("bash", rid, t0, out, error=error, exit_status=exit_status, signal=sig,
                            timed_out=timed_out)
+
+
+# first words of a line that make it a statement: such a cell never takes the expression path
+_STATEMENT_WORDS = frozenset(("import", "from", "del", "pass", "assert", "raise", "return",
+                              "global", "nonlocal", "break", "continue", "if", "for", "while",
+                              "with", "try", "def", "class", "async"))
+
+
+def _maybe_expression(src):
+    """Whether a cell may be a single expression (a guess: a wrong "yes" costs one failed
+    compile, a wrong "no" the general path): one line, no '=' or ';', no statement's word first."""
+    text = src.strip()
+    if not text or "\n" in text or "=" in text or ";" in text:
+        return False
+    return text.split(None, 1)[0].split("(", 1)[0] not in _STATEMENT_WORDS
 
 
 def _stop_group(proc):

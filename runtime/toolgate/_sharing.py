@@ -46,9 +46,12 @@ def rehearse_session(times=20):
         session.chan, session.capture, session.count, session.loop = chan, capture, 0, None
         session.workspace, session.tmpdir, session.site_dirs = "/", None, []
         session.ns, session.pid = {"__builtins__": builtins}, os.getpid()
+        session.spill_tag = ""
         for n in range(1, times + 1):
+            # both ways a cell is compiled: one expression, and statements with a last value
+            code = "1 + 1" if n % 2 else "x = 1 + 1\nx"
             for kind, payload in chan.decoder.feed(
-                    encode_frame({"op": "exec", "id": n, "code": "1 + 1"})):
+                    encode_frame({"op": "exec", "id": n, "code": code})):
                 if kind == "frame":
                     session.handle(payload)
             theirs.recv(1 << 16)          # the result, so that the pair's buffer never fills
