@@ -186,7 +186,14 @@ fn main() -> ExitCode {
         Role::Node(config) => &config.log,
         Role::Drain(..) | Role::Operator(_) => serve::command_log(settings.log.as_deref()),
     });
+    // an operator's one-shot command waits on one thing at a time
+    let workers = match &role {
+        Role::Serve(config) => config.worker_threads,
+        Role::Node(config) => config.worker_threads,
+        Role::Drain(..) | Role::Operator(_) => 1,
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
         .enable_all()
         .build()
     {

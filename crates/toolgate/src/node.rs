@@ -39,7 +39,8 @@ pub async fn run(config: NodeConfig) -> Result<()> {
     };
     let server = NodeServer::new(sessions.clone(), config.token, config.tls, sessions.clone());
     let shutdown = CancellationToken::new();
-    tracing::info!(listen = %bound, scheme, "toolgate node serving");
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(listen = %bound, scheme, workers, "toolgate node serving");
     crate::serve::announce(bound, &format!("{scheme}://{bound}"));
     let signal = shutdown.clone();
     tokio::spawn(async move {

@@ -134,7 +134,8 @@ pub async fn run(config: ServeConfig) -> Result<()> {
     crate::accounts::flush_key_uses(&app, shutdown.clone());
     let tasks = app.tasks().clone();
     let router = toolgate_server::router(app, &http, Arc::new(Metrics::new()), shutdown.clone());
-    tracing::info!(listen = %bound, %public_url, backend, "toolgate serving");
+    let workers = tokio::runtime::Handle::current().metrics().num_workers();
+    tracing::info!(listen = %bound, %public_url, backend, workers, "toolgate serving");
     announce(bound, &public_url);
     let signal = shutdown.clone();
     tokio::spawn(async move {

@@ -1,9 +1,10 @@
-//! `toolgate-bench --sandbox-history`: what recording each call in the call history adds to a
-//! warm `1+1` through HTTP. Two release servers run side by side, one recording (the default
-//! `history_days`) and one not (`history_days = 0`), and the calls alternate between them, one
-//! keep-alive connection each, so that whatever else the machine does touches both alike. Each
-//! client path is measured: the bare POST, a 2025-11-25 session with SSE accepted (what Claude
-//! Desktop, Cursor, VS Code and the SDKs' default mode take), and 2026-07-28.
+//! Two release servers side by side, a warm `1+1` through HTTP on each, their calls alternated
+//! (one keep-alive connection each), so that whatever else the machine does touches both
+//! alike. `toolgate-bench --sandbox-history`: what recording each call in the call history adds
+//! (the default `history_days` against `history_days = 0`); `--sandbox-compare`: the defaults
+//! against the `--sandbox-server-flag`s given. Each client path is measured: the bare POST, a
+//! 2025-11-25 session with SSE accepted (what Claude Desktop, Cursor, VS Code and the SDKs'
+//! default mode take), and 2026-07-28.
 
 use std::path::Path;
 use std::time::Instant;
@@ -19,13 +20,50 @@ use crate::{personal_path, progress, wait_healthy};
 /// Untimed calls on each server before the timed ones.
 const WARMUP_CALLS: usize = 300;
 
+/// The two servers compared: each one's label and the flags it gets beyond the bench's own.
+pub struct Pair {
+    /// What the lines call the first and the second server.
+    pub labels: [String; 2],
+    /// The flags of the first and the second server.
+    pub flags: [Vec<(String, String)>; 2],
+    /// What the difference (first − second) is held against, printed after it.
+    pub goal: &'static str,
+}
+
+impl Pair {
+    /// The call history on (the default) and off.
+    pub fn history() -> Self {
+        Self {
+            labels: [
+                "history on  (history_days 30)".to_owned(),
+                "history off (history_days 0)".to_owned(),
+            ],
+            flags: [
+                Vec::new(),
+                vec![("--history-days".to_owned(), "0".to_owned())],
+            ],
+            goal: " (goal: ≤ +0.02 ms at p50)",
+        }
+    }
+
+    /// The defaults against `flags`.
+    pub fn compare(flags: &[(String, String)]) -> Self {
+        let named: Vec<String> = flags.iter().map(|(f, v)| format!("{f}={v}")).collect();
+        Self {
+            labels: ["defaults".to_owned(), named.join(" ")],
+            flags: [Vec::new(), flags.to_vec()],
+            goal: "",
+        }
+    }
+}
+
 /// Measures and prints the figures: `calls` timed calls on each server.
-pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize) -> Result<()> {
+pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize, pair: &Pair) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let on = toolgate(files, binary, dir, "on", None);
-    let off = toolgate(files, binary, dir, "off", Some("0"));
+    let on = toolgate(files, binary, dir, "a", &pair.flags[0]);
+    let off = toolgate(files, binary, dir, "b", &pair.flags[1]);
     let mut servers = Vec::new();
     for toolgate in [&on, &off] {
         let log = dir.join(format!(
@@ -40,29 +78,34 @@ pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize) -> Result<()>
     }
     let p50 = |t: &Timings| t.percentile_ms(50.0).unwrap_or(0.0);
     let p99 = |t: &Timings| t.percentile_ms(99.0).unwrap_or(0.0);
-    println!("warm 1+1 through HTTP, call history on and off, {calls} calls each, alternated:");
+    let [first, second] = &pair.labels;
+    println!("warm 1+1 through HTTP, {first} against {second}, {calls} calls each, alternated:");
     for (path, with, without) in outcome? {
         println!("  {path}:");
+        for (label, timings) in [(first, &with), (second, &without)] {
+            println!(
+                "    {label}: p50 {:.3} ms, p99 {:.3} ms",
+                p50(timings),
+                p99(timings)
+            );
+        }
         println!(
-            "    history on  (history_days 30): p50 {:.3} ms, p99 {:.3} ms",
-            p50(&with),
-            p99(&with)
-        );
-        println!(
-            "    history off (history_days 0):  p50 {:.3} ms, p99 {:.3} ms",
-            p50(&without),
-            p99(&without)
-        );
-        println!(
-            "    difference: p50 {:+.3} ms, p99 {:+.3} ms (goal: ≤ +0.02 ms at p50)",
+            "    difference: p50 {:+.3} ms, p99 {:+.3} ms{}",
             p50(&with) - p50(&without),
-            p99(&with) - p99(&without)
+            p99(&with) - p99(&without),
+            pair.goal
         );
     }
     Ok(())
 }
 
-fn toolgate(files: &Files, binary: &Path, dir: &Path, name: &str, days: Option<&str>) -> Toolgate {
+fn toolgate(
+    files: &Files,
+    binary: &Path,
+    dir: &Path,
+    name: &str,
+    flags: &[(String, String)],
+) -> Toolgate {
     let path = |p: &Path| p.display().to_string();
     let mut settings = vec![
         ("--free-monthly-calls".to_owned(), "1000000000".to_owned()),
@@ -75,12 +118,12 @@ fn toolgate(files: &Files, binary: &Path, dir: &Path, name: &str, days: Option<&
             path(&dir.join(format!("{name}-sessions"))),
         ),
     ];
-    if let Some(days) = days {
-        settings.push(("--history-days".to_owned(), days.to_owned()));
-    }
+    // a flag given replaces the bench's own (a zygote script of another checkout, say)
+    settings.retain(|(flag, _)| !flags.iter().any(|(given, _)| given == flag));
+    settings.extend(flags.iter().cloned());
     Toolgate {
         binary: binary.to_owned(),
-        data_dir: dir.join(format!("history-{name}")),
+        data_dir: dir.join(format!("server-{name}")),
         database_url: None,
         settings,
     }
@@ -93,7 +136,7 @@ const PATHS: [&str; 3] = [
     "2026-07-28",
 ];
 
-/// The two servers' warm calls on each client path, alternated: (path, history on, off).
+/// The two servers' warm calls on each client path, alternated: (path, first, second).
 fn measure(
     runtime: &tokio::runtime::Runtime,
     toolgates: [&Toolgate; 2],
@@ -117,7 +160,7 @@ fn measure(
             ));
         }
         progress(&format!(
-            "warm 1+1 ({path}), history on and off alternated: {calls} calls each after \
+            "warm 1+1 ({path}), the two servers alternated: {calls} calls each after \
              {WARMUP_CALLS} untimed"
         ));
         let (on, off) = runtime.block_on(alternate(&targets, calls))?;

@@ -73,6 +73,10 @@ pub struct SandboxArgs {
     /// and off, their calls alternated (--sandbox-calls each)
     #[arg(long)]
     pub sandbox_history: bool,
+    /// Compare two servers on a warm `1+1` through HTTP, their calls alternated
+    /// (--sandbox-calls each): the defaults against the --sandbox-server-flag's
+    #[arg(long)]
+    pub sandbox_compare: bool,
     /// The Python runtime [default: .deps/python-runtime of the working directory, else of the
     /// checkout this program was built in]
     #[arg(long)]
@@ -115,7 +119,8 @@ pub struct SandboxArgs {
     /// 2026-07-28
     #[arg(long, value_enum, default_value_t = bursts::BurstPath::Bare)]
     pub sandbox_bursts_path: bursts::BurstPath,
-    /// A flag for the bursts' server, as FLAG=VALUE (repeatable; not one the bench sets), e.g.
+    /// A flag for the bursts' server (not one the bench sets) or the second server of
+    /// --sandbox-compare (where it replaces the bench's own), as FLAG=VALUE (repeatable), e.g.
     /// --sandbox-server-flag=--sandbox-warm-sessions=200: the server gets no TOOLGATE_*
     /// variable of this program's environment
     #[arg(long, value_parser = server_flag)]
@@ -236,11 +241,18 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
         let dir = scratch_dir()?;
         return pip::run(&files, binary, dir.path());
     }
-    if sandbox.sandbox_history {
+    if sandbox.sandbox_history || sandbox.sandbox_compare {
+        let pair = if sandbox.sandbox_history {
+            history::Pair::history()
+        } else if sandbox.sandbox_server_flag.is_empty() {
+            bail!("--sandbox-compare needs at least one --sandbox-server-flag=--FLAG=VALUE");
+        } else {
+            history::Pair::compare(&sandbox.sandbox_server_flag)
+        };
         let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
         let dir = scratch_dir()?;
         let calls = sandbox.sandbox_calls.clamp(1, 100_000);
-        return history::run(&files, binary, dir.path(), calls);
+        return history::run(&files, binary, dir.path(), calls, &pair);
     }
     if sandbox.sandbox_sessions == 0 || sandbox.sandbox_calls == 0 || sandbox.sandbox_plots == 0 {
         bail!("--sandbox-sessions, --sandbox-calls and --sandbox-plots must be at least 1");

@@ -46,6 +46,7 @@ impl Settings {
             task_max_running,
             max_mcp_sessions,
             sqlite_synchronous,
+            worker_threads,
             log,
             nodes,
             node_token_file,

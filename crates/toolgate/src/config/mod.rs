@@ -207,6 +207,11 @@ pub struct Settings {
     #[arg(long, env = "TOOLGATE_SQLITE_SYNCHRONOUS", global = true)]
     pub sqlite_synchronous: Option<String>,
 
+    /// Threads that run the server's own work (HTTP, MCP, the sessions' channels); sessions
+    /// are processes of their own [default: one per core]
+    #[arg(long, env = "TOOLGATE_WORKER_THREADS", global = true)]
+    pub worker_threads: Option<usize>,
+
     /// Log filter, e.g. `info`, `warn`, `toolgate=debug` [default: info]
     #[arg(long, env = "TOOLGATE_LOG", global = true)]
     pub log: Option<String>,

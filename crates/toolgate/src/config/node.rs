@@ -92,6 +92,8 @@ pub struct NodeConfig {
     /// The vault's master keys: checkpoints are sealed with them (the key file must exist: the
     /// front end makes it).
     pub vault: VaultKeys,
+    /// `worker_threads`: the async runtime's worker threads.
+    pub worker_threads: usize,
     /// `log`, checked.
     pub log: String,
 }
@@ -137,6 +139,7 @@ impl NodeConfig {
             tls,
             sandbox,
             vault,
+            worker_threads: settings.worker_threads()?,
             log,
         })
     }

@@ -68,6 +68,8 @@ pub struct ServeConfig {
     pub tasks: TaskSettings,
     /// `inline_result_chars`, `download_url_ttl_s`, `upload_url_ttl_s`
     pub results: ResultsConfig,
+    /// `worker_threads`: the async runtime's worker threads.
+    pub worker_threads: usize,
     /// `log`, checked.
     pub log: String,
 }
@@ -196,6 +198,7 @@ impl ServeConfig {
             sign_in_limits: sign_in_limits(settings),
             tasks: settings.task_settings(sole_process)?,
             results: ResultsConfig::from_settings(settings)?,
+            worker_threads: settings.worker_threads()?,
             log,
         })
     }

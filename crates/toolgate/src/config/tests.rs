@@ -224,3 +224,17 @@ fn a_good_configuration_is_read_whole() {
         "http://127.0.0.1:4321"
     );
 }
+
+#[test]
+fn worker_threads_default_to_one_per_core_and_are_bounded() {
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    assert_eq!(Settings::default().worker_threads().unwrap(), cores);
+    let given = |n| Settings {
+        worker_threads: Some(n),
+        ..Settings::default()
+    };
+    assert_eq!(given(1).worker_threads().unwrap(), 1);
+    assert_eq!(given(1024).worker_threads().unwrap(), 1024);
+    assert!(given(0).worker_threads().is_err());
+    assert!(given(1025).worker_threads().is_err());
+}

@@ -127,3 +127,32 @@ async fn a_second_serve_on_the_same_database_is_refused() {
         "5.00"
     );
 }
+
+/// The async runtime's workers: one per core by default, `--worker-threads` when given (as the
+/// runtime itself counts them, in the start-up line of the log).
+#[tokio::test]
+async fn serve_runs_the_worker_threads_it_is_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = Storage::sqlite(dir.path());
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    let by_default = Server::start(&storage, &["--sandbox", "off"]).await;
+    assert_eq!(workers_of(&by_default), cores);
+    drop(by_default);
+    let given = Server::start(&storage, &["--sandbox", "off", "--worker-threads", "1"]).await;
+    assert_eq!(workers_of(&given), 1);
+    let health = client().get(given.url("/healthz")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+/// `workers=N` of the server's start-up line.
+fn workers_of(server: &Server) -> usize {
+    let log = server.log_text();
+    let line = log
+        .lines()
+        .find(|line| line.contains("toolgate serving"))
+        .unwrap_or_else(|| panic!("no start-up line in {log}"));
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix("workers="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no workers= in {line}"))
+}
