@@ -56,7 +56,9 @@ class _Stream:
         self.truncated = False
         # only streamed output is decoded as it comes
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if streaming else None
-        self.spill = spill             # (absolute path, path relative to the workspace) or None
+        # `spill(name)` names the file until the first byte goes there, then the names it gave:
+        # (absolute path, path relative to the workspace); None: the run keeps no file
+        self.spill = spill
         self.spill_file = None
         self.tail = bytearray()
 
@@ -68,6 +70,8 @@ class _Stream:
             return
         try:
             if self.spill_file is None:
+                if callable(self.spill):
+                    self.spill = self.spill(self.name)
                 os.makedirs(os.path.dirname(self.spill[0]), exist_ok=True)
                 self.spill_file = open(self.spill[0], "wb")
                 self.spill_file.write(self.buf)
@@ -207,7 +211,8 @@ class Capture:
 
     def begin(self, rid, stream, spill=None):
         """Starts keeping a request's output; `spill(name)` names the file (absolute, relative to
-        the workspace) a stream's whole goes to once it passes OUTPUT_LIMIT, if given."""
+        the workspace) a stream's whole goes to once it passes OUTPUT_LIMIT, if given (asked only
+        then)."""
         flush_std()
         # a cell may have closed or replaced fd 1/2: put our pipes back
         for target, ident in self.idents.items():
@@ -221,7 +226,7 @@ class Capture:
         with self.lock:
             self._drain_ready()                    # what was written between requests: dropped
             for st in self.streams.values():
-                st.reset(stream, spill(st.name) if spill else None)
+                st.reset(stream, spill)
             self.stream_id = rid if stream else None
             self.active = True
 
