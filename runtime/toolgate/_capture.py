@@ -39,26 +39,26 @@ class Channel:
 
 
 class _Stream:
-    __slots__ = ("name", "buf", "total", "truncated", "decoder", "spill", "spill_file", "tail")
+    __slots__ = ("name", "buf", "total", "truncated", "decoder", "namer", "spill", "spill_file",
+                 "tail")
 
     def __init__(self, name):
         self.name = name
         self.buf, self.total, self.truncated = bytearray(), 0, False
-        self.decoder = self.spill = self.spill_file = None
+        self.decoder = self.namer = self.spill = self.spill_file = None
         self.tail = bytearray()
 
     def reset(self, streaming=False, spill=None):
         if (not streaming and spill is None and not self.total and self.decoder is None
-                and self.spill is None and not self.tail):
+                and self.namer is None and not self.tail):
             return                     # as a reset leaves it: nothing written since
         self.buf = bytearray()
         self.total = 0
         self.truncated = False
         # only streamed output is decoded as it comes
         self.decoder = codecs.getincrementaldecoder("utf-8")("replace") if streaming else None
-        # `spill(name)` names the file until the first byte goes there, then the names it gave:
-        # (absolute path, path relative to the workspace); None: the run keeps no file
-        self.spill = spill
+        self.namer = spill             # names the file (asked at its first byte); None: no file
+        self.spill = None              # (absolute path, path relative to the workspace)
         self.spill_file = None
         self.tail = bytearray()
 
@@ -66,12 +66,11 @@ class _Stream:
         """Past the inline limit of a run that asked to spill: the whole stream goes to a file of
         the workspace, its last bytes kept for the result. A file that cannot be written (the
         workspace's quota, the file-size limit) is removed: no file rather than part of one."""
-        if self.spill is None:
+        if self.namer is None:
             return
         try:
             if self.spill_file is None:
-                if callable(self.spill):
-                    self.spill = self.spill(self.name)
+                self.spill = self.namer(self.name)
                 os.makedirs(os.path.dirname(self.spill[0]), exist_ok=True)
                 self.spill_file = open(self.spill[0], "wb")
                 self.spill_file.write(self.buf)
@@ -85,7 +84,7 @@ class _Stream:
             del self.tail[:-SPILL_TAIL]
 
     def drop_spill(self):
-        if self.spill is None:
+        if self.namer is None:
             return
         if self.spill_file is not None:
             try:
@@ -96,7 +95,7 @@ class _Stream:
                 os.unlink(self.spill[0])
             except OSError:
                 pass
-        self.spill = self.spill_file = None
+        self.namer = self.spill = self.spill_file = None
 
     def spilled(self):
         """{"path", "tail"} of the file holding the whole stream, or None."""
@@ -107,7 +106,8 @@ class _Stream:
         except OSError:
             self.drop_spill()
             return None
-        path, self.spill, self.spill_file = self.spill[1], None, None
+        path = self.spill[1]
+        self.namer = self.spill = self.spill_file = None
         tail = bytes(self.tail[-SPILL_TAIL:])
         while tail and tail[0] & 0xC0 == 0x80:   # do not start on half a character
             tail = tail[1:]

@@ -17,13 +17,13 @@ mod bursts;
 mod direct;
 mod durable;
 mod durable_http;
-mod history;
 mod http;
 mod memory;
 mod nodes;
 mod pip;
 mod plain_figure;
 mod report;
+mod side_by_side;
 mod stages;
 mod throughput;
 mod timed;
@@ -243,16 +243,16 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
     }
     if sandbox.sandbox_history || sandbox.sandbox_compare {
         let pair = if sandbox.sandbox_history {
-            history::Pair::history()
+            side_by_side::Pair::history()
         } else if sandbox.sandbox_server_flag.is_empty() {
             bail!("--sandbox-compare needs at least one --sandbox-server-flag=--FLAG=VALUE");
         } else {
-            history::Pair::compare(&sandbox.sandbox_server_flag)
+            side_by_side::Pair::compare(&sandbox.sandbox_server_flag)
         };
         let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
         let dir = scratch_dir()?;
         let calls = sandbox.sandbox_calls.clamp(1, 100_000);
-        return history::run(&files, binary, dir.path(), calls, &pair);
+        return side_by_side::run(&files, binary, dir.path(), calls, &pair);
     }
     if sandbox.sandbox_sessions == 0 || sandbox.sandbox_calls == 0 || sandbox.sandbox_plots == 0 {
         bail!("--sandbox-sessions, --sandbox-calls and --sandbox-plots must be at least 1");

@@ -151,7 +151,7 @@ impl Settings {
     /// The async runtime's worker threads: the setting, else one per core. One worker answers
     /// a lone caller's warm call up to 0.16 ms sooner on a 2-core host, where two wake each
     /// other for the tasks they hand on, but serves 30 % fewer light requests under load
-    /// (README, "Speed"): the operator chooses.
+    /// (README, "Measured figures", goal 2): the operator chooses.
     pub fn worker_threads(&self) -> Result<usize, ConfigError> {
         match self.worker_threads {
             None => Ok(std::thread::available_parallelism().map_or(1, usize::from)),
