@@ -56,6 +56,12 @@ pub struct Http {
     pub floor: Timings,
     /// Warm `1+1` on the bare POST, the calls between those of `floor`.
     pub warm_beside_floor: Timings,
+    /// The least a service running the cell in Python does: the same bare server parsing the
+    /// call, a Python process compiling and evaluating `1+1` and answering a JSON line
+    /// (`floor.rs`), alternated call by call with `warm_beside_cell_floor`.
+    pub cell_floor: Timings,
+    /// Warm `1+1` on the bare POST, the calls between those of `cell_floor`.
+    pub warm_beside_cell_floor: Timings,
     /// The same naming five vault secrets (opened, set as the run's environment, redacted),
     /// alternated call by call with `warm_secrets_base`.
     pub warm_secrets: Timings,
@@ -266,10 +272,13 @@ fn figures(
     report("warm 1+1 (2026-07-28)", &warm_modern);
 
     wait_for_quiet(plan.quiet);
-    let (floor, warm_beside_floor) = floor_pair(runtime, plan, &endpoint, &personal)?;
+    let floors = floor_pairs(runtime, plan, &endpoint, &personal)?;
+    let ((floor, warm_beside_floor), (cell_floor, warm_beside_cell_floor)) = floors;
     server.check_running()?;
     report("floor (the same hops, no service)", &floor);
     report("warm 1+1 (alternated with it)", &warm_beside_floor);
+    report("floor with the cell run in Python", &cell_floor);
+    report("warm 1+1 (alternated with it)", &warm_beside_cell_floor);
 
     wait_for_quiet(plan.quiet);
     progress("warm 1+1 naming five vault secrets");
@@ -396,6 +405,8 @@ fn figures(
         warm,
         floor,
         warm_beside_floor,
+        cell_floor,
+        warm_beside_cell_floor,
         warm_secrets,
         warm_secrets_base,
         warm_secrets_legacy,
@@ -415,18 +426,19 @@ fn figures(
     })
 }
 
-/// The floor of a warm call on this machine, alternated call by call with a warm `1+1` through
-/// the service: the bench's bare HTTP server answering each POST through a Python process that
-/// echoes a line on a pipe. What the service adds to a warm call is the difference.
-fn floor_pair(
+/// The floors of a warm call on this machine, each alternated call by call with a warm `1+1`
+/// through the service: the bench's bare HTTP server answering each POST through a Python
+/// process that echoes a line on a pipe, then through one that runs the cell. What the service
+/// adds to a warm call is the difference.
+fn floor_pairs(
     runtime: &tokio::runtime::Runtime,
     plan: &Plan<'_>,
     endpoint: &Endpoint,
     personal: &str,
-) -> Result<(Timings, Timings)> {
+) -> Result<((Timings, Timings), (Timings, Timings))> {
     progress(&format!(
-        "the machine's floor: {} calls through a bare HTTP server and a Python echo, alternated \
-         with warm 1+1",
+        "the machine's floors: {} calls through a bare HTTP server and a Python echo, then as \
+         many with a Python running the cell, each alternated with warm 1+1",
         plan.calls
     ));
     let python = plan.files.runtime.join("bin").join("python3");
@@ -441,13 +453,25 @@ fn floor_pair(
         ]
     };
     let echo = Workload::post("/echo/floor", write_call("1+1", "warm"), needles())?;
+    let cell = Workload::post("/cell/floor", write_call("1+1", "warm"), needles())?;
     let warm = Workload::post(personal, write_call("1+1", "warm"), needles())?;
-    let timed = runtime.block_on(timed_across(
-        (&floor_endpoint, &echo),
-        (endpoint, &warm),
-        WARMUP_CALLS,
-        plan.calls,
-    ));
+    let timed = runtime.block_on(async {
+        let echoed = timed_across(
+            (&floor_endpoint, &echo),
+            (endpoint, &warm),
+            WARMUP_CALLS,
+            plan.calls,
+        )
+        .await?;
+        let ran = timed_across(
+            (&floor_endpoint, &cell),
+            (endpoint, &warm),
+            WARMUP_CALLS,
+            plan.calls,
+        )
+        .await?;
+        anyhow::Ok((echoed, ran))
+    });
     floor.check_running()?;
     floor.stop()?;
     timed

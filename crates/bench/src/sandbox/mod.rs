@@ -74,9 +74,14 @@ pub struct SandboxArgs {
     #[arg(long)]
     pub sandbox_history: bool,
     /// Compare two servers on a warm `1+1` through HTTP, their calls alternated
-    /// (--sandbox-calls each): the defaults against the --sandbox-server-flag's
+    /// (--sandbox-calls each): the defaults against the --sandbox-server-flag's, or this
+    /// build against --sandbox-compare-toolgate's
     #[arg(long)]
     pub sandbox_compare: bool,
+    /// The second server's binary of --sandbox-compare (another build, say of the commit
+    /// before), the first being --toolgate's
+    #[arg(long)]
+    pub sandbox_compare_toolgate: Option<PathBuf>,
     /// The Python runtime [default: .deps/python-runtime of the working directory, else of the
     /// checkout this program was built in]
     #[arg(long)]
@@ -244,10 +249,18 @@ pub fn run(args: &Args, binary: &Path) -> Result<()> {
     if sandbox.sandbox_history || sandbox.sandbox_compare {
         let pair = if sandbox.sandbox_history {
             side_by_side::Pair::history()
-        } else if sandbox.sandbox_server_flag.is_empty() {
-            bail!("--sandbox-compare needs at least one --sandbox-server-flag=--FLAG=VALUE");
+        } else if sandbox.sandbox_server_flag.is_empty()
+            && sandbox.sandbox_compare_toolgate.is_none()
+        {
+            bail!(
+                "--sandbox-compare needs a --sandbox-server-flag=--FLAG=VALUE or a \
+                 --sandbox-compare-toolgate=BINARY"
+            );
         } else {
-            side_by_side::Pair::compare(&sandbox.sandbox_server_flag)
+            side_by_side::Pair::compare(
+                &sandbox.sandbox_server_flag,
+                sandbox.sandbox_compare_toolgate.as_deref(),
+            )
         };
         let files = locate(sandbox.sandbox_runtime.as_deref(), binary)?;
         let dir = scratch_dir()?;

@@ -151,6 +151,18 @@ impl SandboxReport {
         );
         row(
             &mut out,
+            "floor: the same + Python running the cell",
+            &h.cell_floor,
+            "the least a service running Python cells does",
+        );
+        row(
+            &mut out,
+            "warm 1+1, HTTP, alternated with that floor",
+            &h.warm_beside_cell_floor,
+            &above_floor(&h.warm_beside_cell_floor, &h.cell_floor),
+        );
+        row(
+            &mut out,
             "warm 1+1, HTTP, naming 5 vault secrets",
             &h.warm_secrets,
             &added_p50(&h.warm_secrets, &h.warm_secrets_base),
@@ -279,6 +291,8 @@ impl SandboxReport {
         let floor = json!({
             "floor": timings_json(&h.floor),
             "warm_1_plus_1_alternated": timings_json(&h.warm_beside_floor),
+            "cell_floor": timings_json(&h.cell_floor),
+            "warm_1_plus_1_alternated_with_cell_floor": timings_json(&h.warm_beside_cell_floor),
         });
         let for_scale = json!({
             "jupyter_kernel_start_ms": [JUPYTER_START_MS.0, JUPYTER_START_MS.1],

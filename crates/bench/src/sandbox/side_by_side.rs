@@ -2,11 +2,12 @@
 //! (one keep-alive connection each), so that whatever else the machine does touches both
 //! alike. `toolgate-bench --sandbox-history`: what recording each call in the call history adds
 //! (the default `history_days` against `history_days = 0`); `--sandbox-compare`: the defaults
-//! against the `--sandbox-server-flag`s given. Each client path is measured: the bare POST, a
+//! against the `--sandbox-server-flag`s given, or this build against another
+//! (`--sandbox-compare-toolgate`). Each client path is measured: the bare POST, a
 //! 2025-11-25 session with SSE accepted (what Claude Desktop, Cursor, VS Code and the SDKs'
 //! default mode take), and 2026-07-28.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result};
@@ -26,6 +27,8 @@ pub struct Pair {
     pub labels: [String; 2],
     /// The flags of the first and the second server.
     pub flags: [Vec<(String, String)>; 2],
+    /// The second server's binary, when it is not the first's.
+    pub second_binary: Option<PathBuf>,
     /// What the difference (first − second) is held against, printed after it.
     pub goal: &'static str,
 }
@@ -42,16 +45,22 @@ impl Pair {
                 Vec::new(),
                 vec![("--history-days".to_owned(), "0".to_owned())],
             ],
+            second_binary: None,
             goal: " (goal: ≤ +0.02 ms at p50)",
         }
     }
 
-    /// The defaults against `flags`.
-    pub fn compare(flags: &[(String, String)]) -> Self {
-        let named: Vec<String> = flags.iter().map(|(f, v)| format!("{f}={v}")).collect();
+    /// The defaults against `flags`, the second server run from `second_binary` if given.
+    pub fn compare(flags: &[(String, String)], second_binary: Option<&Path>) -> Self {
+        let mut named: Vec<String> = second_binary
+            .map(|binary| binary.display().to_string())
+            .into_iter()
+            .collect();
+        named.extend(flags.iter().map(|(f, v)| format!("{f}={v}")));
         Self {
             labels: ["defaults".to_owned(), named.join(" ")],
             flags: [Vec::new(), flags.to_vec()],
+            second_binary: second_binary.map(Path::to_owned),
             goal: "",
         }
     }
@@ -63,7 +72,8 @@ pub fn run(files: &Files, binary: &Path, dir: &Path, calls: usize, pair: &Pair) 
         .enable_all()
         .build()?;
     let on = toolgate(files, binary, dir, "a", &pair.flags[0]);
-    let off = toolgate(files, binary, dir, "b", &pair.flags[1]);
+    let second = pair.second_binary.as_deref().unwrap_or(binary);
+    let off = toolgate(files, second, dir, "b", &pair.flags[1]);
     let mut servers = Vec::new();
     for toolgate in [&on, &off] {
         let log = dir.join(format!(

@@ -19,7 +19,7 @@ pub(crate) const STAGES: [(&str, &str); 9] = [
     ("read", "body read, checked as JSON-RPC, routed"),
     (
         "admit",
-        "call task spawned, arguments planned, admitted (charge decided)",
+        "the call begun, arguments planned, admitted (charge decided)",
     ),
     ("send", "to the session's driver, request frame written"),
     (
@@ -31,7 +31,7 @@ pub(crate) const STAGES: [(&str, &str); 9] = [
         "answer to the caller's task, redacted, charge commit waited for",
     ),
     ("history", "the call's history record queued"),
-    ("encode", "call task joined, JSON-RPC answer written"),
+    ("encode", "the call's answer taken, JSON-RPC answer written"),
     ("total", "the server's whole share"),
 ];
 
