@@ -26,6 +26,7 @@ use crate::Shared;
 use crate::answer::Answered;
 use crate::jsonrpc::MessageInfo;
 use crate::mcp_sessions::{CallCancel, CallOrigin};
+use crate::run_to_end::{Panicked, RunToEnd};
 
 /// `params` of a call this path takes: nothing but the tool and its arguments.
 #[derive(Deserialize)]
@@ -109,12 +110,11 @@ pub(crate) async fn run(
         .or_else(|| parts.extensions.get::<CallOrigin>().cloned())
         .unwrap_or_default();
     // in a legacy session, `notifications/cancelled` cancels the call through this token;
-    // a client that goes away drops this future, and the guard cancels it then
+    // a client that goes away drops this future, and `RunToEnd` cancels it then
     let cancel = parts
         .extensions
         .get::<CallCancel>()
         .map_or_else(CancellationToken::new, |CallCancel(token)| token.clone());
-    let gone = cancel.clone().drop_guard();
     let (handler, caller, token) = (state.handler.clone(), account.clone(), cancel.clone());
     let started = Instant::now();
     let clock = parts
@@ -122,30 +122,32 @@ pub(crate) async fn run(
         .get::<ServerTiming>()
         .map(|ServerTiming(stages)| stages.clone());
     let in_task = clock.clone();
-    // the call runs in a task of its own, as under rmcp: the client leaving cancels it, and
-    // it ends as it ends on cancellation rather than being dropped half-way
-    let task = tokio::spawn(async move {
-        let io = CallIo {
-            cancel: Some(&token),
-            client: origin.client.as_deref(),
-            session: origin.session.as_deref(),
-            ..CallIo::default()
-        };
-        let work = handler.answer(&caller, &name, arguments, io, started);
-        match in_task {
-            Some(stages) => stages::scope(stages, work).await,
-            None => work.await,
-        }
-    });
+    // polled here, not in a task of its own; dropped half-way (the client left), the rest of it
+    // runs in one, so it ends as it ends on cancellation rather than being dropped half-way
+    let work = RunToEnd::new(
+        async move {
+            let io = CallIo {
+                cancel: Some(&token),
+                client: origin.client.as_deref(),
+                session: origin.session.as_deref(),
+                ..CallIo::default()
+            };
+            let work = handler.answer(&caller, &name, arguments, io, started);
+            match in_task {
+                Some(stages) => stages::scope(stages, work).await,
+                None => work.await,
+            }
+        },
+        cancel,
+    );
     // the call ran (or began): from here on it is answered here, never handed to rmcp again
-    let answered = match task.await {
+    let answered = match work.await {
         Ok(answered) => answered,
-        Err(_) => Err(McpError::internal_error(
+        Err(Panicked) => Err(McpError::internal_error(
             "the call failed inside the service; nothing more is known",
             None,
         )),
     };
-    drop(gone.disarm());
     let status = match (&answered, generation) {
         (Err(error), Generation::Stateless) => stateless_error_status(error),
         _ => StatusCode::OK,
