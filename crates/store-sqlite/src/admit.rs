@@ -30,6 +30,7 @@ use crate::Durability;
 use crate::allowance::Mirror;
 use crate::jobs::{AdmitJob, Key, WriterJob};
 use crate::standing::{self, Call};
+use crate::wal_checkpoints::{Checkpointer, WRITER_CHECKPOINT_PAGES};
 
 /// Most admissions decided in one transaction.
 const MAX_BATCH: usize = 512;
@@ -167,10 +168,11 @@ pub(crate) fn spawn_writer(
     mirror: Arc<Mirror>,
 ) -> Result<mpsc::Sender<WriterJob>, StoreError> {
     let conn = open_connection(path, durability).map_err(unavailable)?;
+    let checkpoints = Checkpointer::spawn(path, durability)?;
     let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
     std::thread::Builder::new()
         .name("toolgate-admissions".to_owned())
-        .spawn(move || run_writer(&conn, receiver, &mirror))
+        .spawn(move || run_writer(&conn, receiver, &mirror, checkpoints))
         .map_err(|e| StoreError::Unavailable(format!("cannot start the metering writer: {e}")))?;
     Ok(sender)
 }
@@ -185,6 +187,8 @@ fn open_connection(path: &Path, durability: Durability) -> rusqlite::Result<Conn
         Durability::Normal => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", synchronous)?;
+    // its commits checkpoint rarely: `wal_checkpoints` does most of it, on a thread of its own
+    conn.pragma_update(None, "wal_autocheckpoint", WRITER_CHECKPOINT_PAGES)?;
     Ok(conn)
 }
 
@@ -192,7 +196,12 @@ fn unavailable(error: rusqlite::Error) -> StoreError {
     StoreError::Unavailable(error.to_string())
 }
 
-fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<WriterJob>, mirror: &Mirror) {
+fn run_writer(
+    conn: &Connection,
+    mut receiver: mpsc::Receiver<WriterJob>,
+    mirror: &Mirror,
+    mut checkpoints: Checkpointer,
+) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(job) = receiver.blocking_recv() {
         batch.push(job);
@@ -202,7 +211,9 @@ fn run_writer(conn: &Connection, mut receiver: mpsc::Receiver<WriterJob>, mirror
                 Err(_) => break,
             }
         }
+        let admissions = batch.len();
         decide_batch(conn, &mut batch, mirror);
+        checkpoints.committed(admissions); // after every caller heard its outcome
     }
 }
 

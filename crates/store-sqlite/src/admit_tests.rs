@@ -119,3 +119,60 @@ async fn one_transaction_decides_each_call_on_the_standing_before_it() {
     assert_eq!((usage.free_used, usage.wallet), (2, Micros(4)));
     assert_eq!(store.ledger_counts(&account, &month).await.unwrap(), (2, 2));
 }
+
+/// `mxFrame` of the WAL index's header and `nBackfill` of its checkpoint record, read from the
+/// `-shm` file (SQLite's WAL-index format: both native-endian u32, at bytes 16 and 96).
+fn wal_frames_and_copied(db: &std::path::Path) -> (u32, u32) {
+    let shm = std::fs::read(db.with_extension("db-shm")).unwrap();
+    let word = |at: usize| u32::from_ne_bytes(shm[at..at + 4].try_into().unwrap());
+    (word(16), word(96))
+}
+
+/// The admissions' commits checkpoint the WAL only rarely (one call in a hundred used to wait
+/// for it); the checkpoint thread copies what they leave, and the WAL stays bounded.
+#[tokio::test]
+async fn the_wal_is_checkpointed_mostly_off_the_admissions_thread() {
+    let (dir, store, conn, account) = file_with_account(1_000_000_000).await;
+    let pages: i64 = conn
+        .query_row("PRAGMA wal_autocheckpoint", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(pages, crate::wal_checkpoints::WRITER_CHECKPOINT_PAGES);
+    let month = MonthKey::now();
+    let charge = CallCharge {
+        account: &account,
+        month: &month,
+        tool: "svc_write",
+        free_monthly_calls: 0,
+        paid_call_cost: Micros(8),
+        key: None,
+        capped: false,
+    };
+    for _ in 0..3000 {
+        store.admit_call(&charge).await.unwrap();
+    }
+    // each commit appends about five pages: some 68 MB unchecked
+    let wal = std::fs::metadata(dir.path().join("t.db-wal"))
+        .unwrap()
+        .len();
+    assert!(wal < 20 << 20, "the WAL grew to {wal} bytes");
+    // what the last admissions appended is copied by the thread, not by them
+    let db = dir.path().join("t.db");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (frames, copied) = wal_frames_and_copied(&db);
+        if frames > 0 && frames == copied {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{copied} of {frames} WAL frames copied after 5 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let usage = store.usage(&account, &month).await.unwrap();
+    assert_eq!(
+        usage.wallet,
+        Micros(1_000_000_000 - 3000 * 8),
+        "a charge was lost"
+    );
+}

@@ -25,6 +25,7 @@ mod spend;
 mod standing;
 mod take_back;
 mod tasks;
+mod wal_checkpoints;
 
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};

@@ -43,6 +43,30 @@ pub struct Breakdown {
     /// Per stage of [`STAGES`], the durations the server gave (a call without the stage adds
     /// nothing to it).
     pub stages: Vec<Timings>,
+    /// The slowest 1 % of the calls (by the client's round trip): the median of each stage of
+    /// [`STAGES`] over them, then their median round trip (ms): where the tail's time goes.
+    pub slowest: Vec<f64>,
+}
+
+/// The median of each stage and of the round trip over the slowest 1 % of `calls` (at least
+/// one): what a call near the p99 spends where, not swayed by the few slowest of all.
+fn slowest_medians(calls: &mut [(Duration, Vec<f64>)]) -> Vec<f64> {
+    calls.sort_by_key(|call| std::cmp::Reverse(call.0));
+    let tail = &calls[..calls.len().div_ceil(100).min(calls.len())];
+    if tail.is_empty() {
+        return Vec::new();
+    }
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let mut medians: Vec<f64> = (0..STAGES.len())
+        .map(|stage| median(tail.iter().map(|(_, ms)| ms[stage]).collect()))
+        .collect();
+    medians.push(median(
+        tail.iter().map(|(d, _)| d.as_secs_f64() * 1e3).collect(),
+    ));
+    medians
 }
 
 impl Breakdown {
@@ -69,10 +93,14 @@ pub(crate) async fn alternated(
             path,
             client: Timings::default(),
             stages: vec![Timings::default(); STAGES.len()],
+            slowest: Vec::new(),
         })
         .collect();
+    let mut calls: Vec<Vec<(Duration, Vec<f64>)>> = vec![Vec::new(); paths.len()];
     for i in 0..warmup + count {
-        for ((path, workload), breakdown) in paths.iter().zip(&mut breakdowns) {
+        for (((path, workload), breakdown), calls) in
+            paths.iter().zip(&mut breakdowns).zip(&mut calls)
+        {
             let (elapsed, header) = call(&mut sender, endpoint, workload)
                 .await
                 .with_context(|| format!("call {i} on the {path} path"))?;
@@ -82,19 +110,24 @@ pub(crate) async fn alternated(
             breakdown.client.push(elapsed);
             let header =
                 header.context("no Server-Timing header: is the server's --server-timing on?")?;
+            let mut this_call = vec![0.0; STAGES.len()];
             for (name, millis) in parse(&header) {
                 if let Some(n) = STAGES.iter().position(|(stage, _)| *stage == name) {
                     breakdown.stages[n].push(Duration::from_secs_f64(millis / 1e3));
+                    this_call[n] = millis;
                 }
             }
+            calls.push((elapsed, this_call));
         }
     }
     Ok(breakdowns
         .into_iter()
-        .map(|b| Breakdown {
+        .zip(&mut calls)
+        .map(|(b, calls)| Breakdown {
             path: b.path,
             client: b.client.sorted(),
             stages: b.stages.into_iter().map(Timings::sorted).collect(),
+            slowest: slowest_medians(calls),
         })
         .collect())
 }
@@ -196,7 +229,39 @@ pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> Strin
         "(p50s of stages do not add up to the p50 of their sum; the session alone, in process: p50 {} ms)",
         ms(session_p50)
     );
+    slowest_table(&mut out, breakdowns);
     out
+}
+
+/// The tail's table: the median of each stage over the slowest 1 % of each path's calls.
+fn slowest_table(out: &mut String, breakdowns: &[Breakdown]) {
+    let _ = write!(
+        out,
+        "\nthe slowest 1 % of the calls (the median of each stage over them, ms)\n{:<10}",
+        "stage"
+    );
+    for b in breakdowns {
+        let _ = write!(out, " {:>14}", b.path);
+    }
+    let _ = writeln!(out);
+    let names = STAGES.iter().map(|(name, _)| *name).chain(["client"]);
+    for (n, name) in names.enumerate() {
+        let _ = write!(out, "{name:<10}");
+        for b in breakdowns {
+            let _ = write!(out, " {:>14}", ms(b.slowest.get(n).copied()));
+        }
+        let _ = writeln!(out);
+    }
+    let _ = write!(out, "{:<10}", "outside");
+    for b in breakdowns {
+        let outside = b.slowest.last().zip(b.slowest.get(STAGES.len() - 1));
+        let _ = write!(
+            out,
+            " {:>14}",
+            ms(outside.map(|(client, total)| client - total))
+        );
+    }
+    let _ = writeln!(out);
 }
 
 /// The breakdowns as JSON: per path, per stage, p50 and p99.
@@ -244,5 +309,24 @@ mod tests {
                 ("total", 0.2)
             ]
         );
+    }
+
+    #[test]
+    fn the_tail_is_the_slowest_calls_medians() {
+        // 300 calls: three slow ones (1 % of 300), their session stage 3, 5 and 90 ms
+        let mut calls: Vec<(Duration, Vec<f64>)> = (0..297)
+            .map(|_| (Duration::from_micros(400), vec![0.1; STAGES.len()]))
+            .collect();
+        for (client_ms, session_ms) in [(4u64, 3.0), (6, 5.0), (95, 90.0)] {
+            let mut stages = vec![0.1; STAGES.len()];
+            stages[4] = session_ms;
+            calls.push((Duration::from_millis(client_ms), stages));
+        }
+        let medians = slowest_medians(&mut calls);
+        assert_eq!(medians.len(), STAGES.len() + 1);
+        assert!((medians[4] - 5.0).abs() < 1e-9, "{medians:?}");
+        assert!((medians[0] - 0.1).abs() < 1e-9, "{medians:?}");
+        assert!((medians[STAGES.len()] - 6.0).abs() < 1e-9, "{medians:?}");
+        assert!(slowest_medians(&mut Vec::new()).is_empty());
     }
 }
