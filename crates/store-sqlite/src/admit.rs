@@ -168,7 +168,7 @@ pub(crate) fn spawn_writer(
     mirror: Arc<Mirror>,
 ) -> Result<mpsc::Sender<WriterJob>, StoreError> {
     let conn = open_connection(path, durability).map_err(unavailable)?;
-    let checkpoints = Checkpointer::spawn(path, durability)?;
+    let checkpoints = Checkpointer::spawn(open_connection(path, durability).map_err(unavailable)?)?;
     let (sender, receiver) = mpsc::channel(QUEUE_DEPTH);
     std::thread::Builder::new()
         .name("toolgate-admissions".to_owned())

@@ -13,14 +13,11 @@
 //! already copied, only those and the sync are left to it. The WAL file stays under about
 //! 17 MB.
 
-use std::path::Path;
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 
 use rusqlite::Connection;
 use toolgate_store::StoreError;
-
-use crate::Durability;
 
 /// Admissions between two nudges: about as many pages of WAL as SQLite's own 1,000-page default.
 pub(crate) const NUDGE_EVERY: u64 = 128;
@@ -38,9 +35,8 @@ pub(crate) struct Checkpointer {
 }
 
 impl Checkpointer {
-    /// Opens the thread's connection to `path` and starts it.
-    pub(crate) fn spawn(path: &Path, durability: Durability) -> Result<Self, StoreError> {
-        let conn = open(path, durability).map_err(|e| StoreError::Unavailable(e.to_string()))?;
+    /// Starts the thread on `conn`, a connection of its own.
+    pub(crate) fn spawn(conn: Connection) -> Result<Self, StoreError> {
         let (nudge, nudges) = mpsc::sync_channel(1);
         std::thread::Builder::new()
             .name("toolgate-wal-checkpoints".to_owned())
@@ -64,17 +60,6 @@ impl Checkpointer {
             let _ = self.nudge.try_send(());
         }
     }
-}
-
-fn open(path: &Path, durability: Durability) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    let synchronous = match durability {
-        Durability::Full => "FULL",
-        Durability::Normal => "NORMAL",
-    };
-    conn.pragma_update(None, "synchronous", synchronous)?;
-    Ok(conn)
 }
 
 fn run(conn: &Connection, nudges: &mpsc::Receiver<()>) {
