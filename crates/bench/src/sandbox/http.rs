@@ -455,23 +455,16 @@ fn floor_pairs(
     let echo = Workload::post("/echo/floor", write_call("1+1", "warm"), needles())?;
     let cell = Workload::post("/cell/floor", write_call("1+1", "warm"), needles())?;
     let warm = Workload::post(personal, write_call("1+1", "warm"), needles())?;
-    let timed = runtime.block_on(async {
-        let echoed = timed_across(
-            (&floor_endpoint, &echo),
+    let beside = |floor: &Workload| {
+        let floor_side = (&floor_endpoint, floor);
+        runtime.block_on(timed_across(
+            floor_side,
             (endpoint, &warm),
             WARMUP_CALLS,
             plan.calls,
-        )
-        .await?;
-        let ran = timed_across(
-            (&floor_endpoint, &cell),
-            (endpoint, &warm),
-            WARMUP_CALLS,
-            plan.calls,
-        )
-        .await?;
-        anyhow::Ok((echoed, ran))
-    });
+        ))
+    };
+    let timed = beside(&echo).and_then(|echoed| Ok((echoed, beside(&cell)?)));
     floor.check_running()?;
     floor.stop()?;
     timed

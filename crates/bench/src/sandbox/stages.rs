@@ -178,27 +178,41 @@ fn ms(value: Option<f64>) -> String {
 /// A figure of a path read off its breakdown.
 type Figure = dyn Fn(&Breakdown) -> Option<f64>;
 
+/// A table's title and its head: one column per path, then `last`.
+fn head(out: &mut String, title: &str, breakdowns: &[Breakdown], last: &str) {
+    let _ = write!(out, "\n{title}\n{:<10}", "stage");
+    for b in breakdowns {
+        let _ = write!(out, " {:>14}", b.path);
+    }
+    let _ = writeln!(out, "{last}");
+}
+
+/// One row: `name`, the figure of each path, then `covers`.
+fn row(
+    out: &mut String,
+    name: &str,
+    breakdowns: &[Breakdown],
+    value: &dyn Fn(&Breakdown) -> Option<f64>,
+    covers: &str,
+) {
+    let _ = write!(out, "{name:<10}");
+    for b in breakdowns {
+        let _ = write!(out, " {:>14}", ms(value(b)));
+    }
+    let _ = writeln!(out, "{covers}");
+}
+
 /// The per-stage table: p50 of each stage on each path, the client's p50 and p99, and the rest.
 pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> String {
     let mut out = String::new();
     if breakdowns.is_empty() {
         return out;
     }
-    let _ = write!(
-        out,
-        "\nwhere a warm 1+1 goes (p50 per stage, ms; the server's Server-Timing)\n{:<10}",
-        "stage"
-    );
-    for b in breakdowns {
-        let _ = write!(out, " {:>14}", b.path);
-    }
-    let _ = writeln!(out, "  covers");
+    let title = "where a warm 1+1 goes (p50 per stage, ms; the server's Server-Timing)";
+    head(&mut out, title, breakdowns, "  covers");
     for (n, (name, covers)) in STAGES.iter().enumerate() {
-        let _ = write!(out, "{name:<10}");
-        for b in breakdowns {
-            let _ = write!(out, " {:>14}", ms(b.stages[n].percentile_ms(50.0)));
-        }
-        let _ = writeln!(out, "  {covers}");
+        let p50 = |b: &Breakdown| b.stages[n].percentile_ms(50.0);
+        row(&mut out, name, breakdowns, &p50, &format!("  {covers}"));
     }
     let rows: [(&str, &Figure, &str); 3] = [
         (
@@ -218,11 +232,7 @@ pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> Strin
         ),
     ];
     for (name, value, covers) in rows {
-        let _ = write!(out, "{name:<10}");
-        for b in breakdowns {
-            let _ = write!(out, " {:>14}", ms(value(b)));
-        }
-        let _ = writeln!(out, "  {covers}");
+        row(&mut out, name, breakdowns, value, &format!("  {covers}"));
     }
     let _ = writeln!(
         out,
@@ -235,33 +245,18 @@ pub(crate) fn table(breakdowns: &[Breakdown], session_p50: Option<f64>) -> Strin
 
 /// The tail's table: the median of each stage over the slowest 1 % of each path's calls.
 fn slowest_table(out: &mut String, breakdowns: &[Breakdown]) {
-    let _ = write!(
-        out,
-        "\nthe slowest 1 % of the calls (the median of each stage over them, ms)\n{:<10}",
-        "stage"
-    );
-    for b in breakdowns {
-        let _ = write!(out, " {:>14}", b.path);
-    }
-    let _ = writeln!(out);
+    let title = "the slowest 1 % of the calls (the median of each stage over them, ms)";
+    head(out, title, breakdowns, "");
     let names = STAGES.iter().map(|(name, _)| *name).chain(["client"]);
     for (n, name) in names.enumerate() {
-        let _ = write!(out, "{name:<10}");
-        for b in breakdowns {
-            let _ = write!(out, " {:>14}", ms(b.slowest.get(n).copied()));
-        }
-        let _ = writeln!(out);
+        row(out, name, breakdowns, &|b| b.slowest.get(n).copied(), "");
     }
-    let _ = write!(out, "{:<10}", "outside");
-    for b in breakdowns {
-        let outside = b.slowest.last().zip(b.slowest.get(STAGES.len() - 1));
-        let _ = write!(
-            out,
-            " {:>14}",
-            ms(outside.map(|(client, total)| client - total))
-        );
-    }
-    let _ = writeln!(out);
+    // the tail's client less its total (the last entry and the stage `total`)
+    let outside = |b: &Breakdown| {
+        let (client, total) = b.slowest.last().zip(b.slowest.get(STAGES.len() - 1))?;
+        Some(client - total)
+    };
+    row(out, "outside", breakdowns, &outside, "");
 }
 
 /// The breakdowns as JSON: per path, per stage, p50 and p99.
@@ -328,5 +323,53 @@ mod tests {
         assert!((medians[0] - 0.1).abs() < 1e-9, "{medians:?}");
         assert!((medians[STAGES.len()] - 6.0).abs() < 1e-9, "{medians:?}");
         assert!(slowest_medians(&mut Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn the_tables_have_a_row_per_stage_and_a_column_per_path() {
+        let timings = |ms: u64| {
+            let mut t = Timings::default();
+            t.push(Duration::from_millis(ms));
+            t.sorted()
+        };
+        let breakdown = |path| Breakdown {
+            path,
+            client: timings(3),
+            stages: (0..STAGES.len()).map(|_| timings(1)).collect(),
+            slowest: vec![2.0; STAGES.len() + 1],
+        };
+        let text = table(
+            &[breakdown("bare POST"), breakdown("2026-07-28")],
+            Some(0.5),
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        for (name, covers) in STAGES {
+            let line = lines
+                .iter()
+                .find(|l| l.starts_with(&format!("{name:<10} ")))
+                .unwrap();
+            assert!(line.ends_with(&format!("1.000  {covers}")), "{line}");
+        }
+        let outside = lines.iter().find(|l| l.starts_with("outside ")).unwrap();
+        assert!(
+            outside.contains("2.000          2.000  client p50"),
+            "{outside}"
+        );
+        // the tail's table: the same rows, no `covers`, and its own `outside` (client − total)
+        let tail = text.split("the slowest 1 %").nth(1).unwrap();
+        assert!(
+            tail.contains(&format!(
+                "\n{:<10} {:>14} {:>14}\n",
+                "session", "2.000", "2.000"
+            )),
+            "{tail}"
+        );
+        assert!(
+            tail.trim_end().ends_with(&format!(
+                "{:<10} {:>14} {:>14}",
+                "outside", "0.000", "0.000"
+            )),
+            "{tail}"
+        );
     }
 }
