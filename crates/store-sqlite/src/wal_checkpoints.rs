@@ -13,6 +13,8 @@
 //! already copied, only those and the sync are left to it. The WAL file stays under about
 //! 17 MB.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, SyncSender};
 use std::time::Duration;
 
@@ -20,39 +22,47 @@ use rusqlite::Connection;
 use toolgate_store::StoreError;
 
 /// Admissions between two nudges: about as many pages of WAL as SQLite's own 1,000-page default.
-pub(crate) const NUDGE_EVERY: u64 = 128;
+const NUDGE_EVERY: u64 = 128;
 /// The admissions connection's `wal_autocheckpoint`: the WAL restarts from its beginning after
 /// about this many pages (4 KiB each).
 pub(crate) const WRITER_CHECKPOINT_PAGES: i64 = 4000;
-/// A checkpoint at least this often while anything was written.
+/// A checkpoint at least this often while admissions come (none while none do).
 const PERIOD: Duration = Duration::from_millis(500);
 
 /// The handle of the checkpoint thread; the thread ends when it is dropped.
 #[derive(Debug)]
 pub(crate) struct Checkpointer {
     nudge: SyncSender<()>,
+    /// Admissions since the last nudge.
     admissions: u64,
+    /// Admissions committed in all, read by the thread to skip the checks of an idle store.
+    committed: Arc<AtomicU64>,
 }
 
 impl Checkpointer {
     /// Starts the thread on `conn`, a connection of its own.
     pub(crate) fn spawn(conn: Connection) -> Result<Self, StoreError> {
         let (nudge, nudges) = mpsc::sync_channel(1);
+        let committed = Arc::new(AtomicU64::new(0));
+        let seen = Arc::clone(&committed);
         std::thread::Builder::new()
             .name("toolgate-wal-checkpoints".to_owned())
-            .spawn(move || run(&conn, &nudges))
+            .spawn(move || run(&conn, &nudges, &seen))
             .map_err(|e| {
                 StoreError::Unavailable(format!("cannot start the WAL checkpoint thread: {e}"))
             })?;
         Ok(Self {
             nudge,
             admissions: 0,
+            committed,
         })
     }
 
     /// Counts `admissions` just committed; every [`NUDGE_EVERY`] of them asks for a checkpoint
     /// (without waiting: one asked for and not yet begun covers the next).
     pub(crate) fn committed(&mut self, admissions: usize) {
+        self.committed
+            .fetch_add(admissions as u64, Ordering::Relaxed);
         self.admissions += admissions as u64;
         if self.admissions >= NUDGE_EVERY {
             self.admissions = 0;
@@ -62,17 +72,23 @@ impl Checkpointer {
     }
 }
 
-fn run(conn: &Connection, nudges: &mpsc::Receiver<()>) {
+fn run(conn: &Connection, nudges: &mpsc::Receiver<()>, committed: &AtomicU64) {
+    let mut checked = 0;
     loop {
         match nudges.recv_timeout(PERIOD) {
-            Ok(()) | Err(RecvTimeoutError::Timeout) => checkpoint(conn),
+            Ok(()) | Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => return,
+        }
+        let now = committed.load(Ordering::Relaxed);
+        if now != checked {
+            checked = now;
+            checkpoint(conn);
         }
     }
 }
 
 /// One PASSIVE checkpoint; with nothing new in the WAL it copies and syncs nothing.
-pub(crate) fn checkpoint(conn: &Connection) {
+fn checkpoint(conn: &Connection) {
     let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
         row.get::<_, i64>(0)
     });
