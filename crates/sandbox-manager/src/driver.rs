@@ -1,10 +1,12 @@
-//! The task that owns a session's socket (the "driver") and runs its calls one at a time: it
-//! writes each call's request, reads what the session sends within the call's bounds, answers
-//! upcalls, interrupts on time-out or cancellation (SIGINT, then SIGKILL), and keeps the session
-//! in step for the next call. [`crate::session::Session`] is the handle that hands it calls.
+//! What owns a session's socket (the "driver") and runs its calls one at a time: it writes each
+//! call's request, reads what the session sends within the call's bounds, answers upcalls,
+//! interrupts on time-out or cancellation (SIGINT, then SIGKILL), and keeps the session in step
+//! for the next call. Each call runs it in the caller's own task, one turn at a time; between
+//! calls it is looked at by the session's watcher ([`crate::session`]).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -23,7 +25,7 @@ use crate::bounded::CallBudget;
 use crate::frame_io::FrameReader;
 use crate::keep::{KEEP_FRAME_BYTES, Keep, KeepAnswer, KeepStep, keep_frame};
 use crate::session_error::{KillReason, SessionError};
-use crate::session_input::{Idle, Step, idle_input, on_frame};
+use crate::session_input::{Idle, Step, on_frame, poll_idle};
 use crate::upcalls::{PendingUpcalls, Ready, Upcalls};
 
 /// One call for a session: what to run, for how long, and where its output, its upcalls and
@@ -42,24 +44,6 @@ pub(crate) struct Call {
     pub(crate) spill: bool,
 }
 
-/// What a session's driver is asked to do.
-#[derive(Debug)]
-pub(crate) enum Job {
-    /// run a call
-    Call {
-        call: Call,
-        reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
-        /// The clock of the request making the call, when it asked for its stages.
-        stages: Option<Arc<Stages>>,
-    },
-    /// checkpoint or restore the session's Python state, within `limit`
-    Keep {
-        keep: Keep,
-        limit: Duration,
-        reply: oneshot::Sender<Result<KeepAnswer, SessionError>>,
-    },
-}
-
 async fn cancelled(token: Option<&CancellationToken>) {
     match token {
         Some(token) => token.cancelled().await,
@@ -67,7 +51,7 @@ async fn cancelled(token: Option<&CancellationToken>) {
     }
 }
 
-/// The task that owns a session's socket.
+/// A session's socket and what is known of the session's state.
 pub(crate) struct Driver {
     pid: i32,
     stream: UnixStream,
@@ -154,65 +138,43 @@ impl Driver {
         }
     }
 
-    pub(crate) async fn serve(mut self, mut jobs: mpsc::UnboundedReceiver<Job>) {
-        let why = loop {
-            tokio::select! {
-                job = jobs.recv() => match job {
-                    Some(Job::Call { call, reply, stages }) => {
-                        if let Some(why) = self.run(call, reply, stages.as_deref()).await {
-                            break why;
-                        }
-                    }
-                    Some(Job::Keep { keep, limit, reply }) => {
-                        if let Some(why) = self.keep(&keep, limit, reply).await {
-                            break why;
-                        }
-                    }
-                    None => {
-                        self.close().await;
-                        break "it was closed".to_owned();
-                    }
-                },
-                // Nothing is due between calls: a byte that comes ends the session (a thread of
-                // the last cell may be writing a frame without end), without being read.
-                idle = idle_input(&mut self.reader, &mut self.stream, self.next_id == 0, self.pid) => {
-                    match idle {
-                        Idle::Quiet => {}
-                        Idle::Ended => break self.settle(None, Duration::ZERO).await.to_string(),
-                        Idle::Spoke => {
-                            break self.violated("it wrote to its socket between calls".to_owned())
-                                .await;
-                        }
-                    }
-                },
-                changed = self.exit.changed(), if self.exit_open => {
-                    self.exit_open = changed.is_ok();
-                    if let Some(info) = self.exit.borrow().clone() {
-                        break SessionError::Died(info).to_string();
-                    }
-                }
+    /// Looks at the socket while no call runs, without waiting; see [`poll_idle`].
+    pub(crate) fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<Idle> {
+        poll_idle(
+            &mut self.reader,
+            &self.stream,
+            self.next_id == 0,
+            self.pid,
+            cx,
+        )
+    }
+
+    /// Hands the wake-up for the socket's next input to the task of `cx` (the watcher, as a call
+    /// ends: the call's reads had taken it over). True when input is there already.
+    pub(crate) fn watch_with(&self, cx: &mut Context<'_>) -> bool {
+        self.stream.poll_read_ready(cx).is_ready()
+    }
+
+    /// Ends a session that `idle` showed to be gone or out of step; says why it ended.
+    pub(crate) async fn end_idle(&mut self, idle: Idle) -> String {
+        match idle {
+            Idle::Ended => self.settle(None, Duration::ZERO).await.to_string(),
+            Idle::Spoke => {
+                self.violated("it wrote to its socket between calls".to_owned())
+                    .await
             }
-        };
-        self.mark_ended(&why);
-        jobs.close();
-        while let Ok(job) = jobs.try_recv() {
-            let error = SessionError::Ended(why.clone());
-            let _ = match job {
-                Job::Call { reply, .. } => reply.send(Err(error)).is_ok(),
-                Job::Keep { reply, .. } => reply.send(Err(error)).is_ok(),
-            };
         }
     }
 
-    /// Runs one job. Returns why the session ended, if it did.
-    async fn run(
+    /// Runs one call, its outcome sent to `reply`. Returns why the session ended, if it did.
+    pub(crate) async fn run(
         &mut self,
         call: Call,
         reply: oneshot::Sender<Result<ExecOutcome, SessionError>>,
-        stages: Option<&Stages>,
+        stages: Option<Arc<Stages>>,
     ) -> Option<String> {
-        if reply.is_closed() || call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-            // cancelled while queued: a SIGINT now would find nothing running and be ignored
+        if call.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            // cancelled while waiting its turn: a SIGINT now would find nothing running and be ignored
             let _ = reply.send(Err(SessionError::Cancelled));
             return None;
         }
@@ -227,7 +189,8 @@ impl Driver {
             // (its progress handler); SIGINT is the back-stop
             interrupt_at += BASH_SLACK;
         }
-        let mut reply = match self
+        let stages = stages.as_deref();
+        let reply = match self
             .send_request(&request_frame(id, &call), limit, reply)
             .await
         {
@@ -317,9 +280,6 @@ impl Driver {
                 () = cancelled(call.cancel.as_ref()), if running => {
                     phase = self.interrupt(Interruption::Cancelled, &mut kill_at, &mut resend_at);
                 }
-                () = reply.closed(), if running => {
-                    phase = self.interrupt(Interruption::Cancelled, &mut kill_at, &mut resend_at);
-                }
                 () = tokio::time::sleep_until(kill_at), if interrupted => {
                     let reason = match phase {
                         Phase::Interrupted(Interruption::Timeout) => KillReason::Timeout,
@@ -344,9 +304,9 @@ impl Driver {
     /// Asks the session to checkpoint or restore its state, between calls, and reads its answer
     /// within `limit` (then it is killed: a session that cannot keep its state in time is one
     /// whose code is in the way). Returns why the session ended, if it did.
-    async fn keep(
+    pub(crate) async fn keep(
         &mut self,
-        keep: &Keep,
+        keep: Keep,
         limit: Duration,
         reply: oneshot::Sender<Result<KeepAnswer, SessionError>>,
     ) -> Option<String> {
@@ -365,7 +325,7 @@ impl Driver {
                 frame = self.reader.next(&mut self.stream, max) => match frame {
                     Ok(Some(body)) => {
                         budget.charge_frame(body.len());
-                        match keep_frame(id, keep, &body) {
+                        match keep_frame(id, &keep, &body) {
                             KeepStep::Continue => {}
                             KeepStep::Answer(answer) => return self.answer(reply, Ok(answer)).await,
                             KeepStep::Rejected(e) => return self.answer(reply, Err(e)).await,
@@ -574,7 +534,7 @@ impl Driver {
     }
 
     /// The session is being closed: end of file on its socket makes it exit.
-    async fn close(&mut self) {
+    pub(crate) async fn close(&mut self) {
         let _ = self.stream.shutdown().await;
         if self.exit.has_changed().is_err() || self.exit.borrow().is_some() {
             return;

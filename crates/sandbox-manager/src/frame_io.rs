@@ -72,12 +72,22 @@ impl FrameReader {
         }
     }
 
+    /// Reads what `stream` holds now into the buffer, without waiting (`WouldBlock` when it
+    /// holds nothing); [`Self::take`] then gives the frames read whole.
+    pub(crate) fn try_fill(&mut self, stream: &tokio::net::UnixStream) -> std::io::Result<usize> {
+        if self.buf.capacity() - self.buf.len() < 4096 {
+            self.buf.reserve_exact(KEEP_CAPACITY);
+        }
+        stream.try_read_buf(&mut self.buf)
+    }
+
     /// Whether bytes of a next frame were read already.
     pub(crate) fn has_pending(&self) -> bool {
         !self.buf.is_empty()
     }
 
-    fn take(&mut self, limit: u32) -> Result<Option<Vec<u8>>, FrameError> {
+    /// The next frame body if the buffer holds all of it, of at most `limit` bytes.
+    pub(crate) fn take(&mut self, limit: u32) -> Result<Option<Vec<u8>>, FrameError> {
         let Some(header) = self.buf.first_chunk::<4>() else {
             return Ok(None);
         };

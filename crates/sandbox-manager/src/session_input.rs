@@ -2,6 +2,8 @@
 //! hostile (the session's code can write on its socket): frames are decoded within the caps of
 //! [`crate::bounded`], and nothing is read between calls.
 
+use std::task::{Context, Poll};
+
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
 
@@ -19,46 +21,62 @@ use crate::session_error::SessionError;
 const SETUP_FRAME_BYTES: u32 = 64 << 10;
 
 /// What came on a session's socket while no call ran.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Idle {
-    /// nothing after all (a spurious wake-up), or a set-up error frame before the first call
-    Quiet,
     /// end of file (or the socket failed)
     Ended,
     /// bytes, when none are due
     Spoke,
 }
 
-/// Waits for input on an idle session's socket. Before the first call only the runtime has run:
-/// it reports a failed set-up with one error frame and exits, so that frame is read (bounded) and
+/// Looks at an idle session's socket without waiting: `Pending` while nothing came (the task of
+/// `cx` is woken when something does). Before the first call only the runtime has run: it
+/// reports a failed set-up with one error frame and exits, so that frame is read (bounded) and
 /// logged. After it, nothing is read: one byte is enough to know the session broke the protocol.
-pub(crate) async fn idle_input(
+pub(crate) fn poll_idle(
     reader: &mut FrameReader,
-    stream: &mut UnixStream,
+    stream: &UnixStream,
     first: bool,
     pid: i32,
-) -> Idle {
-    if first {
-        return match reader.next(stream, SETUP_FRAME_BYTES).await {
-            Ok(Some(body)) => {
-                if let Ok(e) = serde_json::from_slice::<SessionErrorFrame>(&body) {
-                    tracing::warn!(
-                        pid,
-                        code = e.code.text,
-                        "session set-up failed: {}",
-                        e.message.text
-                    );
-                }
-                Idle::Quiet
-            }
-            Ok(None) | Err(_) => Idle::Ended,
+    cx: &mut Context<'_>,
+) -> Poll<Idle> {
+    loop {
+        match stream.poll_read_ready(cx) {
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(Err(_)) => return Poll::Ready(Idle::Ended),
+            Poll::Ready(Ok(())) => {}
+        }
+        let mut byte = [0u8; 1];
+        let read = if first {
+            reader.try_fill(stream)
+        } else {
+            stream.try_read(&mut byte)
         };
+        match read {
+            // the readiness was stale, and is cleared: the next poll waits for more
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Ok(0) | Err(_) => return Poll::Ready(Idle::Ended),
+            Ok(_) if first => loop {
+                match reader.take(SETUP_FRAME_BYTES) {
+                    Ok(Some(body)) => log_setup_error(&body, pid),
+                    Ok(None) => break,
+                    Err(_) => return Poll::Ready(Idle::Ended),
+                }
+            },
+            Ok(_) => return Poll::Ready(Idle::Spoke),
+        }
     }
-    let readable = stream.readable().await;
-    let mut byte = [0u8; 1];
-    match (readable, stream.try_read(&mut byte)) {
-        (Ok(()), Err(e)) if e.kind() == std::io::ErrorKind::WouldBlock => Idle::Quiet,
-        (Ok(()), Ok(1..)) => Idle::Spoke,
-        _ => Idle::Ended,
+}
+
+/// Logs the runtime's report of a failed set-up (its code and message; nothing else is in it).
+fn log_setup_error(body: &[u8], pid: i32) {
+    if let Ok(e) = serde_json::from_slice::<SessionErrorFrame>(body) {
+        tracing::warn!(
+            pid,
+            code = e.code.text,
+            "session set-up failed: {}",
+            e.message.text
+        );
     }
 }
 

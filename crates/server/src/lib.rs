@@ -21,7 +21,6 @@ mod origin;
 mod proxies;
 mod rmcp_forward;
 mod routes;
-mod run_to_end;
 mod sse;
 mod stateless;
 mod task_calls;

@@ -16,6 +16,7 @@ mod hibernation;
 mod isolation;
 mod lifecycle;
 mod sessions;
+mod turns;
 mod upcalls;
 mod warm;
 mod workspace_files;

@@ -1,6 +1,7 @@
-//! A call's work polled in the request's own task rather than a task spawned for it (handing
+//! A call's work polled in its caller's own task rather than a task spawned for it (handing
 //! a call to another task and back costs it wake-ups on a multi-thread runtime: 0.02–0.08 ms
-//! of a warm call at p50, README, goal 2), with what the spawned task gave kept:
+//! of a warm call at p50, README, goal 2), with what the spawned task gave kept. The server
+//! polls a tool call's work this way, and a session its call on the session's socket:
 //! - dropped half-way (the client went away), the work is cancelled through its token and the
 //!   rest of it runs in a task of its own, so it ends as it ends on cancellation rather than
 //!   being dropped in the middle;
@@ -15,20 +16,17 @@ use tokio_util::sync::CancellationToken;
 
 /// The work panicked; nothing more is known.
 #[derive(Debug)]
-pub(crate) struct Panicked;
+pub struct Panicked;
 
 /// `work`, polled where it is awaited, carried to its end if dropped before it.
-pub(crate) struct RunToEnd<T: Send + 'static> {
+pub struct RunToEnd<T: Send + 'static> {
     work: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
     cancel: CancellationToken,
 }
 
 impl<T: Send + 'static> RunToEnd<T> {
     /// `work`, cancelled through `cancel` when dropped unfinished.
-    pub(crate) fn new(
-        work: impl Future<Output = T> + Send + 'static,
-        cancel: CancellationToken,
-    ) -> Self {
+    pub fn new(work: impl Future<Output = T> + Send + 'static, cancel: CancellationToken) -> Self {
         Self {
             work: Some(Box::pin(work)),
             cancel,
