@@ -51,8 +51,6 @@ pub use metering::{Meter, MeterError};
 pub use named_keys::{CreatedKey, KeyError, KeyRequest, KeyView, NamedKeyAdmin};
 pub use registry::{Hints, Plan, Registry, ToolSpec};
 pub use secrets::{Secrets, SecretsError};
-/// A call's work polled where it is awaited and carried to its end when dropped (server and sessions).
-pub use toolgate_sandbox::run_to_end;
 /// The request stage clock the server's `Server-Timing` header reads (stamped here and in sessions).
 pub use toolgate_sandbox::stages;
 

@@ -23,9 +23,9 @@ use tokio::net::UnixStream;
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use toolgate_run_to_end::RunToEnd;
 use toolgate_sandbox::policy::Limits;
 use toolgate_sandbox::protocol::ExitInfo;
-use toolgate_sandbox::run_to_end::RunToEnd;
 use toolgate_sandbox::{ExecOutcome, OUTPUT_QUEUE, OutputChunk, Work};
 
 use crate::driver::{Call, Driver};

@@ -12,7 +12,6 @@
 //! - [`checkpoints`]: where hibernated sessions' images are kept ([`CheckpointStore`]).
 //! - [`policy`]: the limits a session runs under.
 //! - [`stages`]: a request's stage clock (the server's `Server-Timing` answer header).
-//! - [`run_to_end`]: a call's work polled in its caller's task, carried to its end if dropped.
 //! - [`protocol`] and [`frame`]: the typed frames of `runtime/PROTOCOL.md` and their framing.
 
 pub mod checkpoints;
@@ -21,7 +20,6 @@ pub mod frame;
 pub mod policy;
 pub mod protocol;
 mod run;
-pub mod run_to_end;
 mod sessions;
 pub mod stages;
 pub mod upcall;

@@ -26,7 +26,7 @@ use crate::Shared;
 use crate::answer::Answered;
 use crate::jsonrpc::MessageInfo;
 use crate::mcp_sessions::{CallCancel, CallOrigin};
-use toolgate_app::run_to_end::{Panicked, RunToEnd};
+use toolgate_run_to_end::{Panicked, RunToEnd};
 
 /// `params` of a call this path takes: nothing but the tool and its arguments.
 #[derive(Deserialize)]

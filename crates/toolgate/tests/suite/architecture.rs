@@ -59,6 +59,11 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
         "the sandbox seam is values and a trait: no implementation, no service",
     ),
     (
+        "toolgate-run-to-end",
+        &[],
+        "carrying a call's work to its end is a runtime's helper: it stands on nothing of ours",
+    ),
+    (
         "toolgate-egress-proxy",
         &["toolgate-sandbox", "toolgate-egress", "toolgate-fetch"],
         "the sessions' way out applies a run's grant (the seam's values) under the egress guard, \
@@ -67,7 +72,11 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
     ),
     (
         "toolgate-sandbox-manager",
-        &["toolgate-sandbox", "toolgate-egress-proxy"],
+        &[
+            "toolgate-sandbox",
+            "toolgate-egress-proxy",
+            "toolgate-run-to-end",
+        ],
         "the in-process sandbox serves the seam, each session's network through its proxy, and \
          knows nothing of the service around it",
     ),
@@ -161,6 +170,7 @@ const ALLOWED: &[(&str, &[&str], &str)] = &[
             "toolgate-app",
             "toolgate-dashboard",
             "toolgate-oauth",
+            "toolgate-run-to-end",
         ],
         "HTTP and MCP know the app (and the pages merged into the router), never a backend, an \
          adapter or the sandbox",
