@@ -3,7 +3,8 @@
 //! A missing runtime fails these tests (it is part of the product, not an optional extra).
 //! One binary (each test binary is linked on its own, which costs the 2-core build most): the
 //! zygote and sessions, sessions by the manager, warm sessions, workspace files, isolation
-//! (cgroups, uids, OOM), hardened sessions, the budget above the sessions, upcalls.
+//! (cgroups, uids, OOM), hardened sessions, the budget above the sessions, upcalls, calls taking
+//! turns on one session.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
